@@ -1,0 +1,1 @@
+"""tracekit.analyzers: pure functions from polars frames to polars frames. No printing here."""

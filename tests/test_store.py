@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracekit.errors import RunError
+from tracekit.schema import COLUMNS, SCHEMA_VERSION, conform
+from tracekit.store import load_run, merge_shards, new_manifest, read_manifest, read_run, write_run
+
+
+def _events(rank: int, n: int = 5) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "rank": [rank] * n,
+            "kind": ["kernel"] * n,
+            "name": [f"k{i}" for i in range(n)],
+            # ns values that float64-µs would mangle
+            "start_ns": [1_733_000_000_123_456_789 + 1001 * i for i in range(n)],
+            "dur_ns": [7 + i for i in range(n)],
+        }
+    )
+
+
+def test_roundtrip_keeps_every_ns_and_manifest(tmp_path: Path) -> None:
+    ev = _events(0)
+    man = new_manifest(source="test", ranks={"0": {"host": "h"}})
+    p = write_run(ev, tmp_path / "run.parquet", man)
+    back = read_run(p)
+    assert back.columns == list(COLUMNS)
+    assert back["start_ns"].to_list() == ev["start_ns"].to_list()
+    assert back["dur_ns"].to_list() == ev["dur_ns"].to_list()
+    m = read_manifest(p)
+    assert m["schema_version"] == SCHEMA_VERSION
+    assert m["ranks"] == {"0": {"host": "h"}}
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_shard_directory_reads_as_one_run(tmp_path: Path) -> None:
+    d = tmp_path / "run.parquet.d"
+    for r in (0, 1, 2):
+        write_run(_events(r), d / f"rank-{r:05d}.parquet", new_manifest(ranks={str(r): {"pid": r}}, missing_ranks={"3": "killed"}))
+    run = load_run(d)
+    assert run.ranks == [0, 1, 2]
+    assert set(run.manifest["ranks"]) == {"0", "1", "2"}
+    assert run.manifest["missing_ranks"] == {"3": "killed"}
+    out = merge_shards(d, tmp_path / "run.parquet")
+    assert read_run(out).height == 15
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(RunError, match="no such file"):
+        read_run(tmp_path / "nope.parquet")
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet at all")
+    with pytest.raises(RunError, match="not a readable Parquet"):
+        read_run(junk)
+    plain = tmp_path / "plain.parquet"
+    pl.DataFrame({"a": [1]}).write_parquet(plain)
+    with pytest.raises(RunError, match="no tracekit manifest"):
+        read_manifest(plain)
+    with pytest.raises(RunError, match="no rank-"):
+        read_run(tmp_path)
+
+
+def test_conform_rejects_uncastable_column() -> None:
+    with pytest.raises(pl.exceptions.InvalidOperationError):
+        conform(pl.DataFrame({"start_ns": ["x"]}))

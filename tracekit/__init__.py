@@ -1,0 +1,36 @@
+"""tracekit: profiling and trace analysis for speculative decoding in LLM serving.
+
+``import tracekit`` is light: it never imports torch, sglang, nvtx or pandas.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Run": "tracekit.store",
+    "read_run": "tracekit.store",
+    "scan_run": "tracekit.store",
+    "load_run": "tracekit.store",
+    "write_run": "tracekit.store",
+    "read_manifest": "tracekit.store",
+    "TracekitError": "tracekit.errors",
+}
+
+if TYPE_CHECKING:
+    from tracekit.errors import TracekitError
+    from tracekit.store import Run, load_run, read_manifest, read_run, scan_run, write_run
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'tracekit' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(mod), name)
+
+
+__all__ = ["Run", "TracekitError", "__version__", "load_run", "read_manifest", "read_run", "scan_run", "write_run"]

@@ -1,0 +1,1 @@
+"""Exporters (Perfetto protobuf, Chrome JSON) and trace validation."""

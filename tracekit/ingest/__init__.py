@@ -1,0 +1,1 @@
+"""Ingest foreign traces (Kineto / torch.profiler JSON, SGLang profiles) into the event table."""

@@ -1,0 +1,128 @@
+"""Phase range names: tracekit's own labels and the spans of other tools.
+
+tracekit's collectors name a phase range ``tracekit:<phase>|key=value|...``
+(both the NVTX range and the torch.profiler.record_function range), e.g.
+``tracekit:verify|cycle=12|bs=4|tok=16|seq=1024|graphed=1``.
+Facts only known after the phase ends (accept length) are emitted as a
+zero-length range ``tracekit:facts|phase=verify|cycle=12|accept=2.50``.
+
+Foreign spans (SGLang's ``step[TARGET_VERIFY bs=4]`` and friends) are mapped to
+phases by SPAN_RULES, an ordered table of (regex, phase).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+PREFIX: Final = "tracekit:"
+FACTS: Final = "facts"
+
+# label key -> event-table column
+FACT_KEYS: Final[dict[str, str]] = {
+    "cycle": "cycle",
+    "bs": "batch_size",
+    "tok": "num_tokens",
+    "seq": "seq_len",
+    "graphed": "graphed",
+    "accept": "accept_len",
+}
+_INT_COLUMNS: Final = {"cycle", "batch_size", "num_tokens", "seq_len"}
+
+
+@dataclass(frozen=True)
+class Label:
+    phase: str
+    facts: Mapping[str, int | float | bool]  # keyed by event-table column
+    is_facts: bool = False  # a late-facts marker rather than a phase range
+
+
+def format_label(phase: str, **facts: int | float | bool | None) -> str:
+    """``format_label("verify", cycle=3, bs=4)`` -> ``tracekit:verify|cycle=3|bs=4``.
+
+    Keys are the short label keys of FACT_KEYS; None values are left out.
+    """
+    parts = [PREFIX + phase]
+    for key, val in facts.items():
+        if val is None:
+            continue
+        if key not in FACT_KEYS:
+            raise ValueError(f"unknown phase fact {key!r}")
+        if isinstance(val, bool):
+            parts.append(f"{key}={int(val)}")
+        elif isinstance(val, float):
+            parts.append(f"{key}={val:.4f}")
+        else:
+            parts.append(f"{key}={val}")
+    return "|".join(parts)
+
+
+def format_facts(phase: str, cycle: int, **facts: int | float | bool | None) -> str:
+    """Late facts marker for a phase instance (e.g. accept length after verify)."""
+    label = format_label(FACTS, cycle=cycle, **facts)
+    head, _, rest = label.partition("|")
+    return f"{head}|phase={phase}|{rest}"
+
+
+def parse_label(name: str) -> Label | None:
+    """Parse a tracekit label; None if ``name`` is not one."""
+    if not name.startswith(PREFIX):
+        return None
+    head, *rest = name[len(PREFIX):].split("|")
+    facts: dict[str, int | float | bool] = {}
+    phase = head
+    is_facts = head == FACTS
+    for part in rest:
+        key, sep, raw = part.partition("=")
+        if not sep:
+            continue
+        if key == "phase" and is_facts:
+            phase = raw
+            continue
+        col = FACT_KEYS.get(key)
+        if col is None:
+            continue
+        try:
+            if col == "graphed":
+                facts[col] = raw not in ("0", "false", "False")
+            elif col in _INT_COLUMNS:
+                facts[col] = int(raw)
+            else:
+                facts[col] = float(raw)
+        except ValueError:
+            continue
+    return Label(phase=phase, facts=facts, is_facts=is_facts)
+
+
+# Foreign span names -> tracekit phase. Ordered: first match wins.
+# SGLang: `step[TARGET_VERIFY bs=4]` (0.5.12+), `step[VERIFY ...]` / `step[DRAFT ...]` (0.5.2x),
+# `draft`, `draft_extend` spans (0.5.15+), `step[DECODE bs=N]`, `step[EXTEND ...]`.
+SPAN_RULES: Final[list[tuple[re.Pattern[str], str]]] = [
+    (re.compile(r"^step\[(TARGET_)?VERIFY\b"), "verify"),
+    (re.compile(r"^step\[DRAFT_EXTEND(_V2)?\b"), "draft_extend"),
+    (re.compile(r"^step\[DRAFT\b"), "draft"),
+    (re.compile(r"^step\[DECODE\b"), "decode"),
+    (re.compile(r"^step\[(EXTEND|PREFILL|MIXED)\b"), "prefill"),
+    (re.compile(r"^draft_extend$"), "draft_extend"),
+    (re.compile(r"^draft$"), "draft"),
+    (re.compile(r"^(verify|decode|prefill)$"), r"\1"),
+]
+_BS = re.compile(r"\bbs=(\d+)")
+
+
+def phase_of_span(name: str) -> tuple[str, dict[str, int | float | bool]] | None:
+    """Map any range name (tracekit label or foreign span) to (phase, facts)."""
+    lab = parse_label(name)
+    if lab is not None:
+        return None if lab.is_facts else (lab.phase, dict(lab.facts))
+    for pat, phase in SPAN_RULES:
+        m = pat.match(name)
+        if m:
+            facts: dict[str, int | float | bool] = {}
+            bs = _BS.search(name)
+            if bs:
+                facts["batch_size"] = int(bs.group(1))
+            return (m.expand(phase) if "\\" in phase else phase), facts
+    return None

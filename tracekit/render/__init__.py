@@ -1,0 +1,1 @@
+"""Renderers: turn analyzer frames into rich tables, plain-language summaries and JSON documents."""

@@ -1,0 +1,228 @@
+"""Read and write run.parquet: the event table plus a JSON manifest.
+
+The manifest lives in the Parquet key-value metadata under the key ``tracekit``.
+Wherever a run is read, a directory of per-rank shards (``rank-00003.parquet``,
+each itself a run file) is accepted too and merged on the fly.
+
+Manifest layout (all keys optional except ``schema_version``):
+
+    {
+      "schema_version": 1,
+      "tracekit_version": "0.1.0",
+      "created_unix_ns": ...,
+      "source": "capture" | "ingest" | "merge",
+      "capture": {...},            # capture/workload config
+      "launcher": {...},           # environment of the launching process
+      "ranks": {"0": {...}, ...},  # per-rank metadata (env, devices, versions, clocks, pid, host, ...)
+      "missing_ranks": {"3": "reason"},
+      "world_size": 8,
+      "sources": [{"path": ..., "size": ..., "sha256": ..., "rank": ...}],
+      "clock": {"align": "none", "offsets_ns": {"0": 0, ...}},
+      ...
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from tracekit import __version__
+from tracekit.errors import RunError
+from tracekit.schema import SCHEMA, SCHEMA_VERSION, conform, empty_events, sort_events
+
+MANIFEST_KEY = b"tracekit"
+SHARD_GLOB = "rank-*.parquet"
+
+Manifest = dict[str, Any]
+
+
+@dataclass
+class Run:
+    """A loaded run: the event table and its manifest."""
+
+    events: pl.DataFrame
+    manifest: Manifest = field(default_factory=dict)
+    path: str | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(int(r) for r in self.events.get_column("rank").unique().drop_nulls())
+
+
+def new_manifest(**fields: Any) -> Manifest:
+    m: Manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "tracekit_version": __version__,
+        "created_unix_ns": time.time_ns(),
+    }
+    m.update(fields)
+    return m
+
+
+def write_run(
+    events: pl.DataFrame,
+    path: str | os.PathLike[str],
+    manifest: Mapping[str, Any] | None = None,
+    *,
+    sort: bool = True,
+    compression_level: int = 3,
+) -> Path:
+    """Write ``events`` (conformed to the schema) and ``manifest`` atomically to ``path``."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df = conform(events)
+    if sort:
+        df = sort_events(df)
+    man = dict(manifest) if manifest is not None else new_manifest()
+    man.setdefault("schema_version", SCHEMA_VERSION)
+    man.setdefault("tracekit_version", __version__)
+    table = df.to_arrow()
+    meta = dict(table.schema.metadata or {})
+    meta[MANIFEST_KEY] = json.dumps(man, sort_keys=True, default=str).encode()
+    table = table.replace_schema_metadata(meta)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            compression_level=compression_level,
+            use_dictionary=True,
+            row_group_size=1 << 20,
+        )
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return out
+
+
+def _shards(path: Path) -> list[Path]:
+    shards = sorted(path.glob(SHARD_GLOB))
+    if not shards:
+        raise RunError("directory holds no rank-*.parquet shards", path=str(path))
+    return shards
+
+
+def _read_manifest_file(path: Path) -> Manifest:
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on garbage
+        raise RunError(f"not a readable Parquet file ({exc.__class__.__name__}: {exc})", path=str(path)) from None
+    raw = meta.get(MANIFEST_KEY)
+    if raw is None:
+        raise RunError("Parquet file has no tracekit manifest (not a run.parquet)", path=str(path))
+    try:
+        man: Manifest = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RunError(f"manifest is not valid JSON: {exc}", path=str(path)) from None
+    version = man.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise RunError(
+            f"schema version {version} is not supported (this tracekit reads {SCHEMA_VERSION})",
+            path=str(path),
+        )
+    return man
+
+
+def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
+    """Merge shard manifests: per-rank sections are united, other keys taken from the first."""
+    out: Manifest = {}
+    ranks: dict[str, Any] = {}
+    missing: dict[str, Any] = {}
+    sources: list[Any] = []
+    offsets: dict[str, Any] = {}
+    for m in manifests:
+        for k, v in m.items():
+            if k in ("ranks", "missing_ranks", "sources", "clock"):
+                continue
+            out.setdefault(k, v)
+        ranks.update(m.get("ranks", {}))
+        missing.update(m.get("missing_ranks", {}))
+        sources.extend(m.get("sources", []))
+        clock = m.get("clock", {})
+        offsets.update(clock.get("offsets_ns", {}))
+        if "clock" in m:
+            out.setdefault("clock", {k: v for k, v in clock.items() if k != "offsets_ns"})
+    for r in ranks:
+        missing.pop(r, None)
+    out["ranks"] = ranks
+    if missing:
+        out["missing_ranks"] = missing
+    if sources:
+        out["sources"] = sources
+    if offsets or "clock" in out:
+        out.setdefault("clock", {})
+        out["clock"]["offsets_ns"] = offsets
+    return out
+
+
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """The manifest of a run file, or the merged manifest of a shard directory."""
+    p = Path(path)
+    if not p.exists():
+        raise RunError("no such file or directory", path=str(p))
+    if p.is_dir():
+        return merge_manifests(_read_manifest_file(s) for s in _shards(p))
+    return _read_manifest_file(p)
+
+
+def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
+    """A LazyFrame over the events of a run file or shard directory (manifest checked)."""
+    p = Path(path)
+    read_manifest(p)  # validates existence, manifest and schema version
+    files = _shards(p) if p.is_dir() else [p]
+    return pl.scan_parquet([str(f) for f in files], schema=SCHEMA)
+
+
+def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
+    """The events of a run file or shard directory as a DataFrame."""
+    lf = scan_run(path)
+    if columns is not None:
+        lf = lf.select(columns)
+    try:
+        return lf.collect()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise RunError(f"cannot read events ({exc.__class__.__name__}: {exc})", path=str(path)) from None
+
+
+def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> Run:
+    """Events and manifest together."""
+    return Run(events=read_run(path, columns), manifest=read_manifest(path), path=str(path))
+
+
+def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> Path:
+    """Merge a directory of per-rank shards into one run file (atomically)."""
+    run = load_run(shard_dir)
+    man = dict(run.manifest)
+    man["source"] = man.get("source", "merge")
+    if extra:
+        man.update(extra)
+    return write_run(run.events, out, man)
+
+
+__all__ = [
+    "Manifest",
+    "Run",
+    "empty_events",
+    "load_run",
+    "merge_manifests",
+    "merge_shards",
+    "new_manifest",
+    "read_manifest",
+    "read_run",
+    "scan_run",
+    "write_run",
+]
