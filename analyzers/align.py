@@ -1,0 +1,168 @@
+"""Cross-rank clock alignment from the collectives themselves.
+
+The end of one allreduce is nearly simultaneous on every rank (nobody leaves
+before the last one arrived and the data came back), so for collective j and
+rank r the recorded end is ``E[j, r] = t_j + o_r + noise`` where ``o_r`` is how
+far rank r's clock reads ahead of rank 0's. Least squares over all fully
+matched collectives (two-way additive model, ``o_0 = 0``) gives
+``o_r = mean_j (E[j, r] - E[j, 0])``; computed on int64 differences so the
+absolute epoch (~1.7e18 ns) never passes through a float. One trimming pass
+drops collectives whose worst residual exceeds 10x the median absolute residual
+(a late kernel-end record, a preempted rank), if at least half remain.
+
+Residual per (j, r): ``E - t_j - o_r``; reported as median |res| and max |res|,
+the precision of the alignment.
+
+Convention in the manifest: ``manifest["clock"]["offsets_ns"][str(r)]`` is what
+was ADDED to rank r's raw times, so ``raw = start_ns - offsets_ns[r]``; it is
+``-o_r``. Aligning an already aligned run composes the offsets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+
+from tracekit.errors import AnalysisError
+
+from .coll_match import matched_collectives
+
+METHODS: Final = ("collectives", "none")
+TRIM_FACTOR: Final = 10.0
+
+
+@dataclass(frozen=True)
+class ClockFit:
+    """Estimated clock offsets: ``offsets_ns[r]`` = how far rank r's clock reads ahead of rank 0."""
+
+    offsets_ns: dict[int, int]
+    residual_median_ns: int
+    residual_max_ns: int
+    collectives: int  # used in the fit
+    rejected: int  # dropped by the trimming pass
+    reference_rank: int = 0
+    per_rank_residual_max_ns: dict[int, int] = field(default_factory=dict)
+
+
+def _fit(diff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LS offsets (column means) and residuals of a J x R matrix of ends minus the reference."""
+    off = diff.mean(axis=0)
+    centred = diff - off
+    res = centred - centred.mean(axis=1, keepdims=True)
+    return off, res
+
+
+def estimate_offsets(events: pl.DataFrame) -> ClockFit:
+    """Fit per-rank clock offsets from matched collective ends (see module doc)."""
+    coll = matched_collectives(events)
+    if coll.is_empty():
+        raise AnalysisError(
+            "no collective matched on every rank: cannot estimate clock offsets "
+            "(use --align none, or capture with collectives)"
+        )
+    wide = coll.pivot(on="rank", index="key", values="end_ns", aggregate_function="first")
+    ranks = sorted(int(c) for c in wide.columns if c != "key")
+    ref = ranks[0]
+    ends = wide.select([str(r) for r in ranks]).to_numpy().astype(np.int64)
+    diff = (ends - ends[:, :1]).astype(np.float64)  # small numbers: float64 is exact to the ns
+    off, res = _fit(diff)
+    worst = np.abs(res).max(axis=1)
+    med = float(np.median(np.abs(res)))
+    rejected = 0
+    if med > 0:
+        keep = worst <= TRIM_FACTOR * med
+        if keep.sum() >= max(1, diff.shape[0] // 2) and not keep.all():
+            rejected = int((~keep).sum())
+            diff = diff[keep]
+            off, res = _fit(diff)
+    ares = np.abs(res)
+    return ClockFit(
+        offsets_ns={r: round(float(o)) for r, o in zip(ranks, off, strict=True)},
+        residual_median_ns=round(float(np.median(ares))),
+        residual_max_ns=round(float(ares.max())),
+        collectives=int(diff.shape[0]),
+        rejected=rejected,
+        reference_rank=ref,
+        per_rank_residual_max_ns={
+            r: round(float(ares[:, i].max())) for i, r in enumerate(ranks)
+        },
+    )
+
+
+def hosts(manifest: dict[str, Any]) -> set[str]:
+    """Distinct host names of the ranks in a manifest."""
+    out: set[str] = set()
+    for meta in (manifest.get("ranks") or {}).values():
+        if isinstance(meta, dict):
+            h = meta.get("host") or meta.get("hostname")
+            if isinstance(h, str) and h:
+                out.add(h)
+    return out
+
+
+def default_method(manifest: dict[str, Any]) -> str:
+    """``collectives`` when the ranks ran on more than one host, else ``none``."""
+    return "collectives" if len(hosts(manifest)) > 1 else "none"
+
+
+def shift_ranks(events: pl.DataFrame, add_ns: dict[int, int]) -> pl.DataFrame:
+    """Add ``add_ns[rank]`` to start_ns of every event of that rank (others unchanged)."""
+    if not add_ns:
+        return events
+    table = pl.DataFrame(
+        {"rank": list(add_ns), "_add": list(add_ns.values())},
+        schema={"rank": events.schema["rank"], "_add": pl.Int64()},
+    )
+    return (
+        events.join(table, on="rank", how="left", maintain_order="left")
+        .with_columns((pl.col("start_ns") + pl.col("_add").fill_null(0)).alias("start_ns"))
+        .drop("_add")
+    )
+
+
+def align_events(
+    events: pl.DataFrame, manifest: dict[str, Any], method: str | None = None
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Shift every rank onto rank 0's clock; record offsets and residual in the manifest.
+
+    ``method``: ``collectives`` (fit offsets), ``none`` (leave times, record zero
+    offsets unless the run was aligned before) or None (``default_method``).
+    Returns new (events, manifest); the inputs are not modified.
+    """
+    method = default_method(manifest) if method is None else method
+    if method not in METHODS:
+        raise ValueError(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
+    man = dict(manifest)
+    prev = dict(man.get("clock") or {})
+    prev_off = {int(k): int(v) for k, v in (prev.get("offsets_ns") or {}).items()}
+    ranks = sorted(int(r) for r in events.get_column("rank").drop_nulls().unique().to_list())
+    if method == "none":
+        clock = dict(prev)
+        clock.setdefault("align", "none")
+        clock["offsets_ns"] = {str(r): prev_off.get(r, 0) for r in ranks}
+        man["clock"] = clock
+        return events, man
+    fit = estimate_offsets(events)
+    add = {r: -fit.offsets_ns.get(r, 0) for r in ranks}
+    out = shift_ranks(events, add)
+    man["clock"] = {
+        "align": "collectives",
+        "offsets_ns": {str(r): prev_off.get(r, 0) + add[r] for r in ranks},
+        "reference_rank": fit.reference_rank,
+        "residual_ns": {"median": fit.residual_median_ns, "max": fit.residual_max_ns},
+        "residual_max_ns_by_rank": {str(r): v for r, v in fit.per_rank_residual_max_ns.items()},
+        "collectives": fit.collectives,
+        "rejected": fit.rejected,
+        "unaligned_ranks": [str(r) for r in ranks if r not in fit.offsets_ns],
+        "note": "raw start_ns = start_ns - offsets_ns[rank]",
+    }
+    return out, man
+
+
+def raw_times(events: pl.DataFrame, manifest: dict[str, Any]) -> pl.DataFrame:
+    """Undo the recorded alignment: start_ns back on each rank's own clock."""
+    off = {int(k): int(v) for k, v in ((manifest.get("clock") or {}).get("offsets_ns") or {}).items()}
+    return shift_ranks(events, {r: -v for r, v in off.items() if v})

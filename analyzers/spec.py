@@ -1,0 +1,372 @@
+"""Speculation economics: what a speculative cycle costs and what it must accept to pay.
+
+Conventions (stated once, used everywhere here):
+
+- **Tokens per cycle** counts every token a sequence emits in one cycle:
+  the accepted draft tokens *plus the bonus token* the target always emits.
+  The ``accept_len`` fact on verify rows is SGLang v1's
+  ``accept_length_per_req_cpu``: accepted draft tokens, bonus EXCLUDED, so
+  tokens per cycle = ``accept_len + 1``. (SGLang v2's ``accept_lens`` already
+  includes the bonus; tracekit's SGLang hooks subtract it before labelling.)
+- **Cycle time** is measured on one rank's host timeline from the start of a
+  cycle's draft to the start of the next cycle's draft: draft + verify +
+  draft_extend + whatever the host did between them. With TP every rank waits
+  for the others, so the binding rank is the slowest one (largest mean cycle);
+  that rank is used unless the caller picks one.
+- **Decode step time** is the period of plain decode steps (start to start of
+  consecutive ``decode`` ranges on one rank), or ``1 / baseline tok/s``.
+- **Break-even accept length** = cycle time / decode step time, in tokens per
+  cycle (bonus included): speculation beats plain decode only above it.
+- **Chain model**: with k draft tokens each accepted with probability p given
+  its predecessors were, expected tokens per cycle (bonus included) is
+  ``1 + p + p^2 + ... + p^k``; k = None means an unbounded chain, 1 / (1 - p).
+
+All times are int64 ns in frames; the plain-number API takes and returns
+floats in ns or tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+from tracekit.errors import AnalysisError
+
+from .phase_rows import phase_instances
+
+NS_PER_S: Final = 1_000_000_000
+SPEC_PHASES: Final = ("draft", "verify", "draft_extend")
+PART_COLUMNS: Final = ("draft_ns", "verify_ns", "draft_extend_ns", "host_between_ns")
+
+
+# ---------------------------------------------------------------- plain numbers
+
+
+def step_ns_from_tps(tps: float) -> float:
+    """Decode step time (ns) of a sequence decoding at ``tps`` tokens/s (one token per step)."""
+    if tps <= 0:
+        raise ValueError("tok/s must be positive")
+    return NS_PER_S / tps
+
+
+def break_even_accept_len(cycle_ns: float, decode_step_ns: float) -> float:
+    """Tokens per cycle (bonus included) at which a cycle matches plain decode."""
+    if decode_step_ns <= 0:
+        raise ValueError("decode step time must be positive")
+    return cycle_ns / decode_step_ns
+
+
+def tokens_per_s(tokens_per_cycle: float, cycle_ns: float) -> float:
+    """Tokens per second of one sequence emitting ``tokens_per_cycle`` every ``cycle_ns``."""
+    if cycle_ns <= 0:
+        raise ValueError("cycle time must be positive")
+    return tokens_per_cycle * NS_PER_S / cycle_ns
+
+
+def tokens_needed(target_tps: float, cycle_ns: float) -> float:
+    """Tokens per cycle (bonus included) a sequence needs for ``target_tps`` at this cycle time."""
+    return target_tps * cycle_ns / NS_PER_S
+
+
+def chain_accept_len(p: float, k: int | None) -> float:
+    """Expected tokens per cycle, bonus included: 1 + p + ... + p^k (k=None: 1/(1-p))."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError("p must lie in [0, 1]")
+    if k is None:
+        return math.inf if p >= 1.0 else 1.0 / (1.0 - p)
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    if p == 1.0:
+        return float(k + 1)
+    return (1.0 - p ** (k + 1)) / (1.0 - p)
+
+
+def solve_accept_prob(tokens_per_cycle: float, k: int | None, tol: float = 1e-12) -> float | None:
+    """Per-position accept probability p with chain_accept_len(p, k) == tokens_per_cycle.
+
+    ``tokens_per_cycle`` includes the bonus token. Returns 0.0 when one token per
+    cycle (the bonus alone) is enough, None when it is unreachable with k draft
+    tokens (more than k + 1 tokens needed). Bisection: the chain sum is
+    increasing in p.
+    """
+    if tokens_per_cycle <= 1.0:
+        return 0.0
+    if k is not None and tokens_per_cycle > k + 1:
+        return None
+    if k is not None and tokens_per_cycle == k + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if chain_accept_len(mid, k) < tokens_per_cycle:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class Economics:
+    """Speculation economics of one operating point (all times ns, lengths in tokens)."""
+
+    cycle_ns: float
+    decode_step_ns: float | None
+    tokens_per_cycle: float | None  # bonus included
+    batch_size: float
+    draft_tokens: int | None  # k; None: unknown, chain model taken unbounded
+    target_tps: float | None  # per sequence
+    tps_per_seq: float | None
+    tps_per_batch: float | None
+    decode_tps_per_seq: float | None
+    break_even_tokens: float | None
+    needed_tokens: float | None
+    needed_accept_prob: float | None  # None: unreachable with k draft tokens
+    needed_cycle_ns: float | None  # cycle time giving target at the current accept length
+
+
+def economics(
+    cycle_ns: float,
+    *,
+    tokens_per_cycle: float | None,
+    decode_step_ns: float | None,
+    target_tps: float | None = None,
+    draft_tokens: int | None = None,
+    batch_size: float = 1.0,
+) -> Economics:
+    """Everything ``tracekit spec`` reports for one operating point, from plain numbers."""
+    tps = None if tokens_per_cycle is None else tokens_per_s(tokens_per_cycle, cycle_ns)
+    needed = None if target_tps is None else tokens_needed(target_tps, cycle_ns)
+    return Economics(
+        cycle_ns=cycle_ns,
+        decode_step_ns=decode_step_ns,
+        tokens_per_cycle=tokens_per_cycle,
+        batch_size=batch_size,
+        draft_tokens=draft_tokens,
+        target_tps=target_tps,
+        tps_per_seq=tps,
+        tps_per_batch=None if tps is None else tps * batch_size,
+        decode_tps_per_seq=None if decode_step_ns is None else NS_PER_S / decode_step_ns,
+        break_even_tokens=None
+        if decode_step_ns is None
+        else break_even_accept_len(cycle_ns, decode_step_ns),
+        needed_tokens=needed,
+        needed_accept_prob=None if needed is None else solve_accept_prob(needed, draft_tokens),
+        needed_cycle_ns=None
+        if target_tps is None or tokens_per_cycle is None
+        else tokens_per_cycle * NS_PER_S / target_tps,
+    )
+
+
+def shrink_targets(parts_ns: dict[str, float], needed_cycle_ns: float) -> dict[str, float | None]:
+    """For each part of the cycle: the time it must fall to (others unchanged) for the cycle
+    to reach ``needed_cycle_ns``; None when removing that part entirely is not enough.
+    A part already fast enough keeps its time."""
+    total = sum(parts_ns.values())
+    excess = total - needed_cycle_ns
+    out: dict[str, float | None] = {}
+    for name, ns in parts_ns.items():
+        if excess <= 0:
+            out[name] = ns
+        else:
+            left = ns - excess
+            out[name] = left if left >= 0 else None
+    return out
+
+
+# ---------------------------------------------------------------- from a trace
+
+
+def cycles(events: pl.DataFrame) -> pl.DataFrame:
+    """One row per complete speculative cycle per rank.
+
+    A cycle starts at a ``draft`` range and ends at the start of the rank's next
+    ``draft``; the last draft of each rank has no end and is dropped, so is any
+    cycle in which a ``decode`` or ``prefill`` ran (not a pure speculative
+    cycle). Columns: rank, cycle (the verify's cycle fact, else the ordinal),
+    start_ns, cycle_ns, draft_ns, verify_ns, draft_extend_ns (host range time
+    summed over the cycle's ranges of that phase), host_between_ns (the rest),
+    batch_size, verify_tokens (tokens per request in verify), accept_len
+    (bonus excluded), graphed (verify ran from a CUDA graph).
+    """
+    inst = phase_instances(events, ("draft", "verify", "draft_extend", "decode", "prefill"))
+    if inst.filter(pl.col("phase") == "draft").is_empty():
+        return pl.DataFrame(
+            schema={
+                "rank": pl.Int32(),
+                "cycle": pl.Int64(),
+                "start_ns": pl.Int64(),
+                "cycle_ns": pl.Int64(),
+                **{c: pl.Int64() for c in PART_COLUMNS},
+                "batch_size": pl.Int64(),
+                "verify_tokens": pl.Float64(),
+                "accept_len": pl.Float64(),
+                "graphed": pl.Boolean(),
+            }
+        )
+    inst = inst.sort(["rank", "start_ns", "dur_ns"], descending=[False, False, True])
+    inst = inst.with_columns(
+        (pl.col("phase") == "draft").cast(pl.Int64()).cum_sum().over("rank").alias("_ord")
+    ).filter(pl.col("_ord") > 0)
+    bounds = (
+        inst.filter(pl.col("phase") == "draft")
+        .group_by(["rank", "_ord"])
+        .agg(pl.col("start_ns").min().alias("_c0"))
+        .sort(["rank", "_ord"])
+        .with_columns(pl.col("_c0").shift(-1).over("rank").alias("_c1"))
+    )
+    per = inst.group_by(["rank", "_ord"]).agg(
+        pl.col("dur_ns").filter(pl.col("phase") == "draft").sum().alias("draft_ns"),
+        pl.col("dur_ns").filter(pl.col("phase") == "verify").sum().alias("verify_ns"),
+        pl.col("dur_ns").filter(pl.col("phase") == "draft_extend").sum().alias("draft_extend_ns"),
+        pl.col("phase").is_in(["decode", "prefill"]).any().alias("_impure"),
+        pl.col("cycle").filter(pl.col("phase") == "verify").first().alias("_vcycle"),
+        pl.col("batch_size").filter(pl.col("phase") == "verify").first().alias("batch_size"),
+        pl.col("num_tokens").filter(pl.col("phase") == "verify").first().alias("_vtok"),
+        pl.col("accept_len").filter(pl.col("phase") == "verify").first().alias("accept_len"),
+        pl.col("graphed").filter(pl.col("phase") == "verify").first().alias("graphed"),
+        (pl.col("phase") == "verify").any().alias("_has_verify"),
+    )
+    out = (
+        bounds.join(per, on=["rank", "_ord"])
+        .filter(pl.col("_c1").is_not_null() & ~pl.col("_impure") & pl.col("_has_verify"))
+        .with_columns(
+            (pl.col("_c1") - pl.col("_c0")).alias("cycle_ns"),
+            pl.coalesce(pl.col("_vcycle"), pl.col("_ord")).alias("cycle"),
+            (pl.col("_vtok").cast(pl.Float64()) / pl.col("batch_size").cast(pl.Float64())).alias(
+                "verify_tokens"
+            ),
+        )
+        .with_columns(
+            (
+                pl.col("cycle_ns")
+                - pl.col("draft_ns")
+                - pl.col("verify_ns")
+                - pl.col("draft_extend_ns")
+            ).alias("host_between_ns"),
+            pl.col("_c0").alias("start_ns"),
+        )
+    )
+    return out.select(
+        pl.col("rank").cast(pl.Int32()),
+        pl.col("cycle").cast(pl.Int64()),
+        "start_ns",
+        "cycle_ns",
+        *[pl.col(c).cast(pl.Int64()) for c in PART_COLUMNS],
+        pl.col("batch_size").cast(pl.Int64()),
+        "verify_tokens",
+        "accept_len",
+        "graphed",
+    ).sort(["rank", "start_ns"])
+
+
+def decode_steps(events: pl.DataFrame) -> pl.DataFrame:
+    """Plain decode step periods per rank: start of a ``decode`` range to the start of the
+    rank's next one when no other phase ran between them. Columns: rank, batch_size,
+    step_ns, dur_ns (the range's own host time)."""
+    inst = phase_instances(events, ("draft", "verify", "draft_extend", "decode", "prefill")).sort(
+        ["rank", "start_ns"]
+    )
+    inst = inst.with_columns(
+        pl.col("phase").shift(-1).over("rank").alias("_next_phase"),
+        pl.col("start_ns").shift(-1).over("rank").alias("_next_start"),
+    )
+    return inst.filter(
+        (pl.col("phase") == "decode")
+        & (pl.col("_next_phase") == "decode")
+        & pl.col("_next_start").is_not_null()
+    ).select(
+        pl.col("rank"),
+        pl.col("batch_size"),
+        (pl.col("_next_start") - pl.col("start_ns")).alias("step_ns"),
+        pl.col("dur_ns"),
+    )
+
+
+def pick_rank(cyc: pl.DataFrame, rank: int | None) -> tuple[int, str]:
+    """The rank whose cycles are used and why ("slowest" or "chosen")."""
+    if cyc.is_empty():
+        raise AnalysisError("no complete speculative cycle (draft -> verify -> next draft) in the run")
+    if rank is not None:
+        if rank not in set(cyc.get_column("rank").to_list()):
+            raise AnalysisError("no complete speculative cycle on this rank", rank=rank)
+        return rank, "chosen"
+    means = cyc.group_by("rank").agg(pl.col("cycle_ns").mean()).sort(
+        ["cycle_ns", "rank"], descending=[True, False]
+    )
+    return int(means.get_column("rank")[0]), "slowest"
+
+
+def spec_table(
+    cyc: pl.DataFrame,
+    *,
+    decode_step_ns: dict[int, float] | float | None,
+    target_tps: float | None = None,
+    draft_tokens: int | None = None,
+    accept_len: float | None = None,
+) -> pl.DataFrame:
+    """Economics per batch-size bucket of one rank's cycles (``cycles`` filtered to one rank).
+
+    ``decode_step_ns``: a number for every bucket, or a dict batch_size -> ns (buckets
+    without a decode step of their batch size get none). ``draft_tokens`` overrides k
+    (else verify tokens per request - 1); ``accept_len`` (bonus excluded) overrides the
+    measured one. Columns: batch_size, cycles, cycle_ns (mean), the four part means,
+    accept_len, tokens_per_cycle, graphed_share, k, then every Economics field and
+    ``shrink_<part>`` (the part's time needed for the target, null: not reachable by
+    that part alone).
+    """
+    if cyc.is_empty():
+        raise AnalysisError("no complete speculative cycle to analyse")
+    grp = (
+        cyc.with_columns(pl.col("batch_size").fill_null(1))
+        .group_by("batch_size")
+        .agg(
+            pl.len().alias("cycles"),
+            pl.col("cycle_ns").mean(),
+            *[pl.col(c).mean() for c in PART_COLUMNS],
+            pl.col("accept_len").mean(),
+            pl.col("accept_len").is_not_null().sum().alias("_n_acc"),
+            pl.col("verify_tokens").median().alias("_vtok"),
+            pl.col("graphed").cast(pl.Float64()).mean().alias("graphed_share"),
+        )
+        .sort("batch_size")
+    )
+    rows: list[dict[str, object]] = []
+    for g in grp.iter_rows(named=True):
+        bs = int(g["batch_size"])
+        acc = accept_len if accept_len is not None else g["accept_len"]
+        tpc = None if acc is None else float(acc) + 1.0
+        k = draft_tokens
+        if k is None and g["_vtok"] is not None and g["_vtok"] >= 1:
+            k = round(g["_vtok"]) - 1
+        dstep = decode_step_ns.get(bs) if isinstance(decode_step_ns, dict) else decode_step_ns
+        eco = economics(
+            float(g["cycle_ns"]),
+            tokens_per_cycle=tpc,
+            decode_step_ns=dstep,
+            target_tps=target_tps,
+            draft_tokens=k,
+            batch_size=float(bs),
+        )
+        row: dict[str, object] = {
+            "batch_size": bs,
+            "cycles": int(g["cycles"]),
+            **{c: float(g[c]) for c in ("cycle_ns", *PART_COLUMNS)},
+            "accept_len": None if acc is None else float(acc),
+            "accept_len_source": "given" if accept_len is not None else (
+                "measured" if g["_n_acc"] else "missing"
+            ),
+            "graphed_share": g["graphed_share"],
+            **{f: getattr(eco, f) for f in Economics.__dataclass_fields__},
+        }
+        row["draft_tokens"] = k
+        parts = {c: float(g[c]) for c in PART_COLUMNS}
+        shrink = (
+            shrink_targets(parts, eco.needed_cycle_ns) if eco.needed_cycle_ns is not None else {}
+        )
+        for c in PART_COLUMNS:
+            row[f"shrink_{c}"] = shrink.get(c)
+        rows.append(row)
+    return pl.DataFrame(rows, infer_schema_length=None)
