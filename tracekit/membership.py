@@ -1,0 +1,374 @@
+"""Phase instances and membership: which phase instance every event belongs to.
+
+DESIGN.md section 4. ``annotate_phases`` is one pass over the event table:
+
+1. Phase ranges are ``range`` rows whose name maps to a phase
+   (``tracekit.phases.phase_of_span``: tracekit labels and SGLang spans, plus
+   caller-supplied ``(regex, phase)`` rules that are tried first).
+2. A phase range nested directly or indirectly inside a range of the *same*
+   phase on the same thread (tracekit's ``tracekit:verify|...`` around SGLang's
+   own ``step[TARGET_VERIFY bs=4]``) is not a new instance: it joins the outer
+   one and contributes the facts the outer label lacks. Every other phase range
+   is an instance with a ``phase_id`` unique in the run (numbered in
+   (rank, start, longer-first) order).
+3. Late facts markers (``tracekit:facts|phase=verify|cycle=N|accept=..``) are
+   merged onto the instance(s) with the same rank, phase and cycle.
+4. Host rows (launch, runtime, sync, op, python, instant) belong to
+   the innermost phase range open on the same (rank, pid, tid) at their start
+   (innermost = latest started among the open ones).
+5. GPU rows (kernel, memcpy, memset) inherit ``phase``/``phase_id``/``cycle``
+   from their launch via (rank, correlation); graph replays carry the
+   correlation of their ``cudaGraphLaunch``.
+6. On ranks that have no launch rows at all (traces recorded without CUDA
+   runtime events), GPU rows fall back to the innermost phase ``gpu_range``
+   (projected annotation) on the same (rank, stream) containing their start;
+   those gpu ranges are then the instances.
+
+Phase range rows carry the instance's facts (cycle, batch_size, num_tokens,
+seq_len, graphed, accept_len); member rows carry phase, phase_id and cycle.
+Row order and all other columns are preserved.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracekit.phases import parse_label, phase_of_span
+from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, LAUNCH, RANGE, conform
+
+I64 = npt.NDArray[np.int64]
+
+FACT_COLUMNS: Final = ("cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
+_FACT_DTYPES: Final[dict[str, pl.DataType]] = {
+    "cycle": pl.Int64(),
+    "batch_size": pl.Int64(),
+    "num_tokens": pl.Int64(),
+    "seq_len": pl.Int64(),
+    "graphed": pl.Boolean(),
+    "accept_len": pl.Float64(),
+}
+# host rows that get membership; ranges do not (a range row with a phase_id is a phase range)
+HOST_MEMBER_KINDS: Final = ("launch", "runtime", "sync", "op", "python", "instant")
+
+Rule = tuple["str | re.Pattern[str]", str]
+
+
+def _compile(rules: Sequence[Rule]) -> list[tuple[re.Pattern[str], str]]:
+    return [(re.compile(p) if isinstance(p, str) else p, phase) for p, phase in rules]
+
+
+def _name_table(names: pl.Series, rules: Sequence[Rule]) -> pl.DataFrame:
+    """name -> (_map_phase, _is_facts, fact columns) for every distinct range name."""
+    compiled = _compile(rules)
+    rows: dict[str, list[object]] = {"name": [], "_map_phase": [], "_is_facts": []}
+    for c in FACT_COLUMNS:
+        rows[c] = []
+    for name in names.unique().drop_nulls().to_list():
+        phase: str | None = None
+        facts: dict[str, int | float | bool] = {}
+        is_facts = False
+        for pat, ph in compiled:
+            if pat.search(name):
+                phase = ph
+                break
+        if phase is None:
+            lab = parse_label(name)
+            if lab is not None and lab.is_facts:
+                phase, facts, is_facts = lab.phase, dict(lab.facts), True
+            else:
+                mapped = phase_of_span(name)
+                if mapped is not None:
+                    phase, facts = mapped
+        if phase is None:
+            continue
+        rows["name"].append(name)
+        rows["_map_phase"].append(phase)
+        rows["_is_facts"].append(is_facts)
+        for c in FACT_COLUMNS:
+            rows[c].append(facts.get(c))
+    schema: dict[str, pl.DataType] = {"name": pl.String(), "_map_phase": pl.String(), "_is_facts": pl.Boolean()}
+    schema.update(_FACT_DTYPES)
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _parents(starts: I64, ends: I64) -> I64:
+    """Parent of each range (sorted by start, longer first): the range on top of the open stack."""
+    n = starts.size
+    parent = np.full(n, -1, dtype=np.int64)
+    stack: list[int] = []
+    s_list = starts.tolist()
+    e_list = ends.tolist()
+    for i in range(n):
+        s = s_list[i]
+        while stack and e_list[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+def innermost(starts: I64, ends: I64, parent: I64, t: I64) -> I64:
+    """Index of the latest-started range with start <= t < end, or -1 (vectorised).
+
+    ``starts`` sorted ascending (ties: longer first), ``parent`` from the open-range
+    stack; the walk follows parents at most (nesting depth) times.
+    """
+    cand = np.searchsorted(starts, t, side="right").astype(np.int64) - 1
+    while True:
+        safe = np.maximum(cand, 0)
+        bad = (cand >= 0) & (ends[safe] <= t)
+        if not bad.any():
+            return cand
+        cand[bad] = parent[cand[bad]]
+
+
+def _group_bounds(keys: I64) -> tuple[I64, I64, I64]:
+    """For sorted ``keys``: unique values, start offsets, end offsets."""
+    if keys.size == 0:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e, e
+    brk = np.flatnonzero(np.diff(keys)) + 1
+    lo = np.concatenate([[0], brk]).astype(np.int64)
+    hi = np.concatenate([brk, [keys.size]]).astype(np.int64)
+    return keys[lo], lo, hi
+
+
+def _key(df: pl.DataFrame, cols: Sequence[str]) -> I64:
+    """A dense int64 key over ``cols`` (nulls are a value of their own)."""
+    if df.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    k = df.select(pl.struct([pl.col(c) for c in cols]).rank("dense").cast(pl.Int64).alias("k"))
+    return k.get_column("k").to_numpy().astype(np.int64)
+
+
+def _i64(s: pl.Series, fill: int = 0) -> I64:
+    return s.fill_null(fill).cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
+
+
+def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.DataFrame:
+    """Set phase, phase_id, cycle and the phase facts on every event (see module doc).
+
+    ``rules``: extra ``(regex, phase)`` pairs tried before the built-in span
+    mapping (``regex.search`` on range names), e.g. ``[(r"^step\\[TARGET_VERIFY", "verify")]``.
+    """
+    ev = conform(events).with_row_index("_row")
+    n = ev.height
+    kinds = ev.get_column("kind")
+    is_range = kinds.is_in([RANGE, INSTANT, GPU_RANGE]).to_numpy()
+    names_tbl = _name_table(ev.get_column("name").filter(pl.Series(is_range)), rules)
+
+    # --- phase range rows and facts markers -------------------------------------------
+    cand = (
+        ev.select(["_row", "rank", "kind", "name", "pid", "tid", "stream", "start_ns", "dur_ns", *FACT_COLUMNS])
+        .filter(pl.Series(is_range))
+        .join(names_tbl, on="name", how="inner", suffix="_lab")
+    )
+    for c in FACT_COLUMNS:  # label facts win over values already in the row
+        cand = cand.with_columns(pl.coalesce(pl.col(f"{c}_lab"), pl.col(c)).alias(c)).drop(f"{c}_lab")
+    markers = cand.filter(pl.col("_is_facts"))
+    launch_ranks = ev.get_column("rank").filter(kinds == LAUNCH).unique().drop_nulls()
+    host = cand.filter(~pl.col("_is_facts") & (pl.col("kind") == RANGE) & (pl.col("dur_ns") > 0))
+    gpu_gr = cand.filter(
+        ~pl.col("_is_facts")
+        & (pl.col("kind") == GPU_RANGE)
+        & (pl.col("dur_ns") > 0)
+        & ~pl.col("rank").is_in(launch_ranks.implode())
+    )
+
+    inst_host = _instances(host, ["rank", "pid", "tid"], 0)
+    n_host = int(inst_host.get_column("_id").n_unique()) if inst_host.height else 0
+    inst_gpu = _instances(gpu_gr, ["rank", "stream"], n_host)
+    inst_rows = pl.concat([inst_host, inst_gpu])  # one row per phase range row: _row, _id, _phase, facts
+
+    # instance table: one row per instance, facts coalesced over merged rows (outer first)
+    inst = (
+        inst_rows.sort(["_id", "start_ns", "dur_ns"], descending=[False, False, True])
+        .group_by("_id", maintain_order=True)
+        .agg(
+            pl.col("rank").first(),
+            pl.col("_phase").first(),
+            *[pl.col(c).drop_nulls().first().alias(c) for c in FACT_COLUMNS],
+        )
+    )
+    # late facts markers: same rank, phase, cycle
+    if markers.height and inst.height:
+        mk = (
+            markers.filter(pl.col("cycle").is_not_null())
+            .group_by(["rank", "_map_phase", "cycle"])
+            .agg(*[pl.col(c).drop_nulls().last().alias(f"{c}_mk") for c in FACT_COLUMNS if c != "cycle"])
+            .rename({"_map_phase": "_phase"})
+        )
+        inst = inst.join(mk, on=["rank", "_phase", "cycle"], how="left")
+        inst = inst.with_columns(
+            [pl.coalesce(pl.col(c), pl.col(f"{c}_mk")).alias(c) for c in FACT_COLUMNS if c != "cycle"]
+        ).drop([f"{c}_mk" for c in FACT_COLUMNS if c != "cycle"])
+
+    # --- membership ----------------------------------------------------------------------
+    pid_arr = np.full(n, -1, dtype=np.int64)
+    own = np.zeros(n, dtype=bool)
+    if inst_rows.height:
+        rr = inst_rows.get_column("_row").to_numpy().astype(np.int64)
+        pid_arr[rr] = inst_rows.get_column("_id").to_numpy()
+        own[rr] = True
+    rank = _i64(ev.get_column("rank"), -1)
+    start = _i64(ev.get_column("start_ns"))
+
+    # host rows: innermost host phase range open on the same (rank, pid, tid)
+    if inst_host.height:
+        hmask = kinds.is_in(HOST_MEMBER_KINDS).to_numpy() & ev.get_column("tid").is_not_null().to_numpy()
+        hmask &= ~own
+        pid_col = _i64(ev.get_column("pid"), -1)
+        tid_col = _i64(ev.get_column("tid"), -1)
+        threads = inst_host.select(
+            pl.col("rank").fill_null(-1), pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1)
+        ).unique(maintain_order=True)
+        ir, ip, it = (_i64(inst_host[c], -1) for c in ("rank", "pid", "tid"))
+        i_s = _i64(inst_host["start_ns"])
+        i_e = i_s + _i64(inst_host["dur_ns"])
+        i_id = inst_host["_id"].to_numpy().astype(np.int64)
+        for r, p, t in threads.iter_rows():
+            rows = np.flatnonzero(hmask & (rank == r) & (pid_col == p) & (tid_col == t))
+            if rows.size == 0:
+                continue
+            sel = (ir == r) & (ip == p) & (it == t)
+            pid_arr[rows] = _assign_one(i_s[sel], i_e[sel], i_id[sel], start[rows])
+
+    # GPU rows: via (rank, correlation) from the launch row (first launch row per correlation)
+    gpu_mask = kinds.is_in(list(GPU_KINDS)).to_numpy()
+    launch_mask = (kinds == LAUNCH).to_numpy()
+    corr_null = ev.get_column("correlation").is_null().to_numpy()
+    corr = _i64(ev.get_column("correlation"))
+    if gpu_mask.any() and launch_mask.any():
+        lmask = launch_mask & ~corr_null
+        gmask = gpu_mask & ~corr_null
+        for r in np.unique(rank[lmask]).tolist():
+            lrows = np.flatnonzero(lmask & (rank == r))
+            grows = np.flatnonzero(gmask & (rank == r))
+            if grows.size == 0:
+                continue
+            ucorr, first = np.unique(corr[lrows], return_index=True)
+            lid = pid_arr[lrows[first]]
+            pos = np.minimum(np.searchsorted(ucorr, corr[grows]), ucorr.size - 1)
+            hit = ucorr[pos] == corr[grows]
+            pid_arr[grows] = np.where(hit, lid[pos], -1)
+    # fallback: ranks without launch rows, via projected phase gpu ranges on the same stream
+    if gpu_mask.any() and inst_gpu.height:
+        stream = _i64(ev.get_column("stream"), -1)
+        gr, gs = _i64(inst_gpu["rank"], -1), _i64(inst_gpu["stream"], -1)
+        g_s = _i64(inst_gpu["start_ns"])
+        g_e = g_s + _i64(inst_gpu["dur_ns"])
+        g_id = inst_gpu["_id"].to_numpy().astype(np.int64)
+        pairs = inst_gpu.select(pl.col("rank").fill_null(-1), pl.col("stream").fill_null(-1)).unique(
+            maintain_order=True
+        )
+        for r, st in pairs.iter_rows():
+            rows = np.flatnonzero(gpu_mask & (rank == r) & (stream == st))
+            if rows.size == 0:
+                continue
+            sel = (gr == r) & (gs == st)
+            pid_arr[rows] = _assign_one(g_s[sel], g_e[sel], g_id[sel], start[rows])
+
+    # --- write back (instance ids are 0..K-1: gather by id) ------------------------------------
+    inst = inst.sort("_id")
+    ev = ev.with_columns(pl.Series("phase_id", pid_arr), pl.Series("_own", own)).with_columns(
+        pl.when(pl.col("phase_id") >= 0).then(pl.col("phase_id")).otherwise(None).alias("phase_id")
+    )
+    pid_e = pl.col("phase_id")
+    own_e = pl.col("_own")
+
+    def look(c: str) -> pl.Expr:
+        return pl.lit(inst.get_column(c)).gather(pid_e)
+
+    ev = ev.with_columns(
+        look("_phase").alias("phase"),
+        pl.when(own_e).then(look("cycle")).otherwise(pl.coalesce(look("cycle"), pl.col("cycle"))).alias("cycle"),
+        *[pl.when(own_e).then(look(c)).otherwise(pl.col(c)).alias(c) for c in FACT_COLUMNS if c != "cycle"],
+    )
+    return ev.drop(["_own", "_row"])
+
+
+def _assign_one(s: I64, e: I64, ids: I64, t: I64) -> I64:
+    """Instance id of the innermost range (s, e) open at each t, else -1."""
+    order = np.lexsort((-(e - s), s))
+    s, e, ids = s[order], e[order], ids[order]
+    idx = innermost(s, e, _parents(s, e), t)
+    return np.where(idx >= 0, ids[np.maximum(idx, 0)], -1)
+
+
+def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.DataFrame:
+    """Number phase instances; same-phase ranges nested in each other share the outer's id.
+
+    Returns one row per phase range row: _row, _id, _phase, rank, pid, tid, stream,
+    start_ns, dur_ns and the fact columns.
+    """
+    cols = ["_row", "rank", "pid", "tid", "stream", "start_ns", "dur_ns", "_map_phase", *FACT_COLUMNS]
+    if ranges.height == 0:
+        schema = {c: ranges.schema[c] for c in cols}
+        return pl.DataFrame(schema=schema).rename({"_map_phase": "_phase"}).with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("_id")
+        )
+    r = ranges.select(cols).sort(["rank", "start_ns", "dur_ns"], descending=[False, False, True])
+    key = _key(r, key_cols)
+    s = _i64(r["start_ns"])
+    e = s + _i64(r["dur_ns"])
+    ph = r.get_column("_map_phase").to_list()
+    # stable sort by key keeps (rank, start, longer-first) order inside each key
+    order = np.argsort(key, kind="stable")
+    root = np.arange(r.height, dtype=np.int64)
+    _, lo, hi = _group_bounds(key[order])
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+        idx = order[a:b]
+        par = _parents(s[idx], e[idx])
+        for j in range(idx.size):  # parents come first, so their root is final
+            p = int(par[j])
+            # walk up to the nearest enclosing range of the same phase
+            while p >= 0 and ph[idx[p]] != ph[idx[j]]:
+                p = int(par[p])
+            if p >= 0:
+                root[idx[j]] = root[idx[p]]
+    # ids in (rank, start, longer-first) order of the root ranges
+    is_root = root == np.arange(r.height)
+    new_id = np.full(r.height, -1, dtype=np.int64)
+    new_id[is_root] = np.arange(int(is_root.sum()), dtype=np.int64) + first_id
+    ids = new_id[root]
+    return r.rename({"_map_phase": "_phase"}).with_columns(pl.Series("_id", ids))
+
+
+def phase_instances(events: pl.DataFrame) -> pl.DataFrame:
+    """One row per phase instance of an annotated table.
+
+    Columns: phase_id, phase, rank, pid, tid, source ("host" range or "gpu_range"),
+    start_ns, end_ns, host_ns (the outermost range of the instance), the fact columns.
+    """
+    rows = events.filter(
+        pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null()
+    )
+    # a phase range row owns its instance when no enclosing same-phase row exists: the
+    # outermost row per phase_id (earliest start, longest).
+    inst = (
+        rows.sort(["phase_id", "start_ns", "dur_ns"], descending=[False, False, True])
+        .group_by("phase_id", maintain_order=True)
+        .first()
+    )
+    return inst.select(
+        "phase_id",
+        "phase",
+        "rank",
+        "pid",
+        "tid",
+        pl.when(pl.col("kind") == RANGE).then(pl.lit("host")).otherwise(pl.lit("gpu_range")).alias("source"),
+        "start_ns",
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        pl.col("dur_ns").alias("host_ns"),
+        *FACT_COLUMNS,
+    )
+
+
+__all__ = ["FACT_COLUMNS", "annotate_phases", "innermost", "phase_instances"]
