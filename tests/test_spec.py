@@ -1,0 +1,135 @@
+"""Speculation economics: the seed's arithmetic, the chain-model solver, cycles from a trace."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import polars as pl
+import pytest
+from forensic_frames import Spec, build
+from tracekit.analyzers import spec as sp
+
+from tracekit.errors import AnalysisError
+
+
+def test_seed_arithmetic_from_its_own_numbers() -> None:
+    # seed: baseline decode 82 tok/s -> 12.2 ms per step
+    step = sp.step_ns_from_tps(82)
+    assert round(step / 1e6, 1) == 12.2
+    # break-even 2.46 tokens/cycle -> the cycle is 30.0 ms (29 ms verify + draft + host)
+    cycle = 2.46 * step
+    assert round(cycle / 1e6, 1) == 30.0
+    assert sp.break_even_accept_len(30.0e6, step) == pytest.approx(2.46, abs=0.005)
+    # 150 tok/s at a 30 ms cycle needs 4.5 tokens per cycle (bonus included) ...
+    need = sp.tokens_needed(150, cycle)
+    assert need == pytest.approx(4.5, abs=1e-9)
+    # ... and the seed's "78% conditional accuracy" is the unbounded chain: 1/(1-p) = 4.5
+    p = sp.solve_accept_prob(need, None)
+    assert p is not None and round(p, 2) == 0.78
+    # with a finite draft it takes more: k=5 needs 88%, k=3 cannot reach 4.5 tokens at all
+    p5 = sp.solve_accept_prob(need, 5)
+    assert p5 is not None and round(p5, 2) == 0.88
+    assert sp.solve_accept_prob(need, 3) is None
+    # the seed's speculative run: 60 tok/s at 30 ms -> 1.8 tokens/cycle, below break-even
+    eco = sp.economics(cycle, tokens_per_cycle=1.8, decode_step_ns=step, target_tps=150, draft_tokens=None)
+    assert eco.tps_per_seq == pytest.approx(60.0)
+    assert eco.break_even_tokens == pytest.approx(2.46)
+    assert eco.decode_tps_per_seq == pytest.approx(82.0)
+    # for 150 tok/s at 1.8 tokens/cycle the cycle must fall to 12.0 ms
+    assert eco.needed_cycle_ns == pytest.approx(12.0e6)
+
+
+def _brute_chain(p: float, k: int) -> float:
+    """Expected tokens per cycle by enumerating every accept pattern of k draft tokens."""
+    total = 0.0
+    for pattern in itertools.product((0, 1), repeat=k):
+        prob = math.prod(p if a else 1 - p for a in pattern)
+        accepted = next((i for i, a in enumerate(pattern) if not a), k)  # stop at first reject
+        total += prob * (accepted + 1)  # + bonus
+    return total
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.78, 0.93, 1.0])
+def test_chain_sum_matches_brute_force(p: float, k: int) -> None:
+    assert sp.chain_accept_len(p, k) == pytest.approx(_brute_chain(p, k), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 6])
+@pytest.mark.parametrize("target", [1.0, 1.3, 2.0, 2.46, 3.9])
+def test_solver_inverts_brute_force(k: int, target: float) -> None:
+    p = sp.solve_accept_prob(target, k)
+    if target > k + 1:
+        assert p is None
+        return
+    assert p is not None
+    assert _brute_chain(p, k) == pytest.approx(target, abs=1e-9)
+
+
+def test_solver_limits() -> None:
+    assert sp.solve_accept_prob(0.5, 3) == 0.0
+    assert sp.solve_accept_prob(4.0, 3) == 1.0
+    assert sp.solve_accept_prob(4.0000001, 3) is None
+    assert sp.chain_accept_len(0.5, None) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        sp.chain_accept_len(1.5, 3)
+    with pytest.raises(ValueError):
+        sp.step_ns_from_tps(0)
+
+
+def test_shrink_targets_say_what_each_part_must_fall_to() -> None:
+    parts = {"draft_ns": 0.6e6, "verify_ns": 29.1e6, "draft_extend_ns": 0.3e6}
+    got = sp.shrink_targets(parts, 22.4e6)  # cycle 30.0 -> 22.4: 7.6 ms must go
+    assert got["verify_ns"] == pytest.approx(21.5e6)
+    assert got["draft_ns"] is None and got["draft_extend_ns"] is None  # not enough alone
+    assert sp.shrink_targets(parts, 40e6) == parts
+
+
+def test_cycles_from_trace_add_up_exactly() -> None:
+    s = Spec(ranks=2, cycles=6, accept_len=1.5, draft_tokens=3, straggler=1)
+    ev = build(s)
+    cyc = sp.cycles(ev)
+    assert cyc.height == 2 * 5  # last draft of each rank has no next draft
+    parts = cyc.select(pl.sum_horizontal("draft_ns", "verify_ns", "draft_extend_ns", "host_between_ns"))
+    assert parts.to_series().to_list() == cyc.get_column("cycle_ns").to_list()
+    # host time between phases: 3 gaps of host_between_ns per cycle
+    assert set(cyc.get_column("host_between_ns").to_list()) == {3 * s.host_between_ns}
+    assert set(cyc.get_column("verify_tokens").to_list()) == {4.0}
+    _rank, why = sp.pick_rank(cyc, None)
+    assert why == "slowest"
+    assert sp.pick_rank(cyc, 0) == (0, "chosen")
+    with pytest.raises(AnalysisError):
+        sp.pick_rank(cyc, 5)
+
+
+def test_spec_table_from_trace_and_decode_steps() -> None:
+    s = Spec(ranks=2, cycles=8, accept_len=2.0, draft_tokens=3, decode_steps=5, decode_ns=400_000)
+    ev = build(s)
+    cyc = sp.cycles(ev)
+    dec = sp.decode_steps(ev)
+    assert dec.height == 2 * 4
+    assert set(dec.get_column("step_ns").to_list()) == {s.decode_ns + s.host_between_ns}
+    one = cyc.filter(pl.col("rank") == 0)
+    tab = sp.spec_table(one, decode_step_ns=450_000.0, target_tps=2000.0)
+    row = tab.row(0, named=True)
+    assert row["batch_size"] == 1 and row["cycles"] == 7
+    assert row["tokens_per_cycle"] == pytest.approx(3.0)  # accept 2 + bonus
+    assert row["draft_tokens"] == 3
+    mean_cycle = one.get_column("cycle_ns").mean()
+    assert row["cycle_ns"] == pytest.approx(mean_cycle)
+    assert row["break_even_tokens"] == pytest.approx(mean_cycle / 450_000.0)
+    assert row["tps_per_seq"] == pytest.approx(3.0 * 1e9 / mean_cycle)
+    assert row["needed_tokens"] == pytest.approx(2000.0 * mean_cycle / 1e9)
+    # the needed cycle for 2000 tok/s at 3 tokens/cycle is 1.5 ms; verify must absorb the excess
+    excess = mean_cycle - 1.5e6
+    assert row["shrink_verify_ns"] == pytest.approx(row["verify_ns"] - excess)
+    assert row["accept_len_source"] == "measured"
+
+
+def test_no_cycles_is_a_clear_error() -> None:
+    ev = build(Spec(ranks=1, cycles=0, decode_steps=3))
+    cyc = sp.cycles(ev)
+    assert cyc.is_empty()
+    with pytest.raises(AnalysisError, match="no complete speculative cycle"):
+        sp.pick_rank(cyc, None)
