@@ -362,6 +362,7 @@ def spec_table(
             **{f: getattr(eco, f) for f in Economics.__dataclass_fields__},
         }
         row["draft_tokens"] = k
+        row["batch_size"] = bs
         parts = {c: float(g[c]) for c in PART_COLUMNS}
         shrink = (
             shrink_targets(parts, eco.needed_cycle_ns) if eco.needed_cycle_ns is not None else {}
@@ -370,3 +371,67 @@ def spec_table(
             row[f"shrink_{c}"] = shrink.get(c)
         rows.append(row)
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def decode_step_by_bs(events: pl.DataFrame) -> dict[int, float]:
+    """Mean plain-decode step period per batch size, on the slowest rank of each batch size."""
+    steps = decode_steps(events)
+    if steps.is_empty():
+        return {}
+    per = (
+        steps.with_columns(pl.col("batch_size").fill_null(1))
+        .group_by(["batch_size", "rank"])
+        .agg(pl.col("step_ns").mean())
+        .group_by("batch_size")
+        .agg(pl.col("step_ns").max())
+    )
+    return {int(b): float(s) for b, s in per.iter_rows()}
+
+
+def spec_report(
+    events: pl.DataFrame,
+    *,
+    baseline: pl.DataFrame | None = None,
+    baseline_tps: float | None = None,
+    target_tps: float | None = None,
+    rank: int | None = None,
+    draft_tokens: int | None = None,
+    accept_len: float | None = None,
+) -> tuple[pl.DataFrame, dict[str, object]]:
+    """``spec_table`` for a run, choosing rank and decode step; returns (table, context).
+
+    Decode step time, first that applies: ``baseline_tps`` (1 / tok/s, every batch
+    size), the ``baseline`` run's decode steps, this run's own decode steps. The
+    context says which rank was used and why, where the decode step came from, and
+    the cycles of every rank (mean cycle per rank) so a reader sees the spread.
+    """
+    cyc = cycles(events)
+    used, why = pick_rank(cyc, rank)
+    decode: dict[int, float] | float | None
+    if baseline_tps is not None:
+        decode, source = step_ns_from_tps(baseline_tps), f"baseline {baseline_tps:g} tok/s"
+    elif baseline is not None:
+        decode, source = decode_step_by_bs(baseline), "baseline run decode steps"
+        if not decode:
+            raise AnalysisError("the baseline run has no consecutive decode steps")
+    else:
+        own = decode_step_by_bs(events)
+        decode, source = (own, "this run's decode steps") if own else (None, "none")
+    table = spec_table(
+        cyc.filter(pl.col("rank") == used),
+        decode_step_ns=decode,
+        target_tps=target_tps,
+        draft_tokens=draft_tokens,
+        accept_len=accept_len,
+    )
+    per_rank = cyc.group_by("rank").agg(pl.len().alias("cycles"), pl.col("cycle_ns").mean()).sort("rank")
+    context: dict[str, object] = {
+        "rank": used,
+        "rank_choice": why,
+        "decode_source": source,
+        "target_tps": target_tps,
+        "cycles_by_rank": [
+            {"rank": int(r), "cycles": int(n), "cycle_ns": float(c)} for r, n, c in per_rank.iter_rows()
+        ],
+    }
+    return table, context

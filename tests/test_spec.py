@@ -133,3 +133,33 @@ def test_no_cycles_is_a_clear_error() -> None:
     assert cyc.is_empty()
     with pytest.raises(AnalysisError, match="no complete speculative cycle"):
         sp.pick_rank(cyc, None)
+
+
+def test_cli_spec_json_and_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+    from tracekit.store import write_run
+
+    ev = build(Spec(ranks=2, cycles=6, accept_len=0.8, draft_tokens=3))
+    path = tmp_path / "run.parquet"
+    write_run(ev, path)
+    res = CliRunner().invoke(cli, ["spec", str(path), "--baseline-tps", "82", "--target-tps", "150", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    b = doc["buckets"][0]
+    assert doc["decode_source"] == "baseline 82 tok/s"
+    assert b["batch_size"] == 1 and b["tokens_per_cycle"] == pytest.approx(1.8)
+    assert b["decode_step_ns"] == pytest.approx(1e9 / 82)
+    assert b["break_even_tokens"] == pytest.approx(b["cycle_ns"] / (1e9 / 82))
+    assert b["needed_accept_prob"] == 0.0  # 150 tok/s at ~1.5 ms cycles needs < 1 token: p = 0
+    or_text = CliRunner().invoke(cli, ["spec", str(path), "--baseline-tps", "82"])
+    assert or_text.exit_code == 0 and "break-even" in or_text.output
+    bad = CliRunner().invoke(cli, ["spec", str(tmp_path / "missing.parquet")])
+    assert bad.exit_code == 1 and "missing.parquet" in bad.output and "Traceback" not in bad.output
+    use = CliRunner().invoke(cli, ["spec", str(path), "--baseline", str(path), "--baseline-tps", "3"])
+    assert use.exit_code == 2
+    nodec = CliRunner().invoke(cli, ["spec", str(path), "--baseline", str(path)])
+    assert nodec.exit_code == 1 and "no consecutive decode steps" in nodec.output

@@ -77,6 +77,94 @@ def cli(debug: bool) -> None:
 
 # --- diff / spec / ranks (forensics) ---
 
+
+def _forensic_json(doc: Any) -> None:
+    import json
+
+    click.echo(json.dumps(doc, indent=2, sort_keys=False, allow_nan=False))
+
+
+@cli.command("spec")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("--baseline", "baseline", type=click.Path(dir_okay=True), help="A plain-decode run (speculation off) for the decode step time.")
+@click.option("--baseline-tps", type=click.FloatRange(min=0, min_open=True), help="Plain-decode tok/s per sequence instead of a baseline run.")
+@click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence (e.g. 150).")
+@click.option("--rank", type=int, default=None, help="Use this rank's cycles (default: the slowest rank).")
+@click.option("--draft-tokens", type=click.IntRange(min=0), default=None, help="k for the chain model (default: verify tokens per request - 1).")
+@click.option("--accept-len", type=click.FloatRange(min=0), default=None, help="Accepted draft tokens per cycle, bonus excluded, when the trace lacks them.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def spec_cmd(
+    run: str,
+    baseline: str | None,
+    baseline_tps: float | None,
+    target_tps: float | None,
+    rank: int | None,
+    draft_tokens: int | None,
+    accept_len: float | None,
+    as_json: bool,
+) -> None:
+    """What speculation pays: tokens/cycle, tok/s, break-even accept length, accept rate for a target."""
+    from rich.console import Console
+
+    from tracekit.analyzers.spec import spec_report  # type: ignore[import-not-found]
+    from tracekit.errors import AnalysisError
+    from tracekit.render import spec as render_spec
+    from tracekit.store import read_run
+
+    if baseline is not None and baseline_tps is not None:
+        raise click.UsageError("give --baseline or --baseline-tps, not both")
+    events = read_run(run)
+    base = read_run(baseline) if baseline is not None else None
+    try:
+        table, ctx = spec_report(
+            events,
+            baseline=base,
+            baseline_tps=baseline_tps,
+            target_tps=target_tps,
+            rank=rank,
+            draft_tokens=draft_tokens,
+            accept_len=accept_len,
+        )
+    except AnalysisError as exc:
+        if exc.path is None:
+            exc.path = baseline if "baseline" in exc.message else run
+        raise type(exc)(exc.message, path=exc.path, rank=exc.rank) from None
+    if as_json:
+        _forensic_json(render_spec.to_json(table, ctx))
+    else:
+        render_spec.render(table, ctx, Console())
+
+
+@cli.command("align")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Aligned run.parquet to write.")
+@click.option("--align", "method", type=click.Choice(["collectives", "none", "auto"]), default="collectives", show_default=True,
+              help="collectives: fit per-rank clock offsets from allreduce ends; auto: collectives only when ranks ran on several hosts.")
+@guarded
+def align_cmd(run: str, output: str, method: str) -> None:
+    """Put every rank on rank 0's clock (offsets and residual go to the manifest; raw times stay recoverable)."""
+    from tracekit.analyzers.align import align_events  # type: ignore[import-not-found]
+    from tracekit.errors import AnalysisError
+    from tracekit.store import load_run, write_run
+
+    r = load_run(run)
+    try:
+        events, man = align_events(r.events, r.manifest, None if method == "auto" else method)
+    except AnalysisError as exc:
+        raise AnalysisError(exc.message, path=run, rank=exc.rank) from None
+    write_run(events, output, man)
+    clock = man["clock"]
+    if clock.get("align") == "collectives":
+        offs = ", ".join(f"rank {k}: {int(v):+d} ns" for k, v in clock["offsets_ns"].items())
+        res = clock["residual_ns"]
+        click.echo(
+            f"aligned {len(clock['offsets_ns'])} ranks on {clock['collectives']} collectives "
+            f"({clock['rejected']} rejected): {offs}; residual median {res['median']} ns, max {res['max']} ns -> {output}"
+        )
+    else:
+        click.echo(f"no alignment (ranks share one host clock) -> {output}")
+
 # --- sglang (integration) ---
 
 

@@ -1,0 +1,153 @@
+"""Render ``tracekit spec``: a rich table per batch size, plain-language lines, a JSON document."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+PART_LABELS: Final = {
+    "draft_ns": "draft",
+    "verify_ns": "verify",
+    "draft_extend_ns": "draft_extend",
+    "host_between_ns": "host between phases",
+}
+
+CONVENTIONS: Final = {
+    "tokens_per_cycle": "tokens a sequence emits per cycle: accepted draft tokens + 1 bonus token",
+    "accept_len": "accepted draft tokens per request per cycle, bonus EXCLUDED (SGLang v1 accept_length_per_req_cpu)",
+    "cycle_ns": "host time from the start of a cycle's draft to the start of the next cycle's draft, one rank",
+    "break_even_tokens": "cycle_ns / decode_step_ns: tokens per cycle (bonus included) at which speculation equals plain decode",
+    "needed_accept_prob": "per-position accept probability p with 1 + p + ... + p^k = needed_tokens (k = draft_tokens; unbounded chain when k is unknown)",
+    "needed_cycle_ns": "cycle time giving target_tps per sequence at the measured tokens per cycle",
+    "shrink_<part>": "time that part must fall to, others unchanged, for needed_cycle_ns; null: that part alone cannot",
+    "tps": "tokens per second; per sequence unless named per batch",
+}
+
+
+def ms(ns: float | None, digits: int = 2) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:.{digits}f} ms"
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
+    """Plain-language findings, one bucket after another."""
+    lines: list[str] = []
+    rank_note = f"rank {ctx['rank']} ({ctx['rank_choice']}{', largest mean cycle' if ctx['rank_choice'] == 'slowest' else ''})"
+    for r in table.iter_rows(named=True):
+        bs = r["batch_size"]
+        parts = " + ".join(f"{PART_LABELS[p]} {r[p] / 1e6:.2f}" for p in PART_LABELS)
+        head = f"bs={bs}, {r['cycles']} cycles on {rank_note}: cycle {ms(r['cycle_ns'])} = {parts} ms"
+        lines.append(head)
+        if r["tokens_per_cycle"] is not None:
+            lines.append(
+                f"  {r['tokens_per_cycle']:.2f} tokens/cycle (accept {r['accept_len']:.2f} + 1 bonus, {r['accept_len_source']})"
+                f" -> {r['tps_per_seq']:.1f} tok/s per sequence, {r['tps_per_batch']:.1f} tok/s for the batch of {bs}"
+            )
+        else:
+            lines.append("  accept lengths missing from the trace: pass --accept-len to get tok/s")
+        if r["decode_step_ns"] is not None:
+            be = r["break_even_tokens"]
+            line = (
+                f"  plain decode {ms(r['decode_step_ns'])}/step ({r['decode_tps_per_seq']:.1f} tok/s): "
+                f"break-even {be:.2f} tokens/cycle ({be - 1:.2f} accepted draft tokens + bonus)"
+            )
+            if r["tokens_per_cycle"] is not None:
+                gain = r["tokens_per_cycle"] / be - 1.0
+                word = "faster" if gain >= 0 else "slower"
+                line += f"; measured {r['tokens_per_cycle']:.2f}: speculation is {abs(gain) * 100:.0f}% {word} than plain decode"
+            lines.append(line)
+        else:
+            lines.append("  no decode step time (no decode phases, no --baseline): break-even unknown")
+        tgt = r["target_tps"]
+        if tgt is not None:
+            k = r["draft_tokens"]
+            need = r["needed_tokens"]
+            p = r["needed_accept_prob"]
+            kdesc = f"k={k} draft tokens" if k is not None else "an unbounded draft chain (k unknown)"
+            if p is None:
+                lines.append(
+                    f"  target {tgt:g} tok/s per sequence needs {need:.2f} tokens/cycle at this cycle time:"
+                    f" unreachable with {kdesc} (at most {k + 1} tokens/cycle)"
+                )
+            else:
+                lines.append(
+                    f"  target {tgt:g} tok/s per sequence needs {need:.2f} tokens/cycle (accept length {need - 1:.2f} + bonus):"
+                    f" per-position accept probability {p * 100:.1f}% with {kdesc}"
+                )
+            if r["needed_cycle_ns"] is not None:
+                lines.append(
+                    f"  or, at the current {r['tokens_per_cycle']:.2f} tokens/cycle, the cycle must fall"
+                    f" from {ms(r['cycle_ns'])} to {ms(r['needed_cycle_ns'])}:"
+                )
+                for p_col, label in PART_LABELS.items():
+                    new = r[f"shrink_{p_col}"]
+                    if new is None:
+                        lines.append(f"    {label} alone cannot get there ({ms(r[p_col])} is less than the excess)")
+                    elif new < r[p_col]:
+                        lines.append(f"    {label} must fall from {ms(r[p_col])} to {ms(new)} (others unchanged)")
+    return lines
+
+
+def to_json(table: pl.DataFrame, ctx: dict[str, Any]) -> dict[str, Any]:
+    """The stable ``--json`` document."""
+    return {
+        "rank": ctx["rank"],
+        "rank_choice": ctx["rank_choice"],
+        "decode_source": ctx["decode_source"],
+        "target_tps": ctx["target_tps"],
+        "cycles_by_rank": ctx["cycles_by_rank"],
+        "conventions": CONVENTIONS,
+        "buckets": table.to_dicts(),
+        "summary": summary_lines(table, ctx),
+    }
+
+
+def render(table: pl.DataFrame, ctx: dict[str, Any], console: Console) -> None:
+    """Print the table and the plain-language lines."""
+    title = f"rank {ctx['rank']} ({ctx['rank_choice']}); decode step from {ctx['decode_source']}"
+    comp = Table(title=f"Cycle composition, mean per cycle: {title}", title_justify="left")
+    for col in ("bs", "cycles", "cycle ms", "draft ms", "verify ms", "extend ms", "host ms", "verify graphed"):
+        comp.add_column(col, justify="right")
+    eco = Table(title="Economics per sequence (tokens include the bonus token)", title_justify="left")
+    for col in ("bs", "accept len", "tok/cycle", "tok/s seq", "tok/s batch", "decode ms", "break-even", "need tok", "need p"):
+        eco.add_column(col, justify="right")
+    for r in table.iter_rows(named=True):
+        comp.add_row(
+            str(r["batch_size"]),
+            str(r["cycles"]),
+            _num(r["cycle_ns"] / 1e6),
+            _num(r["draft_ns"] / 1e6),
+            _num(r["verify_ns"] / 1e6),
+            _num(r["draft_extend_ns"] / 1e6),
+            _num(r["host_between_ns"] / 1e6),
+            "n/a" if r["graphed_share"] is None else f"{r['graphed_share'] * 100:.0f}%",
+        )
+        p = r["needed_accept_prob"]
+        eco.add_row(
+            str(r["batch_size"]),
+            _num(r["accept_len"]),
+            _num(r["tokens_per_cycle"]),
+            _num(r["tps_per_seq"], 1),
+            _num(r["tps_per_batch"], 1),
+            _num(None if r["decode_step_ns"] is None else r["decode_step_ns"] / 1e6),
+            _num(r["break_even_tokens"]),
+            _num(r["needed_tokens"]),
+            ("unreachable" if r["needed_tokens"] is not None else "n/a") if p is None else f"{p * 100:.1f}%",
+        )
+    console.print(comp)
+    console.print(eco)
+    console.print(
+        "accept len: accepted draft tokens, bonus excluded; tok/cycle = accept len + 1; break-even = cycle / decode step"
+        " in tokens/cycle; need tok / need p: tokens/cycle and per-position accept probability for --target-tps",
+        highlight=False,
+        markup=False,
+    )
+    for line in summary_lines(table, ctx):
+        console.print(line, highlight=False, markup=False)
