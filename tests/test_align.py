@@ -88,3 +88,16 @@ def test_no_collectives_is_a_clear_error() -> None:
         estimate_offsets(ev)
     with pytest.raises(ValueError, match="unknown alignment method"):
         align_events(ev, {}, "ntp")
+
+
+def test_recognises_collectives_by_name_when_unannotated() -> None:
+    ev = build(Spec(ranks=3, cycles=5, clock_offset_ns={2: 250_000}, jitter_ns=400))
+    bare = ev.with_columns(
+        pl.lit(None, dtype=pl.Int64).alias("coll_seq"),
+        pl.lit(None, dtype=pl.String).alias("group"),
+        pl.lit(None, dtype=pl.String).alias("category"),
+        pl.lit(None, dtype=pl.String).alias("coll_op"),
+    )
+    fit = estimate_offsets(bare)
+    assert fit.collectives == 5 * 4
+    assert abs(fit.offsets_ns[2] - 250_000) <= fit.residual_max_ns
