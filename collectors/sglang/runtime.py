@@ -1,0 +1,344 @@
+"""The AROUND hooks tracekit puts on SGLang's speculative workers, and their installers.
+
+A hook has SGLang's plugin calling convention, ``hook(original, *args, **kwargs)``
+(``HookRegistry.register(target, hook, HookType.AROUND)``), so the same function
+serves the plugin path (plugin.py), the launcher and the import hook (direct
+patching by ``install_direct``).
+
+What a hook emits, per phase instance, on the calling thread:
+- a range ``tracekit:<phase>|cycle=N|bs=..|tok=..|seq=..`` (phases.format_label)
+  through ``torch.profiler.record_function`` when a torch profiler is active
+  (SGLang's ``/start_profile``), and an NVTX range when ``TRACEKIT_NVTX=1``;
+- after the phase, a late facts marker (phases.format_facts) with what SGLang
+  returned: ``graphed`` and, for v1 verify, the accept length. v2 hands the
+  accept lengths over later, in ``on_verify_complete_cpu`` after its own
+  asynchronous copy: the marker is emitted then, for the oldest verify waiting.
+Nothing here calls ``.cpu()``, ``.item()`` or ``.tolist()`` on a device tensor.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import os
+import pkgutil
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracekit.collectors.sglang import facts as F
+from tracekit.collectors.sglang.hooktable import HookSpec, installed_version, specs_for
+
+from tracekit.phases import format_facts, format_label
+
+log = logging.getLogger("tracekit.sglang")
+
+Hook = Callable[..., Any]
+WRAPPED_ATTR = "__tracekit_hook__"
+_PENDING_MAX = 64  # v2 verify cycles waiting for their accept lengths
+
+
+def enabled() -> bool:
+    """Hooks are on unless ``TRACEKIT_SGLANG=0``."""
+    return os.environ.get("TRACEKIT_SGLANG", "1") != "0"
+
+
+class _Emitter:
+    """record_function ranges (under an active profiler) and optional NVTX ranges."""
+
+    def __init__(self) -> None:
+        self._torch: Any = None
+        self._nvtx: Any = None
+        self._loaded = False
+
+    def _load(self) -> None:
+        self._loaded = True
+        try:
+            import torch
+
+            self._torch = torch
+        except ImportError:  # pragma: no cover - sglang always has torch
+            self._torch = None
+        if os.environ.get("TRACEKIT_NVTX") == "1":
+            try:
+                import nvtx
+
+                self._nvtx = nvtx
+            except ImportError:
+                self._nvtx = None
+
+    def profiling(self) -> bool:
+        if not self._loaded:
+            self._load()
+        t = self._torch
+        return bool(t is not None and t.autograd._profiler_enabled())
+
+    def push(self, label: str) -> Any:
+        """Open a range; returns a token for ``pop``."""
+        if not self._loaded:
+            self._load()
+        if self._nvtx is not None:
+            self._nvtx.push_range(label)
+        if self._torch is not None and self._torch.autograd._profiler_enabled():
+            rf = self._torch.profiler.record_function(label)
+            rf.__enter__()
+            return rf
+        return None
+
+    def pop(self, token: Any) -> None:
+        if token is not None:
+            token.__exit__(None, None, None)
+        if self._nvtx is not None:
+            self._nvtx.pop_range()
+
+    def mark(self, label: str) -> None:
+        """A zero-length range (late facts marker)."""
+        self.pop(self.push(label))
+
+
+@dataclass
+class Recorder:
+    """Per-process hook state: the cycle counter, open phases per thread, pending v2 verifies."""
+
+    emitter: _Emitter = field(default_factory=_Emitter)
+    cycle: int = -1
+    rank: int | None = None
+    spec: dict[str, int] = field(default_factory=dict)
+    pending_accept: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=_PENDING_MAX))
+    on_first_call: Callable[[Recorder, Any], None] | None = None
+    installed_by: str | None = None  # "plugin" | "launcher" | "autoload": the first path wins
+    _local: threading.local = field(default_factory=threading.local)
+    _seen_first: bool = False
+
+    def depth(self) -> int:
+        return int(getattr(self._local, "depth", 0))
+
+    def _enter(self) -> None:
+        self._local.depth = self.depth() + 1
+
+    def _leave(self) -> None:
+        self._local.depth = max(0, self.depth() - 1)
+
+    def first_call(self, obj: Any) -> None:
+        """Learn rank and speculative config from the first hooked object; call the rank callback once."""
+        if self.rank is None:
+            self.rank = rank_of(obj)
+        new_spec = F.spec_config(obj)
+        learned = bool(new_spec) and not self.spec
+        if learned:
+            self.spec = new_spec
+        if (not self._seen_first or learned) and self.on_first_call is not None:
+            self._seen_first = True
+            try:
+                self.on_first_call(self, obj)
+            except Exception:  # a manifest must never break serving
+                log.exception("tracekit: rank manifest failed")
+        self._seen_first = True
+
+    def run_phase(self, phase: str, original: Hook, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  facts: dict[str, Any], after: Callable[[Any], None] | None = None) -> Any:
+        token = self.emitter.push(format_label(phase, **facts))
+        self._enter()
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            self._leave()
+            self.emitter.pop(token)
+        if after is not None:
+            after(result)
+        return result
+
+
+RECORDER = Recorder()
+
+
+def rank_of(obj: Any) -> int | None:
+    """TP rank of a worker / model runner: ``tp_rank`` on it or its runner, else torch.distributed."""
+    for cand in (obj, getattr(obj, "model_runner", None), getattr(obj, "target_worker", None)):
+        r = getattr(cand, "tp_rank", None)
+        if isinstance(r, int) and not isinstance(r, bool):
+            return r
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        return None
+    return None
+
+
+def _batch_facts(rec: Recorder, batch: Any) -> dict[str, Any]:
+    return {"cycle": rec.cycle, "bs": F.batch_size(batch), "seq": F.mean_seq_len(batch)}
+
+
+def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
+    """The AROUND hook for one table row: ``hook(original, *args, **kwargs)``."""
+    r = rec if rec is not None else RECORDER
+    role = spec.role
+
+    if role == "cycle":
+
+        def cycle_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+            r.first_call(args[0] if args else None)
+            batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
+            mode = F.mode_name(batch)
+            if mode not in ("EXTEND", "MIXED", "SPLIT_PREFILL") and not getattr(batch, "is_extend_in_batch", False):
+                r.cycle += 1
+            return original(*args, **kwargs)
+
+        return cycle_hook
+
+    if role in ("draft", "verify", "draft_extend"):
+        phase = role
+
+        def phase_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+            worker = args[0] if args else None
+            r.first_call(worker)
+            batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
+            facts = _batch_facts(r, batch)
+            bs = facts["bs"]
+            if bs is not None and phase == "verify" and "draft_tokens" in r.spec:
+                facts["tok"] = bs * r.spec["draft_tokens"]
+            elif bs is not None and phase == "draft" and "steps" in r.spec and "topk" in r.spec:
+                facts["tok"] = bs * r.spec["steps"] * r.spec["topk"]
+            cycle = r.cycle
+            after = None
+            if phase == "verify":
+
+                def after(result: Any) -> None:
+                    graphed = F.graphed_of(result)
+                    per_req = F.accepted_per_req(result)
+                    accept = F.mean_accept(per_req)
+                    if per_req is None and spec.worker == "v2":
+                        r.pending_accept.append(cycle)
+                    if graphed is not None or accept is not None:
+                        r.emitter.mark(format_facts("verify", cycle, graphed=graphed, accept=accept))
+
+            return r.run_phase(phase, original, args, kwargs, facts, after)
+
+        return phase_hook
+
+    if role == "accept":
+
+        def accept_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+            per_req = kwargs.get("num_correct_drafts_per_req", args[1] if len(args) > 1 else None)
+            if r.pending_accept and isinstance(per_req, list):
+                cycle = r.pending_accept.popleft()
+                accept = F.mean_accept([int(x) for x in per_req])
+                if accept is not None:
+                    r.emitter.mark(format_facts("verify", cycle, accept=accept))
+            return original(*args, **kwargs)
+
+        return accept_hook
+
+    if role == "forward":
+
+        def forward_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+            runner = args[0] if args else None
+            if r.depth() > 0 or getattr(runner, "is_draft_worker", False):
+                return original(*args, **kwargs)
+            fb = F.first_batch(args, kwargs, "forward_batch")
+            mode = F.mode_name(fb)
+            if mode == "DECODE":
+                phase = "decode"
+                r.cycle += 1
+                cycle: int | None = r.cycle
+            elif mode in ("EXTEND", "MIXED", "SPLIT_PREFILL"):
+                phase, cycle = "prefill", None
+            else:
+                return original(*args, **kwargs)
+            r.first_call(runner)
+            bs = F.batch_size(fb)
+            facts: dict[str, Any] = {"cycle": cycle, "bs": bs, "seq": F.mean_seq_len(fb)}
+            if phase == "decode":
+                facts["tok"] = bs
+            else:
+                ext = getattr(fb, "extend_num_tokens", None)
+                facts["tok"] = ext if isinstance(ext, int) and not isinstance(ext, bool) else None
+
+            def after(result: Any) -> None:
+                graphed = F.graphed_of(result)
+                if graphed is not None and cycle is not None:
+                    r.emitter.mark(format_facts(phase, cycle, graphed=graphed))
+
+            return r.run_phase(phase, original, args, kwargs, facts, after)
+
+        return forward_hook
+
+    raise ValueError(f"unknown hook role {role!r} for {spec.target}")
+
+
+# --- installers -------------------------------------------------------------------
+
+_REPORTED: set[str] = set()
+
+
+def report_missing(target: str, why: str) -> None:
+    """Log a missing target once per process."""
+    if target in _REPORTED:
+        return
+    _REPORTED.add(target)
+    log.warning("tracekit: SGLang hook target %s skipped (%s)", target, why)
+
+
+def resolve_owner(spec: HookSpec, resolve: Callable[[str], Any] = pkgutil.resolve_name) -> Any | None:
+    """The class that defines ``spec``'s method, or None (reported once)."""
+    owner_path, _, method = spec.target.rpartition(".")
+    try:
+        owner = resolve(owner_path)
+    except Exception as exc:  # ImportError, AttributeError, or a failing import inside sglang
+        report_missing(spec.target, f"{exc.__class__.__name__}: {exc}")
+        return None
+    if method not in getattr(owner, "__dict__", {}):
+        report_missing(spec.target, f"{owner_path} has no {method}")
+        return None
+    return owner
+
+
+def wrap(original: Hook, hook: Hook) -> Hook:
+    """``original`` wrapped by an AROUND hook, marked so it is never wrapped twice."""
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return hook(original, *args, **kwargs)
+
+    setattr(wrapper, WRAPPED_ATTR, True)
+    return wrapper
+
+
+@dataclass
+class InstallReport:
+    installed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def install_direct(
+    version: str | None = None,
+    *,
+    specs: Iterable[HookSpec] | None = None,
+    rec: Recorder | None = None,
+    resolve: Callable[[str], Any] = pkgutil.resolve_name,
+    entry: str = "direct",
+) -> InstallReport:
+    """Patch the hook targets in place (launcher and import-hook paths). Idempotent."""
+    r = rec if rec is not None else RECORDER
+    if r.installed_by is None:
+        r.installed_by = entry
+    rows = list(specs) if specs is not None else specs_for(version or installed_version() or "0.0.0")
+    rep = InstallReport()
+    for spec in rows:
+        owner = resolve_owner(spec, resolve)
+        if owner is None:
+            rep.skipped.append(spec.target)
+            continue
+        method = spec.target.rpartition(".")[2]
+        current = owner.__dict__[method]
+        if getattr(current, WRAPPED_ATTR, False):
+            rep.installed.append(spec.target)
+            continue
+        setattr(owner, method, wrap(current, make_hook(spec, rec)))
+        rep.installed.append(spec.target)
+    return rep
