@@ -96,13 +96,23 @@ def parse_label(name: str) -> Label | None:
     return Label(phase=phase, facts=facts, is_facts=is_facts)
 
 
-# Foreign span names -> tracekit phase. Ordered: first match wins.
-# SGLang: `step[TARGET_VERIFY bs=4]` (0.5.12+), `step[VERIFY ...]` / `step[DRAFT ...]` (0.5.2x),
-# `draft`, `draft_extend` spans (0.5.15+), `step[DECODE bs=N]`, `step[EXTEND ...]`.
+# Foreign span names -> tracekit phase. Ordered: first match wins. An empty phase
+# means "this span is not a phase" (it stops the search; phase_of_span returns None).
+# SGLang (checked in the 0.5.2 / 0.5.9 / 0.5.12 / 0.5.23 sources):
+# - 0.5.12 ModelRunner.forward: `step[<ForwardMode.name> bs=N]`, `step[EXTEND bs=N toks=T]`
+#   (TARGET_VERIFY, DECODE, DRAFT_EXTEND(_V2), ...). With speculation on, an eager draft
+#   step on the draft runner is `step[DECODE bs=N]` too: see
+#   tracekit.collectors.sglang.spans.rules_for, which remaps it for spec traces.
+# - 0.5.23 profile_utils.build_step_span_name: `step[VERIFY bs=N]` on the target, every
+#   step of the draft runner `step[DRAFT bs=N]` (draft steps AND draft-extend forwards),
+#   always nested in the `draft` / `draft_extend` spans of spec_utils.spec_stage_span, so
+#   `step[DRAFT ...]` is not a phase of its own (inside `draft_extend` it would otherwise
+#   open a wrong `draft` instance).
+# - 0.5.2 / 0.5.9: no spans around forwards or speculative stages.
 SPAN_RULES: Final[list[tuple[re.Pattern[str], str]]] = [
     (re.compile(r"^step\[(TARGET_)?VERIFY\b"), "verify"),
     (re.compile(r"^step\[DRAFT_EXTEND(_V2)?\b"), "draft_extend"),
-    (re.compile(r"^step\[DRAFT\b"), "draft"),
+    (re.compile(r"^step\[DRAFT\b"), ""),
     (re.compile(r"^step\[DECODE\b"), "decode"),
     (re.compile(r"^step\[(EXTEND|PREFILL|MIXED)\b"), "prefill"),
     (re.compile(r"^draft_extend$"), "draft_extend"),
@@ -124,5 +134,7 @@ def phase_of_span(name: str) -> tuple[str, dict[str, int | float | bool]] | None
             bs = _BS.search(name)
             if bs:
                 facts["batch_size"] = int(bs.group(1))
+            if not phase:
+                return None
             return (m.expand(phase) if "\\" in phase else phase), facts
     return None
