@@ -165,6 +165,29 @@ def align_cmd(run: str, output: str, method: str) -> None:
     else:
         click.echo(f"no alignment (ranks share one host clock) -> {output}")
 
+
+@cli.command("ranks")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("--min-skew-us", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="A collective has a last rank only when arrivals spread at least this much.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
+    """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why."""
+    from rich.console import Console
+
+    from tracekit.analyzers.stragglers import rank_state, stragglers  # type: ignore[import-not-found]
+    from tracekit.render import ranks as render_ranks
+    from tracekit.store import load_run
+
+    r = load_run(run)
+    view = stragglers(r.events, round(min_skew_us * 1000))
+    state = rank_state(r.manifest)
+    if as_json:
+        _forensic_json(render_ranks.to_json(view, state))
+    else:
+        render_ranks.render(view, state, Console())
+
 # --- sglang (integration) ---
 
 
