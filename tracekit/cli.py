@@ -71,6 +71,72 @@ def cli(debug: bool) -> None:
 
 # --- capture (collectors) ---
 
+
+def _parse_ranks(value: str) -> list[int] | None:
+    if value.strip().lower() == "all":
+        return None
+    try:
+        ranks = sorted({int(x) for x in value.split(",") if x.strip()})
+    except ValueError:
+        raise click.BadParameter(f"expected 'all' or a list like 0,3,5, not {value!r}") from None
+    if not ranks or min(ranks) < 0:
+        raise click.BadParameter(f"expected 'all' or a list of ranks >= 0, not {value!r}")
+    return ranks
+
+
+@cli.command("capture")
+@click.option("--ranks", "ranks_opt", default="all", show_default=True, help="Ranks to capture: all, or 0,3,5 (all ranks still run).")
+@click.option("--world", type=click.IntRange(1), default=None, help="Number of ranks [default: every visible GPU, else 8 CPU ranks].")
+@click.option("--cycles", type=click.IntRange(1), default=8, show_default=True, help="Profiled speculative cycles.")
+@click.option("--warmup", type=click.IntRange(0), default=4, show_default=True, help="Unprofiled cycles before the window (later ones timed for dilation).")
+@click.option("--workload", type=click.Choice(["builtin"]), default="builtin", show_default=True)
+@click.option("--preset", type=click.Choice(["tiny", "kimi-k2-tiny"]), default=None, help="Model shape [default: kimi-k2-tiny on GPU, tiny on CPU].")
+@click.option("--verify-graph", type=click.Choice(["on", "off", "auto", "mixed"]), default="auto", show_default=True,
+              help="Verify from a CUDA graph, eagerly (SGLang's fallback), by batch size, or alternating.")
+@click.option("--batch-size", type=click.IntRange(1), default=None)
+@click.option("--draft-steps", type=click.IntRange(1), default=None)
+@click.option("--ctx", "ctx_start", type=click.IntRange(1), default=None, help="Context length at the first cycle.")
+@click.option("--layers", type=click.IntRange(1), default=None)
+@click.option("--hidden", type=click.IntRange(8), default=None)
+@click.option("--experts", type=click.IntRange(1), default=None)
+@click.option("--top-k", type=click.IntRange(1), default=None)
+@click.option("--accept-probs", default=None, help="Per-position accept probabilities, e.g. 0.8,0.6,0.45 (modelled).")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--keep-json", type=click.Path(file_okay=False), default=None, help="Also keep each rank's raw Kineto JSON here.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds before unfinished ranks are killed.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
+@guarded
+def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, workload: str, preset: str | None,
+                verify_graph: str, batch_size: int | None, draft_steps: int | None, ctx_start: int | None,
+                layers: int | None, hidden: int | None, experts: int | None, top_k: int | None,
+                accept_probs: str | None, device: str, keep_json: str | None, timeout_s: float, out: str) -> None:
+    """Capture the built-in speculative-decoding workload on every rank into one run.parquet."""
+    ranks = _parse_ranks(ranks_opt)
+    try:
+        probs = tuple(float(p) for p in accept_probs.split(",")) if accept_probs else None
+    except ValueError:
+        raise click.BadParameter(f"not a list of numbers: {accept_probs!r}", param_hint="--accept-probs") from None
+    # collectors/ ships as tracekit.collectors through package-dir: mypy (tracekit/, analyzers/) cannot see it
+    from tracekit.collectors.capture import (  # type: ignore[import-not-found]
+        CaptureConfig,
+        resolve_device,
+        run_capture,
+    )
+    from tracekit.collectors.workload.config import make_config  # type: ignore[import-not-found]
+    from tracekit.render.capture import render_capture_summary
+
+    try:
+        kind, _ = resolve_device(device)
+        wl = make_config(preset or ("kimi-k2-tiny" if kind == "cuda" else "tiny"), verify_graph=verify_graph,
+                         batch_size=batch_size, draft_steps=draft_steps, ctx_start=ctx_start, layers=layers,
+                         hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
+        cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, device=device,
+                           workload=wl, keep_json=keep_json, timeout_s=timeout_s)
+        result = run_capture(cc, progress=lambda m: click.echo(m, err=True))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(render_capture_summary(result))
+
 # --- attribute / gap (analyzers) ---
 
 # --- export / validate-trace (export) ---

@@ -1,0 +1,324 @@
+"""``tracekit capture``: start every rank, profile a bounded window on each, merge the shards.
+
+``run_capture(CaptureConfig(...), progress=print) -> CaptureResult``
+
+The launcher spawns one process per rank (``torch.multiprocessing`` spawn
+context, a free TCP port, NCCL on GPU with one rank per visible GPU, gloo with
+8 CPU ranks otherwise). Each rank: init the process group -> build the
+reference workload -> capture CUDA graphs -> ``warmup`` cycles (the later ones
+timed unprofiled) -> environment manifest -> profiler window of ``cycles``
+cycles (timed again) -> manifest at window end -> convert + finalize events ->
+write its shard ``<out>.d/rank-00003.parquet`` atomically -> ``os._exit``.
+A rank that dies, fails or outlives ``timeout_s`` loses only its own shard; the
+merged manifest's ``missing_ranks`` names it and why.  Survivors of a dead peer
+get an error from their next collective and still write what they recorded
+(``ranks[r]["aborted"]`` says why the window ended early).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracekit.collectors.workload.config import WorkloadConfig
+
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+@dataclass
+class CaptureConfig:
+    out: str = "run.parquet"
+    world: int | None = None  # None: every visible GPU, else 8 CPU ranks
+    ranks: list[int] | None = None  # None: all ranks are captured (all ranks always run)
+    cycles: int = 8
+    warmup: int = 4
+    device: str = "auto"  # auto | cuda | cpu
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    keep_json: str | None = None  # directory for raw per-rank Kineto JSON (.json.gz)
+    timeout_s: float = 300.0  # whole capture; a rank still running after it is killed
+    coll_timeout_s: float = 60.0  # process-group timeout (a collective waiting on a dead peer)
+    nvml_interval_s: float = 0.02  # 0: no NVML counter sampling
+    rank_env: dict[int, dict[str, str]] = field(default_factory=dict)  # extra env for given ranks
+    fault: tuple[int, int, str] | None = None  # (rank, cycle, "exit" | "hang" | "raise"): failure injection
+
+    def captured(self, world: int) -> list[int]:
+        return list(range(world)) if self.ranks is None else sorted(set(self.ranks))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "world": self.world,
+            "ranks": self.ranks,
+            "cycles": self.cycles,
+            "warmup": self.warmup,
+            "device": self.device,
+            "keep_json": self.keep_json,
+            "timeout_s": self.timeout_s,
+            "coll_timeout_s": self.coll_timeout_s,
+            "nvml_interval_s": self.nvml_interval_s,
+            "workload": "builtin",
+        }
+
+
+@dataclass
+class CaptureResult:
+    out: Path
+    world: int
+    captured: list[int]
+    missing: dict[str, str]
+    events: int
+    size_bytes: int
+    manifest: dict[str, Any]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def resolve_device(device: str) -> tuple[str, int]:
+    """(device kind, GPU count) for ``auto``/``cuda``/``cpu``."""
+    import torch
+
+    n = torch.cuda.device_count() if device != "cpu" else 0
+    if device == "cuda" and n == 0:
+        raise ValueError("--device cuda asked for, but torch sees no GPU")
+    return ("cuda" if n > 0 else "cpu"), n
+
+
+def shard_path(shard_dir: Path, rank: int) -> Path:
+    return shard_dir / f"rank-{rank:05d}.parquet"
+
+
+def _fault(cc: CaptureConfig, rank: int, cycle: int) -> None:
+    if cc.fault is None or cc.fault[0] != rank or cc.fault[1] != cycle:
+        return
+    kind = cc.fault[2]
+    if kind == "exit":
+        os._exit(17)
+    if kind == "hang":
+        time.sleep(10**6)
+    raise RuntimeError(f"injected failure at cycle {cycle}")
+
+
+def _rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: str, q: Any) -> None:
+    """Body of one rank process; always ends in os._exit (NCCL threads must not keep it alive)."""
+    code = 0
+    try:
+        _rank_body(rank, world, kind, cc, port, Path(shard_dir), q)
+    except BaseException as exc:
+        tb = traceback.format_exc(limit=3).strip().splitlines()
+        q.put(("error", rank, f"{exc.__class__.__name__}: {exc}"[:500], tb[-1] if tb else ""))
+        code = 1
+    finally:
+        try:
+            q.close()
+            q.join_thread()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: Path, q: Any) -> None:
+    os.environ.update(SAFE_ENV)
+    os.environ.update(cc.rank_env.get(rank, {}))
+    os.environ.update(
+        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
+         "LOCAL_RANK": str(rank)}
+    )
+    from datetime import timedelta
+
+    import polars as pl
+    import torch
+    import torch.distributed as dist
+    from tracekit.collectors.manifest import NvmlSampler, rank_section, versions
+    from tracekit.collectors.session import ProfilerSession, finalize
+    from tracekit.collectors.timing import dilation
+    from tracekit.collectors.workload.runner import Workload
+
+    from tracekit.store import new_manifest, write_run
+
+    cuda = kind == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=cc.coll_timeout_s),
+        **({"device_id": device} if cuda else {}),
+    )
+    q.put(("status", rank, "process group up"))
+    total = cc.warmup + cc.cycles
+    wl = Workload(cc.workload, rank, world, device, total)
+    wl.capture_graphs()
+    q.put(("status", rank, f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
+    skip = min(2, max(cc.warmup - 1, 0))
+    for c in range(cc.warmup):
+        _fault(cc, rank, c)
+        wl.timer.window = "unprofiled" if c >= skip else None
+        wl.run_cycle(c)
+    wl.sync()
+    wl.timer.window = None
+    me = rank in cc.captured(world)
+    dev_index = rank if cuda else None
+    start = rank_section(rank, world, dev_index, "start")
+    session = ProfilerSession(rank, cuda) if me else None
+    sampler = NvmlSampler(rank, rank, cc.nvml_interval_s) if (me and cuda and cc.nvml_interval_s > 0) else None
+    if sampler is not None:
+        sampler.start()
+    if session is not None:
+        session.start()
+    wl.timer.window = "profiled"
+    aborted: str | None = None
+    done = 0
+    try:
+        for c in range(cc.warmup, total):
+            _fault(cc, rank, c)
+            wl.run_cycle(c)
+            done += 1
+        wl.sync()
+    except Exception as exc:
+        aborted = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+    wl.timer.window = None
+    if session is not None:
+        session.stop()
+    counters = sampler.stop() if sampler is not None else None
+    end = rank_section(rank, world, dev_index, "end")
+    stats = wl.timer.stats() if aborted is None else {}
+    q.put(("status", rank, f"window done: {done}/{cc.cycles} cycles" + (f" (aborted: {aborted})" if aborted else "")))
+    if session is None:
+        return
+    events = session.events()
+    if keep := cc.keep_json:
+        session.export_json(Path(keep) / f"rank-{rank:05d}.trace.json.gz")
+    if counters is not None and counters.height:
+        events = pl.concat([events, counters], how="vertical_relaxed")
+    t0 = time.perf_counter_ns()
+    events = finalize(events)
+    session.info["finalize_ns"] = time.perf_counter_ns() - t0
+    unprof, prof = stats.get("unprofiled", {}), stats.get("profiled", {})
+    section = {
+        **start,
+        "end": {"taken_unix_ns": end["taken_unix_ns"], "env": end["env"], "gpu": end["gpu"]},
+        "versions": versions(),
+        "device": str(device),
+        "backend": dist.get_backend(),
+        "window": {"first_cycle": cc.warmup, "cycles": done, "requested": cc.cycles},
+        "unprofiled": unprof,
+        "profiled": prof,
+        "dilation": dilation(unprof, prof),
+        "aborted": aborted,
+        "session": session.info,
+        "counters": {"nvml": "off" if sampler is None else (sampler.error or "ok"),
+                     "rows": 0 if counters is None else counters.height},
+        "workload": wl.describe(),
+    }
+    man = new_manifest(
+        source="capture",
+        world_size=world,
+        capture=cc.to_dict(),
+        ranks={str(rank): section},
+        clock={"align": "none", "note": "ranks share one host's system clock", "offsets_ns": {str(rank): 0}},
+    )
+    write_run(events, shard_path(shard_dir, rank), man)
+    q.put(("done", rank, events.height))
+
+
+def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None) -> CaptureResult:
+    """Run the capture described by ``cc``; see the module docstring. Raises TracekitError if no rank produced data."""
+    import multiprocessing as mp
+
+    from tracekit.collectors.manifest import launcher_section
+
+    from tracekit.errors import TracekitError
+    from tracekit.store import merge_shards, read_manifest
+
+    say = progress or (lambda _m: None)
+    kind, ngpu = resolve_device(cc.device)
+    world = cc.world or (ngpu if kind == "cuda" else 8)
+    if kind == "cuda" and world > ngpu:
+        raise ValueError(f"--world {world} needs {world} GPUs, torch sees {ngpu}")
+    captured = cc.captured(world)
+    if any(r < 0 or r >= world for r in captured):
+        raise ValueError(f"--ranks {captured} outside 0..{world - 1}")
+    cc.workload.validate(world)
+    out = Path(cc.out)
+    shard_dir = Path(str(out) + ".d")
+    if shard_dir.exists():
+        shutil.rmtree(shard_dir)
+    shard_dir.mkdir(parents=True)
+    launcher = launcher_section()
+    for k, v in SAFE_ENV.items():
+        os.environ.setdefault(k, v)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    say(f"capture: {world} ranks ({'NCCL on GPU' if kind == 'cuda' else 'gloo on CPU'}), capturing {captured}, "
+        f"{cc.warmup} warm-up + {cc.cycles} profiled cycles")
+    procs = {r: ctx.Process(target=_rank_main, args=(r, world, kind, cc, port, str(shard_dir), q), name=f"tracekit-rank{r}")
+             for r in range(world)}
+    for p in procs.values():
+        p.start()
+    deadline = time.monotonic() + cc.timeout_s
+    errors: dict[int, str] = {}
+    while any(p.is_alive() for p in procs.values()) and time.monotonic() < deadline:
+        try:
+            msg = q.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if msg[0] == "error":
+            errors[msg[1]] = msg[2]
+            say(f"rank {msg[1]}: error: {msg[2]}")
+        elif msg[0] == "done":
+            say(f"rank {msg[1]}: shard written ({msg[2]} events)")
+        else:
+            say(f"rank {msg[1]}: {msg[2]}")
+    timed_out = [r for r, p in procs.items() if p.is_alive()]
+    for r in timed_out:
+        procs[r].kill()
+    for p in procs.values():
+        p.join(timeout=10)
+    while True:  # late messages
+        try:
+            msg = q.get_nowait()
+        except (queue.Empty, OSError, ValueError):
+            break
+        if msg[0] == "error":
+            errors[msg[1]] = msg[2]
+    missing: dict[str, str] = {}
+    for r in captured:
+        if shard_path(shard_dir, r).exists():
+            continue
+        if r in timed_out:
+            missing[str(r)] = f"timed out after {cc.timeout_s:g} s (killed)"
+        elif r in errors:
+            missing[str(r)] = f"failed: {errors[r]}"
+        else:
+            missing[str(r)] = f"process exited with code {procs[r].exitcode} before writing its shard"
+        say(f"rank {r}: missing: {missing[str(r)]}")
+    if len(missing) == len(captured):
+        raise TracekitError("no rank produced data: " + "; ".join(f"rank {r}: {m}" for r, m in missing.items()),
+                            path=str(out))
+    extra: dict[str, Any] = {"source": "capture", "launcher": launcher, "world_size": world,
+                             "capture": cc.to_dict(), "captured_ranks": captured}
+    if missing:
+        extra["missing_ranks"] = missing
+    merge_shards(shard_dir, out, extra)
+    shutil.rmtree(shard_dir, ignore_errors=True)  # the merged file holds every shard
+    man = read_manifest(out)
+    import pyarrow.parquet as pq
+
+    n = pq.ParquetFile(out).metadata.num_rows
+    return CaptureResult(out=out, world=world, captured=captured, missing=missing, events=n,
+                         size_bytes=out.stat().st_size, manifest=man)

@@ -1,0 +1,236 @@
+"""Per-rank profiler session: torch.profiler over a bounded window -> the event table.
+
+API (reused by the SGLang integration)::
+
+    s = ProfilerSession(rank=r, cuda=True)
+    s.start()            # at window start (after warm-up)
+    ...                  # M cycles
+    s.stop()
+    events = s.events()  # polars frame in tracekit.schema columns (not finalized)
+    s.export_json(path)  # optional raw Kineto JSON (".json.gz" is gzipped by torch)
+
+Timing columns come from the in-process event API
+(``prof.profiler.kineto_results.events()``): integer ns, no float µs round
+trip, and no JSON to write and parse (docs/capture.md has the measurement).
+What it lacks are kernel args (grid, collective args); collectives are
+recognised by kernel name downstream, and ``--keep-json`` keeps the raw Kineto
+JSON per rank when args are wanted.
+
+Facts checked (torch 2.13 CPU here; torch 2.11+cu130 on H200, see docs/capture.md):
+``start_ns`` is absolute (Unix epoch ns, same clock as ``time.time_ns``; a
+relative base would be detected and shifted by ``trace_start_ns``);
+``device_resource_id`` is the native thread id for CPU events and the stream for
+GPU events; ``correlation_id`` joins a launch to its kernels (all kernels
+replayed from a CUDA graph carry the ``cudaGraphLaunch``'s correlation);
+``activity_type`` names the Kineto category.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit import schema
+
+_CAT_KIND: dict[str, str] = {
+    "kernel": schema.KERNEL,
+    "gpu_memcpy": schema.MEMCPY,
+    "gpu_memset": schema.MEMSET,
+    "cuda_runtime": schema.RUNTIME,
+    "cuda_driver": schema.RUNTIME,
+    "cuda_sync": schema.SYNC,
+    "user_annotation": schema.RANGE,
+    "gpu_user_annotation": schema.GPU_RANGE,
+    "cpu_op": schema.OP,
+    "python_function": schema.PYTHON,
+    "cpu_instant_event": schema.INSTANT,
+    "overhead": schema.RUNTIME,
+}
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"})
+_LAUNCH_RE = re.compile(
+    r"^(cuda|cu)(Launch|GraphLaunch|Memcpy|Memset|MemcpyPeer|Memcpy2D|Memcpy3D)|^cu(MemcpyHtoD|MemcpyDtoH|MemcpyDtoD)"
+)
+_SYNC_RE = re.compile(r"^(cuda|cu)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize)")
+_GRAPH_LAUNCH_RE = re.compile(r"^(cuda|cu)GraphLaunch")
+_RELATIVE_LIMIT_NS = 10**17  # ~3 years: anything below is not a Unix-epoch time stamp
+
+
+def _category(ev: Any, name: str) -> str:
+    """Kineto category of a _KinetoEvent (``activity_type`` where torch has it, else inferred)."""
+    at = getattr(ev, "activity_type", None)
+    if at is not None:
+        val = at() if callable(at) else at
+        if isinstance(val, str) and val:
+            return val.lower()
+    if str(ev.device_type()).endswith("CUDA"):
+        if name.startswith("Memcpy"):
+            return "gpu_memcpy"
+        if name.startswith("Memset"):
+            return "gpu_memset"
+        return "kernel"
+    if name.startswith(("cuda", "cu")) and (_LAUNCH_RE.match(name) or _SYNC_RE.match(name)):
+        return "cuda_runtime"
+    if ev.is_user_annotation():
+        return "user_annotation"
+    return "cpu_op"
+
+
+def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) -> tuple[pl.DataFrame, str]:
+    """Convert ``_KinetoEvent``s to an event frame (schema columns). Returns (frame, time base note)."""
+    n = len(kevents)
+    kinds: list[str] = []
+    names: list[str] = []
+    devs: list[int] = []
+    streams: list[int | None] = []
+    tids: list[int | None] = []
+    starts: list[int] = []
+    durs: list[int] = []
+    corrs: list[int | None] = []
+    exts: list[int | None] = []
+    for ev in kevents:
+        name = ev.name()
+        cat = _category(ev, name)
+        kind = _CAT_KIND.get(cat)
+        if kind is None:
+            continue
+        if kind == schema.RUNTIME:
+            if _LAUNCH_RE.match(name):
+                kind = schema.LAUNCH
+            elif _SYNC_RE.match(name):
+                kind = schema.SYNC
+        names.append(name)
+        kinds.append(kind)
+        starts.append(ev.start_ns())
+        durs.append(ev.duration_ns())
+        rid = ev.device_resource_id()
+        if cat in _GPU_CATS:
+            devs.append(ev.device_index())
+            streams.append(rid)
+            tids.append(None)
+        else:
+            devs.append(-1)
+            streams.append(None)
+            tids.append(rid)
+        if kind in (schema.LAUNCH, schema.RUNTIME, schema.SYNC) or cat in _GPU_CATS:
+            c = ev.correlation_id()
+            corrs.append(c if c else None)
+        else:
+            corrs.append(None)
+        x = ev.external_id()
+        exts.append(x if x else None)
+    base = "absolute"
+    if starts and min(starts) < _RELATIVE_LIMIT_NS:
+        starts = [s + trace_start_ns for s in starts]
+        base = f"relative, shifted by trace_start_ns={trace_start_ns}"
+    df = pl.DataFrame(
+        {
+            "rank": pl.Series([rank] * len(kinds), dtype=pl.Int32),
+            "kind": pl.Series(kinds, dtype=pl.String),
+            "name": pl.Series(names, dtype=pl.String),
+            "device": pl.Series(devs, dtype=pl.Int16),
+            "stream": pl.Series(streams, dtype=pl.Int64),
+            "pid": pl.Series([pid] * len(kinds), dtype=pl.Int64),
+            "tid": pl.Series(tids, dtype=pl.Int64),
+            "start_ns": pl.Series(starts, dtype=pl.Int64),
+            "dur_ns": pl.Series(durs, dtype=pl.Int64),
+            "correlation": pl.Series(corrs, dtype=pl.Int64),
+            "external_id": pl.Series(exts, dtype=pl.Int64),
+        }
+    )
+    # graph: cudaGraphLaunch rows and every GPU row that shares their correlation
+    is_gl = (pl.col("kind") == schema.LAUNCH) & pl.col("name").str.contains(_GRAPH_LAUNCH_RE.pattern)
+    gl_corr = df.filter(is_gl).get_column("correlation").drop_nulls().unique()
+    is_gpu = pl.col("kind").is_in(list(schema.GPU_KINDS))
+    df = df.with_columns(
+        pl.when(is_gl)
+        .then(True)
+        .when(is_gpu)
+        .then(pl.col("correlation").is_in(gl_corr.implode()).fill_null(False))
+        .when(pl.col("kind") == schema.LAUNCH)
+        .then(False)
+        .otherwise(None)
+        .alias("graph")
+    )
+    del n
+    return schema.conform(df), base
+
+
+def finalize(events: pl.DataFrame) -> pl.DataFrame:
+    """Categorise, annotate collectives and phase membership (tracekit.pipeline.finalize_events)."""
+    try:
+        from tracekit.pipeline import finalize_events
+    except ImportError:  # the pipeline module not in this tree yet: use its two building blocks
+        from tracekit.collectives import annotate_collectives
+        from tracekit.membership import annotate_phases
+
+        return annotate_collectives(annotate_phases(events))
+    out: pl.DataFrame = finalize_events(events)
+    return out
+
+
+class ProfilerSession:
+    """torch.profiler (CPU + CUDA activities) over one bounded window of one rank."""
+
+    def __init__(self, rank: int, cuda: bool, *, record_shapes: bool = False, with_stack: bool = False) -> None:
+        self.rank = rank
+        self.cuda = cuda
+        self.record_shapes = record_shapes
+        self.with_stack = with_stack
+        self.prof: Any = None
+        self.info: dict[str, Any] = {}
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        self.prof = profile(activities=acts, record_shapes=self.record_shapes, with_stack=self.with_stack)
+        self.info["window_start_unix_ns"] = time.time_ns()
+        self.prof.__enter__()
+
+    def stop(self) -> None:
+        if self.prof is None:
+            raise RuntimeError("profiler session was not started")
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        self.prof.__exit__(None, None, None)
+        self.info["window_end_unix_ns"] = time.time_ns()
+
+    def events(self) -> pl.DataFrame:
+        """The recorded window as an event frame (schema columns, not finalized)."""
+        t0 = time.perf_counter_ns()
+        kr = self.prof.profiler.kineto_results
+        kev = kr.events()
+        t1 = time.perf_counter_ns()
+        base_fn = getattr(kr, "trace_start_ns", None)
+        base = int(base_fn()) if callable(base_fn) else 0
+        df, note = kineto_to_frame(kev, self.rank, os.getpid(), base)
+        t2 = time.perf_counter_ns()
+        self.info.update(
+            {
+                "event_api": "kineto_results.events()",
+                "kineto_events": len(kev),
+                "events": df.height,
+                "events_fetch_ns": t1 - t0,
+                "convert_ns": t2 - t1,
+                "time_base": note,
+                "trace_start_ns": base,
+            }
+        )
+        return df
+
+    def export_json(self, path: str | os.PathLike[str]) -> Path:
+        """Write the raw Kineto Chrome-trace JSON of the window (gzipped when ``path`` ends in .gz)."""
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter_ns()
+        self.prof.export_chrome_trace(str(out))
+        self.info["export_json_ns"] = time.perf_counter_ns() - t0
+        self.info["json_path"] = str(out)
+        return out

@@ -1,0 +1,86 @@
+"""Phase timers for profiler dilation: the same phases timed without and with the profiler.
+
+GPU: a CUDA event is recorded on the current stream before and after each phase
+(``elapsed_time`` = GPU time between the two points, which includes any queue
+the phase waits behind); the host time (``perf_counter_ns``) is kept too.  CPU:
+host time only.  Each measurement belongs to a window label (``unprofiled``
+before the profiled window, ``profiled`` inside it).
+
+``PhaseTimer.stats()`` gives, per window and phase::
+
+    {"count": n, "mean_ns": x, "median_ns": y, "host_mean_ns": .., "host_median_ns": ..,
+     "clock": "cuda_event" | "perf_counter"}
+
+where ``mean_ns``/``median_ns`` are GPU times on GPU and host times on CPU (int ns).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+
+class PhaseTimer:
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.window: str | None = None  # None: not timing
+        self._records: list[tuple[str, str, int, Any, Any]] = []
+        self._torch: Any = None
+        if cuda:
+            import torch
+
+            self._torch = torch
+
+    def begin(self, phase: str) -> tuple[str, int, Any] | None:
+        if self.window is None:
+            return None
+        ev = None
+        if self.cuda:
+            ev = self._torch.cuda.Event(enable_timing=True)
+            ev.record()
+        return (phase, time.perf_counter_ns(), ev)
+
+    def end(self, token: tuple[str, int, Any] | None) -> None:
+        if token is None or self.window is None:
+            return
+        phase, t0, ev0 = token
+        host = time.perf_counter_ns() - t0
+        ev1 = None
+        if self.cuda:
+            ev1 = self._torch.cuda.Event(enable_timing=True)
+            ev1.record()
+        self._records.append((self.window, phase, host, ev0, ev1))
+
+    def stats(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per window and phase statistics (synchronises the device first on GPU)."""
+        if self.cuda:
+            self._torch.cuda.synchronize()
+        host: dict[tuple[str, str], list[int]] = {}
+        dev: dict[tuple[str, str], list[int]] = {}
+        for window, phase, h, ev0, ev1 in self._records:
+            host.setdefault((window, phase), []).append(h)
+            if ev0 is not None and ev1 is not None:
+                dev.setdefault((window, phase), []).append(round(ev0.elapsed_time(ev1) * 1e6))
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for key, hs in host.items():
+            window, phase = key
+            main = dev.get(key, hs)
+            out.setdefault(window, {})[phase] = {
+                "count": len(hs),
+                "mean_ns": round(statistics.fmean(main)),
+                "median_ns": int(statistics.median(main)),
+                "host_mean_ns": round(statistics.fmean(hs)),
+                "host_median_ns": int(statistics.median(hs)),
+                "clock": "cuda_event" if key in dev else "perf_counter",
+            }
+        return out
+
+
+def dilation(unprofiled: dict[str, dict[str, Any]], profiled: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Profiled mean over unprofiled mean per phase present in both."""
+    return {
+        p: profiled[p]["mean_ns"] / unprofiled[p]["mean_ns"]
+        for p in unprofiled
+        if p in profiled and unprofiled[p]["mean_ns"] > 0
+    }

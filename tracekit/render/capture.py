@@ -1,0 +1,65 @@
+"""Summary printed at the end of ``tracekit capture``."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Protocol
+
+PHASE_ORDER = ("draft", "verify", "draft_extend", "decode", "prefill")
+
+
+class _Result(Protocol):
+    out: Any
+    world: int
+    captured: list[int]
+    missing: dict[str, str]
+    events: int
+    size_bytes: int
+    manifest: dict[str, Any]
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def dilation_lines(manifest: dict[str, Any]) -> list[str]:
+    """One line per phase: unprofiled vs profiled mean (median over ranks), and the ratio."""
+    ranks = manifest.get("ranks", {})
+    per_phase: dict[str, tuple[list[float], list[float], str]] = {}
+    for sec in ranks.values():
+        un, pr = sec.get("unprofiled", {}), sec.get("profiled", {})
+        for ph, st in un.items():
+            if ph in pr:
+                a, b, _ = per_phase.setdefault(ph, ([], [], st.get("clock", "?")))
+                a.append(st["mean_ns"])
+                b.append(pr[ph]["mean_ns"])
+    lines = []
+    for ph in sorted(per_phase, key=lambda p: PHASE_ORDER.index(p) if p in PHASE_ORDER else 99):
+        a, b, clock = per_phase[ph]
+        u, p = statistics.median(a), statistics.median(b)
+        ratio = f"x{p / u:.2f}" if u > 0 else "n/a"
+        lines.append(f"  {ph:<13} {_ms(u)} unprofiled, {_ms(p)} profiled ({ratio}; {clock}, median over {len(a)} rank(s))")
+    return lines
+
+
+def render_capture_summary(result: _Result) -> str:
+    man = result.manifest
+    cap = man.get("capture", {})
+    windows = [sec.get("window", {}).get("cycles", 0) for sec in man.get("ranks", {}).values()]
+    lines = [
+        f"wrote {result.out} ({result.size_bytes / 1e6:.2f} MB, {result.events} events)",
+        f"ranks: {len(man.get('ranks', {}))} of {len(result.captured)} captured (world {result.world}); "
+        f"cycles per rank: {min(windows) if windows else 0}..{max(windows) if windows else 0} "
+        f"of {cap.get('cycles')} (after {cap.get('warmup')} warm-up)",
+    ]
+    for r, why in sorted(result.missing.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"  missing rank {r}: {why}")
+    for r, sec in sorted(man.get("ranks", {}).items(), key=lambda kv: int(kv[0])):
+        if sec.get("aborted"):
+            lines.append(f"  rank {r} window ended early: {sec['aborted']}")
+    dl = dilation_lines(man)
+    if dl:
+        lines.append("profiler dilation per phase (mean time per phase instance):")
+        lines.extend(dl)
+    lines.append(f"next: tracekit attribute {result.out}")
+    return "\n".join(lines)
