@@ -1,0 +1,408 @@
+"""Layout of an export: tracks, slices, counters and flows, independent of the file format.
+
+One process per rank (``rank 3 · GPU 3 · host``), sorted by rank; under it, in
+this order: the phase tracks (host ranges, GPU windows), per-phase duration
+counters, one track per host thread, one track per CUDA stream (kernels,
+memcpy, memset), projected GPU annotations per stream, then the run's counter
+rows (clocks, power, ...). Slices that would not nest on their track go to
+sibling lanes (``lanes.assign_lanes``). Everything is ordered deterministically,
+so the same run gives the same layout (and the same bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracekit.export.lanes import assign_lanes
+from tracekit.schema import COUNTER, GPU_KINDS, GPU_RANGE, LAUNCH, RANGE
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+BoolA = npt.NDArray[np.bool_]
+
+# per-slice integer annotations (null where absent)
+INT_ARGS: Final = ("correlation", "external_id", "cycle", "phase_id", "coll_seq", "coll_bytes")
+# per-slice annotations interned as a set (repeat across many slices)
+SET_ARGS: Final = ("name", "args", "phase", "graph", "coll_op", "group", "window",
+                   "batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
+FLOW_KINDS: Final = ("launches", "collectives")
+
+ArgValue = str | int | float | bool
+ArgSet = tuple[tuple[str, ArgValue], ...]
+
+# track groups, in display order inside a process
+G_PHASE_HOST, G_PHASE_GPU, G_PHASE_DUR, G_THREAD, G_STREAM, G_GPU_RANGE, G_COUNTER = range(7)
+
+
+@dataclass
+class Track:
+    uuid: int
+    parent: int  # 0 for process tracks
+    name: str
+    kind: str  # "process" | "slice" | "counter"
+    rank: int
+    order: int  # sibling order under the parent
+    pid: int = 0  # process tracks: the (unique) pid used in the export
+    labels: tuple[str, ...] = ()
+    unit_ns: bool = False  # counter tracks holding durations in ns
+    gpu: bool = False  # slice tracks of GPU streams
+
+
+@dataclass
+class Layout:
+    tracks: list[Track]
+    # slices, sorted by (start, longer first, track, source row)
+    start: I64
+    dur: I64
+    track: I64
+    name_id: I64
+    cat_id: I64
+    argset: I64
+    ints: dict[str, tuple[I64, BoolA]]  # name -> (values, present)
+    is_gpu: BoolA  # kernel / memcpy / memset rows of the run
+    names: list[str]
+    cats: list[str]
+    argsets: list[ArgSet]
+    # flows: edges between slice indices, ids unique in the export
+    flow_src: I64
+    flow_dst: I64
+    flow_id: I64
+    # counter samples, sorted by (ts, track)
+    c_ts: I64
+    c_track: I64
+    c_value: F64
+    c_is_int: BoolA
+    ranks: list[int]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def n_slices(self) -> int:
+        return int(self.start.size)
+
+    @property
+    def n_counters(self) -> int:
+        return int(self.c_ts.size)
+
+
+def _normalizer() -> Any:
+    try:
+        from tracekit.names import normalize_kernel_name
+    except ImportError:
+        return None
+    return normalize_kernel_name
+
+
+def display_names(names: Sequence[str]) -> dict[str, str]:
+    """Full kernel name -> display name (``tracekit.names`` when present, else the full name)."""
+    norm = _normalizer()
+    out: dict[str, str] = {}
+    for n in names:
+        d = n
+        if norm is not None:
+            try:
+                d = str(norm(n)) or n
+            except Exception:  # a name the normaliser cannot handle keeps its full form
+                d = n
+        out[n] = d
+    return out
+
+
+def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[int]) -> dict[int, tuple[str, int]]:
+    """rank -> (process name, pid used in the export)."""
+    man_ranks: Mapping[str, Any] = manifest.get("ranks", {}) or {}
+    gpu_dev = (
+        events.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("device").is_not_null())
+        .group_by("rank").agg(pl.col("device").mode().min().alias("d"))
+    )
+    dev = {int(r): int(d) for r, d in gpu_dev.iter_rows()}
+    ev_pid = events.filter(pl.col("pid").is_not_null()).group_by("rank").agg(pl.col("pid").mode().min().alias("p"))
+    pids = {int(r): int(p) for r, p in ev_pid.iter_rows()}
+    info: dict[int, tuple[str, int]] = {}
+    raw_pids: dict[int, int | None] = {}
+    for r in ranks:
+        m = man_ranks.get(str(r), {}) or {}
+        gpu = m.get("device", m.get("gpu_index", m.get("local_rank", dev.get(r))))
+        if isinstance(gpu, Mapping):
+            gpu = gpu.get("index", dev.get(r))
+        host = m.get("host") or m.get("hostname")
+        parts = [f"rank {r}"]
+        if gpu is not None:
+            parts.append(f"GPU {gpu}")
+        if host:
+            parts.append(str(host))
+        p = m.get("pid", pids.get(r))
+        raw_pids[r] = int(p) if isinstance(p, int) else pids.get(r)
+        info[r] = (" · ".join(parts), 0)
+    real = [raw_pids[r] for r in ranks]
+    unique = all(p is not None and p > 0 for p in real) and len(set(real)) == len(real)
+    for r in ranks:
+        p = raw_pids[r]
+        info[r] = (info[r][0], int(p) if unique and p is not None else 100_000 + r)
+    return info
+
+
+def _phase_slices(ev: pl.DataFrame) -> pl.DataFrame:
+    """Phase slices: host ranges (window=host) and GPU windows (window=gpu) with their facts."""
+    facts = ["cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len"]
+    host = ev.filter((pl.col("kind") == RANGE) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null())
+    host = host.unique("phase_id", keep="first", maintain_order=True)
+    fact_tab = host.select("phase_id", *facts)
+    gpu = (
+        ev.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("phase_id").is_not_null())
+        .group_by("rank", "phase_id")
+        .agg(
+            pl.col("phase").first(),
+            pl.col("start_ns").min().alias("start_ns"),
+            ((pl.col("start_ns") + pl.col("dur_ns")).max() - pl.col("start_ns").min()).alias("dur_ns"),
+        )
+        .join(fact_tab, on="phase_id", how="left")
+        .sort("rank", "start_ns", "phase_id")
+    )
+    cols = ["rank", "phase", "phase_id", "start_ns", "dur_ns", *facts]
+    h = host.select(cols).with_columns(pl.lit("host").alias("window"), pl.lit(G_PHASE_HOST).alias("_g"))
+    g = gpu.select(cols).with_columns(pl.lit("gpu").alias("window"), pl.lit(G_PHASE_GPU).alias("_g"))
+    return pl.concat([h, g], how="vertical_relaxed").with_columns(
+        pl.col("phase").alias("name"), pl.lit("phase").alias("category"), pl.lit("phase").alias("kind")
+    )
+
+
+def _base_slices(ev: pl.DataFrame) -> pl.DataFrame:
+    """Run rows shown as slices, with their group (thread / stream / GPU annotation track)."""
+    rows = ev.filter(pl.col("kind") != COUNTER)
+    is_gpu = pl.col("kind").is_in(list(GPU_KINDS))
+    return rows.with_columns(
+        pl.when(is_gpu).then(pl.lit(G_STREAM))
+        .when(pl.col("kind") == GPU_RANGE).then(pl.lit(G_GPU_RANGE))
+        .otherwise(pl.lit(G_THREAD)).alias("_g"),
+        pl.when(is_gpu).then(pl.col("category").fill_null(pl.col("kind")))
+        .otherwise(pl.col("kind")).alias("category"),
+        pl.lit(None, dtype=pl.String()).alias("window"),
+    )
+
+
+def _group_name(g: int, a: int | None, b: int | None, multi: bool) -> str:
+    if g == G_PHASE_HOST:
+        return "phases (host)"
+    if g == G_PHASE_GPU:
+        return "phases (GPU window)"
+    if g == G_THREAD:
+        return f"thread {b}" + (f" · pid {a}" if multi else "")
+    if g == G_STREAM:
+        return (f"GPU {a} " if multi else "") + f"stream {b}"
+    if g == G_GPU_RANGE:
+        return (f"GPU {a} " if multi else "") + f"stream {b} annotations"
+    raise ValueError(g)
+
+
+def build_layout(
+    events: pl.DataFrame,
+    manifest: Mapping[str, Any],
+    *,
+    flows: Sequence[str] = ("launches",),
+    buckets: Mapping[int, Mapping[str, int]] | None = None,
+) -> Layout:
+    """Lay out selected events (one run's rows, schema columns) as tracks, slices, counters, flows.
+
+    ``buckets``: optional attribution per phase instance (phase_id -> bucket -> ns),
+    shown as args of the GPU-window phase slices.
+    """
+    for f in flows:
+        if f not in FLOW_KINDS:
+            raise ValueError(f"unknown flow kind {f!r} (use {', '.join(FLOW_KINDS)})")
+    ev = events.with_row_index("_row")
+    ranks = sorted(int(r) for r in ev["rank"].unique().drop_nulls().to_list())
+    info = _rank_info(manifest, ev, ranks)
+    base = _base_slices(ev)
+    phases = _phase_slices(ev)
+    cols = ["rank", "_g", "kind", "name", "category", "start_ns", "dur_ns", "pid", "tid", "device", "stream",
+            "args", "graph", "coll_op", "group", "window", "phase",
+            "batch_size", "num_tokens", "seq_len", "graphed", "accept_len", *INT_ARGS]
+    base_sel = base.with_columns(
+        pl.when(pl.col("_g") == G_THREAD).then(pl.col("pid")).otherwise(pl.col("device").cast(pl.Int64)).alias("_a"),
+        pl.when(pl.col("_g") == G_THREAD).then(pl.col("tid")).otherwise(pl.col("stream")).alias("_b"),
+    ).select([*cols, "_a", "_b", "_row"])
+    ph_sel = phases.with_columns(
+        [pl.lit(None).alias(c) for c in cols if c not in phases.columns]
+        + [pl.lit(None, pl.Int64()).alias("_a"), pl.lit(None, pl.Int64()).alias("_b"), pl.lit(None, pl.UInt32()).alias("_row")]
+    ).select([*cols, "_a", "_b", "_row"])
+    sl = pl.concat([ph_sel, base_sel], how="vertical_relaxed").with_columns(
+        pl.col("dur_ns").fill_null(0).clip(lower_bound=0)
+    )
+    # group key and display names
+    multi = (
+        sl.filter(pl.col("_g").is_in([G_THREAD, G_STREAM, G_GPU_RANGE]))
+        .group_by("rank", "_g").agg(pl.col("_a").n_unique().alias("n"))
+    )
+    multi_set = {(int(r), int(g)) for r, g, n in multi.iter_rows() if n > 1}
+    groups = sl.select("rank", "_g", "_a", "_b").unique().sort(["rank", "_g", "_a", "_b"], nulls_last=False)
+    # lanes per group
+    sl = sl.sort(["rank", "_g", "_a", "_b", "start_ns", "dur_ns", "_row"], descending=[False] * 5 + [True, False],
+                 nulls_last=False)
+    starts = sl["start_ns"].to_numpy().astype(np.int64)
+    ends = starts + sl["dur_ns"].to_numpy().astype(np.int64)
+    gkey = sl.select(pl.struct("rank", "_g", "_a", "_b").rank("dense").alias("k"))["k"].to_numpy().astype(np.int64)
+    lanes = np.zeros(sl.height, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(gkey)) + 1
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [sl.height]]), strict=True):
+        lanes[lo:hi] = assign_lanes(starts[lo:hi], ends[lo:hi])
+    sl = sl.with_columns(pl.Series("_lane", lanes))
+    # tracks
+    tracks: list[Track] = []
+    uuid = 0
+    track_of: dict[tuple[Any, ...], int] = {}
+    max_lane = sl.group_by("rank", "_g", "_a", "_b").agg(pl.col("_lane").max().alias("m"))
+    lane_n = {(r, g, a, b): int(m) for r, g, a, b, m in max_lane.iter_rows()}
+    ctr = ev.filter(pl.col("kind") == COUNTER)
+    ctr_names = ctr.select("rank", "name").unique().sort("rank", "name")
+    ph_names = phases.filter(pl.col("_g") == G_PHASE_GPU).select("rank", "phase").unique().sort("rank", "phase")
+    for r in ranks:
+        uuid += 1
+        proc = uuid
+        pname, pid = info[r]
+        tracks.append(Track(uuid=proc, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid))
+        order = 0
+        rg = [t for t in groups.iter_rows() if t[0] == r]
+        def add_groups(which: int) -> None:
+            nonlocal uuid, order
+            for _, g, a, b in rg:
+                if g != which:
+                    continue
+                nm = _group_name(g, a, b, (r, g) in multi_set)
+                for lane in range(lane_n[(r, g, a, b)] + 1):
+                    uuid += 1
+                    order += 1
+                    tracks.append(Track(uuid=uuid, parent=proc, name=nm if lane == 0 else f"{nm} (overlap {lane})",
+                                        kind="slice", rank=r, order=order, gpu=g == G_STREAM))
+                    track_of[(r, g, a, b, lane)] = uuid
+        def add_counters(names: list[str], key: str, unit_ns: bool) -> None:
+            nonlocal uuid, order
+            for nm in names:
+                uuid += 1
+                order += 1
+                tracks.append(Track(uuid=uuid, parent=proc, name=nm, kind="counter", rank=r, order=order, unit_ns=unit_ns))
+                track_of[(r, key, nm)] = uuid
+        add_groups(G_PHASE_HOST)
+        add_groups(G_PHASE_GPU)
+        add_counters([f"{p} duration" for p in ph_names.filter(pl.col("rank") == r)["phase"].to_list()], "dur", True)
+        add_groups(G_THREAD)
+        add_groups(G_STREAM)
+        add_groups(G_GPU_RANGE)
+        add_counters(ctr_names.filter(pl.col("rank") == r)["name"].to_list(), "ctr", False)
+    tk = pl.DataFrame(
+        [(k[0], k[1], k[2], k[3], k[4], v) for k, v in track_of.items() if len(k) == 5],
+        schema={"rank": pl.Int32(), "_g": pl.Int32(), "_a": pl.Int64(), "_b": pl.Int64(), "_lane": pl.Int64(), "_track": pl.Int64()},
+        orient="row",
+    )
+    sl = sl.with_columns(pl.col("rank").cast(pl.Int32), pl.col("_g").cast(pl.Int32), pl.col("_a").cast(pl.Int64),
+                         pl.col("_b").cast(pl.Int64))
+    sl = sl.join(tk, on=["rank", "_g", "_a", "_b", "_lane"], how="left", nulls_equal=True)
+    # final slice order
+    sl = sl.sort(["start_ns", "dur_ns", "_track", "_row"], descending=[False, True, False, False], nulls_last=False)
+    # display names
+    gpu_mask = sl["kind"].is_in(list(GPU_KINDS))
+    full = sl["name"].fill_null("")
+    uniq_gpu = full.filter(gpu_mask).unique().sort().to_list()
+    disp_map = display_names(uniq_gpu)
+    disp = pl.when(gpu_mask).then(full.replace_strict(disp_map, default=full)).otherwise(full) if uniq_gpu else full
+    sl = sl.with_columns(pl.Series("name", full), (disp if isinstance(disp, pl.Series) else sl.select(disp.alias("d"))["d"]).alias("_disp"))
+    names = sl["_disp"].unique(maintain_order=True).to_list()
+    cats = sl["category"].fill_null("other").unique(maintain_order=True).to_list()
+    name_id = sl["_disp"].replace_strict({n: i for i, n in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
+    cat_id = sl["category"].fill_null("other").replace_strict({c: i for i, c in enumerate(cats)}, return_dtype=pl.Int64).to_numpy()
+    # arg sets: full name only where it differs from the display name, on GPU rows
+    argf = sl.select(
+        pl.when(gpu_mask & (pl.col("name") != pl.col("_disp"))).then(pl.col("name")).otherwise(None).alias("name"),
+        *[pl.col(c) for c in SET_ARGS if c != "name"],
+    )
+    uniq = argf.unique(maintain_order=True).with_row_index("_aid")
+    aid = argf.join(uniq, on=list(SET_ARGS), how="left", nulls_equal=True, maintain_order="left")["_aid"].to_numpy()
+    argsets: list[ArgSet] = []
+    for row in uniq.drop("_aid").iter_rows(named=True):
+        items: list[tuple[str, ArgValue]] = [(k, v) for k, v in row.items() if v is not None]
+        if buckets is not None:
+            pass
+        argsets.append(tuple(items))
+    ints = {}
+    for c in INT_ARGS:
+        s = sl[c]
+        ints[c] = (s.fill_null(0).to_numpy().astype(np.int64), s.is_not_null().to_numpy())
+    # attribution buckets on GPU-window phase slices: extend their arg sets (one per phase instance)
+    argset_arr = aid.astype(np.int64)
+    if buckets:
+        win = sl["window"].to_numpy()
+        pid_vals, pid_ok = ints["phase_id"]
+        for i in np.flatnonzero((win == "gpu") & pid_ok):
+            b = buckets.get(int(pid_vals[i]))
+            if b:
+                argsets.append(argsets[int(argset_arr[i])] + tuple((f"bucket.{k}", int(v)) for k, v in b.items()))
+                argset_arr[i] = len(argsets) - 1
+    argset_arr = np.where(np.array([len(a) > 0 for a in argsets], dtype=bool)[argset_arr], argset_arr, -1)
+    track_arr = sl["_track"].to_numpy().astype(np.int64)
+    start = sl["start_ns"].to_numpy().astype(np.int64)
+    dur = sl["dur_ns"].to_numpy().astype(np.int64)
+    is_gpu = gpu_mask.to_numpy()
+    fsrc, fdst = _flows(sl, flows)
+    fid = np.arange(1, fsrc.size + 1, dtype=np.int64)
+    # counters: phase durations (at the GPU window start) and counter rows
+    dur_rows = sl.with_row_index("_i").filter(pl.col("window") == "gpu")
+    c_parts = [
+        pl.DataFrame({
+            "ts": dur_rows["start_ns"],
+            "track": [track_of[(int(r), "dur", f"{p} duration")] for r, p in zip(dur_rows["rank"], dur_rows["phase"], strict=True)],
+            "value": dur_rows["dur_ns"].cast(pl.Float64),
+            "is_int": pl.Series([True] * dur_rows.height, dtype=pl.Boolean()),
+        }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}),
+        pl.DataFrame({
+            "ts": ctr["start_ns"],
+            "track": [track_of[(int(r), "ctr", n)] for r, n in zip(ctr["rank"], ctr["name"], strict=True)],
+            "value": ctr["value"].fill_null(float("nan")),
+            "is_int": pl.Series([False] * ctr.height, dtype=pl.Boolean()),
+        }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}),
+    ]
+    cdf = pl.concat(c_parts).filter(pl.col("value").is_not_nan()).sort("ts", "track", maintain_order=True)
+    return Layout(
+        tracks=tracks, start=start, dur=dur, track=track_arr, name_id=name_id.astype(np.int64),
+        cat_id=cat_id.astype(np.int64), argset=argset_arr, ints=ints, is_gpu=is_gpu, names=names, cats=cats,
+        argsets=argsets, flow_src=fsrc, flow_dst=fdst, flow_id=fid,
+        c_ts=cdf["ts"].to_numpy().astype(np.int64), c_track=cdf["track"].to_numpy().astype(np.int64),
+        c_value=cdf["value"].to_numpy().astype(np.float64), c_is_int=cdf["is_int"].to_numpy(), ranks=ranks,
+    )
+
+
+def _flows(sl: pl.DataFrame, kinds: Sequence[str]) -> tuple[I64, I64]:
+    """Flow edges (source slice, destination slice) in slice indices, deterministic order."""
+    idx = sl.with_row_index("_i").select("_i", "rank", "kind", "correlation", "group", "coll_seq", "start_ns")
+    src: list[I64] = []
+    dst: list[I64] = []
+    if "launches" in kinds:
+        launches = (
+            idx.filter((pl.col("kind") == LAUNCH) & pl.col("correlation").is_not_null())
+            .unique(["rank", "correlation"], keep="first", maintain_order=True)
+            .select("rank", "correlation", pl.col("_i").alias("_src"))
+        )
+        gpu = idx.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("correlation").is_not_null())
+        e = gpu.join(launches, on=["rank", "correlation"], how="inner").sort("_src", "_i")
+        src.append(e["_src"].to_numpy().astype(np.int64))
+        dst.append(e["_i"].to_numpy().astype(np.int64))
+    if "collectives" in kinds:
+        coll = (
+            idx.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("group").is_not_null() & pl.col("coll_seq").is_not_null())
+            .sort("group", "coll_seq", "start_ns", "rank", "_i")
+        )
+        nxt = coll.with_columns(
+            pl.col("_i").shift(-1).over("group", "coll_seq").alias("_next")
+        ).filter(pl.col("_next").is_not_null())
+        src.append(nxt["_i"].to_numpy().astype(np.int64))
+        dst.append(nxt["_next"].to_numpy().astype(np.int64))
+    if not src:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(src), np.concatenate(dst)
+
+
+__all__ = ["FLOW_KINDS", "INT_ARGS", "SET_ARGS", "Layout", "Track", "build_layout", "display_names"]
