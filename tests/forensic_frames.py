@@ -43,6 +43,8 @@ class Spec:
     extra_kernel: str | None = None  # a kernel only this run has (per layer)
     straggler: int | None = None  # this rank arrives late at every allreduce
     straggle_ns: int = 15_000
+    late_launch_rank: int | None = None  # this rank's host issues every MoE launch late
+    late_launch_ns: int = 0
     clock_offset_ns: dict[int, int] = field(default_factory=dict)
     jitter_ns: int = 500
     decode_steps: int = 0  # plain decode steps appended after the cycles
@@ -96,6 +98,8 @@ def build(spec: Spec) -> pl.DataFrame:
                         if r == spec.straggler and cat == "moe":
                             d += spec.straggle_ns
                         ls = cur[r]
+                        if r == spec.late_launch_rank and cat == "moe":
+                            ls += spec.late_launch_ns
                         add(r, kind="launch", name="cudaLaunchKernel", start_ns=ls, dur_ns=3_000,
                             correlation=corr, phase="verify", phase_id=pid_id * 100 + r, tid=1, pid=1000 + r)
                         ks = ls + spec.launch_gap_ns

@@ -1,0 +1,130 @@
+"""Render ``tracekit ranks``: per-rank straggler table, plain-language lines, JSON document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+
+def _ms(ns: float | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _state_text(state: pl.DataFrame, rank: int) -> str:
+    rows = state.filter(pl.col("rank") == rank)
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in rows.select("key", "value").iter_rows())
+
+
+def state_by_rank(state: pl.DataFrame) -> dict[int, dict[str, str]]:
+    out: dict[int, dict[str, str]] = {}
+    for r, k, v in state.iter_rows():
+        out.setdefault(int(r), {})[k] = v
+    return out
+
+
+def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[str]:
+    ranks = view["ranks"]
+    coll = view["collectives"]
+    n = coll.height
+    if n == 0:
+        return ["no collective matched on every rank: no straggler view (single rank, or no communication kernels)"]
+    late = coll.filter(pl.col("last_rank").is_not_null())
+    skew = coll.get_column("skew_ns")
+    lines = [
+        f"{n} collectives matched on all {ranks.height} ranks; {late.height} had an arrival spread >= 1 µs"
+        f" (spread median {_ms(skew.median())} ms, max {_ms(skew.max())} ms)."  # type: ignore[arg-type]
+    ]
+    order = ranks.sort(["inflicted_wait_ns", "rank"], descending=[True, False])
+    kernels = view["kernels"]
+    fair = 1.0 / max(ranks.height, 1)
+    for r in order.iter_rows(named=True):
+        if not r["last_count"]:
+            continue
+        share = r["last_share"] or 0.0
+        line = (
+            f"rank {r['rank']} arrived last at {r['last_count']}/{r['collectives']} collectives ({share * 100:.0f}%,"
+            f" {'well above' if share > 1.5 * fair else 'about'} the {fair * 100:.0f}% of an even spread),"
+            f" making the others wait {_ms(r['inflicted_wait_ns'])} ms in total"
+            f" ({_ms(r['late_margin_ns'])} ms behind the next-latest rank)."
+        )
+        lines.append(line)
+        why: list[str] = []
+        if r["busy_ns_excess"] is not None:
+            why.append(f"GPU busy {_ms(r['busy_ns_excess'])} ms longer than the other ranks' mean")
+            why.append(f"launch gaps {_ms(r['launch_gap_ns_excess'])} ms")
+            why.append(f"other idle {_ms(r['other_idle_ns_excess'])} ms")
+            why.append(f"{r['syncs_before_late']} host syncs ({_ms(r['sync_ns_before_late'])} ms)")
+        top = kernels.filter(pl.col("rank") == r["rank"]).head(3)
+        if top.height:
+            why.append(
+                "slower kernels: "
+                + ", ".join(f"{f} +{_ms(x)} ms ({k} arrivals)" for f, k, x in top.select("family", "late_arrivals", "excess_ns").iter_rows())
+            )
+        if why:
+            lines.append("  before its late arrivals: " + "; ".join(why) + ".")
+        st = _state_text(state, r["rank"])
+        if st:
+            lines.append(f"  state: {st}")
+    if len(lines) == 1:
+        lines.append("no rank arrived last by 1 µs or more: no straggler.")
+    return lines
+
+
+def to_json(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> dict[str, Any]:
+    coll = view["collectives"]
+    return {
+        "ranks": view["ranks"].to_dicts(),
+        "kernels": view["kernels"].to_dicts(),
+        "collectives": {
+            "matched": coll.height,
+            "with_last_rank": coll.filter(pl.col("last_rank").is_not_null()).height,
+            "skew_ns_median": None if coll.is_empty() else coll.get_column("skew_ns").median(),
+            "skew_ns_max": None if coll.is_empty() else coll.get_column("skew_ns").max(),
+        },
+        "state": {str(k): v for k, v in state_by_rank(state).items()},
+        "summary": summary_lines(view, state),
+    }
+
+
+def render(view: dict[str, pl.DataFrame], state: pl.DataFrame, console: Console) -> None:
+    t = Table(
+        title="Stragglers: who arrives last at collectives (ms are totals over the run)",
+        title_justify="left",
+    )
+    for col in (
+        "rank",
+        "collectives",
+        "arrived last",
+        "made others wait ms",
+        "own wait ms",
+        "busy excess ms",
+        "launch-gap excess ms",
+        "host syncs",
+        "state",
+    ):
+        t.add_column(col, justify="left" if col == "state" else "right")
+    for r in view["ranks"].iter_rows(named=True):
+        share = r["last_share"]
+        t.add_row(
+            str(r["rank"]),
+            str(r["collectives"]),
+            f"{r['last_count']} ({share * 100:.0f}%)" if share is not None else str(r["last_count"]),
+            _ms(r["inflicted_wait_ns"]),
+            _ms(r["own_wait_ns"]),
+            _ms(r["busy_ns_excess"]),
+            _ms(r["launch_gap_ns_excess"]),
+            "" if r["syncs_before_late"] is None else str(r["syncs_before_late"]),
+            _state_text(state, r["rank"]),
+        )
+    console.print(t)
+    console.print(
+        "excess = the late rank's time in the segment before its late arrivals minus the other ranks' mean;"
+        " own wait = time this rank waited for the latest arrival",
+        highlight=False,
+        markup=False,
+    )
+    for line in summary_lines(view, state):
+        console.print(line, highlight=False, markup=False)
