@@ -1,0 +1,452 @@
+"""Where phase time went: exclusive per-instance buckets, facts, queue delay, views.
+
+Pure functions over polars frames (no printing). ``attribute_instances`` gives
+one row per phase instance (the ``--by cycle`` view); ``by_rank`` and
+``by_seq`` aggregate it. Definitions: DESIGN.md section 4 and docs/attribution.md;
+the walk itself is ``analyzers.buckets``.
+
+Instance columns: phase, rank, phase_id, cycle, the facts (batch_size,
+num_tokens, seq_len, graphed, accept_len), host_start_ns, host_ns,
+window_start_ns, window_end_ns, gpu_window_ns, ``<bucket>_ns`` for every bucket
+(summing to gpu_window_ns), queue_delay_ns, between_ns (GPU time from this
+instance's window end to the next instance's window start on the rank, any
+phase), overlapped_comm_ns, gpu_events, launches (eager launch calls +
+graph launches), eager_launches, graph_launches, allreduce_ns (allreduce
+kernel time, overlapped or not), allreduce_wait_ns, allreduce_transfer_ns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracekit.collectives import annotate_collectives, comm_mask, match_collectives, op_of_name
+from tracekit.errors import AnalysisError
+from tracekit.membership import annotate_phases, phase_instances
+from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
+
+from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, UNKNOWN_LAUNCH, walk
+
+I64 = npt.NDArray[np.int64]
+
+BUCKET_COLUMNS: Final = tuple(f"{b}_ns" for b in BUCKETS)
+FACTS: Final = ("cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
+SUM_COLUMNS: Final = (
+    "host_ns",
+    "gpu_window_ns",
+    *BUCKET_COLUMNS,
+    "queue_delay_ns",
+    "between_ns",
+    "overlapped_comm_ns",
+    "gpu_events",
+    "launches",
+    "eager_launches",
+    "graph_launches",
+    "allreduce_kernel_ns",
+    "allreduce_wait_ns",
+    "allreduce_transfer_ns",
+)
+
+# category (categories.py vocabulary and common synonyms) -> bucket
+CATEGORY_BUCKET: Final[dict[str, str]] = {
+    **{b: b for b in BUCKETS[:10]},
+    "dense_gemm": "gemm",
+    "matmul": "gemm",
+    "moe_routing": "moe",
+    "moe_experts": "moe",
+    "rotary": "norm",
+    "spec": "sampling",
+    "speculative": "sampling",
+    "memcpy": "memory",
+    "memset": "memory",
+    "copy": "memory",
+    "communication": "comm",
+    "allgather": "comm",
+    "reducescatter": "comm",
+    "alltoall": "comm",
+    "dispatch": "comm",
+    "combine": "comm",
+}
+_CODE: Final = {b: i for i, b in enumerate(BUCKETS)}
+
+
+# --- preparation ------------------------------------------------------------------------------
+
+
+def _has_phase_ids(events: pl.DataFrame) -> bool:
+    return (
+        events.select(
+            (pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()).any()
+        ).item()
+        is True
+    )
+
+
+def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFrame, list[str]]:
+    """Annotate phases and collectives when not done yet; resolve the phase selection.
+
+    ``phase``: None (every phase), a phase name, a regex over phase names, or a
+    regex over range names (those ranges then become the instances of a phase
+    named by the regex). Returns (annotated events, selected phase names).
+    Raises AnalysisError when nothing matches.
+    """
+    ev = events if _has_phase_ids(events) else annotate_phases(events)
+    kern = ev.filter(pl.col("kind") == KERNEL)
+    cm = comm_mask(kern)
+    if cm.any() and kern.filter(cm).get_column("coll_seq").null_count() > 0:
+        ev = annotate_collectives(ev)
+    present = sorted(
+        ev.filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null())
+        .get_column("phase")
+        .drop_nulls()
+        .unique()
+        .to_list()
+    )
+    if phase is None:
+        if not present:
+            raise AnalysisError("no phase ranges found (no tracekit labels, no SGLang step[...] spans)")
+        return ev, present
+    if phase in present:
+        return ev, [phase]
+    try:
+        pat = re.compile(phase)
+    except re.error as exc:
+        raise AnalysisError(f"--phase {phase!r} is neither a phase name nor a valid regex ({exc})") from None
+    hits = [p for p in present if pat.fullmatch(p)]
+    if hits:
+        return ev, hits
+    ev2 = annotate_phases(events, rules=[(pat, phase)])
+    if not ev2.filter((pl.col("kind") == RANGE) & (pl.col("phase") == phase)).height:
+        found = ", ".join(present) if present else "none"
+        raise AnalysisError(f"no phase or range name matches {phase!r} (phases found: {found})")
+    if cm.any():
+        ev2 = annotate_collectives(ev2)
+    return ev2, [phase]
+
+
+def bucket_codes(gpu: pl.DataFrame) -> npt.NDArray[np.int8]:
+    """Bucket code (BUCKETS index) per GPU event: kind, category, else communication by name."""
+    names = gpu.get_column("name").cast(pl.String)
+    uniq = names.drop_nulls().unique().to_list()
+    name_op = pl.DataFrame(
+        {"name": uniq, "_op": [op_of_name(n) for n in uniq]}, schema={"name": pl.String, "_op": pl.String}
+    )
+    cm = comm_mask(gpu)
+    cat_map = pl.DataFrame(
+        {"category": list(CATEGORY_BUCKET), "_b": list(CATEGORY_BUCKET.values())},
+        schema={"category": pl.String, "_b": pl.String},
+    )
+    df = (
+        gpu.select("kind", "name", "category", "coll_op")
+        .with_columns(cm.alias("_comm"))
+        .join(cat_map, on="category", how="left", maintain_order="left")
+        .join(name_op, on="name", how="left", maintain_order="left")
+    )
+    comm_bucket = pl.when(pl.coalesce(pl.col("coll_op"), pl.col("_op")) == "allreduce").then(pl.lit("allreduce")).otherwise(pl.lit("comm"))
+    b = (
+        pl.when(pl.col("kind").is_in([MEMCPY, MEMSET]))
+        .then(pl.lit("memory"))
+        .when(pl.col("_b").is_not_null())
+        .then(pl.col("_b"))
+        .when(pl.col("_comm"))
+        .then(comm_bucket)
+        .otherwise(pl.lit("other"))
+    )
+    codes = df.select(b.replace_strict(_CODE, return_dtype=pl.Int8).alias("c")).get_column("c")
+    return codes.to_numpy().astype(np.int8)
+
+
+def _launch_info(ev: pl.DataFrame, gpu_rank: I64, gpu_corr: I64, gpu_has: npt.NDArray[np.bool_]) -> I64:
+    """End of the launch call of each GPU event via (rank, correlation); UNKNOWN_LAUNCH if none."""
+    out = np.full(gpu_rank.size, UNKNOWN_LAUNCH, dtype=np.int64)
+    la = ev.filter((pl.col("kind") == LAUNCH) & pl.col("correlation").is_not_null()).select(
+        "rank", "correlation", (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("end")
+    )
+    if la.height == 0:
+        return out
+    lr = la.get_column("rank").to_numpy().astype(np.int64)
+    lc = la.get_column("correlation").to_numpy().astype(np.int64)
+    le = la.get_column("end").to_numpy().astype(np.int64)
+    for r in np.unique(lr).tolist():
+        sel = lr == r
+        uc, first = np.unique(lc[sel], return_index=True)
+        ends = le[sel][first]
+        rows = np.flatnonzero((gpu_rank == r) & gpu_has)
+        if rows.size == 0:
+            continue
+        pos = np.minimum(np.searchsorted(uc, gpu_corr[rows]), uc.size - 1)
+        hit = uc[pos] == gpu_corr[rows]
+        out[rows] = np.where(hit, ends[pos], UNKNOWN_LAUNCH)
+    return out
+
+
+def _queue_delay(
+    g_rank: I64, g_start: I64, g_end: I64, i_rank: I64, i_ws: I64, i_host: I64, valid: npt.NDArray[np.bool_]
+) -> I64:
+    """Per instance: how long after its host range opened the GPU was still busy with earlier work."""
+    qd = np.zeros(i_rank.size, dtype=np.int64)
+    for r in np.unique(i_rank[valid]).tolist():
+        sel = g_rank == r
+        s, e = g_start[sel], g_end[sel]
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], np.maximum.accumulate(e[order])
+        idx = np.flatnonzero((i_rank == r) & valid)
+        pos = np.searchsorted(s, i_ws[idx], side="left") - 1
+        prior = np.where(pos >= 0, e[np.maximum(pos, 0)], np.iinfo(np.int64).min)
+        busy_until = np.minimum(prior, i_ws[idx])
+        qd[idx] = np.where(pos >= 0, np.maximum(busy_until - i_host[idx], 0), 0)
+    return qd
+
+
+# --- the instance table ------------------------------------------------------------------------
+
+
+def attribute_instances(
+    events: pl.DataFrame,
+    phases: Sequence[str] | None = None,
+    *,
+    launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+) -> pl.DataFrame:
+    """One row per phase instance (module doc) of an annotated table; ``phases`` filters."""
+    inst = phase_instances(events).sort(["rank", "start_ns", "phase_id"])
+    K = inst.height
+    pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)
+    max_id = int(pid_all.max()) + 1 if K else 0
+    dense = np.full(max_id + 1, -1, dtype=np.int64)
+    dense[pid_all] = np.arange(K, dtype=np.int64)
+
+    gpu = events.filter(pl.col("kind").is_in(list(GPU_KINDS)))
+    g_rank = gpu.get_column("rank").fill_null(-1).to_numpy().astype(np.int64)
+    g_start = gpu.get_column("start_ns").to_numpy().astype(np.int64)
+    g_end = g_start + gpu.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
+    g_pid = gpu.get_column("phase_id").fill_null(-1).to_numpy().astype(np.int64)
+    g_pid = np.where((g_pid >= 0) & (g_pid <= max_id), g_pid, max_id)
+    g_inst = dense[g_pid]
+    mem = g_inst >= 0
+    corr = gpu.get_column("correlation")
+    launch_end = _launch_info(
+        events, g_rank, corr.fill_null(0).to_numpy().astype(np.int64), corr.is_not_null().to_numpy()
+    )
+    codes = bucket_codes(gpu)
+    w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns)
+
+    i_rank = inst.get_column("rank").to_numpy().astype(np.int64)
+    host_start = inst.get_column("start_ns").to_numpy().astype(np.int64)
+    has_gpu = w.n_events > 0
+    is_host = (inst.get_column("source") == "host").to_numpy()
+    qd = _queue_delay(g_rank, g_start, g_end, i_rank, w.window_start, host_start, has_gpu & is_host)
+
+    # GPU time between consecutive instances of a rank (any phase), by window start
+    between = np.zeros(K, dtype=np.int64)
+    for r in np.unique(i_rank).tolist():
+        idx = np.flatnonzero((i_rank == r) & has_gpu)
+        if idx.size < 2:
+            continue
+        idx = idx[np.argsort(w.window_start[idx], kind="stable")]
+        reach = np.maximum.accumulate(w.window_end[idx])
+        between[idx[:-1]] = np.maximum(w.window_start[idx[1:]] - reach[:-1], 0)
+
+    # launch counts per instance
+    la = events.filter((pl.col("kind") == LAUNCH) & pl.col("phase_id").is_not_null()).select(
+        "phase_id",
+        (pl.col("graph").fill_null(False) | pl.col("name").str.contains("GraphLaunch")).alias("g"),
+    )
+    l_pid = la.get_column("phase_id").to_numpy().astype(np.int64)
+    l_inst = dense[np.where(l_pid <= max_id, l_pid, max_id)]
+    l_graph = la.get_column("g").to_numpy()
+    ok = l_inst >= 0
+    graph_l = np.bincount(l_inst[ok & l_graph], minlength=K)[:K]
+    eager_l = np.bincount(l_inst[ok & ~l_graph], minlength=K)[:K]
+
+    # allreduce kernel time, wait and transfer (collectives matched across ranks)
+    ar = np.zeros((3, K), dtype=np.int64)
+    if "coll_seq" in events.columns and events.get_column("coll_seq").null_count() < events.height:
+        m = match_collectives(events).filter((pl.col("coll_op") == "allreduce") & pl.col("phase_id").is_not_null())
+        if m.height:
+            m_pid = m.get_column("phase_id").to_numpy().astype(np.int64)
+            m_inst = dense[np.where(m_pid <= max_id, m_pid, max_id)]
+            okm = m_inst >= 0
+            for j, col in enumerate(("dur_ns", "wait_ns", "transfer_ns")):
+                v = m.get_column(col).fill_null(0).to_numpy().astype(np.int64)
+                ar[j] = np.rint(np.bincount(m_inst[okm], weights=v[okm].astype(np.float64), minlength=K)[:K]).astype(np.int64)
+            # unmatched collectives: wait/transfer unknown, null them
+            unmatched = m.filter(~pl.col("matched")).get_column("phase_id").unique().to_list()
+        else:
+            unmatched = []
+    else:
+        unmatched = []
+
+    graphed_derived = pl.Series(np.where(graph_l + eager_l > 0, graph_l > 0, False))
+    has_launches = pl.Series((graph_l + eager_l) > 0)
+    cols: dict[str, pl.Series] = {
+        "host_start_ns": pl.Series(host_start),
+        "window_start_ns": pl.Series(np.where(has_gpu, w.window_start, 0)),
+        "window_end_ns": pl.Series(np.where(has_gpu, w.window_end, 0)),
+        "gpu_window_ns": pl.Series(w.window_ns),
+        **{c: pl.Series(w.buckets[:, j]) for j, c in enumerate(BUCKET_COLUMNS)},
+        "queue_delay_ns": pl.Series(qd),
+        "between_ns": pl.Series(between),
+        "overlapped_comm_ns": pl.Series(w.overlapped_comm),
+        "gpu_events": pl.Series(w.n_events),
+        "launches": pl.Series(graph_l + eager_l),
+        "eager_launches": pl.Series(eager_l),
+        "graph_launches": pl.Series(graph_l),
+        "allreduce_kernel_ns": pl.Series(ar[0]),
+        "allreduce_wait_ns": pl.Series(ar[1]),
+        "allreduce_transfer_ns": pl.Series(ar[2]),
+    }
+    out = inst.with_columns(
+        pl.when(pl.col("graphed").is_not_null())
+        .then(pl.col("graphed"))
+        .when(has_launches)
+        .then(graphed_derived)
+        .otherwise(None)
+        .alias("graphed"),
+        **{k: v.cast(pl.Int64) for k, v in cols.items()},
+    ).with_columns(
+        pl.when(pl.col("phase_id").is_in(unmatched)).then(None).otherwise(pl.col("allreduce_wait_ns")).alias("allreduce_wait_ns"),
+        pl.when(pl.col("phase_id").is_in(unmatched)).then(None).otherwise(pl.col("allreduce_transfer_ns")).alias("allreduce_transfer_ns"),
+    )
+    if phases is not None:
+        out = out.filter(pl.col("phase").is_in(list(phases)))
+    return out.select(
+        "phase",
+        pl.col("rank").cast(pl.Int32),
+        "phase_id",
+        *FACTS,
+        "source",
+        "host_start_ns",
+        "host_ns",
+        "window_start_ns",
+        "window_end_ns",
+        "gpu_window_ns",
+        *BUCKET_COLUMNS,
+        *SUM_COLUMNS[len(BUCKET_COLUMNS) + 2 :],
+    )
+
+
+# --- views -------------------------------------------------------------------------------------
+
+
+def _agg(keys: list[str]) -> list[pl.Expr]:
+    return [
+        pl.len().alias("instances"),
+        *[pl.col(c).sum().alias(c) for c in SUM_COLUMNS],
+        pl.col("allreduce_wait_ns").null_count().alias("unmatched_instances"),
+        pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
+        (pl.col("gpu_events") > 0).sum().alias("gpu_instances"),
+        pl.col("num_tokens").sum().alias("tokens"),
+        pl.col("num_tokens").is_not_null().sum().alias("token_instances"),
+        pl.col("batch_size").mean().alias("mean_batch_size"),
+        pl.col("seq_len").mean().alias("mean_seq_len"),
+        pl.col("accept_len").mean().alias("mean_accept_len"),
+    ]
+
+
+def by_rank(instances: pl.DataFrame) -> pl.DataFrame:
+    """One row per (phase, rank): instance count and sums (means are sums / instances)."""
+    return instances.group_by(["phase", "rank"]).agg(_agg(["phase", "rank"])).sort(["phase", "rank"])
+
+
+def by_phase(instances: pl.DataFrame) -> pl.DataFrame:
+    """One row per phase over all ranks (each instance of each rank counts once)."""
+    return instances.group_by("phase").agg(
+        pl.col("rank").n_unique().alias("ranks"), *_agg(["phase"])
+    ).sort("phase")
+
+
+def seq_bucket_edges(seq: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """Power-of-two sequence-length buckets [lo, hi): 0-1, 1-2, ..., 1024-2048, ..."""
+    lo = pl.when(seq <= 0).then(pl.lit(0, pl.Int64)).otherwise(
+        pl.lit(2, pl.Int64).pow(seq.cast(pl.Float64).log(2).floor().cast(pl.Int64))
+    )
+    hi = pl.when(seq <= 0).then(pl.lit(1, pl.Int64)).otherwise(lo * 2)
+    return lo.cast(pl.Int64), hi.cast(pl.Int64)
+
+
+def by_seq(instances: pl.DataFrame) -> pl.DataFrame:
+    """One row per (phase, sequence-length bucket) over all ranks; unknown seq_len in its own row."""
+    lo, hi = seq_bucket_edges(pl.col("seq_len"))
+    df = instances.with_columns(lo.alias("seq_lo"), hi.alias("seq_hi"))
+    return (
+        df.group_by(["phase", "seq_lo", "seq_hi"])
+        .agg(pl.col("rank").n_unique().alias("ranks"), *_agg(["phase", "seq_lo"]))
+        .sort(["phase", "seq_lo"], nulls_last=True)
+    )
+
+
+def stragglers(events: pl.DataFrame, instances: pl.DataFrame, min_skew_ns: int = 1_000) -> pl.DataFrame:
+    """Per phase: the rank that arrived last at matched collectives most often, and what it did before.
+
+    Columns: phase, collectives (matched, skew >= min_skew_ns), last_rank, times_last,
+    share_last, mean_late_ns (its arrival minus the mean arrival of the others, when
+    last), before_gap_ns (mean GPU idle right before its late collective),
+    before_kernel (its most frequent preceding kernel when late).
+    """
+    schema = {
+        "phase": pl.String, "collectives": pl.UInt32, "last_rank": pl.Int32, "times_last": pl.UInt32,
+        "share_last": pl.Float64, "mean_late_ns": pl.Float64, "before_gap_ns": pl.Float64, "before_kernel": pl.String,
+    }
+    if events.get_column("coll_seq").null_count() == events.height:
+        return pl.DataFrame(schema=schema)
+    m = match_collectives(events).filter(pl.col("matched") & pl.col("phase").is_not_null())
+    m = m.filter(pl.col("phase").is_in(instances.get_column("phase").unique().implode()))
+    if m.height == 0 or m.get_column("rank").n_unique() < 2:
+        return pl.DataFrame(schema=schema)
+    per = m.group_by(["group", "coll_seq"]).agg(
+        pl.col("phase").first(),
+        (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("skew"),
+        pl.col("last_rank").first(),
+        (pl.col("start_ns").max() - pl.col("start_ns").sort().head(pl.len() - 1).mean()).alias("late"),
+    ).filter(pl.col("skew") >= min_skew_ns)
+    if per.height == 0:
+        return pl.DataFrame(schema=schema)
+    counts = per.group_by(["phase", "last_rank"]).agg(pl.len().alias("times_last"), pl.col("late").mean().alias("mean_late_ns"))
+    top = counts.sort(["phase", "times_last", "last_rank"], descending=[False, True, False]).group_by("phase", maintain_order=True).first()
+    tot = per.group_by("phase").agg(pl.len().alias("collectives"))
+    top = top.join(tot, on="phase").with_columns((pl.col("times_last") / pl.col("collectives")).alias("share_last"))
+    # what the straggler did right before its late arrivals: previous GPU event on its device
+    rows = []
+    gpu = events.filter(pl.col("kind").is_in(list(GPU_KINDS)))
+    for phase, rank in top.select("phase", "last_rank").iter_rows():
+        late = per.filter((pl.col("phase") == phase) & (pl.col("last_rank") == rank)).select("group", "coll_seq")
+        arr = m.filter(pl.col("rank") == rank).join(late, on=["group", "coll_seq"]).get_column("start_ns").to_numpy()
+        g = gpu.filter(pl.col("rank") == rank).sort("start_ns")
+        gs = g.get_column("start_ns").to_numpy()
+        ge = np.maximum.accumulate(gs + g.get_column("dur_ns").fill_null(0).to_numpy())
+        pos = np.searchsorted(gs, arr, side="left") - 1
+        okp = pos >= 0
+        gap = np.maximum(arr[okp] - ge[pos[okp]], 0)
+        names = g.get_column("name").to_numpy()[pos[okp]].tolist()
+        kern = max(set(names), key=names.count) if names else None
+        rows.append({"phase": phase, "before_gap_ns": float(gap.mean()) if gap.size else None, "before_kernel": kern})
+    before = pl.DataFrame(rows, schema={"phase": pl.String, "before_gap_ns": pl.Float64, "before_kernel": pl.String})
+    out = top.join(before, on="phase", how="left")
+    return out.select([pl.col(k).cast(v) for k, v in schema.items()]).sort("phase")
+
+
+def check_sums(instances: pl.DataFrame) -> None:
+    """Raise AssertionError when an instance's buckets do not sum to its GPU window."""
+    bad = instances.filter(pl.sum_horizontal(list(BUCKET_COLUMNS)) != pl.col("gpu_window_ns"))
+    if bad.height:
+        raise AssertionError(f"{bad.height} instances whose buckets do not sum to the GPU window")
+
+
+__all__ = [
+    "BUCKETS",
+    "BUCKET_COLUMNS",
+    "NB",
+    "attribute_instances",
+    "bucket_codes",
+    "by_phase",
+    "by_rank",
+    "by_seq",
+    "check_sums",
+    "prepare",
+    "stragglers",
+]

@@ -1,0 +1,240 @@
+"""The exclusive bucket walk over phase instances' GPU windows (DESIGN.md section 4).
+
+Pure numpy over one array per column; every nanosecond of an instance's GPU
+window (first member GPU event start .. last member GPU event end, all streams
+of the rank's device) lands in exactly one bucket, in integer ns:
+
+- where one or more *work* events run (compute categories and memory), the
+  instant is split equally among the distinct work buckets present; an
+  instant of L ns shared by k buckets gives each L // k and the first L % k of
+  them (in BUCKETS order) one more ns, so the shares add up to L exactly;
+  communication running at the same time is *overlapped* (reported beside);
+- where no work runs but communication does, the instant goes to ``allreduce``
+  / ``comm`` (exposed communication), split the same way when both run;
+- where nothing runs (a gap from g0 to g1, g1 = start of the next member event
+  N), the gap splits into ``launch_overhead`` = the part before
+  min(g1, launch_end(N) + launch_latency_ns) (the GPU waited for the host to
+  issue N, plus the launch latency after the call returned) and ``idle`` = the
+  rest (N was already issued: it waited for a dependency, a sync, a copy).
+  Kernels replayed from a CUDA graph share the ``cudaGraphLaunch`` call, so
+  gaps inside a replay are idle, not launch overhead; events whose launch is
+  unknown (traces without runtime rows) leave their gaps idle.
+
+Implementation: events sorted by (instance, start); a running maximum of ends
+finds gaps and clusters of overlapping events. Events alone in their cluster
+(the common case) contribute their duration to their own bucket directly; only
+the clusters of overlapping events are swept point by point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+I8 = npt.NDArray[np.int8]
+
+BUCKETS: Final = (
+    "attention",
+    "moe",
+    "gemm",
+    "norm",
+    "elementwise",
+    "sampling",
+    "other",
+    "memory",
+    "allreduce",
+    "comm",
+    "launch_overhead",
+    "idle",
+)
+COMPUTE: Final = BUCKETS[:7]
+NB: Final = len(BUCKETS)
+N_WORK: Final = 8  # codes 0..7: compute + memory
+ALLREDUCE: Final = 8
+COMM: Final = 9
+LAUNCH: Final = 10
+IDLE: Final = 11
+N_EVENT_CODES: Final = 10  # codes an event can carry
+UNKNOWN_LAUNCH: Final = np.iinfo(np.int64).min
+DEFAULT_LAUNCH_LATENCY_NS: Final = 20_000
+
+
+@dataclass(frozen=True)
+class Walk:
+    """Per instance (row k = instance k): buckets (K x NB, ns), window, overlapped comm, counts."""
+
+    buckets: I64
+    window_start: I64
+    window_end: I64
+    overlapped_comm: I64
+    n_events: I64
+
+    @property
+    def window_ns(self) -> I64:
+        return np.where(self.n_events > 0, self.window_end - self.window_start, 0).astype(np.int64)
+
+
+def _bincount(idx: I64, w: I64, size: int) -> I64:
+    """Exact integer bincount (float64 sums of integers below 2**53 are exact)."""
+    if idx.size == 0:
+        return np.zeros(size, dtype=np.int64)
+    return np.rint(np.bincount(idx, weights=w.astype(np.float64), minlength=size)).astype(np.int64)
+
+
+def walk(
+    inst: I64,
+    start: I64,
+    end: I64,
+    code: I8,
+    launch_end: I64,
+    n_instances: int,
+    launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+) -> Walk:
+    """Exclusive buckets per instance.
+
+    inst: dense instance index 0..n_instances-1 per GPU event; code: bucket code
+    0..9 per event (BUCKETS order); launch_end: end of the event's launch call
+    (UNKNOWN_LAUNCH when not known).
+    """
+    K = n_instances
+    n = inst.size
+    if n == 0:
+        z = np.zeros(K, dtype=np.int64)
+        return Walk(np.zeros((K, NB), dtype=np.int64), z, z.copy(), z.copy(), z.copy())
+    inst = inst.astype(np.int64, copy=False)
+    # sort by (instance, start) unless already so
+    d_inst = np.diff(inst)
+    if not (np.all(d_inst >= 0) and np.all((d_inst > 0) | (np.diff(start) >= 0))):
+        order = np.lexsort((start, inst))
+        inst, start, end, code, launch_end = inst[order], start[order], end[order], code[order], launch_end[order]
+    end = np.maximum(end, start)
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    first[1:] = inst[1:] != inst[:-1]
+    first_idx = np.flatnonzero(first)
+    ws_per = start[first_idx]
+    counts = np.diff(np.append(first_idx, n))
+    ws = np.repeat(ws_per, counts)
+    # times relative to the instance's window start, packed with the instance index so
+    # one running maximum resets at instance boundaries
+    rel_s = start - ws
+    rel_e = end - ws
+    span = int(rel_e.max()) + 1
+    if span > 0 and K > 0 and span * (K + 1) >= 2**62:
+        raise ValueError("GPU windows too long to pack (more than 2**62 ns over all instances)")
+    base = inst * span
+    k_s = base + rel_s
+    k_e = base + rel_e
+    runmax = np.maximum.accumulate(k_e)
+    prev = np.empty(n, dtype=np.int64)
+    prev[0] = k_s[0]
+    prev[1:] = runmax[:-1]
+    prev[first] = k_s[first]
+    gap = k_s - prev  # > 0: nothing ran between the previous end and this start
+    new_block = gap >= 0
+    block = np.cumsum(new_block) - 1
+    bsize = np.bincount(block)
+    clean = bsize[block] == 1
+
+    buckets = np.zeros(K * NB, dtype=np.int64)
+    dur = end - start
+    c64 = code.astype(np.int64)
+    buckets += _bincount(inst[clean] * NB + c64[clean], dur[clean], K * NB)
+
+    # gaps: launch overhead vs idle
+    g = np.flatnonzero(gap > 0)
+    if g.size:
+        glen = gap[g]
+        g0 = start[g] - glen
+        le = launch_end[g]
+        known = le != UNKNOWN_LAUNCH
+        lim = np.minimum(start[g], np.where(known, le, 0) + launch_latency_ns)
+        lpart = np.where(known, np.clip(lim - g0, 0, glen), 0)
+        buckets += _bincount(inst[g] * NB + LAUNCH, lpart, K * NB)
+        buckets += _bincount(inst[g] * NB + IDLE, glen - lpart, K * NB)
+
+    overlapped = np.zeros(K, dtype=np.int64)
+    if not clean.all():
+        add, ov = _sweep_clusters(inst[~clean], block[~clean], start[~clean], end[~clean], code[~clean], K)
+        buckets += add
+        overlapped += ov
+
+    last_idx = np.append(first_idx[1:], n) - 1
+    we_per = runmax[last_idx] - inst[first_idx] * span + ws_per
+    out_ws = np.zeros(K, dtype=np.int64)
+    out_we = np.zeros(K, dtype=np.int64)
+    n_ev = np.zeros(K, dtype=np.int64)
+    ids = inst[first_idx]
+    out_ws[ids] = ws_per
+    out_we[ids] = we_per
+    n_ev[ids] = counts
+    return Walk(buckets.reshape(K, NB), out_ws, out_we, overlapped, n_ev)
+
+
+def _sweep_clusters(
+    inst: I64, block: I64, start: I64, end: I64, code: I8, K: int
+) -> tuple[I64, I64]:
+    """Point sweep over clusters of overlapping events: flat (K*NB) bucket ns and overlapped comm."""
+    m = inst.size
+    # points: ends sort before starts at equal times (touching events do not overlap)
+    t = np.concatenate([start, end])
+    is_start = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
+    blk = np.concatenate([block, block])
+    cod = np.concatenate([code, code]).astype(np.int64)
+    ins = np.concatenate([inst, inst])
+    order = np.lexsort((is_start, t, blk))
+    t, is_start, blk, cod, ins = t[order], is_start[order], blk[order], cod[order], ins[order]
+    delta = np.where(is_start == 1, 1, -1)
+    seg_len = np.zeros(2 * m, dtype=np.int64)
+    same = blk[1:] == blk[:-1]
+    seg_len[:-1] = np.where(same, t[1:] - t[:-1], 0)
+    present = np.zeros((N_EVENT_CODES, 2 * m), dtype=bool)
+    for c in range(N_EVENT_CODES):
+        sel = cod == c
+        if sel.any():
+            present[c] = np.cumsum(np.where(sel, delta, 0)) > 0
+    keep = seg_len > 0
+    L = seg_len[keep]
+    P = present[:, keep]
+    ins_k = ins[keep]
+    work_k = P[:N_WORK].sum(axis=0)
+    comm_k = P[N_WORK:].sum(axis=0)
+    use_work = work_k > 0
+    k = np.where(use_work, work_k, comm_k)
+    k_safe = np.maximum(k, 1)
+    basev = L // k_safe
+    rem = L % k_safe
+    out = np.zeros(K * NB, dtype=np.int64)
+    pos_work = np.zeros(L.size, dtype=np.int64)
+    pos_comm = np.zeros(L.size, dtype=np.int64)
+    for c in range(N_EVENT_CODES):
+        is_w = c < N_WORK
+        eligible = P[c] & (use_work if is_w else ~use_work)
+        pos = pos_work if is_w else pos_comm
+        share = np.where(eligible, basev + (pos < rem), 0)
+        if is_w:
+            pos_work = pos_work + P[c]
+        else:
+            pos_comm = pos_comm + P[c]
+        out += _bincount(ins_k * NB + c, share, K * NB)
+    ov = _bincount(ins_k, np.where(use_work & (comm_k > 0), L, 0), K)
+    return out, ov
+
+
+__all__ = [
+    "ALLREDUCE",
+    "BUCKETS",
+    "COMM",
+    "COMPUTE",
+    "DEFAULT_LAUNCH_LATENCY_NS",
+    "IDLE",
+    "LAUNCH",
+    "NB",
+    "UNKNOWN_LAUNCH",
+    "Walk",
+    "walk",
+]
