@@ -1,1 +1,206 @@
-"""Ingest foreign traces (Kineto / torch.profiler JSON, SGLang profiles) into the event table."""
+"""Ingest foreign traces (Kineto / torch.profiler JSON, SGLang profiles) into the event table.
+
+    run = ingest_traces(["profiles/"])          # files, globs or directories
+    write_run(run.events, "run.parquet", run.manifest)
+
+Every input file is read, decoded and turned into columns one at a time (peak
+memory is about one file), ranks are resolved (``tracekit.ingest.ranks``), and
+the combined table goes through :func:`tracekit.pipeline.finalize_events`
+(categories, collectives, phase membership).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import BadTraceError, TracekitError
+from tracekit.ingest.discover import Source, discover, read_trace_bytes
+from tracekit.ingest.kineto import ParsedTrace, parse_kineto
+from tracekit.ingest.ranks import MERGED_LABEL, RankHint, Unit, assign_ranks, hint_from_name
+from tracekit.store import Run, new_manifest
+
+Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, current file)
+OnError = Literal["fail", "skip"]
+
+
+@dataclass
+class _Part:
+    unit: Unit
+    events: pl.DataFrame
+    meta: dict[str, Any]
+    src: Source
+    cpu_only: bool
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, pl.DataFrame]] | None:
+    """Split an SGLang merge_profiles trace (pids like ``[TP01] 123``) back into ranks."""
+    pid_raw = parsed.events.get_column("pid_raw")
+    labels = pid_raw.str.extract(MERGED_LABEL.pattern, 1)
+    if labels.null_count() == labels.len():
+        return None
+    if labels.null_count():
+        bad = pid_raw.filter(labels.is_null()).drop_nulls().head(1).to_list()
+        raise BadTraceError(f"merged trace mixes labelled and unlabelled pids (e.g. {bad!r})", path=path)
+    ev = parsed.events.with_columns(
+        labels.alias("_label"),
+        pid_raw.str.extract(MERGED_LABEL.pattern, 2).cast(pl.Int64, strict=False).alias("_pid"),
+    )
+    ev = ev.with_columns(
+        pl.when(pl.col("device") >= 0).then(None).otherwise(pl.col("_pid")).alias("pid"),
+        pl.when(pl.col("device") >= 0).then(pl.col("_pid")).otherwise(pl.col("device")).alias("device"),
+    ).drop("_pid")
+    out = []
+    for (label,), part in ev.group_by(["_label"], maintain_order=True):
+        out.append((hint_from_name(str(label)), f"{path} [{label}]", part.drop("_label")))
+    return out
+
+
+def _meta_for_rank(meta: dict[str, Any]) -> dict[str, Any]:
+    keep = ("distributedInfo", "deviceProperties", "cuda_driver_version", "cuda_runtime_version",
+            "cupti_version", "baseTimeNanoseconds", "schemaVersion", "trace_id", "traceName")
+    out = {k: meta[k] for k in keep if k in meta}
+    dist = meta.get("distributedInfo")
+    if isinstance(dist, dict) and dist.get("nccl_version") is not None:
+        out["nccl_version"] = dist["nccl_version"]
+    return out
+
+
+def _read_parts(path: str) -> list[_Part]:
+    data, src = read_trace_bytes(Path(path))
+    parsed = parse_kineto(data, path)
+    del data
+    if parsed.events.height == 0:
+        raise BadTraceError("metadata only: the trace holds no events", path=path)
+    dist = parsed.meta.get("distributedInfo")
+    dist_rank = dist.get("rank") if isinstance(dist, dict) else None
+    world = dist.get("world_size") if isinstance(dist, dict) else None
+    meta = _meta_for_rank(parsed.meta)
+    split = _split_merged(parsed, path)
+    parts: list[_Part] = []
+    if split is None:
+        ev = parsed.events
+        unit = Unit(
+            source=path,
+            hint=hint_from_name(os.path.basename(path)),
+            dist_rank=dist_rank if isinstance(dist_rank, int) else None,
+            world_size=world if isinstance(world, int) else None,
+        )
+        parts.append(_Part(unit, ev.drop("pid_raw"), meta, src, _cpu_only(ev), parsed.dropped))
+    else:
+        # distributedInfo of a merged file is the first rank's only: do not trust it for the parts
+        meta = {k: v for k, v in meta.items() if k not in ("distributedInfo", "deviceProperties", "trace_id")}
+        meta["merged_from"] = path
+        for hint, source, ev in split:
+            unit = Unit(source=source, hint=hint)
+            parts.append(_Part(unit, ev.drop("pid_raw"), dict(meta), src, _cpu_only(ev), parsed.dropped))
+    return parts
+
+
+def _cpu_only(ev: pl.DataFrame) -> bool:
+    return not bool(ev.get_column("kind").is_in(list(schema.GPU_KINDS)).any())
+
+
+def ingest_traces(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    allow_missing_ranks: bool = False,
+    on_error: OnError = "fail",
+    progress: Progress | None = None,
+    rules: Sequence[Any] | None = None,
+) -> Run:
+    """Ingest Kineto JSON traces (files, globs, directories) into one Run (not yet written).
+
+    ``on_error="fail"`` stops at the first unreadable file (TracekitError naming it);
+    ``"skip"`` ingests the good files and lists the skipped ones in
+    ``run.manifest["ingest"]["skipped"]`` (the CLI reports them once at the end).
+    Metadata-only files (no events) are always skipped and listed there; CPU-only traces
+    are ingested and marked ``cpu_only`` in the manifest.
+    ``rules`` are category rules placed before the built-in table (see tracekit.categories).
+    """
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
+    files = discover(paths)
+    sizes = {str(f): f.stat().st_size for f in files}
+    total = sum(sizes.values())
+    done = 0
+    parts: list[_Part] = []
+    skipped: list[dict[str, str]] = []
+    for f in files:
+        name = str(f)
+        if progress is not None:
+            progress(done, total, name)
+        try:
+            parts.extend(_read_parts(name))
+        except BadTraceError as exc:
+            metadata_only = exc.message.startswith("metadata only")
+            if on_error == "fail" and not metadata_only:
+                raise
+            skipped.append({"path": name, "reason": exc.message})
+        done += sizes[name]
+        if progress is not None:
+            progress(done, total, name)
+    if not parts:
+        why = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
+        raise TracekitError(f"no input could be ingested ({why})")
+    units = [p.unit for p in parts]
+    world, missing = assign_ranks(units, allow_missing_ranks=allow_missing_ranks)
+    frames = [p.events.with_columns(pl.lit(p.unit.rank, dtype=pl.Int32).alias("rank")) for p in parts]
+    events = pl.concat([schema.conform(f) for f in frames], how="vertical")
+    del frames
+    from tracekit.pipeline import finalize_events
+
+    events = finalize_events(events, rules=rules)
+    manifest = _manifest(parts, world, missing, skipped)
+    return Run(events=events, manifest=manifest, path=None)
+
+
+def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: list[dict[str, str]]) -> dict[str, Any]:
+    ranks: dict[str, dict[str, Any]] = {}
+    sources: list[dict[str, Any]] = []
+    seen_src: set[str] = set()
+    for p in parts:
+        r = str(p.unit.rank)
+        entry = ranks.setdefault(r, {"sources": [], "cpu_only": True, "rank_source": p.unit.rank_source})
+        entry["sources"].append(p.unit.source)
+        entry["cpu_only"] = entry["cpu_only"] and p.cpu_only
+        for k, v in p.meta.items():
+            entry.setdefault(k, v)
+        if p.unit.hint.stage:
+            entry.setdefault("stages", []).append(p.unit.hint.stage)
+        if p.dropped:
+            d = entry.setdefault("dropped_events", {})
+            for k, v in p.dropped.items():
+                d[k] = d.get(k, 0) + v
+        devs = sorted(int(x) for x in p.events.filter(pl.col("device") >= 0).get_column("device").unique().to_list())
+        if devs:
+            entry["devices"] = sorted(set(entry.get("devices", [])) | set(devs))
+        if p.src.path not in seen_src:
+            seen_src.add(p.src.path)
+            sources.append({"path": p.src.path, "size": p.src.size, "sha256": p.src.sha256, "ranks": []})
+        for s in sources:
+            if s["path"] == p.src.path and p.unit.rank not in s["ranks"]:
+                s["ranks"].append(p.unit.rank)
+    notes = [f"rank {r}: CPU-only trace (no GPU kernels, copies or memsets)" for r, e in sorted(ranks.items(), key=lambda kv: int(kv[0])) if e["cpu_only"]]
+    man = new_manifest(
+        source="ingest",
+        world_size=world,
+        ranks=ranks,
+        sources=sources,
+        clock={"align": "none", "note": "Kineto baseTimeNanoseconds timeline; ranks on one host share a clock",
+               "offsets_ns": {r: 0 for r in ranks}},
+        ingest={"skipped": skipped, "notes": notes},
+    )
+    if missing:
+        man["missing_ranks"] = missing
+    return man
+
+
+__all__ = ["OnError", "Progress", "ingest_traces"]

@@ -1,0 +1,182 @@
+"""Kernel categories: an ordered table of name rules (``tracekit/data/categories.toml``).
+
+    rules = load_rules("my.toml")        # the user's rules first, then the built-in table
+    events = categorize(events, rules)    # fills `category` on GPU events, `coll_op` on named collectives
+    unmatched_kernels(events, rules)      # kernels no rule matched, by total time
+
+Rules are searched (``re.search``) in the full kernel name, first match wins.
+memcpy / memset events are ``memory`` whatever their name; kernels no rule matches
+are ``other`` and reported, never dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import TracekitError
+from tracekit.names import normalize_names
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CATEGORIES: Final = ("attention", "moe", "gemm", "allreduce", "comm", "norm", "elementwise", "sampling", "memory", "other")
+COMM_CATEGORIES: Final = ("allreduce", "comm")
+COLL_OPS: Final = ("allreduce", "allgather", "reducescatter", "broadcast", "sendrecv", "alltoall", "dispatch", "combine")
+OTHER: Final = "other"
+MEMORY: Final = "memory"
+
+
+@dataclass(frozen=True)
+class Rule:
+    category: str
+    pattern: str
+    coll_op: str | None = None
+    note: str = ""
+    origin: str = "built-in"
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+
+@cache
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _parse_rules(doc: dict[str, Any], origin: str) -> list[Rule]:
+    raw = doc.get("rule")
+    if not isinstance(raw, list) or not raw:
+        raise TracekitError("category file has no [[rule]] entries", path=origin)
+    rules: list[Rule] = []
+    for i, item in enumerate(raw, 1):
+        if not isinstance(item, dict):
+            raise TracekitError(f"rule {i} is not a table", path=origin)
+        cat = item.get("category")
+        pat = item.get("pattern")
+        if cat not in CATEGORIES:
+            raise TracekitError(f"rule {i}: category {cat!r} is not one of {', '.join(CATEGORIES)}", path=origin)
+        if not isinstance(pat, str) or not pat:
+            raise TracekitError(f"rule {i}: pattern must be a non-empty string", path=origin)
+        try:
+            re.compile(pat)
+        except re.error as exc:
+            raise TracekitError(f"rule {i}: bad regular expression {pat!r} ({exc})", path=origin) from None
+        op = item.get("coll_op")
+        if op is not None and op not in COLL_OPS:
+            raise TracekitError(f"rule {i}: coll_op {op!r} is not one of {', '.join(COLL_OPS)}", path=origin)
+        unknown = set(item) - {"category", "pattern", "coll_op", "note"}
+        if unknown:
+            raise TracekitError(f"rule {i}: unknown key(s) {', '.join(sorted(unknown))}", path=origin)
+        rules.append(Rule(category=cat, pattern=pat, coll_op=op, note=str(item.get("note", "")), origin=origin))
+    return rules
+
+
+@cache
+def default_rules() -> tuple[Rule, ...]:
+    """The built-in ordered rule table."""
+    text = resources.files("tracekit").joinpath("data/categories.toml").read_text(encoding="utf-8")
+    return tuple(_parse_rules(tomllib.loads(text), "built-in"))
+
+
+def read_rules_file(path: str | os.PathLike[str]) -> list[Rule]:
+    """Rules from a user TOML file (same format as the built-in table)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TracekitError(f"cannot read category file ({exc.strerror})", path=str(p)) from None
+    except UnicodeDecodeError:
+        raise TracekitError("category file is not UTF-8 text", path=str(p)) from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TracekitError(f"not valid TOML ({exc})", path=str(p)) from None
+    return _parse_rules(doc, str(p))
+
+
+def load_rules(extra: str | os.PathLike[str] | None = None) -> list[Rule]:
+    """The user's rules (if any) followed by the built-in table: user rules win."""
+    return ([*read_rules_file(extra)] if extra is not None else []) + list(default_rules())
+
+
+def match_name(name: str, rules: list[Rule] | tuple[Rule, ...] | None = None) -> Rule | None:
+    """The first rule matching ``name`` (or None)."""
+    for rule in rules if rules is not None else default_rules():
+        if rule.regex.search(name):
+            return rule
+    return None
+
+
+def _name_table(names: list[str], rules: list[Rule] | tuple[Rule, ...]) -> pl.DataFrame:
+    cats: list[str] = []
+    ops: list[str | None] = []
+    matched: list[bool] = []
+    for n in names:
+        r = match_name(n, rules)
+        cats.append(r.category if r else OTHER)
+        ops.append(r.coll_op if r else None)
+        matched.append(r is not None)
+    return pl.DataFrame(
+        {"name": names, "_cat": cats, "_op": ops, "_matched": matched},
+        schema={"name": pl.String, "_cat": pl.String, "_op": pl.String, "_matched": pl.Boolean},
+    )
+
+
+def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
+    """Fill ``category`` on kernel / memcpy / memset rows; set ``coll_op`` on collectives recognised
+    by name where the trace gave none. Host rows keep a null category. Pure: returns a new frame."""
+    use = rules if rules is not None else default_rules()
+    kind = pl.col("kind")
+    kernel_names = events.filter(kind == schema.KERNEL).get_column("name").unique().drop_nulls().to_list()
+    table = _name_table(kernel_names, use)
+    out = events.join(table, on="name", how="left", maintain_order="left")
+    is_kernel = kind == schema.KERNEL
+    return out.with_columns(
+        pl.when(is_kernel).then(pl.col("_cat").fill_null(OTHER))
+        .when(kind.is_in([schema.MEMCPY, schema.MEMSET])).then(pl.lit(MEMORY))
+        .otherwise(pl.col("category"))
+        .alias("category"),
+        pl.when(is_kernel & pl.col("coll_op").is_null()).then(pl.col("_op")).otherwise(pl.col("coll_op")).alias("coll_op"),
+    ).drop("_cat", "_op", "_matched")
+
+
+def unmatched_kernels(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
+    """Kernels no rule matches: name, normalised name, count and total duration (ns), longest first."""
+    use = rules if rules is not None else default_rules()
+    k = events.filter(pl.col("kind") == schema.KERNEL)
+    if "category" in k.columns:
+        k = k.filter(pl.col("category").is_null() | (pl.col("category") == OTHER))
+    names = k.get_column("name").unique().drop_nulls().to_list()
+    table = _name_table(names, use).filter(~pl.col("_matched")).select("name")
+    hit = k.join(table, on="name", how="semi")
+    agg = hit.group_by("name").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+    return agg.with_columns(normalize_names(agg.get_column("name")).alias("normalized")).select(
+        "name", "normalized", "count", "total_ns"
+    ).sort(["total_ns", "name"], descending=[True, False])
+
+
+__all__ = [
+    "CATEGORIES",
+    "COLL_OPS",
+    "COMM_CATEGORIES",
+    "Rule",
+    "categorize",
+    "default_rules",
+    "load_rules",
+    "match_name",
+    "read_rules_file",
+    "unmatched_kernels",
+]

@@ -1,0 +1,99 @@
+"""Find trace files (files, globs, directories) and read them (.json or gzip'd)."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import os
+import re
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracekit.errors import BadTraceError, TracekitError
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_MERGED = re.compile(r"^merged-(?P<id>.+)\.trace\.json(\.gz)?$")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file: its path, size on disk and content hash."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith(_TRACE_SUFFIXES)
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Expand files, globs and directories into a sorted, de-duplicated list of trace files.
+
+    Directories are walked recursively for ``*.json`` / ``*.json.gz``. Inside a directory,
+    SGLang's ``merged-<id>.trace.json.gz`` is left out when the per-rank files it was merged
+    from are there too (it would duplicate every rank); name it explicitly to ingest it.
+    """
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and _is_trace_name(f.name))
+            out.extend(_drop_redundant_merged(found))
+        elif p.exists():
+            out.append(p)
+        elif glob.has_magic(str(raw)):
+            hits = sorted(Path(h) for h in glob.glob(str(raw), recursive=True))
+            files = [h for h in hits if h.is_file()]
+            if not files:
+                raise TracekitError("glob matched no files", path=str(raw))
+            out.extend(files)
+        else:
+            raise TracekitError("no such file or directory", path=str(raw))
+    seen: set[Path] = set()
+    uniq: list[Path] = []
+    for f in out:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            uniq.append(f)
+    if not uniq:
+        raise TracekitError("no trace files (*.json, *.json.gz) found", path=", ".join(str(p) for p in paths))
+    return uniq
+
+
+def _drop_redundant_merged(files: list[Path]) -> list[Path]:
+    merged = [f for f in files if _MERGED.match(f.name)]
+    if not merged:
+        return files
+    drop: set[Path] = set()
+    for m in merged:
+        match = _MERGED.match(m.name)
+        assert match is not None
+        pid = match.group("id")
+        if any(f is not m and f.parent == m.parent and f.name.startswith(pid) and "TP-" in f.name for f in files):
+            drop.add(m)
+    return [f for f in files if f not in drop]
+
+
+def read_trace_bytes(path: Path) -> tuple[bytes, Source]:
+    """The uncompressed JSON bytes of ``path`` and its Source record (size, sha256 of the file)."""
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise BadTraceError("is a directory", path=str(path)) from None
+    except OSError as exc:
+        raise BadTraceError(f"cannot read ({exc.strerror})", path=str(path)) from None
+    src = Source(path=str(path), size=len(raw), sha256=hashlib.sha256(raw).hexdigest())
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(raw)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise BadTraceError(f"truncated or corrupt gzip ({exc})", path=str(path)) from None
+    else:
+        data = raw
+    return data, src

@@ -1,0 +1,359 @@
+"""Parse one Kineto / torch.profiler Chrome-trace JSON document into event columns.
+
+Speed: the document is decoded by msgspec into small typed Structs (unknown
+fields skipped, ``args`` reduced to the keys tracekit uses), then turned into
+columns with one list comprehension per column; no dict is built per event.
+Exactness: numbers that are not integers reach us as their literal text
+(``float_hook=str``) and are converted to int64 ns by :mod:`tracekit.ingest.exact`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import BadTraceError
+from tracekit.ingest.exact import us_text_to_ns
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False, rename={
+    "external_id": "External id",
+    "coll_name": "Collective name",
+    "in_nelems": "In msg nelems",
+    "out_nelems": "Out msg nelems",
+    "pg_name": "Process Group Name",
+    "group_size": "Group size",
+}):
+    # Field order follows Kineto's key order (msgspec checks the expected next field first).
+    external_id: Any = None
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    bytes: Any = None  # memcpy / memset
+    coll_name: Any = None  # c10d collectives (kernel and record_param_comms rows)
+    in_nelems: Any = None
+    out_nelems: Any = None
+    group_size: Any = None
+    dtype: Any = None
+    pg_name: Any = None
+    name: Any = None  # metadata events: process_name / thread_name
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args = _NO_ARGS
+
+
+_EMPTY_RAW = msgspec.Raw(b"")
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event] | None = None
+    schemaVersion: msgspec.Raw = _EMPTY_RAW
+    deviceProperties: msgspec.Raw = _EMPTY_RAW
+    distributedInfo: msgspec.Raw = _EMPTY_RAW
+    baseTimeNanoseconds: msgspec.Raw = _EMPTY_RAW
+    cuda_driver_version: msgspec.Raw = _EMPTY_RAW
+    cuda_runtime_version: msgspec.Raw = _EMPTY_RAW
+    cupti_version: msgspec.Raw = _EMPTY_RAW
+    trace_id: msgspec.Raw = _EMPTY_RAW
+    traceName: msgspec.Raw = _EMPTY_RAW
+    displayTimeUnit: msgspec.Raw = _EMPTY_RAW
+
+
+_TRACE_DECODER = msgspec.json.Decoder(_Trace, float_hook=str)
+_LIST_DECODER = msgspec.json.Decoder(list[_Event], float_hook=str)
+_PLAIN = msgspec.json.Decoder()
+_PLAIN_EXACT = msgspec.json.Decoder(float_hook=str)
+
+# Kineto categories (lowercased; old traces spell some differently) -> event kind.
+_CAT_KIND: dict[str, str] = {
+    "kernel": schema.KERNEL,
+    "gpu_memcpy": schema.MEMCPY,
+    "memcpy": schema.MEMCPY,
+    "gpu_memset": schema.MEMSET,
+    "memset": schema.MEMSET,
+    "cuda_runtime": schema.RUNTIME,  # refined to launch / sync by name below
+    "cuda_driver": schema.RUNTIME,
+    "runtime": schema.RUNTIME,
+    "cuda_sync": schema.SYNC,
+    "user_annotation": schema.RANGE,
+    "gpu_user_annotation": schema.GPU_RANGE,
+    "cpu_op": schema.OP,
+    "operator": schema.OP,
+    "python_function": schema.PYTHON,
+    "overhead": schema.RUNTIME,
+    "cpu_instant_event": schema.INSTANT,
+}
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_sync", "gpu_user_annotation"})
+_API_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
+
+# CUDA API calls that enqueue GPU work (kind "launch") and that block the host (kind "sync").
+_LAUNCH_RE = r"^(cuda|cu)(Launch|GraphLaunch|Memcpy|Memset|MemcpyPeer|Memcpy2D|Memcpy3D)|^cu(MemcpyHtoD|MemcpyDtoH|MemcpyDtoD)"
+_SYNC_RE = r"^(cuda|cu)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize)$"
+_GRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch_ptsz", "cudaGraphLaunch_ptsz"})
+
+# c10d dtype names -> bytes per element.
+_DTYPE_BYTES: dict[str, int] = {
+    "Float": 4, "float": 4, "Float32": 4, "float32": 4,
+    "Half": 2, "float16": 2, "BFloat16": 2, "bfloat16": 2,
+    "Double": 8, "float64": 8,
+    "Int": 4, "int32": 4, "Long": 8, "int64": 8, "Short": 2, "int16": 2,
+    "Char": 1, "int8": 1, "Byte": 1, "uint8": 1, "Bool": 1, "bool": 1,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+    "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8,
+}
+
+
+def coll_op_of(name: str | None) -> str | None:
+    """Normalise a collective name (c10d ``Collective name`` or a kernel name fragment)."""
+    if not name:
+        return None
+    n = name.lower().replace("_", "").replace("-", "")
+    for key, op in (
+        ("reducescatter", "reducescatter"),
+        ("allreduce", "allreduce"),
+        ("allgather", "allgather"),
+        ("alltoall", "alltoall"),
+        ("broadcast", "broadcast"),
+        ("barrier", "allreduce"),  # NCCL runs a barrier as a one-element allreduce
+        ("sendrecv", "sendrecv"),
+        ("send", "sendrecv"),
+        ("recv", "sendrecv"),
+        ("gather", "allgather"),
+        ("scatter", "reducescatter"),
+        ("reduce", "allreduce"),
+    ):
+        if key in n:
+            return op
+    return None
+
+
+@dataclass
+class ParsedTrace:
+    """One trace file decoded: events (no rank column yet) and its top-level metadata."""
+
+    events: pl.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    # pid label -> process_name, and processes labelled by merge_profiles ("[TP00-DP01] 123")
+    process_names: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    n_events: int = 0
+
+
+def _raw(value: msgspec.Raw, exact: bool = False) -> Any:
+    if not len(value):
+        return None
+    try:
+        return (_PLAIN_EXACT if exact else _PLAIN).decode(value)
+    except msgspec.DecodeError:
+        return None
+
+
+def _int_or_none(x: Any) -> int | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, str):
+        try:
+            return int(x)
+        except ValueError:
+            return None
+    return None
+
+
+def parse_kineto(data: bytes, path: str) -> ParsedTrace:
+    """Decode one Kineto JSON document. Raises BadTraceError (naming ``path``) if it is not a trace."""
+    head = data[:4096].lstrip()
+    if not head:
+        raise BadTraceError("empty file", path=path)
+    try:
+        if head[:1] == b"[":
+            events: list[_Event] = _LIST_DECODER.decode(data)
+            top = _Trace()
+        elif head[:1] == b"{":
+            top = _TRACE_DECODER.decode(data)
+            if top.traceEvents is None:
+                raise BadTraceError("valid JSON but not a trace (no traceEvents list)", path=path)
+            events = top.traceEvents
+            top.traceEvents = None
+        else:
+            raise BadTraceError("not JSON (does not start with '{' or '[')", path=path)
+    except msgspec.ValidationError as exc:
+        raise BadTraceError(f"valid JSON but not a Kineto trace ({exc})", path=path) from None
+    except msgspec.DecodeError as exc:
+        raise BadTraceError(f"truncated or malformed JSON ({exc})", path=path) from None
+
+    meta: dict[str, Any] = {}
+    base_raw = _raw(top.baseTimeNanoseconds)
+    base_ns = _int_or_none(base_raw)
+    if base_raw is not None and base_ns is None:
+        raise BadTraceError(f"baseTimeNanoseconds is not an integer: {base_raw!r}", path=path)
+    meta["baseTimeNanoseconds"] = base_ns
+    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "cuda_driver_version",
+                "cuda_runtime_version", "cupti_version", "trace_id", "traceName", "displayTimeUnit"):
+        val = _raw(getattr(top, key))
+        if val is not None:
+            meta[key] = val
+    return _columns(events, base_ns or 0, path, meta)
+
+
+_KEEP_PH = frozenset({"X", "i", "I"})  # flows (s/f/t), counters (C), metadata (M) are not events
+
+
+def _sparse(values: list[Any], idx: list[int], n: int, dtype: pl.DataType) -> pl.Series:
+    """A length-``n`` Series that holds ``values`` at positions ``idx`` and nulls elsewhere."""
+    if not idx:
+        return pl.Series([None] * n, dtype=dtype)
+    return pl.Series([None] * n, dtype=dtype).scatter(idx, pl.Series(values, dtype=dtype, strict=False))
+
+
+def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]) -> ParsedTrace:
+    n_all = len(events)
+    process_names: dict[str, str] = {}
+    for e in events:
+        if e.ph == "M" and e.name == "process_name" and isinstance(e.args.name, str):
+            process_names[str(e.pid)] = e.args.name
+    keep = _KEEP_PH
+    xs = [e for e in events if e.ph in keep]
+    n = len(xs)
+    dropped_ph: dict[str, int] = {}
+    if n_all - n:
+        for e in events:
+            if e.ph not in keep and e.ph != "M":
+                key = f"ph={e.ph}"
+                dropped_ph[key] = dropped_ph.get(key, 0) + 1
+    del events
+    ts = us_text_to_ns([e.ts for e in xs])
+    if ts.null_count():
+        raise BadTraceError(f"{ts.null_count()} event(s) with a missing or non-numeric ts", path=path)
+    dur = us_text_to_ns([e.dur for e in xs])
+    pids = [e.pid for e in xs]
+    pid_int = pl.Series(pids, dtype=pl.Int64, strict=False)
+    if pid_int.null_count() and any(isinstance(p, str) for p in pids):
+        pid_raw = pl.Series([None if p is None else str(p) for p in pids], dtype=pl.String)
+    else:
+        pid_raw = pid_int.cast(pl.String)
+    del pids
+    args = [e.args for e in xs]
+    colls = [a.coll_name for a in args]
+    cidx = [i for i, c in enumerate(colls) if c is not None]
+    cargs = [args[i] for i in cidx]
+    nbytes = [a.bytes for a in args]
+    frame = pl.DataFrame(
+        {
+            "cat": pl.Series([e.cat for e in xs], dtype=pl.String, strict=False).str.to_lowercase(),
+            "ph": pl.Series([e.ph for e in xs], dtype=pl.String, strict=False),
+            "name": pl.Series([e.name for e in xs], dtype=pl.String, strict=False),
+            "pid_raw": pid_raw,
+            "pid_int": pid_int,
+            "tid_raw": pl.Series([e.tid for e in xs], dtype=pl.Int64, strict=False),
+            "start_ns": ts + base_ns,
+            "dur_ns": dur.fill_null(0),
+            "correlation": pl.Series([a.correlation for a in args], dtype=pl.Int64, strict=False),
+            "external_id": pl.Series([a.external_id for a in args], dtype=pl.Int64, strict=False),
+            "a_device": pl.Series([a.device for a in args], dtype=pl.Int64, strict=False),
+            "a_stream": pl.Series([a.stream for a in args], dtype=pl.Int64, strict=False),
+            "bytes": pl.Series(nbytes, dtype=pl.Int64, strict=False),
+            "coll_name": pl.Series(colls, dtype=pl.String, strict=False),
+            "in_nelems": _sparse([a.in_nelems for a in cargs], cidx, n, pl.Int64()),
+            "out_nelems": _sparse([a.out_nelems for a in cargs], cidx, n, pl.Int64()),
+            "dtype": _sparse([a.dtype for a in cargs], cidx, n, pl.String()),
+            "pg_name": _sparse([a.pg_name for a in cargs], cidx, n, pl.String()),
+            "group_size": _sparse([a.group_size for a in cargs], cidx, n, pl.Int64()),
+        }
+    )
+    del args, xs
+    parsed = _to_events(frame, path, meta, process_names, n_all)
+    for key, cnt in dropped_ph.items():
+        parsed.dropped[key] = cnt
+    return parsed
+
+
+def _to_events(
+    f: pl.DataFrame, path: str, meta: dict[str, Any], process_names: dict[str, str], n_all: int
+) -> ParsedTrace:
+    cat = pl.col("cat")
+    name = pl.col("name")
+    kind = (
+        pl.when(pl.col("ph").is_in(["i", "I"])).then(pl.lit(schema.INSTANT))
+        .when(cat.is_in(list(_API_CATS)) & name.str.contains(_LAUNCH_RE)).then(pl.lit(schema.LAUNCH))
+        .when(cat.is_in(list(_API_CATS)) & name.str.contains(_SYNC_RE)).then(pl.lit(schema.SYNC))
+        .otherwise(cat.replace_strict(_CAT_KIND, default=None, return_dtype=pl.String))
+    )
+    f = f.with_columns(kind.alias("kind"))
+    dropped_frame = f.filter(pl.col("kind").is_null())
+    dropped = {}
+    if dropped_frame.height:
+        counts = dropped_frame.group_by("cat").len()
+        dropped = {str(c): int(n) for c, n in zip(counts["cat"], counts["len"], strict=True)}
+    f = f.filter(pl.col("kind").is_not_null())
+    gpu = cat.is_in(list(_GPU_CATS))
+    pid_int = pl.col("pid_int")
+    dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    is_graph_launch = (pl.col("kind") == schema.LAUNCH) & name.is_in(list(_GRAPH_LAUNCH))
+    out = f.with_columns(
+        pl.when(gpu).then(pl.coalesce(pl.col("a_device"), pid_int)).otherwise(-1).alias("device"),
+        pl.when(gpu).then(pl.coalesce(pl.col("a_stream"), pl.col("tid_raw"))).otherwise(None).alias("stream"),
+        pl.when(gpu).then(None).otherwise(pid_int).alias("pid"),
+        pl.when(gpu).then(None).otherwise(pl.col("tid_raw")).alias("tid"),
+        is_graph_launch.alias("_graph_launch"),
+        pl.col("coll_name").map_elements(coll_op_of, return_dtype=pl.String, skip_nulls=True).alias("_coll_op"),
+        (pl.col("in_nelems") * dtype_bytes).alias("_coll_bytes"),
+    )
+    # graph flag: kernels whose correlation is a cudaGraphLaunch's, and that launch row
+    graph_corr = out.filter(pl.col("_graph_launch")).get_column("correlation").drop_nulls().unique()
+    is_gpu_work = pl.col("kind").is_in(list(schema.GPU_KINDS))
+    is_coll_kernel = (pl.col("kind") == schema.KERNEL) & pl.col("_coll_op").is_not_null()
+    out = out.with_columns(
+        pl.when(is_gpu_work).then(pl.col("correlation").is_in(graph_corr.implode()).fill_null(False))
+        .when(pl.col("kind") == schema.LAUNCH).then(pl.col("_graph_launch"))
+        .otherwise(None).alias("graph"),
+        pl.when(is_coll_kernel).then(pl.col("_coll_op")).otherwise(None).alias("coll_op"),
+        pl.when(is_coll_kernel).then(pl.col("_coll_bytes")).otherwise(None).alias("coll_bytes"),
+        pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
+        _args_json().alias("args"),
+    )
+    keep = [c for c in schema.COLUMNS if c in out.columns and c != "rank"] + ["pid_raw"]
+    events = out.select(keep)
+    return ParsedTrace(events=events, meta=meta, process_names=process_names, dropped=dropped, n_events=n_all)
+
+
+def _args_json() -> pl.Expr:
+    """A small JSON object of kept args (memcpy bytes, collective sizes); null when there is none."""
+    bytes_ = pl.col("bytes")
+    coll = pl.col("coll_name")
+    return (
+        pl.when(coll.is_not_null())
+        .then(
+            pl.format(
+                '{{"collective":{},"in_nelems":{},"out_nelems":{},"dtype":{},"group_size":{}}}',
+                coll.map_elements(_json_str, return_dtype=pl.String, skip_nulls=True),
+                pl.col("in_nelems").cast(pl.String).fill_null("null"),
+                pl.col("out_nelems").cast(pl.String).fill_null("null"),
+                pl.col("dtype").map_elements(_json_str, return_dtype=pl.String, skip_nulls=True).fill_null("null"),
+                pl.col("group_size").cast(pl.String).fill_null("null"),
+            )
+        )
+        .when(bytes_.is_not_null())
+        .then(pl.format('{{"bytes":{}}}', bytes_))
+        .otherwise(None)
+    )
+
+
+def _json_str(s: str) -> str:
+    return msgspec.json.encode(s).decode()
