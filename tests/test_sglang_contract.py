@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import sglang_wheels
-
 from tracekit.collectors.sglang import plugin
 from tracekit.collectors.sglang.contract import check_source, find_class, find_method, parameters
 from tracekit.collectors.sglang.hooktable import SUPPORTED_VERSIONS, specs_for
@@ -83,7 +82,7 @@ def test_scheduler_wrapper_and_launcher_contract(src: tuple[str, Path]) -> None:
     if version in ("0.5.12", "0.5.23"):
         # plugins load first thing in every scheduler process, so plugin.in_scheduler_process() sees this frame
         assert "load_plugins" in calls
-        assert plugin.SCHEDULER_ENTRY == sched.name
+        assert sched.name == plugin.SCHEDULER_ENTRY
 
 
 @pytest.mark.parametrize("version", ["0.5.12", "0.5.23"])
