@@ -5,9 +5,10 @@ window (first member GPU event start .. last member GPU event end, all streams
 of the rank's device) lands in exactly one bucket, in integer ns:
 
 - where one or more *work* events run (compute categories and memory), the
-  instant is split equally among the distinct work buckets present; an
-  instant of L ns shared by k buckets gives each L // k and the first L % k of
-  them (in BUCKETS order) one more ns, so the shares add up to L exactly;
+  instant is split equally among the distinct work buckets present: the
+  nanosecond starting at t, shared by k buckets, goes to the (t mod k)-th of
+  them in BUCKETS order, so shares are integers, add up exactly, carry no bias
+  and do not depend on where the sweep cuts segments;
   communication running at the same time is *overlapped* (reported beside);
 - where no work runs but communication does, the instant goes to ``allreduce``
   / ``comm`` (exposed communication), split the same way when both run;
@@ -199,6 +200,8 @@ def _sweep_clusters(
             present[c] = np.cumsum(np.where(sel, delta, 0)) > 0
     keep = seg_len > 0
     L = seg_len[keep]
+    a = t[keep]
+    b = a + L
     P = present[:, keep]
     ins_k = ins[keep]
     work_k = P[:N_WORK].sum(axis=0)
@@ -206,8 +209,6 @@ def _sweep_clusters(
     use_work = work_k > 0
     k = np.where(use_work, work_k, comm_k)
     k_safe = np.maximum(k, 1)
-    basev = L // k_safe
-    rem = L % k_safe
     out = np.zeros(K * NB, dtype=np.int64)
     pos_work = np.zeros(L.size, dtype=np.int64)
     pos_comm = np.zeros(L.size, dtype=np.int64)
@@ -215,7 +216,8 @@ def _sweep_clusters(
         is_w = c < N_WORK
         eligible = P[c] & (use_work if is_w else ~use_work)
         pos = pos_work if is_w else pos_comm
-        share = np.where(eligible, basev + (pos < rem), 0)
+        # ns t in [a, b) with t mod k == pos
+        share = np.where(eligible, (b - 1 - pos) // k_safe - (a - 1 - pos) // k_safe, 0)
         if is_w:
             pos_work = pos_work + P[c]
         else:
