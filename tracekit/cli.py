@@ -69,6 +69,105 @@ def cli(debug: bool) -> None:
 
 # --- ingest / info (foundation) ---
 
+_PROGRESS_MIN_BYTES = 32 << 20  # show a progress bar from this much input on
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="run.parquet to write.")
+@click.option("--allow-missing-ranks", is_flag=True, help="Ingest even if some ranks of the world have no trace.")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="fail: stop at the first unreadable file; skip: ingest the good files, report the rest.")
+@click.option("--categories", "categories_file", type=click.Path(dir_okay=False),
+              help="TOML file of category rules tried before the built-in table.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
+@guarded
+def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_error: str,
+           categories_file: str | None, quiet: bool) -> None:
+    """Ingest torch-profiler (Kineto) traces into one run.parquet.
+
+    TRACES are files (.json / .json.gz), globs or directories: SGLang's
+    per-rank *-TP-<r>*.trace.json.gz, its merged-*.trace.json.gz, or any
+    torch.profiler export_chrome_trace output.
+    """
+    import time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from tracekit.categories import load_rules
+    from tracekit.ingest import ingest_traces
+    from tracekit.store import write_run
+
+    rules = load_rules(categories_file) if categories_file else None
+    err = Console(stderr=True)
+    bar: dict[str, Any] = {}
+
+    def progress(done: int, total: int, current: str) -> None:
+        if quiet or total < _PROGRESS_MIN_BYTES:
+            return
+        if "p" not in bar:
+            p = Progress(TextColumn("ingest"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                         TextColumn("{task.fields[file]}"), console=err, transient=True)
+            p.start()
+            bar["p"], bar["t"] = p, p.add_task("ingest", total=total, file="")
+        bar["p"].update(bar["t"], completed=done, file=current.rsplit("/", 1)[-1][:40])
+
+    t0 = time.perf_counter()
+    try:
+        run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks,
+                            on_error=on_error,  # type: ignore[arg-type]
+                            progress=progress, rules=rules)
+    finally:
+        if "p" in bar:
+            bar["p"].stop()
+    out = write_run(run.events, output, run.manifest)
+    if quiet:
+        return
+    man = run.manifest
+    ranks = sorted(int(r) for r in man.get("ranks", {}))
+    size = sum(int(s.get("size", 0)) for s in man.get("sources", []))
+    err.print(f"wrote {out}: {run.events.height:,} events, ranks {', '.join(map(str, ranks))} of world size "
+              f"{man.get('world_size')}, from {len(man.get('sources', []))} file(s) ({size / 1e6:,.1f} MB) "
+              f"in {time.perf_counter() - t0:.2f} s")
+    for r, why in (man.get("missing_ranks") or {}).items():
+        err.print(f"[yellow]missing rank {r}: {why}[/yellow]")
+    for note in man.get("ingest", {}).get("notes", []):
+        err.print(f"[yellow]{note}[/yellow]")
+    skipped = man.get("ingest", {}).get("skipped", [])
+    if skipped:
+        err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
+        for s in skipped:
+            err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
+
+
+@cli.command()
+@click.argument("run_path", metavar="RUN", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of tables.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Unmatched kernel names to list.")
+@click.option("--categories", "categories_file", type=click.Path(dir_okay=False),
+              help="Also use these category rules when listing unmatched kernels.")
+@guarded
+def info(run_path: str, as_json: bool, top: int, categories_file: str | None) -> None:
+    """Ranks, devices, versions, per-rank kernel/busy/span/comm time, manifest differences."""
+    from tracekit.categories import load_rules
+    from tracekit.store import load_run
+    from tracekit.summary import run_summary
+
+    run = load_run(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns"])
+    rules = load_rules(categories_file) if categories_file else None
+    doc = run_summary(run.events, run.manifest, rules=rules, top=top)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(doc, indent=2, default=str))
+        return
+    from rich.console import Console
+
+    from tracekit.render.info import render_info
+
+    render_info(doc, Console())
+
 # --- capture (collectors) ---
 
 

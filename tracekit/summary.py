@@ -1,0 +1,244 @@
+"""What `tracekit info` reports about a run: pure functions over the event table and manifest.
+
+    doc = run_summary(events, manifest)     # the `tracekit info --json` document
+
+Per rank: ``kernels`` (count), ``kernel_ns`` (sum of kernel durations), ``busy_ns``
+(interval union of kernel + memcpy + memset: overlapping kernels are counted once),
+``span_ns`` (first GPU event start to last GPU event end), ``comm_ns`` (union of
+``allreduce`` + ``comm`` kernels), ``by_category_ns`` (sum of durations per category).
+Manifest differences: between ranks (environment, versions, devices) and between
+the launcher's environment and each rank's (a variable the launcher set that a
+rank did not see is ``launcher_only``: the classic "NCCL_* never reached the
+spawned ranks").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+
+from tracekit import schema
+from tracekit.categories import COMM_CATEGORIES, Rule, unmatched_kernels
+from tracekit.intervals import union_ns
+
+# Manifest leaves that identify a rank or sample a moving quantity: never "differences".
+_IDENTITY: Final = frozenset({
+    "rank", "pid", "ppid", "taken_unix_ns", "when", "device_index", "device", "id", "uuid", "pci_bus_id",
+    "trace_id", "traceName", "sources", "devices", "cuda_visible_devices", "rank_source", "dropped_events",
+    "stages", "merged_from", "sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "util_pct",
+    "throttle_mask", "throttle_reasons", "nvml_errors", "created_unix_ns", "LOCAL_RANK", "RANK",
+    "CUDA_VISIBLE_DEVICES", "argv", "host_pid", "gpu_name_index",
+})
+_ENV_PREFIXES_LOUD: Final = ("NCCL_",)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One manifest key whose value is not the same everywhere."""
+
+    key: str  # dotted path, e.g. "env.NCCL_ALGO", "versions.torch"
+    kind: str  # "ranks_differ" | "launcher_only" | "launcher_differs"
+    values: dict[str, Any]  # "launcher" and rank ids -> value (None = absent)
+    loud: bool  # an NCCL_* variable the launcher set that a rank did not see (shown in red)
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if str(k) in _IDENTITY:
+                continue
+            out.update(_flatten(v, key))
+    elif isinstance(obj, list) and obj and all(isinstance(x, Mapping) for x in obj):
+        for i, v in enumerate(obj):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = obj
+    return out
+
+
+def manifest_differences(manifest: Mapping[str, Any]) -> list[Difference]:
+    """Keys whose values differ between ranks, and launcher env vars the ranks did not get."""
+    ranks: Mapping[str, Any] = manifest.get("ranks") or {}
+    flat = {r: _flatten(sec) for r, sec in ranks.items() if isinstance(sec, Mapping)}
+    diffs: list[Difference] = []
+    if len(flat) > 1:
+        keys = sorted(set().union(*[set(f) for f in flat.values()]))
+        for key in keys:
+            vals = {r: f.get(key) for r, f in flat.items()}
+            if len({repr(v) for v in vals.values()}) > 1:
+                diffs.append(Difference(key=key, kind="ranks_differ", values=_ordered(vals), loud=False))
+    launcher = manifest.get("launcher") or {}
+    lenv = launcher.get("env") if isinstance(launcher, Mapping) else None
+    rank_envs = {r: sec.get("env") for r, sec in ranks.items() if isinstance(sec, Mapping) and isinstance(sec.get("env"), Mapping)}
+    if isinstance(lenv, Mapping) and rank_envs:
+        for var in sorted(lenv):
+            if var in _IDENTITY:
+                continue
+            want = lenv[var]
+            got = {r: env.get(var) for r, env in rank_envs.items()}
+            if all(v == want for v in got.values()):
+                continue
+            absent = any(var not in env for env in rank_envs.values())
+            kind = "launcher_only" if absent else "launcher_differs"
+            loud = absent and var.startswith(_ENV_PREFIXES_LOUD)
+            diffs.append(Difference(key=f"env.{var}", kind=kind, values={"launcher": want, **_ordered(got)}, loud=loud))
+    diffs.sort(key=lambda d: (not d.loud, d.kind != "launcher_only", d.key))
+    return diffs
+
+
+def _ordered(vals: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(sorted(vals.items(), key=lambda kv: int(kv[0]) if str(kv[0]).lstrip("-").isdigit() else 1 << 30))
+
+
+def _bounds(df: pl.DataFrame) -> tuple[int | None, int | None]:
+    """(first start, last end) of the events in ``df``, or (None, None)."""
+    if df.height == 0:
+        return None, None
+    s = df.get_column("start_ns").to_numpy().astype(np.int64)
+    e = s + df.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
+    return int(s.min()), int(e.max())
+
+
+def _union(df: pl.DataFrame) -> int:
+    if df.height == 0:
+        return 0
+    s = df.get_column("start_ns").to_numpy().astype(np.int64)
+    e = s + df.get_column("dur_ns").to_numpy().astype(np.int64)
+    return union_ns(s, e)
+
+
+def rank_table(events: pl.DataFrame) -> pl.DataFrame:
+    """One row per rank: events, kernels, kernel_ns, busy_ns, span_ns, comm_ns, gpu_start_ns, gpu_end_ns."""
+    rows: list[dict[str, Any]] = []
+    cols = ["rank", "kind", "category", "start_ns", "dur_ns"]
+    ev = events.select(cols)
+    for (rank,), part in ev.group_by(["rank"], maintain_order=False):
+        gpu = part.filter(pl.col("kind").is_in(list(schema.GPU_KINDS)))
+        k = gpu.filter(pl.col("kind") == schema.KERNEL)
+        comm = k.filter(pl.col("category").is_in(list(COMM_CATEGORIES)))
+        start, end = _bounds(gpu)
+        rows.append({
+            "rank": rank,
+            "events": part.height,
+            "kernels": k.height,
+            "kernel_ns": int(k.get_column("dur_ns").sum()),
+            "busy_ns": _union(gpu),
+            "span_ns": end - start if start is not None and end is not None else 0,
+            "comm_ns": _union(comm),
+            "gpu_start_ns": start,
+            "gpu_end_ns": end,
+        })
+    schema_ = {"rank": pl.Int32, "events": pl.Int64, "kernels": pl.Int64, "kernel_ns": pl.Int64, "busy_ns": pl.Int64,
+               "span_ns": pl.Int64, "comm_ns": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
+    return pl.DataFrame(rows, schema=schema_).sort("rank")
+
+
+def category_table(events: pl.DataFrame) -> pl.DataFrame:
+    """rank, category, count, total_ns (sum of durations) for GPU events."""
+    gpu = events.filter(pl.col("kind").is_in(list(schema.GPU_KINDS)) & pl.col("category").is_not_null())
+    return (
+        gpu.group_by(["rank", "category"])
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .sort(["rank", "total_ns"], descending=[False, True])
+    )
+
+
+def run_summary(
+    events: pl.DataFrame,
+    manifest: Mapping[str, Any],
+    *,
+    rules: list[Rule] | None = None,
+    top: int = 10,
+) -> dict[str, Any]:
+    """The `tracekit info --json` document (stable keys; times in int ns)."""
+    ranks = rank_table(events)
+    cats = category_table(events)
+    by_cat: dict[int, dict[str, int]] = {}
+    for r, c, t in cats.select("rank", "category", "total_ns").iter_rows():
+        by_cat.setdefault(int(r), {})[str(c)] = int(t)
+    man_ranks: Mapping[str, Any] = manifest.get("ranks") or {}
+    rank_docs = []
+    for row in ranks.iter_rows(named=True):
+        r = int(row["rank"])
+        sec = man_ranks.get(str(r)) or {}
+        rank_docs.append({
+            **{k: row[k] for k in ("rank", "events", "kernels", "kernel_ns", "busy_ns", "span_ns", "comm_ns", "gpu_start_ns", "gpu_end_ns")},
+            "by_category_ns": by_cat.get(r, {}),
+            "devices": device_names(sec),
+            "cpu_only": row["kernels"] == 0 and row["busy_ns"] == 0,
+        })
+    kinds = events.group_by("kind").len().sort("kind")
+    start, end = _bounds(events)
+    unmatched = unmatched_kernels(events, rules).head(top)
+    present = [int(r) for r in ranks.get_column("rank").to_list()]
+    return {
+        "schema_version": manifest.get("schema_version"),
+        "tracekit_version": manifest.get("tracekit_version"),
+        "source": manifest.get("source"),
+        "world_size": manifest.get("world_size", len(present)),
+        "ranks_present": present,
+        "missing_ranks": dict(manifest.get("missing_ranks") or {}),
+        "start_ns": start,
+        "end_ns": end,
+        "span_ns": end - start if start is not None and end is not None else 0,
+        "events": events.height,
+        "events_by_kind": {str(k): int(n) for k, n in kinds.iter_rows()},
+        "ranks": rank_docs,
+        "versions": versions_by_rank(manifest),
+        "unmatched_kernels": unmatched.to_dicts(),
+        "differences": [asdict(d) for d in manifest_differences(manifest)],
+        "notes": list((manifest.get("ingest") or {}).get("notes", [])),
+        "skipped": list((manifest.get("ingest") or {}).get("skipped", [])),
+    }
+
+
+def device_names(sec: Mapping[str, Any]) -> list[str]:
+    """GPU names a rank's manifest section mentions (capture: gpu.name; ingest: deviceProperties)."""
+    names: list[str] = []
+    gpu = sec.get("gpu")
+    if isinstance(gpu, Mapping) and gpu.get("name"):
+        names.append(str(gpu["name"]))
+    if sec.get("gpu_name"):
+        names.append(str(sec["gpu_name"]))
+    props = sec.get("deviceProperties")
+    devs = sec.get("devices")
+    if isinstance(props, list):
+        for p in props:
+            if isinstance(p, Mapping) and p.get("name") and (not isinstance(devs, list) or p.get("id") in devs):
+                names.append(str(p["name"]))
+    return sorted(set(names))
+
+
+_VERSION_KEYS: Final = (
+    ("torch", ("versions.torch",)),
+    ("cuda", ("versions.cuda", "cuda_runtime_version")),
+    ("cuda_driver", ("cuda_driver_version", "gpu.cuda_driver", "versions.cuda_driver")),
+    ("driver", ("gpu.driver",)),
+    ("nccl", ("versions.nccl", "nccl_version")),
+    ("cupti", ("cupti_version",)),
+    ("sglang", ("versions.sglang",)),
+)
+
+
+def versions_by_rank(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """name -> {rank: value} for the versions the manifest records (absent ones left out)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r, sec in (manifest.get("ranks") or {}).items():
+        if not isinstance(sec, Mapping):
+            continue
+        flat = _flatten(sec)
+        for name, keys in _VERSION_KEYS:
+            for key in keys:
+                if flat.get(key) is not None:
+                    out.setdefault(name, {})[str(r)] = flat[key]
+                    break
+    return {k: _ordered(v) for k, v in out.items()}
+
+
+__all__ = ["Difference", "category_table", "device_names", "manifest_differences", "rank_table", "run_summary", "versions_by_rank"]
