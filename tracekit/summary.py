@@ -75,7 +75,11 @@ def manifest_differences(manifest: Mapping[str, Any]) -> list[Difference]:
                 diffs.append(Difference(key=key, kind="ranks_differ", values=_ordered(vals), loud=False))
     launcher = manifest.get("launcher") or {}
     lenv = launcher.get("env") if isinstance(launcher, Mapping) else None
-    rank_envs = {r: sec.get("env") for r, sec in ranks.items() if isinstance(sec, Mapping) and isinstance(sec.get("env"), Mapping)}
+    rank_envs: dict[str, Mapping[str, Any]] = {}
+    for r, sec in ranks.items():
+        env = sec.get("env") if isinstance(sec, Mapping) else None
+        if isinstance(env, Mapping):
+            rank_envs[str(r)] = env
     if isinstance(lenv, Mapping) and rank_envs:
         for var in sorted(lenv):
             if var in _IDENTITY:
