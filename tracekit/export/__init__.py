@@ -1,1 +1,177 @@
-"""Exporters (Perfetto protobuf, Chrome JSON) and trace validation."""
+"""Exporters (Perfetto protobuf, Chrome JSON) and trace validation.
+
+``export_run(run, out)`` reads a run, selects ranks / phases / a window
+(``select.Selection``), lays it out (``layout.build_layout``) and streams it to a
+``.pftrace`` (``perfetto.write_perfetto``) or ``.json[.gz]``
+(``chrome.write_chrome``), atomically. ``validate.validate_trace`` checks a file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+
+from tracekit.errors import AnalysisError, TracekitError
+from tracekit.export.select import Selection, select_events
+from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, RANGE
+
+WARN_BYTES: Final = 500_000_000
+PERFETTO_SUFFIXES: Final = (".pftrace", ".perfetto-trace", ".perfetto", ".pb", ".proto")
+JSON_SUFFIXES: Final = (".json", ".json.gz")
+
+
+@dataclass
+class ExportResult:
+    path: str
+    format: str
+    bytes_written: int
+    estimated_bytes: int
+    n_slices: int
+    n_gpu_slices: int
+    n_counters: int
+    n_flows: int
+    n_tracks: int
+    ranks: list[int]
+    selection: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
+    """``perfetto`` or ``json``, from ``fmt`` or the file suffix. Raises ValueError."""
+    if fmt is not None:
+        if fmt not in ("perfetto", "json"):
+            raise ValueError(f"unknown format {fmt!r} (perfetto or json)")
+        return fmt
+    name = str(path).lower()
+    if name.endswith(JSON_SUFFIXES):
+        return "json"
+    if name.endswith(PERFETTO_SUFFIXES):
+        return "perfetto"
+    raise ValueError(f"cannot tell the format from {str(path)!r}: use .pftrace, .json or .json.gz, or --format")
+
+
+def prepare_events(events: pl.DataFrame, *, collectives: bool) -> pl.DataFrame:
+    """Annotate phases (and collectives, for collective flows) when the run lacks them."""
+    ev = events
+    has_ids = ev.select(
+        (pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()).any()
+    ).item()
+    if not has_ids:
+        from tracekit.membership import annotate_phases
+
+        ev = annotate_phases(ev)
+    if collectives:
+        kern = ev.filter(pl.col("kind") == KERNEL)
+        from tracekit.collectives import annotate_collectives, comm_mask
+
+        cm = comm_mask(kern)
+        if cm.any() and kern.filter(cm).get_column("coll_seq").null_count() > 0:
+            ev = annotate_collectives(ev)
+    return ev
+
+
+def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> dict[int, dict[str, int]] | None:
+    """phase_id -> {bucket: ns} from ``tracekit.analyzers.attribution`` when it is available."""
+    try:
+        attribution = importlib.import_module("tracekit.analyzers.attribution")
+    except ImportError:
+        return None
+    bucket_columns: Sequence[str] = getattr(attribution, "BUCKET_COLUMNS", ())
+    if not events.select(pl.col("kind").is_in(list(GPU_KINDS)).any()).item():
+        return None
+    try:
+        inst = attribution.attribute_instances(events)
+    except TracekitError as exc:
+        warnings.append(f"attribution buckets left out of the phase slices: {exc.message}")
+        return None
+    cols = [c for c in bucket_columns if c in inst.columns]
+    out: dict[int, dict[str, int]] = {}
+    for row in inst.select("phase_id", *cols).iter_rows(named=True):
+        if row["phase_id"] is None:
+            continue
+        b = {c[:-3]: int(row[c]) for c in cols if row[c]}
+        if b:
+            out[int(row["phase_id"])] = b
+    return out
+
+
+def export_events(
+    events: pl.DataFrame,
+    manifest: Mapping[str, Any],
+    out: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    selection: Selection | None = None,
+    flows: Sequence[str] = ("launches",),
+    buckets: bool = True,
+    source: str | None = None,
+) -> ExportResult:
+    """Export an event table (one run) to ``out``. Raises AnalysisError on an empty selection."""
+    from tracekit.export import chrome, perfetto
+    from tracekit.export.layout import build_layout
+
+    kind = format_of(out, fmt)
+    sel = selection or Selection()
+    warnings: list[str] = []
+    ev = prepare_events(events, collectives="collectives" in flows)
+    picked = select_events(ev, sel, path=source)
+    if sel.ranks is not None:
+        ev = ev.filter(pl.col("rank").is_in(list(sel.ranks)))
+    bk = attribution_buckets(ev, warnings) if buckets else None
+    lay = build_layout(picked, manifest, flows=flows, buckets=bk)
+    est = perfetto.estimate_size(lay) if kind == "perfetto" else chrome.estimate_size(lay)
+    if est > WARN_BYTES:
+        warnings.append(
+            f"the export will be about {est / 1e6:.0f} MB ({lay.n_slices} slices); the Perfetto UI struggles above "
+            "~500 MB: narrow it with --phase verify --cycles A-B, --ranks 0,1 or --window START:END"
+        )
+    dest = Path(out)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if kind == "perfetto":
+                try:
+                    written = perfetto.write_perfetto(lay, fh)
+                except ValueError as exc:
+                    raise AnalysisError(str(exc), path=source) from None
+            else:
+                meta = {"selection": sel.describe(), "source": source or ""}
+                written = chrome.write_chrome(lay, fh, gz=str(dest).lower().endswith(".gz"), meta=meta)
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return ExportResult(
+        path=str(dest), format=kind, bytes_written=written, estimated_bytes=est, n_slices=lay.n_slices,
+        n_gpu_slices=int(lay.is_gpu.sum()), n_counters=lay.n_counters, n_flows=int(lay.flow_id.size),
+        n_tracks=len(lay.tracks), ranks=lay.ranks, selection=sel.describe(), warnings=lay.warnings + warnings,
+    )
+
+
+def export_run(
+    run: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    selection: Selection | None = None,
+    flows: Sequence[str] = ("launches",),
+    buckets: bool = True,
+) -> ExportResult:
+    """Export a run file (or shard directory) to a Perfetto or Chrome JSON trace."""
+    from tracekit.store import load_run
+
+    r = load_run(run)
+    return export_events(r.events, r.manifest, out, fmt=fmt, selection=selection, flows=flows, buckets=buckets,
+                         source=str(run))
+
+
+__all__ = ["ExportResult", "Selection", "attribution_buckets", "export_events", "export_run", "format_of", "prepare_events"]

@@ -54,6 +54,25 @@ class Track:
     gpu: bool = False  # slice tracks of GPU streams
 
 
+class _TrackBuilder:
+    """Numbers tracks in display order (uuid and sibling order)."""
+
+    def __init__(self) -> None:
+        self.tracks: list[Track] = []
+        self.track_of: dict[tuple[Any, ...], int] = {}
+        self._order: dict[int, int] = {}
+
+    def add(self, t: Track, key: tuple[Any, ...] | None) -> int:
+        t.uuid = len(self.tracks) + 1
+        if t.parent:
+            self._order[t.parent] = self._order.get(t.parent, 0) + 1
+            t.order = self._order[t.parent]
+        self.tracks.append(t)
+        if key is not None:
+            self.track_of[key] = t.uuid
+        return t.uuid
+
+
 @dataclass
 class Layout:
     tracks: list[Track]
@@ -253,47 +272,33 @@ def build_layout(
         lanes[lo:hi] = assign_lanes(starts[lo:hi], ends[lo:hi])
     sl = sl.with_columns(pl.Series("_lane", lanes))
     # tracks
-    tracks: list[Track] = []
-    uuid = 0
-    track_of: dict[tuple[Any, ...], int] = {}
     max_lane = sl.group_by("rank", "_g", "_a", "_b").agg(pl.col("_lane").max().alias("m"))
     lane_n = {(r, g, a, b): int(m) for r, g, a, b, m in max_lane.iter_rows()}
     ctr = ev.filter(pl.col("kind") == COUNTER)
     ctr_names = ctr.select("rank", "name").unique().sort("rank", "name")
     ph_names = phases.filter(pl.col("_g") == G_PHASE_GPU).select("rank", "phase").unique().sort("rank", "phase")
+    tb = _TrackBuilder()
     for r in ranks:
-        uuid += 1
-        proc = uuid
         pname, pid = info[r]
-        tracks.append(Track(uuid=proc, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid))
-        order = 0
+        proc = tb.add(Track(uuid=0, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid), None)
         rg = [t for t in groups.iter_rows() if t[0] == r]
-        def add_groups(which: int) -> None:
-            nonlocal uuid, order
+        for which in (G_PHASE_HOST, G_PHASE_GPU, "dur", G_THREAD, G_STREAM, G_GPU_RANGE, "ctr"):
+            if which == "dur":
+                for p in ph_names.filter(pl.col("rank") == r)["phase"].to_list():
+                    tb.add(Track(0, proc, f"{p} duration", "counter", r, 0, unit_ns=True), (r, "dur", f"{p} duration"))
+                continue
+            if which == "ctr":
+                for nm in ctr_names.filter(pl.col("rank") == r)["name"].to_list():
+                    tb.add(Track(0, proc, nm, "counter", r, 0), (r, "ctr", nm))
+                continue
             for _, g, a, b in rg:
                 if g != which:
                     continue
                 nm = _group_name(g, a, b, (r, g) in multi_set)
                 for lane in range(lane_n[(r, g, a, b)] + 1):
-                    uuid += 1
-                    order += 1
-                    tracks.append(Track(uuid=uuid, parent=proc, name=nm if lane == 0 else f"{nm} (overlap {lane})",
-                                        kind="slice", rank=r, order=order, gpu=g == G_STREAM))
-                    track_of[(r, g, a, b, lane)] = uuid
-        def add_counters(names: list[str], key: str, unit_ns: bool) -> None:
-            nonlocal uuid, order
-            for nm in names:
-                uuid += 1
-                order += 1
-                tracks.append(Track(uuid=uuid, parent=proc, name=nm, kind="counter", rank=r, order=order, unit_ns=unit_ns))
-                track_of[(r, key, nm)] = uuid
-        add_groups(G_PHASE_HOST)
-        add_groups(G_PHASE_GPU)
-        add_counters([f"{p} duration" for p in ph_names.filter(pl.col("rank") == r)["phase"].to_list()], "dur", True)
-        add_groups(G_THREAD)
-        add_groups(G_STREAM)
-        add_groups(G_GPU_RANGE)
-        add_counters(ctr_names.filter(pl.col("rank") == r)["name"].to_list(), "ctr", False)
+                    tb.add(Track(0, proc, nm if lane == 0 else f"{nm} (overlap {lane})", "slice", r, 0,
+                                 gpu=g == G_STREAM), (r, g, a, b, lane))
+    tracks, track_of = tb.tracks, tb.track_of
     tk = pl.DataFrame(
         [(k[0], k[1], k[2], k[3], k[4], v) for k, v in track_of.items() if len(k) == 5],
         schema={"rank": pl.Int32(), "_g": pl.Int32(), "_a": pl.Int64(), "_b": pl.Int64(), "_lane": pl.Int64(), "_track": pl.Int64()},
@@ -325,8 +330,6 @@ def build_layout(
     argsets: list[ArgSet] = []
     for row in uniq.drop("_aid").iter_rows(named=True):
         items: list[tuple[str, ArgValue]] = [(k, v) for k, v in row.items() if v is not None]
-        if buckets is not None:
-            pass
         argsets.append(tuple(items))
     ints = {}
     for c in INT_ARGS:
@@ -365,7 +368,7 @@ def build_layout(
             "is_int": pl.Series([False] * ctr.height, dtype=pl.Boolean()),
         }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}),
     ]
-    cdf = pl.concat(c_parts).filter(pl.col("value").is_not_nan()).sort("ts", "track", maintain_order=True)
+    cdf = pl.concat(c_parts).filter(pl.col("value").is_finite()).sort("ts", "track", maintain_order=True)
     return Layout(
         tracks=tracks, start=start, dur=dur, track=track_arr, name_id=name_id.astype(np.int64),
         cat_id=cat_id.astype(np.int64), argset=argset_arr, ints=ints, is_gpu=is_gpu, names=names, cats=cats,

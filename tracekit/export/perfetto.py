@@ -145,8 +145,8 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
     if ts.size and int(ts[0]) < 0:
         raise ValueError("negative timestamps cannot be written to a Perfetto trace")
     ann_names = list(INT_ARGS)
-    for aset in lay.argsets:
-        for k, _ in aset:
+    for argset in lay.argsets:
+        for k, _ in argset:
             if k not in ann_names:
                 ann_names.append(k)
     ann_iid = {k: i + 1 for i, k in enumerate(ann_names)}
