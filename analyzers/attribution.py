@@ -95,11 +95,16 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
     named by the regex). Returns (annotated events, selected phase names).
     Raises AnalysisError when nothing matches.
     """
-    ev = events if _has_phase_ids(events) else annotate_phases(events)
-    kern = ev.filter(pl.col("kind") == KERNEL)
+    base = events
+    if base.select((pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("category").is_null()).any()).item():
+        from tracekit.categories import categorize
+
+        base = categorize(base)
+    kern = base.filter(pl.col("kind") == KERNEL)
     cm = comm_mask(kern)
     if cm.any() and kern.filter(cm).get_column("coll_seq").null_count() > 0:
-        ev = annotate_collectives(ev)
+        base = annotate_collectives(base)
+    ev = base if _has_phase_ids(base) else annotate_phases(base)
     present = sorted(
         ev.filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null())
         .get_column("phase")
@@ -120,12 +125,10 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
     hits = [p for p in present if pat.fullmatch(p)]
     if hits:
         return ev, hits
-    ev2 = annotate_phases(events, rules=[(pat, phase)])
+    ev2 = annotate_phases(base, rules=[(pat, phase)])
     if not ev2.filter((pl.col("kind") == RANGE) & (pl.col("phase") == phase)).height:
         found = ", ".join(present) if present else "none"
         raise AnalysisError(f"no phase or range name matches {phase!r} (phases found: {found})")
-    if cm.any():
-        ev2 = annotate_collectives(ev2)
     return ev2, [phase]
 
 
@@ -437,11 +440,50 @@ def check_sums(instances: pl.DataFrame) -> None:
         raise AssertionError(f"{bad.height} instances whose buckets do not sum to the GPU window")
 
 
+
+
+def attribute_report(
+    events: pl.DataFrame,
+    phase: str | None = None,
+    rank: int | None = None,
+    *,
+    launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+) -> dict[str, pl.DataFrame]:
+    """Everything ``tracekit attribute`` shows, as frames.
+
+    Keys: instances (by cycle), by_rank, by_phase, by_seq, stragglers, issues
+    (one ``issue`` per line: unmatched collectives). ``rank`` restricts the
+    views (collectives are still matched over every rank).
+    """
+    ev, phases = prepare(events, phase)
+    inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns)
+    if rank is not None:
+        ranks = sorted(inst.get_column("rank").unique().to_list())
+        if rank not in ranks:
+            raise AnalysisError(f"no {'/'.join(phases)} instances on this rank (ranks with instances: {ranks})", rank=rank)
+        inst = inst.filter(pl.col("rank") == rank)
+    strag = stragglers(ev, inst)
+    issues: list[str] = []
+    if ev.get_column("coll_seq").null_count() < ev.height:
+        from tracekit.collectives import collective_issues
+
+        issues = collective_issues(match_collectives(ev))
+    return {
+        "instances": inst,
+        "by_rank": by_rank(inst),
+        "by_phase": by_phase(inst),
+        "by_seq": by_seq(inst),
+        "stragglers": strag,
+        "issues": pl.DataFrame({"issue": issues}, schema={"issue": pl.String}),
+    }
+
+
 __all__ = [
     "BUCKETS",
     "BUCKET_COLUMNS",
     "NB",
     "attribute_instances",
+    "attribute_report",
     "bucket_codes",
     "by_phase",
     "by_rank",

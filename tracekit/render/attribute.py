@@ -1,0 +1,343 @@
+"""Render ``tracekit attribute``: rich tables, a plain-language summary, a JSON document.
+
+Every number says what it is: ``/inst`` = mean per phase instance (each
+instance of each rank counts once), ``total`` = summed over instances, ``%`` =
+share of the GPU window (the buckets add up to 100 %). Host time is the phase
+range on the CPU; the GPU window runs from the instance's first GPU event to
+its last. Queue delay and overlapped communication are reported beside the
+buckets, never inside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+BUCKETS: Final = (
+    "attention",
+    "moe",
+    "gemm",
+    "norm",
+    "elementwise",
+    "sampling",
+    "other",
+    "memory",
+    "allreduce",
+    "comm",
+    "launch_overhead",
+    "idle",
+)
+LABELS: Final = {
+    "attention": "attention",
+    "moe": "MoE",
+    "gemm": "dense GEMM",
+    "norm": "norm / rotary",
+    "elementwise": "elementwise",
+    "sampling": "sampling / spec bookkeeping",
+    "other": "other kernels",
+    "memory": "memcpy / memset",
+    "allreduce": "allreduce (exposed)",
+    "comm": "other comm (exposed)",
+    "launch_overhead": "launch overhead",
+    "idle": "GPU idle (dependency / sync)",
+}
+PHASE_ORDER: Final = ("draft", "verify", "draft_extend", "decode", "prefill")
+DEFINITIONS: Final = {
+    "units": "integer nanoseconds",
+    "host_ns": "phase range on the host (CPU), summed over instances",
+    "gpu_window_ns": "first GPU event start to last GPU event end of each instance, summed over instances",
+    "buckets_ns": "exclusive time per bucket, summed over instances; adds up to gpu_window_ns exactly",
+    "queue_delay_ns": "time after the host range opened while the GPU was still busy with earlier work (not in the window)",
+    "overlapped_comm_ns": "communication hidden under compute or copies (not in any bucket)",
+    "between_ns": "GPU time from this phase's window end to the next phase's window start on the rank",
+    "launches": "launch calls issued inside the phase range: eager kernel/copy launches + cudaGraphLaunch calls",
+    "allreduce_wait_ns": "allreduce kernel time spent waiting for the last rank to arrive",
+    "allreduce_transfer_ns": "allreduce kernel time after the last rank arrived",
+}
+
+
+def ms(ns: float | None, digits: int = 2) -> str:
+    """A duration with a unit that keeps it readable: ms, µs or ns."""
+    if ns is None:
+        return "n/a"
+    a = abs(ns)
+    if a >= 1e6:
+        return f"{ns / 1e6:.{digits}f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.{max(digits - 1, 0)}f} µs"
+    return f"{ns:.0f} ns"
+
+
+def pct(part: float, whole: float) -> str:
+    return "n/a" if whole <= 0 else f"{100.0 * part / whole:.1f}%"
+
+
+def _order(phases: list[str]) -> list[str]:
+    return sorted(phases, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def phase_item(row: dict[str, Any]) -> dict[str, Any]:
+    """One JSON ``phases`` item from a by_rank / by_phase row."""
+    return {
+        "phase": row["phase"],
+        "rank": row.get("rank"),
+        "instances": int(row["instances"]),
+        "host_ns": int(row["host_ns"]),
+        "gpu_window_ns": int(row["gpu_window_ns"]),
+        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in BUCKETS},
+        "queue_delay_ns": int(row["queue_delay_ns"]),
+        "overlapped_comm_ns": int(row["overlapped_comm_ns"]),
+        "between_ns": int(row["between_ns"]),
+        "launches": int(row["launches"]),
+        "eager_launches": int(row["eager_launches"]),
+        "graph_launches": int(row["graph_launches"]),
+        "graphed_instances": int(row["graphed_instances"]),
+        "gpu_events": int(row["gpu_events"]),
+        "allreduce": {
+            "kernel_ns": int(row["allreduce_kernel_ns"]),
+            "wait_ns": None if row["unmatched_instances"] else int(row["allreduce_wait_ns"]),
+            "transfer_ns": None if row["unmatched_instances"] else int(row["allreduce_transfer_ns"]),
+        },
+        "tokens": int(row["tokens"]) if row["token_instances"] else None,
+        "mean_batch_size": _float(row["mean_batch_size"]),
+        "mean_seq_len": _float(row["mean_seq_len"]),
+        "mean_accept_len": _float(row["mean_accept_len"]),
+    }
+
+
+def cycle_item(row: dict[str, Any]) -> dict[str, Any]:
+    """One JSON ``cycles`` item (one phase instance)."""
+    return {
+        "phase": row["phase"],
+        "rank": row["rank"],
+        "phase_id": row["phase_id"],
+        "cycle": _int(row["cycle"]),
+        "batch_size": _int(row["batch_size"]),
+        "num_tokens": _int(row["num_tokens"]),
+        "seq_len": _int(row["seq_len"]),
+        "graphed": row["graphed"],
+        "accept_len": _float(row["accept_len"]),
+        "host_start_ns": int(row["host_start_ns"]),
+        "host_ns": int(row["host_ns"]),
+        "window_start_ns": int(row["window_start_ns"]),
+        "gpu_window_ns": int(row["gpu_window_ns"]),
+        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in BUCKETS},
+        "queue_delay_ns": int(row["queue_delay_ns"]),
+        "between_ns": int(row["between_ns"]),
+        "overlapped_comm_ns": int(row["overlapped_comm_ns"]),
+        "launches": int(row["launches"]),
+        "eager_launches": int(row["eager_launches"]),
+        "graph_launches": int(row["graph_launches"]),
+        "allreduce_wait_ns": _int(row["allreduce_wait_ns"]),
+        "allreduce_transfer_ns": _int(row["allreduce_transfer_ns"]),
+    }
+
+
+def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stable ``--json`` document."""
+    doc: dict[str, Any] = {
+        "run": run,
+        "by": by,
+        "units": "ns",
+        "bucket_order": list(BUCKETS),
+        "phases": [phase_item(r) for r in report["by_rank"].iter_rows(named=True)],
+        "all_ranks": [phase_item({**r, "rank": None}) for r in report["by_phase"].iter_rows(named=True)],
+        "stragglers": report["stragglers"].to_dicts(),
+        "issues": report["issues"].get_column("issue").to_list(),
+        "definitions": DEFINITIONS,
+    }
+    if by == "cycle":
+        doc["cycles"] = [cycle_item(r) for r in report["instances"].iter_rows(named=True)]
+    if by == "seq":
+        doc["seq"] = [
+            {"seq_lo": _int(r["seq_lo"]), "seq_hi": _int(r["seq_hi"]), **phase_item({**r, "rank": None})}
+            for r in report["by_seq"].iter_rows(named=True)
+        ]
+    if manifest is not None:
+        doc["dilation"] = dilation(manifest)
+    return doc
+
+
+def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per phase: unprofiled and profiled mean (median over ranks) from the capture manifest."""
+    import statistics
+
+    per: dict[str, tuple[list[float], list[float]]] = {}
+    for sec in manifest.get("ranks", {}).values():
+        if not isinstance(sec, dict):
+            continue
+        un, pr = sec.get("unprofiled") or {}, sec.get("profiled") or {}
+        for ph, st in un.items():
+            if ph in pr and st.get("mean_ns") and pr[ph].get("mean_ns"):
+                a, b = per.setdefault(ph, ([], []))
+                a.append(float(st["mean_ns"]))
+                b.append(float(pr[ph]["mean_ns"]))
+    out: dict[str, dict[str, float]] = {}
+    for ph, (a, b) in per.items():
+        u, p = statistics.median(a), statistics.median(b)
+        out[ph] = {"unprofiled_mean_ns": u, "profiled_mean_ns": p, "ratio": p / u if u > 0 else float("nan")}
+    return out
+
+
+def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
+    """One paragraph for a phase over all ranks (a by_phase row)."""
+    n = max(int(row["instances"]), 1)
+    win = row["gpu_window_ns"]
+    shares = sorted(((row[f"{b}_ns"], b) for b in BUCKETS), reverse=True)
+    parts = []
+    for v, b in shares[:4]:
+        if v <= 0 or win <= 0 or v / win < 0.03:
+            continue
+        text = f"{LABELS[b]} {100 * v / win:.0f}%"
+        if b == "allreduce" and row["allreduce_kernel_ns"] > 0 and not row["unmatched_instances"]:
+            w = row["allreduce_wait_ns"] / row["allreduce_kernel_ns"]
+            who = f" for rank {strag['last_rank']}" if strag and strag.get("last_rank") is not None else ""
+            text += f" (of which {100 * w:.0f}% waiting{who})"
+        parts.append(text)
+    launches = row["launches"] / n
+    graphed = int(row["graphed_instances"])
+    if graphed == 0:
+        g = "no CUDA graph"
+    elif graphed == n:
+        g = f"all {n} instances from a CUDA graph"
+    else:
+        g = f"{graphed} of {n} instances from a CUDA graph"
+    text = (
+        f"{row['phase']} {ms(win / n)} per instance on the GPU ({n} instances on {row['ranks']} rank(s), "
+        f"host range {ms(row['host_ns'] / n)}): " + ", ".join(parts) + f" — {launches:,.0f} launches per instance, {g}."
+    )
+    if row["queue_delay_ns"] > 0:
+        text += f" The GPU was still busy with earlier work for {ms(row['queue_delay_ns'] / n)} per instance after the range opened (queue delay, not counted)."
+    if row["overlapped_comm_ns"] > 0:
+        text += f" {ms(row['overlapped_comm_ns'] / n)} per instance of communication overlapped compute."
+    if row["mean_seq_len"] is not None:
+        text += f" Mean sequence length {row['mean_seq_len']:,.0f}."
+    return text
+
+
+def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Table:
+    n = max(int(ph_row["instances"]), 1)
+    win = ph_row["gpu_window_ns"]
+    t = Table(title=f"{phase}: where the GPU window went (mean per instance over all ranks; % of window)")
+    t.add_column("bucket")
+    t.add_column("per instance", justify="right")
+    t.add_column("%", justify="right")
+    rrows = list(ranks.iter_rows(named=True)) if ranks.height <= 8 else []
+    for r in rrows:
+        t.add_column(f"rank {r['rank']} %", justify="right")
+    for b in BUCKETS:
+        v = ph_row[f"{b}_ns"]
+        if v == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
+            continue
+        t.add_row(LABELS[b], ms(v / n, 3), pct(v, win), *[pct(r[f"{b}_ns"], r["gpu_window_ns"]) for r in rrows])
+    t.add_row("GPU window", ms(win / n, 3), "100%", *["100%" for _ in rrows], style="bold")
+    t.add_row("host range", ms(ph_row["host_ns"] / n, 3), "", *["" for _ in rrows], style="dim")
+    t.add_row("queue delay (beside)", ms(ph_row["queue_delay_ns"] / n, 3), "", *[pct(r["queue_delay_ns"], r["gpu_window_ns"]) for r in rrows], style="dim")
+    t.add_row("overlapped comm (beside)", ms(ph_row["overlapped_comm_ns"] / n, 3), "", *[pct(r["overlapped_comm_ns"], r["gpu_window_ns"]) for r in rrows], style="dim")
+    return t
+
+
+def _facts_line(row: dict[str, Any]) -> str:
+    n = max(int(row["instances"]), 1)
+    bits = []
+    if row["mean_batch_size"] is not None:
+        bits.append(f"batch size {row['mean_batch_size']:.1f}")
+    if row["token_instances"]:
+        bits.append(f"{row['tokens'] / max(int(row['token_instances']), 1):.1f} tokens")
+    if row["mean_seq_len"] is not None:
+        bits.append(f"seq len {row['mean_seq_len']:,.0f}")
+    if row["mean_accept_len"] is not None:
+        bits.append(f"accept len {row['mean_accept_len']:.2f}")
+    bits.append(f"{row['eager_launches'] / n:,.1f} eager launches + {row['graph_launches'] / n:,.1f} graph launches")
+    bits.append(f"{row['gpu_events'] / n:,.1f} GPU events")
+    bits.append(f"{int(row['graphed_instances'])}/{n} graphed")
+    return "  per instance (mean): " + ", ".join(bits)
+
+
+def _cycle_table(inst: pl.DataFrame, phase: str) -> Table:
+    t = Table(title=f"{phase}: one row per instance (host range and GPU window per instance; % of that window)")
+    heads = ("rank", "cycle", "bs", "seq", "graph", "host", "window", "attn", "moe", "gemm", "AR", "launch", "idle", "rest", "queue")
+    for c in heads:
+        t.add_column(c, justify="right")
+    main = ("attention", "moe", "gemm", "allreduce", "launch_overhead", "idle")
+    for r in inst.filter(pl.col("phase") == phase).sort(["rank", "host_start_ns"]).iter_rows(named=True):
+        w = r["gpu_window_ns"]
+        rest = w - sum(r[f"{b}_ns"] for b in main)
+        t.add_row(
+            str(r["rank"]),
+            "" if r["cycle"] is None else str(r["cycle"]),
+            "" if r["batch_size"] is None else str(r["batch_size"]),
+            "" if r["seq_len"] is None else str(r["seq_len"]),
+            "" if r["graphed"] is None else ("yes" if r["graphed"] else "no"),
+            ms(r["host_ns"]),
+            ms(w),
+            *[pct(r[f"{b}_ns"], w) for b in main],
+            pct(rest, w),
+            ms(r["queue_delay_ns"]),
+        )
+    return t
+
+
+def _seq_table(seq: pl.DataFrame, phase: str) -> Table:
+    t = Table(title=f"{phase}: by sequence length (mean per instance over all ranks)")
+    for c in ("seq len", "instances", "window", "attention", "moe", "gemm", "allreduce", "launch", "idle"):
+        t.add_column(c, justify="right")
+    for r in seq.filter(pl.col("phase") == phase).iter_rows(named=True):
+        n = max(int(r["instances"]), 1)
+        label = "unknown" if r["seq_lo"] is None else f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}"
+        t.add_row(
+            label,
+            str(r["instances"]),
+            ms(r["gpu_window_ns"] / n),
+            *[ms(r[f"{b}_ns"] / n) for b in ("attention", "moe", "gemm", "allreduce", "launch_overhead", "idle")],
+        )
+    return t
+
+
+def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest: dict[str, Any] | None = None) -> None:
+    """Print tables and the summary for every phase in the report."""
+    bp = {r["phase"]: r for r in report["by_phase"].iter_rows(named=True)}
+    strag = {r["phase"]: r for r in report["stragglers"].iter_rows(named=True)}
+    dil = dilation(manifest) if manifest is not None else {}
+    for phase in _order(list(bp)):
+        row = bp[phase]
+        ranks = report["by_rank"].filter(pl.col("phase") == phase)
+        if by == "cycle":
+            console.print(_cycle_table(report["instances"], phase))
+        elif by == "seq":
+            console.print(_seq_table(report["by_seq"], phase))
+        else:
+            console.print(_bucket_table(phase, row, ranks))
+        console.print(_facts_line(row))
+        if phase in dil:
+            d = dil[phase]
+            console.print(
+                f"  profiler dilation: {phase} {ms(d['unprofiled_mean_ns'])} unprofiled, "
+                f"{ms(d['profiled_mean_ns'])} profiled (x{d['ratio']:.2f}; capture timers, median over ranks)"
+            )
+        s = strag.get(phase)
+        if s is not None:
+            bg = "" if s["before_gap_ns"] is None else f"; before those arrivals its GPU sat idle {s['before_gap_ns'] / 1e3:.1f} µs on average"
+            bk = "" if s["before_kernel"] is None else f" after {s['before_kernel'][:60]}"
+            console.print(
+                f"  straggler: rank {s['last_rank']} arrived last at {s['times_last']} of {s['collectives']} matched collectives "
+                f"({100 * s['share_last']:.0f}%), {s['mean_late_ns'] / 1e3:.1f} µs after the others' mean{bg}{bk}"
+            )
+        console.print(summary(row, s), soft_wrap=True)
+        console.print()
+    for issue in report["issues"].get_column("issue").to_list():
+        console.print(f"[yellow]warning:[/yellow] {issue}; wait/transfer not split for that group", soft_wrap=True)
+
+
+__all__ = ["BUCKETS", "DEFINITIONS", "LABELS", "dilation", "render", "summary", "to_json"]
