@@ -238,6 +238,46 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
 
 # --- attribute / gap (analyzers) ---
 
+
+def _analysis_error(exc: TracekitError, path: str) -> TracekitError:
+    """Name the run file in an analysis error that lacks a path."""
+    if exc.path is None:
+        return type(exc)(exc.message, path=path, rank=exc.rank)
+    return exc
+
+
+@cli.command("attribute")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("--phase", default=None, help="Phase name (verify, draft, ...), regex over phase names, or regex over range names. Default: every phase.")
+@click.option("--by", "by", type=click.Choice(["rank", "cycle", "seq"]), default="rank", show_default=True,
+              help="rank: per phase x rank; cycle: one row per instance; seq: sequence-length buckets.")
+@click.option("--rank", type=click.IntRange(0), default=None, help="Only this rank.")
+@click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,
+              help="Idle after a launch call returns that still counts as launch overhead.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch_latency_us: float, as_json: bool) -> None:
+    """Where phase time went on every rank: exclusive GPU buckets, launch overhead, allreduce wait."""
+    import json
+
+    from rich.console import Console
+
+    from tracekit.analyzers.attribution import attribute_report  # type: ignore[import-not-found]
+    from tracekit.render import attribute as render_attribute
+    from tracekit.store import load_run
+
+    r = load_run(run)
+    try:
+        report = attribute_report(r.events, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
+    except TracekitError as exc:
+        raise _analysis_error(exc, run) from None
+    if as_json:
+        click.echo(json.dumps(render_attribute.to_json(report, by, run, r.manifest), indent=2, allow_nan=False))
+    else:
+        width = Console().width
+        render_attribute.render(report, by, Console(width=max(width, 150) if by != "rank" else width), r.manifest)
+
+
 # --- export / validate-trace (export) ---
 
 
@@ -409,6 +449,38 @@ def align_cmd(run: str, output: str, method: str) -> None:
         )
     else:
         click.echo(f"no alignment (ranks share one host clock) -> {output}")
+
+
+@cli.command("diff")
+@click.argument("old", type=click.Path(dir_okay=True))
+@click.argument("new", type=click.Path(dir_okay=True))
+@click.option("--phase", default="verify", show_default=True, help="Phase name or regex to compare; 'all' compares every phase both runs have.")
+@click.option("--seq-width", type=click.IntRange(min=1), default=None, help="Sequence-length bucket width in tokens (default: about 8 buckets).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: bool) -> None:
+    """What changed between two runs: time at matched sequence length, buckets, kernels, manifests."""
+    from rich.console import Console
+
+    from tracekit.analyzers.diff import diff_runs  # type: ignore[import-not-found]
+    from tracekit.analyzers.manifest_diff import manifest_diff  # type: ignore[import-not-found]
+    from tracekit.errors import AnalysisError
+    from tracekit.render import diff as render_diff
+    from tracekit.store import load_run
+
+    a = load_run(old)
+    b = load_run(new)
+    try:
+        view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width)
+    except AnalysisError as exc:
+        msg = exc.message
+        path = old if msg.startswith("old run: ") else new if msg.startswith("new run: ") else f"{old}, {new}"
+        raise AnalysisError(msg.removeprefix("old run: ").removeprefix("new run: "), path=path) from None
+    md = manifest_diff(a.manifest, b.manifest)
+    if as_json:
+        _forensic_json(render_diff.to_json(view, md, old, new))
+    else:
+        render_diff.render(view, md, Console())
 
 
 @cli.command("ranks")
