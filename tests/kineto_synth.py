@@ -32,7 +32,8 @@ def dumps(doc: dict[str, Any] | list[Any], indent: int | None = None) -> str:
 
 @dataclass
 class TraceBuilder:
-    """Builds one rank's Kineto document. Times passed in are ns relative to BASE_NS."""
+    """Builds one rank's Kineto document. Times passed in are ns relative to BASE_NS
+    (``base=False``: absolute ns and no baseTimeNanoseconds in the document, like old traces)."""
 
     rank: int | None = 0
     world_size: int = 2
@@ -46,7 +47,7 @@ class TraceBuilder:
     _ext: int = 1
 
     def _x(self, cat: str, name: str, pid: Any, tid: Any, start: int, dur: int, args: dict[str, Any]) -> dict[str, Any]:
-        t0 = start if self.base else start + BASE_NS
+        t0 = start
         ev = {
             "ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
             "ts": us(t0, self.integer_us), "dur": us(dur, self.integer_us), "args": args,
@@ -89,8 +90,8 @@ class TraceBuilder:
         if coll:
             args.update(coll)
         self._x(kcat, name, self.device, stream, start, dur, args)
-        self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.tid, "ts": us(launch_start), "cat": "ac2g", "name": "ac2g"})
-        self.events.append({"ph": "f", "id": corr, "pid": self.device, "tid": stream, "ts": us(start), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.tid, "ts": us(launch_start, self.integer_us), "cat": "ac2g", "name": "ac2g"})
+        self.events.append({"ph": "f", "id": corr, "pid": self.device, "tid": stream, "ts": us(start, self.integer_us), "cat": "ac2g", "name": "ac2g", "bp": "e"})
         self._ext += 1
         return corr
 

@@ -176,29 +176,39 @@ def _int_or_none(x: Any) -> int | None:
     return None
 
 
+def _decode(data: bytes, path: str) -> tuple[_Trace, list[_Event]]:
+    try:
+        if data.lstrip()[:1] == b"[":
+            return _Trace(), _LIST_DECODER.decode(data)
+        top = _TRACE_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise BadTraceError(f"valid JSON but not a Kineto trace ({exc})", path=path) from None
+    if top.traceEvents is None:
+        raise BadTraceError("valid JSON but not a trace (no traceEvents list)", path=path)
+    events = top.traceEvents
+    top.traceEvents = None
+    return top, events
+
+
 def parse_kineto(data: bytes, path: str) -> ParsedTrace:
     """Decode one Kineto JSON document. Raises BadTraceError (naming ``path``) if it is not a trace."""
     head = data[:4096].lstrip()
     if not head:
         raise BadTraceError("empty file", path=path)
-    try:
-        if head[:1] == b"[":
-            events: list[_Event] = _LIST_DECODER.decode(data)
-            top = _Trace()
-        elif head[:1] == b"{":
-            top = _TRACE_DECODER.decode(data)
-            if top.traceEvents is None:
-                raise BadTraceError("valid JSON but not a trace (no traceEvents list)", path=path)
-            events = top.traceEvents
-            top.traceEvents = None
-        else:
-            raise BadTraceError("not JSON (does not start with '{' or '[')", path=path)
-    except msgspec.ValidationError as exc:
-        raise BadTraceError(f"valid JSON but not a Kineto trace ({exc})", path=path) from None
-    except msgspec.DecodeError as exc:
-        raise BadTraceError(f"truncated or malformed JSON ({exc})", path=path) from None
-
+    if head[:1] not in (b"{", b"["):
+        raise BadTraceError("not JSON (does not start with '{' or '[')", path=path)
     meta: dict[str, Any] = {}
+    try:
+        top, events = _decode(data, path)
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise BadTraceError(f"truncated or malformed JSON ({exc})", path=path) from None
+        # names with non-UTF-8 bytes: keep the event, replace the bad bytes (U+FFFD)
+        try:
+            top, events = _decode(data.decode("utf-8", "replace").encode("utf-8"), path)
+        except msgspec.DecodeError as exc2:
+            raise BadTraceError(f"truncated or malformed JSON ({exc2})", path=path) from None
+        meta["non_utf8_replaced"] = True
     base_raw = _raw(top.baseTimeNanoseconds)
     base_ns = _int_or_none(base_raw)
     if base_raw is not None and base_ns is None:
