@@ -46,7 +46,7 @@ class CaptureConfig:
     timeout_s: float = 300.0  # whole capture; a rank still running after it is killed
     coll_timeout_s: float = 60.0  # process-group timeout (a collective waiting on a dead peer)
     nvml_interval_s: float = 0.02  # 0: no NVML counter sampling
-    rank_env: dict[int, dict[str, str]] = field(default_factory=dict)  # extra env for given ranks
+    rank_env: dict[int, dict[str, str | None]] = field(default_factory=dict)  # per-rank env edits (None: unset)
     fault: tuple[int, int, str] | None = None  # (rank, cycle, "exit" | "hang" | "raise"): failure injection
 
     def captured(self, world: int) -> list[int]:
@@ -130,7 +130,11 @@ def _rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
 
 def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: Path, q: Any) -> None:
     os.environ.update(SAFE_ENV)
-    os.environ.update(cc.rank_env.get(rank, {}))
+    for k, v in cc.rank_env.get(rank, {}).items():  # None unsets: a launcher variable that never reached this rank
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     os.environ.update(
         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
          "LOCAL_RANK": str(rank)}
@@ -205,7 +209,10 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     if counters is not None and counters.height:
         events = pl.concat([events, counters], how="vertical_relaxed")
     t0 = time.perf_counter_ns()
-    events = finalize(events)
+    try:
+        events = finalize(events)
+    except Exception as exc:  # keep the raw events: analyzers can finalize again; say why in the manifest
+        session.info["finalize_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
     session.info["finalize_ns"] = time.perf_counter_ns() - t0
     unprof, prof = stats.get("unprofiled", {}), stats.get("profiled", {})
     section = {

@@ -163,6 +163,9 @@ class phase:
         self._range: _Range | None = None
 
     def __enter__(self) -> phase:
+        en = _Backend.enabled
+        if en is not None and _Backend.nvtx is None and not en():
+            return self  # fast path: nothing records
         try:
             self._range = _open(lambda: format_label(self._name, **self._facts))
         except Exception as exc:
@@ -210,8 +213,9 @@ class PhaseHook(Generic[R]):
         _warn_once(("hook", id(self)), f"hook for phase {self.name!r} disabled after an error in {where}: {exc!r}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
-        if self.disabled:
-            return self.fn(*args, **kwargs)
+        en = _Backend.enabled
+        if self.disabled or (en is not None and _Backend.nvtx is None and not en()):
+            return self.fn(*args, **kwargs)  # fast path: nothing records
         rng: _Range | None = None
         try:
             self.calls += 1

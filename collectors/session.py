@@ -220,6 +220,7 @@ class ProfilerSession:
                 "events_fetch_ns": t1 - t0,
                 "convert_ns": t2 - t1,
                 "time_base": note,
+                "activity_type_api": bool(kev) and hasattr(kev[0], "activity_type"),
                 "trace_start_ns": base,
             }
         )
