@@ -11,9 +11,9 @@ python3 -c 'import torch,sys;print(sys.version);print(torch.__version__,torch.ve
 timeout 60 python3 $R/bench/kineto_probe.py > probe.txt 2>&1
 # the seed's situation: an NCCL variable set in the launcher (does it reach the ranks? it does here: spawn inherits)
 export NCCL_DEBUG=WARN
-timeout 170 python3 -m tracekit capture --ranks all --verify-graph off --cycles 12 --warmup 6 --keep-json json-eager -o eager.parquet > log-eager.txt 2>&1
+timeout 170 python3 -m tracekit capture --ranks all --verify-graph off --cycles 12 --warmup 6 --timeout 150 --keep-json json-eager -o eager.parquet > log-eager.txt 2>&1
 echo "eager rc=$?" >> log-eager.txt
-timeout 170 python3 -m tracekit capture --ranks all --verify-graph on --cycles 12 --warmup 6 --keep-json json-graphed -o graphed.parquet > log-graphed.txt 2>&1
+timeout 170 python3 -m tracekit capture --ranks all --verify-graph on --cycles 12 --warmup 6 --timeout 150 --keep-json json-graphed -o graphed.parquet > log-graphed.txt 2>&1
 echo "graphed rc=$?" >> log-graphed.txt
 timeout 150 python3 $R/bench/capture_overhead.py --json bench.json > bench.txt 2>&1
 echo "bench rc=$?" >> bench.txt
