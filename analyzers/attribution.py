@@ -99,7 +99,8 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
     if base.select((pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("category").is_null()).any()).item():
         from tracekit.categories import categorize
 
-        base = categorize(base)
+        kept = base.get_column("category")
+        base = categorize(base).with_columns(pl.coalesce(kept, pl.col("category")).alias("category"))
     kern = base.filter(pl.col("kind") == KERNEL)
     cm = comm_mask(kern)
     if cm.any() and kern.filter(cm).get_column("coll_seq").null_count() > 0:
