@@ -25,7 +25,9 @@ instance over all ranks (each instance of each rank counts once), in ns.
   wait / transfer, queue delay and overlapped communication, on the matched
   basis when there are matched buckets, else overall (``basis`` says which).
 - **Kernels**: per kernel family (tracekit.names): count per instance, mean
-  duration, time per instance; ``status`` both / appeared / vanished.
+  duration, time per instance, on the same basis as the buckets (matched:
+  instance weights reproduce the matched means); ``status`` both / appeared /
+  vanished.
 - **Launches and graphs**: launches, eager and graph launches per instance,
   graphed share of instances.
 - **Manifests**: analyzers.manifest_diff.
@@ -92,8 +94,12 @@ def _mean(df: pl.DataFrame, col: str) -> float | None:
     return None if s.is_empty() or s.null_count() == s.len() else float(s.mean())  # type: ignore[arg-type]
 
 
-def _phase_summary(phase: str, old: pl.DataFrame, new: pl.DataFrame, width: int | None) -> tuple[dict[str, object], pl.DataFrame, pl.DataFrame]:
-    """Phase row, bucket rows and seq-bucket rows for one phase."""
+def _phase_summary(
+    phase: str, old: pl.DataFrame, new: pl.DataFrame, width: int | None
+) -> tuple[dict[str, object], pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Phase row, bucket rows, seq-bucket rows, and the instance weights (phase_id, w) of the
+    old and new run: on the matched basis an old instance in bucket b weighs n_new(b) / n_old(b),
+    a new one 1, instances outside matched buckets 0; on the overall basis every instance 1."""
     gpu_both = old.get_column("gpu_events").sum() > 0 and new.get_column("gpu_events").sum() > 0
     tcol = "gpu_window_ns" if gpu_both else "host_ns"
     seqs = pl.concat([old.get_column("seq_len"), new.get_column("seq_len")]).drop_nulls()
@@ -211,28 +217,46 @@ def _phase_summary(phase: str, old: pl.DataFrame, new: pl.DataFrame, width: int 
         pl.col(f"{tcol}_new").alias("new_ns"),
         (pl.col(f"{tcol}_new") - pl.col(tcol)).alias("delta_ns"),
     ).sort(["batch_size", "seq_lo"], nulls_last=True)
-    return row, pl.DataFrame(brows, infer_schema_length=None), seq_rows
+    if basis == "matched":
+        wt = matched.select(*keys, (pl.col("n_new") / pl.col("n")).alias("_wo"))
+        w_old = both.filter(pl.col("run") == "old").join(wt, on=keys, how="left", nulls_equal=True).select(
+            "phase_id", pl.col("_wo").fill_null(0.0).alias("w")
+        )
+        w_new = both.filter(pl.col("run") == "new").join(wt, on=keys, how="left", nulls_equal=True).select(
+            "phase_id", pl.when(pl.col("_wo").is_not_null()).then(1.0).otherwise(0.0).alias("w")
+        )
+    else:
+        w_old = old.select("phase_id", pl.lit(1.0).alias("w"))
+        w_new = new.select("phase_id", pl.lit(1.0).alias("w"))
+    return row, pl.DataFrame(brows, infer_schema_length=None), seq_rows, w_old, w_new
 
 
-def kernel_families(events: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
-    """Per (phase, family): kernels, instances, count_per_instance, mean_ns, per_instance_ns."""
-    n_inst = inst.group_by("phase").agg(pl.len().alias("instances"))
-    ids = inst.select("phase_id", pl.col("phase").alias("_p"))
+def kernel_families(events: pl.DataFrame, inst: pl.DataFrame, weights: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per (phase, family): count_per_instance, mean_ns, per_instance_ns as weighted means over
+    the instances (``weights``: phase_id, w; default 1 each), so they follow the same matched
+    basis as the buckets."""
+    w = weights if weights is not None else inst.select("phase_id", pl.lit(1.0).alias("w"))
+    iw = inst.select("phase_id", pl.col("phase").alias("_p")).join(w, on="phase_id", how="left").with_columns(
+        pl.col("w").fill_null(0.0)
+    )
+    tot = iw.group_by("_p").agg(pl.col("w").sum().alias("_W"))
     k = events.filter((pl.col("kind") == KERNEL) & pl.col("phase_id").is_not_null()).select("phase_id", "name", "dur_ns")
-    k = k.join(ids, on="phase_id", how="inner")
+    k = k.join(iw, on="phase_id", how="inner").filter(pl.col("w") > 0)
+    schema = {"phase": pl.String(), "family": pl.String(), "count_per_instance": pl.Float64(), "mean_ns": pl.Float64(),
+              "per_instance_ns": pl.Float64()}
     if k.is_empty():
-        return pl.DataFrame(schema={"phase": pl.String(), "family": pl.String(), "kernels": pl.UInt32(), "total_ns": pl.Int64(),
-                                    "instances": pl.UInt32(), "count_per_instance": pl.Float64(), "mean_ns": pl.Float64(),
-                                    "per_instance_ns": pl.Float64()})
+        return pl.DataFrame(schema=schema)
     k = k.with_columns(family_column(k.get_column("name")))
     return (
-        k.group_by([pl.col("_p").alias("phase"), "family"])
-        .agg(pl.len().alias("kernels"), pl.col("dur_ns").sum().alias("total_ns"))
-        .join(n_inst, on="phase")
-        .with_columns(
-            (pl.col("kernels") / pl.col("instances")).alias("count_per_instance"),
-            (pl.col("total_ns") / pl.col("kernels")).alias("mean_ns"),
-            (pl.col("total_ns") / pl.col("instances")).alias("per_instance_ns"),
+        k.group_by(["_p", "family"])
+        .agg(pl.col("w").sum().alias("_cw"), (pl.col("w") * pl.col("dur_ns")).sum().alias("_dw"))
+        .join(tot, on="_p")
+        .select(
+            pl.col("_p").alias("phase"),
+            "family",
+            (pl.col("_cw") / pl.col("_W")).alias("count_per_instance"),
+            (pl.col("_dw") / pl.col("_cw")).alias("mean_ns"),
+            (pl.col("_dw") / pl.col("_W")).alias("per_instance_ns"),
         )
     )
 
@@ -280,16 +304,26 @@ def diff_runs(
             "the runs share no phase (old: " + ", ".join(sorted(set(inst_o.get_column("phase").to_list()))) +
             "; new: " + ", ".join(sorted(set(inst_n.get_column("phase").to_list()))) + ")"
         )
-    rows, brows, srows = [], [], []
+    rows, brows, srows, wo, wn = [], [], [], [], []
     for p in phases:
-        r, b, s = _phase_summary(p, inst_o.filter(pl.col("phase") == p), inst_n.filter(pl.col("phase") == p), seq_width)
+        r, b, s, w_old, w_new = _phase_summary(
+            p, inst_o.filter(pl.col("phase") == p), inst_n.filter(pl.col("phase") == p), seq_width
+        )
         rows.append(r)
         brows.append(b)
         srows.append(s)
+        wo.append(w_old)
+        wn.append(w_new)
     kd = kernel_diff(
-        kernel_families(ev_o, inst_o.filter(pl.col("phase").is_in(phases))),
-        kernel_families(ev_n, inst_n.filter(pl.col("phase").is_in(phases))),
+        kernel_families(ev_o, inst_o.filter(pl.col("phase").is_in(phases)), pl.concat(wo)),
+        kernel_families(ev_n, inst_n.filter(pl.col("phase").is_in(phases)), pl.concat(wn)),
     )
+    basis = pl.DataFrame(
+        {"phase": [r["phase"] for r in rows],
+         "basis": ["matched" if r["matched_delta_ns"] is not None else "overall" for r in rows]},
+        schema={"phase": pl.String(), "basis": pl.String()},
+    )
+    kd = kd.join(basis, on="phase", how="left")
     return {
         "phases": pl.DataFrame(rows, infer_schema_length=None),
         "buckets": pl.concat(brows, how="diagonal_relaxed"),

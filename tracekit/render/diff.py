@@ -1,0 +1,269 @@
+"""Render ``tracekit diff``: tables, a ranked plain-language explanation, a stable JSON document."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from tracekit.analyzers.manifest_diff import collapse  # type: ignore[import-not-found]
+
+SUB_BUCKETS: Final = ("allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm")
+KERNEL_LINES: Final = 5
+KERNEL_ROWS: Final = 20
+SMALL_SHARE: Final = 0.01  # explanation items under 1% of the phase's delta are summarised
+
+
+def dur(ns: float | None, signed: bool = False) -> str:
+    """A duration with a readable unit (ns, µs, ms); ``signed`` prefixes + or -."""
+    if ns is None:
+        return "n/a"
+    sign = ("+" if ns > 0 else "-" if ns < 0 else "±") if signed else ("-" if ns < 0 else "")
+    a = abs(ns)
+    if a >= 1e6:
+        body = f"{a / 1e6:.2f} ms"
+    elif a >= 1e3:
+        body = f"{a / 1e3:.1f} µs"
+    else:
+        body = f"{a:.0f} ns"
+    return sign + body
+
+
+def ranks_text(scopes: list[str]) -> str:
+    """["0","1","2","5"] -> "ranks 0-2, 5"; non-rank scopes by name."""
+    nums = sorted(int(s) for s in scopes if s.isdigit())
+    named = [s for s in scopes if not s.isdigit()]
+    parts: list[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    out = []
+    if parts:
+        out.append(("rank " if len(nums) == 1 else "ranks ") + ", ".join(parts))
+    out += named
+    return ", ".join(out)
+
+
+def _val(v: str | None) -> str:
+    if v is None:
+        return "absent"
+    try:
+        x = json.loads(v)
+    except json.JSONDecodeError:
+        return v
+    return x if isinstance(x, str) else v
+
+
+def manifest_lines(md: pl.DataFrame) -> list[str]:
+    """One line per collapsed manifest difference, most important sections first."""
+    lines = []
+    for r in collapse(md).iter_rows(named=True):
+        where = ranks_text(r["scopes"])
+        key = r["key"]
+        if r["section"] == "rank":
+            lines.append(f"{where}: present only in the {'old' if r['status'] == 'only_old' else 'new'} run")
+        elif r["status"] == "only_old":
+            lines.append(f"{r['section']}: {key} = {_val(r['old'])} in the old run, absent in the new ({where})")
+        elif r["status"] == "only_new":
+            lines.append(f"{r['section']}: {key} absent in the old run, = {_val(r['new'])} in the new ({where})")
+        else:
+            lines.append(f"{r['section']}: {key} changed {_val(r['old'])} -> {_val(r['new'])} ({where})")
+    return lines
+
+
+def _pct(a: float | None, b: float | None) -> str:
+    if a is None or b is None or a == 0:
+        return ""
+    return f", {(b - a) / a * 100:+.0f}%"
+
+
+def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
+    """Ranked plain-language lines: per phase a headline and the sequence-length check,
+    then the contributions ranked by size, then the manifest differences."""
+    lines: list[str] = []
+    for ph in view["phases"].iter_rows(named=True):
+        p = ph["phase"]
+        basis = "GPU window" if ph["time_basis"] == "gpu_window_ns" else "host time"
+        lines.append(
+            f"{p}: {dur(ph['old_mean_ns'])} -> {dur(ph['new_mean_ns'])} per instance"
+            f" ({dur(ph['delta_ns'], True)}{_pct(ph['old_mean_ns'], ph['new_mean_ns'])}; {basis},"
+            f" mean over {ph['old_instances']} old / {ph['new_instances']} new instances on"
+            f" {ph['old_ranks']} / {ph['new_ranks']} ranks)"
+        )
+        seq_known = ph["old_seq_mean"] is not None and ph["new_seq_mean"] is not None
+        if seq_known:
+            seq = (
+                f"sequence length old {ph['old_seq_min']}-{ph['old_seq_max']} (mean {ph['old_seq_mean']:.0f}),"
+                f" new {ph['new_seq_min']}-{ph['new_seq_max']} (mean {ph['new_seq_mean']:.0f})"
+            )
+        else:
+            seq = "sequence length unknown in at least one run (no seq facts): compared overall, not matched"
+        fit = ""
+        if ph["fit_shift_ns"] is not None:
+            fit = (
+                f"the {ph['fit_basis']} run's fit ({dur(ph['fit_slope_ns_per_token'])}/token) puts"
+                f" {dur(ph['fit_shift_ns'], True)} on the sequence-length shift alone"
+                + (" (extrapolated beyond the fitted range)" if ph["extrapolated"] else "")
+            )
+        if ph["matched_delta_ns"] is not None:
+            lines.append(
+                f"  {seq}; at matched sequence length and batch size ({ph['matched_buckets']} buckets of"
+                f" {ph['seq_width']} tokens, {ph['matched_new_share'] * 100:.0f}% of new instances) {p} changed"
+                f" {dur(ph['matched_delta_ns'], True)}; the shift of the mix explains {dur(ph['mix_shift_ns'], True)}"
+                + (f"; {fit}" if fit else "")
+            )
+        elif seq_known and not ph["overlap"]:
+            lines.append(
+                f"  {seq}: the runs DO NOT OVERLAP in sequence length, no matched comparison"
+                + (f"; {fit}" if fit else "; too few distinct lengths to fit the shift")
+            )
+        elif seq_known:
+            lines.append(f"  {seq}: no bucket has both runs at the same batch size" + (f"; {fit}" if fit else ""))
+        else:
+            lines.append(f"  {seq}")
+        ranked: list[tuple[float, str]] = []
+        b = view["buckets"].filter(pl.col("phase") == p)
+        sub = {r["bucket"]: r for r in b.filter(pl.col("bucket").is_in(list(SUB_BUCKETS))).iter_rows(named=True)}
+        for r in b.filter(~pl.col("bucket").is_in(list(SUB_BUCKETS))).iter_rows(named=True):
+            d = r["delta_ns"]
+            if d is None or d == 0:
+                continue
+            text = f"{dur(d, True)} {r['bucket']} ({dur(r['old_ns'])} -> {dur(r['new_ns'])} per instance, {r['basis']})"
+            if r["bucket"] == "allreduce" and sub.get("allreduce_wait", {}).get("delta_ns") is not None:
+                text += (
+                    f" of which waiting for the slowest rank {dur(sub['allreduce_wait']['delta_ns'], True)},"
+                    f" transfer {dur(sub['allreduce_transfer']['delta_ns'], True)}"
+                )
+            ranked.append((abs(d), text))
+        og, ng = ph["old_graphed_share"], ph["new_graphed_share"]
+        ol, nl = ph["old_launches_per_instance"], ph["new_launches_per_instance"]
+        if (og != ng) or (ol != nl):
+            lo = b.filter(pl.col("bucket") == "launch_overhead").get_column("delta_ns")
+            weight = abs(lo[0]) if lo.len() and lo[0] is not None else 0.0
+            g = "" if og is None or ng is None or og == ng else f"graphed {og * 100:.0f}% -> {ng * 100:.0f}% of instances; "
+            ranked.append((
+                weight,
+                f"{g}launches per instance {ol:.1f} -> {nl:.1f} (eager {ph['old_eager_launches_per_instance']:.1f}"
+                f" -> {ph['new_eager_launches_per_instance']:.1f}, graph {ph['old_graph_launches_per_instance']:.1f}"
+                f" -> {ph['new_graph_launches_per_instance']:.1f})",
+            ))
+        k = view["kernels"].filter(pl.col("phase") == p).head(KERNEL_LINES)
+        for r in k.iter_rows(named=True):
+            d = r["delta_per_instance_ns"]
+            if d == 0:
+                continue
+            if r["status"] == "appeared":
+                text = f"kernel {r['family']} appeared: {r['new_count_per_instance']:.1f} per instance, {dur(r['new_mean_ns'])} each ({dur(d, True)} per instance)"
+            elif r["status"] == "vanished":
+                text = f"kernel {r['family']} vanished: was {r['old_count_per_instance']:.1f} per instance, {dur(r['old_mean_ns'])} each ({dur(d, True)} per instance)"
+            else:
+                text = (
+                    f"kernel {r['family']}: {dur(d, True)} per instance (mean {dur(r['old_mean_ns'])} -> {dur(r['new_mean_ns'])},"
+                    f" {r['old_count_per_instance']:.1f} -> {r['new_count_per_instance']:.1f} per instance)"
+                )
+            ranked.append((abs(d), text))
+        ranked.sort(key=lambda t: -t[0])
+        floor = SMALL_SHARE * abs(ph["delta_ns"] or 0.0)
+        shown = [(w, t) for w, t in ranked if w >= floor or w == ranked[0][0]]
+        lines += [f"  {i}. {t}" for i, (_, t) in enumerate(shown, 1)]
+        if len(shown) < len(ranked):
+            lines.append(f"  ({len(ranked) - len(shown)} smaller items under {dur(floor)} each left out; see the tables)")
+        if not ranked:
+            lines.append("  no difference in buckets, kernels or launches")
+    ml = manifest_lines(md)
+    if ml:
+        lines.append(f"manifest differences ({len(ml)}), most telling first:")
+        lines += [f"  - {m}" for m in ml]
+    else:
+        lines.append("manifests: no difference in environment, versions, GPU state, PCIe, world size or config")
+    return lines
+
+
+def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str) -> dict[str, Any]:
+    """The stable ``--json`` document: ``phases``, ``buckets`` (bucket -> {old_ns, new_ns,
+    delta_ns, basis} for the first phase compared), ``buckets_by_phase``, ``seq_buckets``,
+    ``kernels``, ``manifest_diff`` and ``explanation``."""
+    by_phase: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in view["buckets"].iter_rows(named=True):
+        by_phase.setdefault(r["phase"], {})[r["bucket"]] = {
+            "old_ns": r["old_ns"],
+            "new_ns": r["new_ns"],
+            "delta_ns": r["delta_ns"],
+            "basis": r["basis"],
+            "overall_old_ns": r["overall_old_ns"],
+            "overall_new_ns": r["overall_new_ns"],
+            "overall_delta_ns": r["overall_delta_ns"],
+        }
+    phases = view["phases"].get_column("phase").to_list()
+    return {
+        "old": old,
+        "new": new,
+        "phase": phases[0] if phases else None,
+        "phases": view["phases"].to_dicts(),
+        "buckets": by_phase.get(phases[0], {}) if phases else {},
+        "buckets_by_phase": by_phase,
+        "seq_buckets": view["seq_buckets"].to_dicts(),
+        "kernels": view["kernels"].to_dicts(),
+        "manifest_diff": md.to_dicts(),
+        "explanation": explanation(view, md),
+    }
+
+
+def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console) -> None:
+    """Print the tables and the explanation."""
+    for ph in view["phases"].iter_rows(named=True):
+        p = ph["phase"]
+        t = Table(title=f"{p}: mean per instance, all ranks (old -> new)", title_justify="left")
+        for c in ("", "old", "new", "delta"):
+            t.add_column(c, justify="left" if not c else "right")
+        t.add_row("instances", str(ph["old_instances"]), str(ph["new_instances"]), "")
+        tb = "GPU window" if ph["time_basis"] == "gpu_window_ns" else "host time"
+        t.add_row(tb, dur(ph["old_mean_ns"]), dur(ph["new_mean_ns"]), dur(ph["delta_ns"], True))
+        t.add_row("host range", dur(ph["old_host_mean_ns"]), dur(ph["new_host_mean_ns"]),
+                  dur(None if ph["old_host_mean_ns"] is None or ph["new_host_mean_ns"] is None else ph["new_host_mean_ns"] - ph["old_host_mean_ns"], True))
+        t.add_row("at matched seq/bs", dur(ph["matched_old_ns"]), dur(ph["matched_new_ns"]), dur(ph["matched_delta_ns"], True))
+        t.add_row("seq len (mean)", "n/a" if ph["old_seq_mean"] is None else f"{ph['old_seq_mean']:.0f}",
+                  "n/a" if ph["new_seq_mean"] is None else f"{ph['new_seq_mean']:.0f}", "")
+        for c, label in (("launches", "launches"), ("eager_launches", "eager launches"), ("graph_launches", "graph launches")):
+            a, b = ph[f"old_{c}_per_instance"], ph[f"new_{c}_per_instance"]
+            t.add_row(label, f"{a:.1f}", f"{b:.1f}", f"{b - a:+.1f}")
+        og, ng = ph["old_graphed_share"], ph["new_graphed_share"]
+        t.add_row("graphed instances", "n/a" if og is None else f"{og * 100:.0f}%", "n/a" if ng is None else f"{ng * 100:.0f}%", "")
+        console.print(t)
+        bt = Table(title=f"{p}: time per instance by bucket ({'matched seq/bs' if ph['matched_delta_ns'] is not None else 'overall'})", title_justify="left")
+        for c in ("bucket", "old", "new", "delta"):
+            bt.add_column(c, justify="left" if c == "bucket" else "right")
+        for r in view["buckets"].filter(pl.col("phase") == p).iter_rows(named=True):
+            if r["old_ns"] == 0 and r["new_ns"] == 0:
+                continue
+            bt.add_row(r["bucket"], dur(r["old_ns"]), dur(r["new_ns"]), dur(r["delta_ns"], True))
+        console.print(bt)
+        sq = view["seq_buckets"].filter(pl.col("phase") == p)
+        if sq.height > 1 or ph["old_seq_mean"] is not None:
+            st = Table(title=f"{p} by batch size and sequence length (mean per instance)", title_justify="left")
+            for c in ("bs", "seq len", "old n", "new n", "old", "new", "delta"):
+                st.add_column(c, justify="right")
+            for r in sq.iter_rows(named=True):
+                st.add_row(str(r["batch_size"]), "n/a" if r["seq_lo"] is None else f"{r['seq_lo']}-{r['seq_hi']}",
+                           str(r["old_n"]), str(r["new_n"]), dur(r["old_ns"]), dur(r["new_ns"]), dur(r["delta_ns"], True))
+            console.print(st)
+        kt = Table(title=f"{p}: kernel families, largest change per instance first", title_justify="left")
+        for c in ("family", "status", "count/inst old", "new", "mean old", "mean new", "per inst delta"):
+            kt.add_column(c, justify="left" if c in ("family", "status") else "right")
+        for r in view["kernels"].filter(pl.col("phase") == p).head(KERNEL_ROWS).iter_rows(named=True):
+            kt.add_row(
+                r["family"][:60], r["status"],
+                "-" if r["old_count_per_instance"] is None else f"{r['old_count_per_instance']:.1f}",
+                "-" if r["new_count_per_instance"] is None else f"{r['new_count_per_instance']:.1f}",
+                dur(r["old_mean_ns"]), dur(r["new_mean_ns"]), dur(r["delta_per_instance_ns"], True),
+            )
+        console.print(kt)
+    for line in explanation(view, md):
+        console.print(line, highlight=False, markup=False)
