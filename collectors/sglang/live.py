@@ -274,10 +274,11 @@ def run_live_capture(
     tdir.mkdir(parents=True, exist_ok=True)
     if rank_files(tdir):
         raise TracekitError("trace directory already holds rank traces; use an empty one", path=str(tdir))
-    vocab = info.get("vocab_size") if isinstance(info.get("vocab_size"), int) else 32000
+    raw_vocab = info.get("vocab_size")
+    vocab = raw_vocab if isinstance(raw_vocab, int) else 32000
     say(f"server {base}: sglang {info.get('version', '?')}, {world} rank(s); traces -> {tdir}")
 
-    gen = _Load(base, cfg, int(vocab))
+    gen = _Load(base, cfg, vocab)
     gen.start()
     started = time.time_ns()
     try:
