@@ -1,0 +1,296 @@
+"""Why phase A costs more than phase B (verify in extend mode vs a decode step), term by term.
+
+Pure functions over polars frames. Both sides go through the same attribution
+(``analyzers.attribution``); A and B can come from one run or two (with
+speculation on, SGLang's target never runs a plain decode step, so B often
+comes from a spec-off run).
+
+- Buckets: mean per instance on each side (every instance of every selected
+  rank counts once), delta = A - B, delta per token (A's mean per token minus
+  B's; tokens = the ``num_tokens`` fact, for decode ``batch_size`` when
+  ``num_tokens`` is missing), share of the total gap (delta / total delta of
+  the GPU window; can be negative or above 1 for one bucket).
+- Kernels: normalised kernel families (``tracekit.names.normalize_names``), count
+  per instance and mean duration per side, time per instance and its delta,
+  which side a family appears on only.
+- Launches and graph use per side; mean sequence length per side and the gap
+  per power-of-two sequence-length bucket present on both sides (comparing
+  at different sequence lengths misleads).
+- Explanations: one line per bucket with a material delta, ranked by |delta|.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import polars as pl
+
+from tracekit.errors import AnalysisError
+from tracekit.names import normalize_names
+from tracekit.schema import GPU_KINDS
+
+from .attribution import BUCKET_COLUMNS, attribute_instances, prepare, seq_bucket_edges
+from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS
+
+SIDE_MEANS: Final = (
+    "gpu_window_ns",
+    "host_ns",
+    *BUCKET_COLUMNS,
+    "queue_delay_ns",
+    "overlapped_comm_ns",
+    "launches",
+    "eager_launches",
+    "graph_launches",
+    "gpu_events",
+    "allreduce_kernel_ns",
+    "allreduce_wait_ns",
+)
+LABEL: Final = {
+    "attention": "attention",
+    "moe": "MoE",
+    "gemm": "dense GEMM",
+    "norm": "norm / rotary",
+    "elementwise": "elementwise",
+    "sampling": "sampling / spec bookkeeping",
+    "other": "other kernels",
+    "memory": "memcpy / memset",
+    "allreduce": "exposed allreduce",
+    "comm": "exposed other communication",
+    "launch_overhead": "launch overhead",
+    "idle": "GPU idle (dependency / sync)",
+}
+
+
+def _tokens(inst: pl.DataFrame) -> pl.Expr:
+    return pl.coalesce(
+        pl.col("num_tokens"),
+        pl.when(pl.col("phase") == "decode").then(pl.col("batch_size")).otherwise(None),
+    ).cast(pl.Float64)
+
+
+def side(events: pl.DataFrame, phase: str, rank: int | None, launch_latency_ns: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(instances, annotated events) of one side; AnalysisError when it has no instance."""
+    ev, phases = prepare(events, phase)
+    inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns)
+    if rank is not None:
+        inst = inst.filter(pl.col("rank") == rank)
+    if inst.height == 0:
+        raise AnalysisError(f"no {phase} instances" + (f" on rank {rank}" if rank is not None else ""), rank=rank)
+    return inst.with_columns(_tokens(inst).alias("tokens")), ev
+
+
+def side_summary(inst: pl.DataFrame) -> dict[str, Any]:
+    """Means per instance over a side's instances, plus counts."""
+    row = inst.select(
+        pl.len().alias("instances"),
+        pl.col("rank").n_unique().alias("ranks"),
+        *[pl.col(c).cast(pl.Float64).mean().alias(c) for c in SIDE_MEANS],
+        pl.col("tokens").mean().alias("mean_tokens"),
+        pl.col("batch_size").cast(pl.Float64).mean().alias("mean_batch_size"),
+        pl.col("seq_len").cast(pl.Float64).mean().alias("mean_seq_len"),
+        pl.col("accept_len").mean().alias("mean_accept_len"),
+        pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
+    ).row(0, named=True)
+    return dict(row)
+
+
+def bucket_table(a: dict[str, Any], b: dict[str, Any]) -> pl.DataFrame:
+    """One row per bucket (and a final ``gpu_window`` row): a_ns, b_ns (means per instance), delta."""
+    total = a["gpu_window_ns"] - b["gpu_window_ns"]
+    rows = []
+    for name in (*BUCKETS, "gpu_window"):
+        col = f"{name}_ns"
+        av, bv = a[col], b[col]
+        d = av - bv
+        per_tok = None
+        if a["mean_tokens"] and b["mean_tokens"]:
+            per_tok = av / a["mean_tokens"] - bv / b["mean_tokens"]
+        rows.append(
+            {
+                "bucket": name,
+                "a_ns": av,
+                "b_ns": bv,
+                "delta_ns": d,
+                "delta_per_token_ns": per_tok,
+                "share": d / total if total else None,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={"bucket": pl.String, "a_ns": pl.Float64, "b_ns": pl.Float64, "delta_ns": pl.Float64,
+                "delta_per_token_ns": pl.Float64, "share": pl.Float64},
+    )
+
+
+def kernel_table(ev_a: pl.DataFrame, inst_a: pl.DataFrame, ev_b: pl.DataFrame, inst_b: pl.DataFrame) -> pl.DataFrame:
+    """Kernel families: count per instance, mean duration and time per instance on each side."""
+
+    def per_side(ev: pl.DataFrame, inst: pl.DataFrame, tag: str) -> pl.DataFrame:
+        ids = inst.get_column("phase_id").implode()
+        g = ev.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("phase_id").is_in(ids))
+        n = inst.height
+        g = g.with_columns(normalize_names(g.get_column("name")).alias("family"))
+        return g.group_by("family").agg(
+            pl.col("category").drop_nulls().first().alias(f"{tag}_category"),
+            (pl.len() / n).alias(f"{tag}_count"),
+            pl.col("dur_ns").mean().alias(f"{tag}_mean_ns"),
+            (pl.col("dur_ns").sum() / n).alias(f"{tag}_per_instance_ns"),
+        )
+
+    ka = per_side(ev_a, inst_a, "a")
+    kb = per_side(ev_b, inst_b, "b")
+    k = ka.join(kb, on="family", how="full", coalesce=True)
+    return (
+        k.with_columns(
+            pl.coalesce(pl.col("a_category"), pl.col("b_category")).alias("category"),
+            pl.col("a_count").fill_null(0.0),
+            pl.col("b_count").fill_null(0.0),
+            pl.col("a_per_instance_ns").fill_null(0.0),
+            pl.col("b_per_instance_ns").fill_null(0.0),
+        )
+        .with_columns(
+            (pl.col("a_per_instance_ns") - pl.col("b_per_instance_ns")).alias("delta_ns"),
+            pl.when(pl.col("b_count") == 0).then(pl.lit("a")).when(pl.col("a_count") == 0).then(pl.lit("b")).otherwise(None).alias("only"),
+        )
+        .select("family", "category", "a_count", "b_count", "a_mean_ns", "b_mean_ns", "a_per_instance_ns", "b_per_instance_ns", "delta_ns", "only")
+        .sort([pl.col("delta_ns").abs(), "family"], descending=[True, False])
+    )
+
+
+def seq_table(inst_a: pl.DataFrame, inst_b: pl.DataFrame) -> pl.DataFrame:
+    """Mean GPU window per instance per power-of-two sequence-length bucket found on both sides."""
+    lo, hi = seq_bucket_edges(pl.col("seq_len"))
+
+    def agg(inst: pl.DataFrame, tag: str) -> pl.DataFrame:
+        return (
+            inst.filter(pl.col("seq_len").is_not_null())
+            .with_columns(lo.alias("seq_lo"), hi.alias("seq_hi"))
+            .group_by(["seq_lo", "seq_hi"])
+            .agg(pl.len().alias(f"{tag}_instances"), pl.col("gpu_window_ns").mean().alias(f"{tag}_window_ns"))
+        )
+
+    t = agg(inst_a, "a").join(agg(inst_b, "b"), on=["seq_lo", "seq_hi"], how="inner")
+    return t.with_columns((pl.col("a_window_ns") - pl.col("b_window_ns")).alias("delta_ns")).sort("seq_lo")
+
+
+def _ms(ns: float) -> str:
+    a = abs(ns)
+    if a >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def _families(kern: pl.DataFrame, cats: tuple[str, ...], sign: float, names: tuple[str, str], limit: int = 2) -> str:
+    k = kern.filter(pl.col("category").is_in(list(cats)))
+    k = k.filter((pl.col("delta_ns") * sign) > 0).head(limit)
+    bits = []
+    for r in k.iter_rows(named=True):
+        fam = r["family"][:50]
+        if r["only"] == "a":
+            bits.append(f"{fam} only in {names[0]} ({r['a_count']:.1f}/instance, {_ms(r['a_mean_ns'])} each)")
+        elif r["only"] == "b":
+            bits.append(f"{fam} only in {names[1]} ({r['b_count']:.1f}/instance, {_ms(r['b_mean_ns'])} each)")
+        else:
+            bits.append(
+                f"{fam} {r['a_count']:.1f} x {_ms(r['a_mean_ns'])} vs {r['b_count']:.1f} x {_ms(r['b_mean_ns'])} per instance"
+            )
+    return "; ".join(bits)
+
+
+def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b: dict[str, Any],
+                 a_name: str, b_name: str, min_share: float = 0.02) -> list[str]:
+    """Plain-language lines, one per bucket whose |delta| is at least min_share of the total, ranked."""
+    total = abs(a["gpu_window_ns"] - b["gpu_window_ns"])
+    rows = [r for r in buckets.iter_rows(named=True) if r["bucket"] != "gpu_window"]
+    rows.sort(key=lambda r: abs(r["delta_ns"]), reverse=True)
+    lines = []
+    for r in rows:
+        d = r["delta_ns"]
+        if d == 0 or (total > 0 and abs(d) < min_share * total):
+            continue
+        bucket = r["bucket"]
+        head = f"{'+' if d > 0 else '-'}{_ms(abs(d))} {LABEL[bucket]} per instance ({_ms(r['a_ns'])} in {a_name} vs {_ms(r['b_ns'])} in {b_name})"
+        if bucket == "launch_overhead":
+            why = (
+                f"{a_name} {int(a['graphed_instances'])}/{a['instances']} instances graphed, "
+                f"{a['eager_launches']:,.0f} eager + {a['graph_launches']:,.0f} graph launches per instance; "
+                f"{b_name} {int(b['graphed_instances'])}/{b['instances']} graphed, "
+                f"{b['eager_launches']:,.0f} eager + {b['graph_launches']:,.0f} graph launches"
+            )
+        elif bucket in ("allreduce", "comm"):
+            wa = a["allreduce_wait_ns"] / a["allreduce_kernel_ns"] if a["allreduce_kernel_ns"] and a["allreduce_wait_ns"] is not None else None
+            wb = b["allreduce_wait_ns"] / b["allreduce_kernel_ns"] if b["allreduce_kernel_ns"] and b["allreduce_wait_ns"] is not None else None
+            why = _families(kern, (bucket,), d, (a_name, b_name))
+            if wa is not None and wb is not None:
+                why += f"; waiting for the last rank: {100 * wa:.0f}% of allreduce time in {a_name} vs {100 * wb:.0f}%"
+        elif bucket == "idle":
+            why = "the GPU waited on dependencies, syncs or copies with work already issued"
+        else:
+            why = _families(kern, (bucket,), d, (a_name, b_name))
+        lines.append(head + (f": {why}" if why else ""))
+    return lines
+
+
+def gap_report(
+    a_events: pl.DataFrame,
+    b_events: pl.DataFrame | None = None,
+    *,
+    a: str = "verify",
+    b: str = "decode",
+    rank: int | None = None,
+    launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+) -> dict[str, Any]:
+    """Everything ``tracekit gap`` shows. ``b_events`` None: B comes from the same run.
+
+    Keys: a, b (side summaries: dicts of means per instance), buckets, kernels,
+    seq, by_rank (bucket means per side and rank), explanations (list of str),
+    total_delta_ns, warnings (list of str). AnalysisError messages start with
+    ``A:`` or ``B:`` so the caller can name the right file.
+    """
+    try:
+        inst_a, ev_a = side(a_events, a, rank, launch_latency_ns)
+    except AnalysisError as exc:
+        raise AnalysisError(f"A: {exc.message}", rank=exc.rank) from None
+    try:
+        inst_b, ev_b = side(b_events if b_events is not None else a_events, b, rank, launch_latency_ns)
+    except AnalysisError as exc:
+        raise AnalysisError(f"B: {exc.message}", rank=exc.rank) from None
+    sa, sb = side_summary(inst_a), side_summary(inst_b)
+    sa["phase"], sb["phase"] = a, b
+    buckets = bucket_table(sa, sb)
+    kern = kernel_table(ev_a, inst_a, ev_b, inst_b)
+    a_name, b_name = (a, b) if a != b else ("A", "B")
+    warnings: list[str] = []
+    if sa["mean_seq_len"] and sb["mean_seq_len"]:
+        ratio = sa["mean_seq_len"] / sb["mean_seq_len"]
+        if ratio > 1.25 or ratio < 0.8:
+            warnings.append(
+                f"sequence lengths differ: {a_name} at {sa['mean_seq_len']:,.0f} vs {b_name} at {sb['mean_seq_len']:,.0f} "
+                "on average; see the matched sequence-length rows"
+            )
+    elif sa["mean_seq_len"] is None or sb["mean_seq_len"] is None:
+        warnings.append("sequence length unknown on at least one side: the comparison cannot be matched by sequence length")
+    per_rank = pl.concat(
+        [
+            inst_a.group_by("rank").agg(pl.lit("a").alias("side"), pl.len().alias("instances"),
+                                       *[pl.col(c).cast(pl.Float64).mean() for c in ("gpu_window_ns", *BUCKET_COLUMNS)]),
+            inst_b.group_by("rank").agg(pl.lit("b").alias("side"), pl.len().alias("instances"),
+                                       *[pl.col(c).cast(pl.Float64).mean() for c in ("gpu_window_ns", *BUCKET_COLUMNS)]),
+        ]
+    ).sort(["rank", "side"])
+    return {
+        "a": sa,
+        "b": sb,
+        "buckets": buckets,
+        "kernels": kern,
+        "seq": seq_table(inst_a, inst_b),
+        "by_rank": per_rank,
+        "explanations": explanations(buckets, kern, sa, sb, a_name, b_name),
+        "total_delta_ns": sa["gpu_window_ns"] - sb["gpu_window_ns"],
+        "warnings": warnings,
+    }
+
+
+__all__ = ["bucket_table", "explanations", "gap_report", "kernel_table", "seq_table", "side", "side_summary"]

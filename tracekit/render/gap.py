@@ -1,0 +1,133 @@
+"""Render ``tracekit gap``: bucket table (means per instance), kernel evidence, ranked explanations, JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from tracekit.render.attribute import LABELS, ms
+
+
+def _num(v: Any) -> Any:
+    if v is None:
+        return None
+    return float(v) if isinstance(v, float) else v
+
+
+def side_json(s: dict[str, Any], run: str | None) -> dict[str, Any]:
+    out = {k: _num(v) for k, v in s.items()}
+    out["run"] = run
+    return out
+
+
+def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
+    """The stable ``--json`` document (times in ns, means per instance)."""
+    doc: dict[str, Any] = {
+        "units": "ns, mean per phase instance (each instance of each selected rank counts once)",
+        "a": side_json(rep["a"], a_run),
+        "b": side_json(rep["b"], b_run),
+        "buckets": {
+            r["bucket"]: {
+                "a_ns": r["a_ns"],
+                "b_ns": r["b_ns"],
+                "delta_ns": r["delta_ns"],
+                "delta_per_token_ns": r["delta_per_token_ns"],
+                "share_of_gap": r["share"],
+            }
+            for r in rep["buckets"].iter_rows(named=True)
+            if r["bucket"] != "gpu_window"
+        },
+        "total_delta_ns": rep["total_delta_ns"],
+        "explanations": rep["explanations"],
+        "kernels": rep["kernels"].to_dicts(),
+        "seq": rep["seq"].to_dicts(),
+        "warnings": rep["warnings"],
+    }
+    if by_rank:
+        doc["by_rank"] = rep["by_rank"].to_dicts()
+    return doc
+
+
+def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None:
+    a, b = rep["a"], rep["b"]
+    an, bn = a["phase"], b["phase"]
+    if an == bn:
+        an, bn = f"A:{an}", f"B:{bn}"
+    def desc(x: dict[str, Any]) -> str:
+        tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
+        seq = "unknown" if x["mean_seq_len"] is None else f"{x['mean_seq_len']:,.0f}"
+        return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens, seq len {seq}"
+
+    console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)} (means per instance)", soft_wrap=True)
+    t = Table(title=f"{an} vs {bn}: GPU window per instance (mean over instances of all selected ranks)")
+    for c in ("bucket", an, bn, "delta", "delta/token", "share of gap"):
+        t.add_column(c, justify="right" if c != "bucket" else "left")
+    for r in rep["buckets"].iter_rows(named=True):
+        name = r["bucket"]
+        if name != "gpu_window" and r["a_ns"] == 0 and r["b_ns"] == 0:
+            continue
+        label = "GPU window" if name == "gpu_window" else LABELS[name]
+        t.add_row(
+            label,
+            ms(r["a_ns"]),
+            ms(r["b_ns"]),
+            ("+" if r["delta_ns"] > 0 else "") + ms(r["delta_ns"]),
+            "n/a" if r["delta_per_token_ns"] is None else ms(r["delta_per_token_ns"]),
+            "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
+            style="bold" if name == "gpu_window" else None,
+        )
+    console.print(t)
+    console.print(
+        f"  launches per instance: {an} {a['eager_launches']:,.1f} eager + {a['graph_launches']:,.1f} graph "
+        f"({int(a['graphed_instances'])}/{a['instances']} graphed); {bn} {b['eager_launches']:,.1f} eager + "
+        f"{b['graph_launches']:,.1f} graph ({int(b['graphed_instances'])}/{b['instances']} graphed)",
+        soft_wrap=True,
+    )
+    k = rep["kernels"].head(12)
+    if k.height:
+        kt = Table(title="kernel families with the largest time difference (per instance)")
+        for c in ("family", "category", f"{an} n×mean", f"{bn} n×mean", "delta", "only in"):
+            kt.add_column(c, justify="left" if c in ("family", "category") else "right")
+        for r in k.iter_rows(named=True):
+            kt.add_row(
+                r["family"][:48],
+                r["category"] or "",
+                f"{r['a_count']:.1f}×{ms(r['a_mean_ns'])}" if r["a_count"] else "-",
+                f"{r['b_count']:.1f}×{ms(r['b_mean_ns'])}" if r["b_count"] else "-",
+                ("+" if r["delta_ns"] > 0 else "") + ms(r["delta_ns"]),
+                {"a": an, "b": bn}.get(r["only"] or "", ""),
+            )
+        console.print(kt)
+    seq = rep["seq"]
+    if seq.height:
+        st = Table(title="GPU window per instance at matched sequence length (buckets present on both sides)")
+        for c in ("seq len", f"{an} n", an, f"{bn} n", bn, "delta"):
+            st.add_column(c, justify="right")
+        for r in seq.iter_rows(named=True):
+            st.add_row(f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}", str(r["a_instances"]), ms(r["a_window_ns"]),
+                       str(r["b_instances"]), ms(r["b_window_ns"]), ms(r["delta_ns"]))
+        console.print(st)
+    if by_rank:
+        rt = Table(title="per rank: GPU window per instance")
+        for c in ("rank", an, bn, "delta"):
+            rt.add_column(c, justify="right")
+        br = rep["by_rank"]
+        for rank in sorted(br.get_column("rank").unique().to_list()):
+            ra = br.filter((pl.col("rank") == rank) & (pl.col("side") == "a"))
+            rb = br.filter((pl.col("rank") == rank) & (pl.col("side") == "b"))
+            va = ra.get_column("gpu_window_ns")[0] if ra.height else None
+            vb = rb.get_column("gpu_window_ns")[0] if rb.height else None
+            rt.add_row(str(rank), ms(va), ms(vb), ms(va - vb) if va is not None and vb is not None else "n/a")
+        console.print(rt)
+    total = rep["total_delta_ns"]
+    console.print(f"{an} costs {('+' if total > 0 else '')}{ms(total)} per instance more than {bn} on the GPU; explained by:")
+    for line in rep["explanations"]:
+        console.print(f"  {line}", soft_wrap=True)
+    for w in rep["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+
+
+__all__ = ["render", "to_json"]
