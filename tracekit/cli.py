@@ -278,6 +278,42 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
         render_attribute.render(report, by, Console(width=max(width, 150) if by != "rank" else width), r.manifest)
 
 
+@cli.command("gap")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("--a", "a", default="verify", show_default=True, help="Phase A (name or regex, as for attribute --phase).")
+@click.option("--b", "b", default="decode", show_default=True, help="Phase B.")
+@click.option("--b-run", type=click.Path(dir_okay=True), default=None, help="Take B from this run (e.g. speculation off).")
+@click.option("--rank", type=click.IntRange(0), default=None, help="Only this rank (default: all ranks, each instance once).")
+@click.option("--by", "by", type=click.Choice(["all", "rank"]), default="all", show_default=True, help="rank: also show each rank.")
+@click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,
+              help="Idle after a launch call returns that still counts as launch overhead.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: str, launch_latency_us: float, as_json: bool) -> None:
+    """Why phase A (verify, extend mode) costs more than phase B (decode): bucket by bucket, kernel by kernel."""
+    import json
+
+    from rich.console import Console
+
+    from tracekit.analyzers.gap import gap_report  # type: ignore[import-not-found]
+    from tracekit.errors import AnalysisError
+    from tracekit.render import gap as render_gap
+    from tracekit.store import read_run
+
+    ev_a = read_run(run)
+    ev_b = read_run(b_run) if b_run is not None else None
+    try:
+        rep = gap_report(ev_a, ev_b, a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000))
+    except AnalysisError as exc:
+        path = b_run if (b_run is not None and exc.message.startswith("B:")) else run
+        raise _analysis_error(exc, path) from None
+    if as_json:
+        doc = render_gap.to_json(rep, run, b_run or run, by_rank=by == "rank")
+        click.echo(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        render_gap.render(rep, Console(width=max(Console().width, 120)), by_rank=by == "rank")
+
+
 # --- export / validate-trace (export) ---
 
 
