@@ -20,7 +20,7 @@ from collections.abc import Iterable
 Rule = tuple[str, str]
 
 _VERIFY = re.compile(r"^(step\[(TARGET_)?VERIFY\b|tracekit:verify\b)")
-_STEP = re.compile(r"^step\[([A-Z_]+)\b")
+_STEP = re.compile(r"^step\[([A-Z][A-Z0-9_]*)\b")
 SPEC_DECODE_IS_DRAFT: Rule = (r"^step\[DECODE\b", "draft")
 
 
