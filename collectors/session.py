@@ -60,29 +60,52 @@ _GRAPH_LAUNCH_RE = re.compile(r"^(cuda|cu)GraphLaunch")
 _RELATIVE_LIMIT_NS = 10**17  # ~3 years: anything below is not a Unix-epoch time stamp
 
 
-def _category(ev: Any, name: str) -> str:
-    """Kineto category of a _KinetoEvent (``activity_type`` where torch has it, else inferred)."""
-    at = getattr(ev, "activity_type", None)
-    if at is not None:
-        val = at() if callable(at) else at
-        if isinstance(val, str) and val:
-            return val.lower()
-    if str(ev.device_type()).endswith("CUDA"):
+_RUNTIME_NAME_RE = re.compile(r"^cu(da)?[A-Z]")
+_GPU_SYNC_RE = re.compile(r"^(Stream|Event|Context|Device) (Sync|Wait)")
+
+
+def _infer_category(name: str, on_gpu: bool, user_ann: bool, ann_names: set[str]) -> str:
+    """Kineto category where ``_KinetoEvent.activity_type`` is missing (torch 2.11 lacks it)."""
+    if on_gpu:
+        if user_ann or name in ann_names:
+            return "gpu_user_annotation"
         if name.startswith("Memcpy"):
             return "gpu_memcpy"
         if name.startswith("Memset"):
             return "gpu_memset"
+        if _GPU_SYNC_RE.match(name):
+            return "cuda_sync"
         return "kernel"
-    if name.startswith(("cuda", "cu")) and (_LAUNCH_RE.match(name) or _SYNC_RE.match(name)):
-        return "cuda_runtime"
-    if ev.is_user_annotation():
+    if user_ann:
         return "user_annotation"
+    if _RUNTIME_NAME_RE.match(name):
+        return "cuda_runtime"
     return "cpu_op"
 
 
+def _categories(kevents: Any, names: list[str]) -> list[str]:
+    """Kineto category of every event: ``activity_type()`` where torch has it (2.13), else inferred (2.11)."""
+    if not len(kevents):
+        return []
+    first = kevents[0]
+    if hasattr(first, "activity_type"):
+        return [str(ev.activity_type()).lower() for ev in kevents]
+    on_gpu = [str(ev.device_type()).endswith("CUDA") for ev in kevents]
+    if hasattr(first, "is_user_annotation"):
+        ua = [bool(ev.is_user_annotation()) for ev in kevents]
+    else:
+        ua = [False] * len(names)
+    # a GPU event named like a host record_function range is its projection on the stream
+    ann = {n for n, g, u in zip(names, on_gpu, ua, strict=True) if u and not g}
+    return [_infer_category(n, g, u, ann) for n, g, u in zip(names, on_gpu, ua, strict=True)]
+
+
 def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) -> tuple[pl.DataFrame, str]:
-    """Convert ``_KinetoEvent``s to an event frame (schema columns). Returns (frame, time base note)."""
-    n = len(kevents)
+    """Convert ``_KinetoEvent``s to an event frame (schema columns). Returns (frame, time base note).
+
+    Works with and without ``activity_type``/``external_id`` on the event objects (torch 2.13 has
+    both, torch 2.11 neither).
+    """
     kinds: list[str] = []
     names: list[str] = []
     devs: list[int] = []
@@ -92,9 +115,10 @@ def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) 
     durs: list[int] = []
     corrs: list[int | None] = []
     exts: list[int | None] = []
-    for ev in kevents:
-        name = ev.name()
-        cat = _category(ev, name)
+    all_names = [ev.name() for ev in kevents]
+    cats = _categories(kevents, all_names)
+    has_ext = bool(len(kevents)) and hasattr(kevents[0], "external_id")
+    for ev, name, cat in zip(kevents, all_names, cats, strict=True):
         kind = _CAT_KIND.get(cat)
         if kind is None:
             continue
@@ -121,7 +145,7 @@ def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) 
             corrs.append(c if c else None)
         else:
             corrs.append(None)
-        x = ev.external_id()
+        x = ev.external_id() if has_ext else None
         exts.append(x if x else None)
     base = "absolute"
     if starts and min(starts) < _RELATIVE_LIMIT_NS:
@@ -156,7 +180,6 @@ def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) 
         .otherwise(None)
         .alias("graph")
     )
-    del n
     return schema.conform(df), base
 
 
@@ -220,7 +243,8 @@ class ProfilerSession:
                 "events_fetch_ns": t1 - t0,
                 "convert_ns": t2 - t1,
                 "time_base": note,
-                "activity_type_api": bool(kev) and hasattr(kev[0], "activity_type"),
+                "activity_type_api": bool(len(kev)) and hasattr(kev[0], "activity_type"),
+                "external_id_api": bool(len(kev)) and hasattr(kev[0], "external_id"),
                 "trace_start_ns": base,
             }
         )
