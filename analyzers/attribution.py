@@ -165,6 +165,19 @@ def bucket_codes(gpu: pl.DataFrame) -> npt.NDArray[np.int8]:
     return codes.to_numpy().astype(np.int8)
 
 
+def _first_of_launch(rank: I64, corr: I64, has: npt.NDArray[np.bool_], start: I64) -> npt.NDArray[np.bool_]:
+    """True for the earliest GPU event of each (rank, correlation); events without one are first."""
+    first = np.ones(rank.size, dtype=bool)
+    idx = np.flatnonzero(has)
+    if idx.size == 0:
+        return first
+    order = idx[np.lexsort((start[idx], corr[idx], rank[idx]))]
+    dup = np.zeros(order.size, dtype=bool)
+    dup[1:] = (rank[order][1:] == rank[order][:-1]) & (corr[order][1:] == corr[order][:-1])
+    first[order[dup]] = False
+    return first
+
+
 def _launch_info(ev: pl.DataFrame, gpu_rank: I64, gpu_corr: I64, gpu_has: npt.NDArray[np.bool_]) -> I64:
     """End of the launch call of each GPU event via (rank, correlation); UNKNOWN_LAUNCH if none."""
     out = np.full(gpu_rank.size, UNKNOWN_LAUNCH, dtype=np.int64)
@@ -233,11 +246,12 @@ def attribute_instances(
     g_inst = dense[g_pid]
     mem = g_inst >= 0
     corr = gpu.get_column("correlation")
-    launch_end = _launch_info(
-        events, g_rank, corr.fill_null(0).to_numpy().astype(np.int64), corr.is_not_null().to_numpy()
-    )
+    g_corr = corr.fill_null(0).to_numpy().astype(np.int64)
+    g_has = corr.is_not_null().to_numpy()
+    launch_end = _launch_info(events, g_rank, g_corr, g_has)
+    first = _first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
     codes = bucket_codes(gpu)
-    w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns)
+    w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first)
 
     i_rank = inst.get_column("rank").to_numpy().astype(np.int64)
     host_start = inst.get_column("start_ns").to_numpy().astype(np.int64)

@@ -17,9 +17,11 @@ of the rank's device) lands in exactly one bucket, in integer ns:
   min(g1, launch_end(N) + launch_latency_ns) (the GPU waited for the host to
   issue N, plus the launch latency after the call returned) and ``idle`` = the
   rest (N was already issued: it waited for a dependency, a sync, a copy).
-  Kernels replayed from a CUDA graph share the ``cudaGraphLaunch`` call, so
-  gaps inside a replay are idle, not launch overhead; events whose launch is
-  unknown (traces without runtime rows) leave their gaps idle.
+  The latency allowance applies only to the first GPU event of a launch call:
+  kernels replayed from a CUDA graph share the ``cudaGraphLaunch`` call, so
+  gaps inside a replay are idle, not launch overhead (unless the host was
+  still inside the cudaGraphLaunch call: that part is launch overhead); events
+  whose launch is unknown (traces without runtime rows) leave their gaps idle.
 
 Implementation: events sorted by (instance, start); a running maximum of ends
 finds gaps and clusters of overlapping events. Events alone in their cluster
@@ -94,12 +96,14 @@ def walk(
     launch_end: I64,
     n_instances: int,
     launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+    first_of_launch: npt.NDArray[np.bool_] | None = None,
 ) -> Walk:
     """Exclusive buckets per instance.
 
     inst: dense instance index 0..n_instances-1 per GPU event; code: bucket code
     0..9 per event (BUCKETS order); launch_end: end of the event's launch call
-    (UNKNOWN_LAUNCH when not known).
+    (UNKNOWN_LAUNCH when not known); first_of_launch: False for events whose
+    launch call already issued an earlier event (graph replays); None: all True.
     """
     K = n_instances
     n = inst.size
@@ -112,6 +116,8 @@ def walk(
     if not (np.all(d_inst >= 0) and np.all((d_inst > 0) | (np.diff(start) >= 0))):
         order = np.lexsort((start, inst))
         inst, start, end, code, launch_end = inst[order], start[order], end[order], code[order], launch_end[order]
+        if first_of_launch is not None:
+            first_of_launch = first_of_launch[order]
     end = np.maximum(end, start)
     first = np.empty(n, dtype=bool)
     first[0] = True
@@ -153,7 +159,8 @@ def walk(
         g0 = start[g] - glen
         le = launch_end[g]
         known = le != UNKNOWN_LAUNCH
-        lim = np.minimum(start[g], np.where(known, le, 0) + launch_latency_ns)
+        lat = launch_latency_ns if first_of_launch is None else np.where(first_of_launch[g], launch_latency_ns, 0)
+        lim = np.minimum(start[g], np.where(known, le, 0) + lat)
         lpart = np.where(known, np.clip(lim - g0, 0, glen), 0)
         buckets += _bincount(inst[g] * NB + LAUNCH, lpart, K * NB)
         buckets += _bincount(inst[g] * NB + IDLE, glen - lpart, K * NB)

@@ -178,3 +178,18 @@ def test_removing_a_kernel_moves_its_exclusive_time_to_gaps(
     assert moved[LAUNCH] + moved[IDLE] == -(e_i - s_i)
     rest = [j for j in range(len(BUCKETS)) if j not in (c_i, LAUNCH, IDLE)]
     assert (moved[rest] == 0).all()
+
+
+def test_latency_allowance_only_for_the_first_event_of_a_launch() -> None:
+    # one cudaGraphLaunch ending at 5 replays three kernels; a 20 ns latency allowance must not
+    # turn the gaps between replayed kernels into launch overhead
+    a = np.array([[0, 8, 10, C["gemm"], 5], [0, 12, 20, C["attention"], 5], [0, 22, 30, C["moe"], 5]], dtype=np.int64)
+    first = np.array([True, False, False])
+    w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 20, first)
+    assert w.buckets[0, LAUNCH] == 0 and w.buckets[0, IDLE] == 4
+    w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 20)  # all first: allowance applies
+    assert w.buckets[0, LAUNCH] == 4
+    # the host still inside a long cudaGraphLaunch call (ends at 21): the GPU waits for it
+    a[:, 4] = 21
+    w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 20, first)
+    assert w.buckets[0, LAUNCH] == 2 + 1 and w.buckets[0, IDLE] == 1
