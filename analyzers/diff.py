@@ -49,6 +49,7 @@ from tracekit.schema import KERNEL
 
 from .attribution import BUCKET_COLUMNS, attribute_instances, prepare
 from .families import family_column
+from .phase_rows import annotated
 
 EXTRA_TIME: Final = ("allreduce_wait_ns", "allreduce_transfer_ns", "queue_delay_ns", "overlapped_comm_ns")
 TIME_COLUMNS: Final = ("host_ns", "gpu_window_ns", *BUCKET_COLUMNS, *EXTRA_TIME)
@@ -69,7 +70,7 @@ def nice_width(lo: float, hi: float, target: int = TARGET_BUCKETS) -> int:
 
 def run_instances(events: pl.DataFrame, phase: str | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(annotated events, attribution instance table) of the selected phase(s)."""
-    ev, phases = prepare(events, phase)
+    ev, phases = prepare(annotated(events), phase)
     return ev, attribute_instances(ev, phases)
 
 
@@ -181,6 +182,8 @@ def _phase_summary(
         "fit_basis": None if fit is None else fit_basis,
         "fit_slope_ns_per_token": None if fit is None else fit[0],
         "fit_shift_ns": fit_shift,
+        "fit_seq_min": None if fit is None else fit[2],
+        "fit_seq_max": None if fit is None else fit[3],
         "extrapolated": extrapolated,
         "old_graphed_share": graphed_share(old),
         "new_graphed_share": graphed_share(new),

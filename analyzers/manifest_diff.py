@@ -22,7 +22,7 @@ from typing import Any, Final
 import polars as pl
 
 VOLATILE: Final = re.compile(
-    r"(^|\.)(taken_unix_ns|created_unix_ns|pid|ppid|when|uuid|pci_bus_id|nvml_errors|finalize_ns)(\.|$)"
+    r"(^|\.)(taken_unix_ns|created_unix_ns|pid|ppid|when|uuid|pci_bus_id|nvml_errors|finalize_ns|MASTER_PORT)(\.|$)"
     r"|^(sources|clock|session|unprofiled|profiled|dilation|counters|tracekit_version_build)(\.|$)"
     r"|^end\.env(\.|$)|^end\.taken_unix_ns$"
 )

@@ -34,14 +34,26 @@ INSTANCE_COLUMNS: Final = (
 )
 
 
-def annotated(events: pl.DataFrame) -> pl.DataFrame:
-    """``events`` with phase membership: as is when its phase ranges carry ids, else annotated."""
-    has_ids = events.filter(
+def ids_usable(events: pl.DataFrame) -> bool:
+    """True when phase ranges carry ids and no id is used on two ranks.
+
+    (Per-rank shards annotated one by one and then merged number their instances
+    from 0 on every rank; such ids collide across ranks and are not usable.)"""
+    ranges = events.filter(
         pl.col("kind").is_in([schema.RANGE, schema.GPU_RANGE])
         & pl.col("phase_id").is_not_null()
         & pl.col("phase").is_not_null()
-    ).height
-    return events if has_ids else annotate_phases(events)
+    )
+    if ranges.is_empty():
+        return False
+    shared = ranges.group_by("phase_id").agg(pl.col("rank").n_unique().alias("n")).filter(pl.col("n") > 1)
+    return shared.is_empty()
+
+
+def annotated(events: pl.DataFrame) -> pl.DataFrame:
+    """``events`` with usable phase membership: as is when ``ids_usable``, else re-annotated
+    (``annotate_phases`` numbers instances over the whole table)."""
+    return events if ids_usable(events) else annotate_phases(events)
 
 
 def phase_instances(events: pl.DataFrame, phases: tuple[str, ...] | None = None) -> pl.DataFrame:

@@ -179,49 +179,53 @@ def shrink_targets(parts_ns: dict[str, float], needed_cycle_ns: float) -> dict[s
 # ---------------------------------------------------------------- from a trace
 
 
+CYCLE_SCHEMA: Final[dict[str, pl.DataType]] = {
+    "rank": pl.Int32(),
+    "cycle": pl.Int64(),
+    "start_ns": pl.Int64(),
+    "cycle_ns": pl.Int64(),
+    **{c: pl.Int64() for c in PART_COLUMNS},
+    "other_phases_ns": pl.Int64(),
+    "batch_size": pl.Int64(),
+    "verify_tokens": pl.Float64(),
+    "accept_len": pl.Float64(),
+    "graphed": pl.Boolean(),
+}
+
+
 def cycles(events: pl.DataFrame) -> pl.DataFrame:
     """One row per complete speculative cycle per rank.
 
-    A cycle starts at a ``draft`` range and ends at the start of the rank's next
-    ``draft``; the last draft of each rank has no end and is dropped, so is any
-    cycle in which a ``decode`` or ``prefill`` ran (not a pure speculative
-    cycle). Columns: rank, cycle (the verify's cycle fact, else the ordinal),
-    start_ns, cycle_ns, draft_ns, verify_ns, draft_extend_ns (host range time
-    summed over the cycle's ranges of that phase), host_between_ns (the rest),
-    batch_size, verify_tokens (tokens per request in verify), accept_len
-    (bonus excluded), graphed (verify ran from a CUDA graph).
+    A cycle starts at a ``draft`` range (each draft opens the next cycle of its
+    rank) and ends where the first phase range after the cycle's last
+    speculative phase (draft, verify, draft_extend) starts: the next cycle's draft
+    in a serving loop, or a plain ``decode`` / ``prefill`` step the program runs
+    between cycles (the built-in workload runs a reference decode after each
+    cycle), which is then not part of the cycle. A decode/prefill range that
+    starts inside the cycle is subtracted (``other_phases_ns``). A draft with no
+    later phase range on its rank (the last one) and a cycle without a verify are
+    dropped.
+
+    Columns: rank, cycle (the verify's cycle fact, else the ordinal), start_ns,
+    cycle_ns, draft_ns, verify_ns, draft_extend_ns (host range time summed over
+    the cycle's ranges of that phase), host_between_ns (the rest of the cycle),
+    other_phases_ns, batch_size, verify_tokens (tokens per request in verify),
+    accept_len (bonus excluded), graphed (verify ran from a CUDA graph).
     """
     inst = phase_instances(events, ("draft", "verify", "draft_extend", "decode", "prefill"))
     if inst.filter(pl.col("phase") == "draft").is_empty():
-        return pl.DataFrame(
-            schema={
-                "rank": pl.Int32(),
-                "cycle": pl.Int64(),
-                "start_ns": pl.Int64(),
-                "cycle_ns": pl.Int64(),
-                **{c: pl.Int64() for c in PART_COLUMNS},
-                "batch_size": pl.Int64(),
-                "verify_tokens": pl.Float64(),
-                "accept_len": pl.Float64(),
-                "graphed": pl.Boolean(),
-            }
-        )
+        return pl.DataFrame(schema=CYCLE_SCHEMA)
     inst = inst.sort(["rank", "start_ns", "dur_ns"], descending=[False, False, True])
     inst = inst.with_columns(
-        (pl.col("phase") == "draft").cast(pl.Int64()).cum_sum().over("rank").alias("_ord")
+        (pl.col("phase") == "draft").cast(pl.Int64()).cum_sum().over("rank").alias("_ord"),
+        pl.col("phase").is_in(list(SPEC_PHASES)).alias("_spec"),
     ).filter(pl.col("_ord") > 0)
-    bounds = (
-        inst.filter(pl.col("phase") == "draft")
-        .group_by(["rank", "_ord"])
-        .agg(pl.col("start_ns").min().alias("_c0"))
-        .sort(["rank", "_ord"])
-        .with_columns(pl.col("_c0").shift(-1).over("rank").alias("_c1"))
-    )
     per = inst.group_by(["rank", "_ord"]).agg(
+        pl.col("start_ns").filter(pl.col("phase") == "draft").min().alias("_c0"),
+        pl.col("end_ns").filter(pl.col("_spec")).max().alias("_spec_end"),
         pl.col("dur_ns").filter(pl.col("phase") == "draft").sum().alias("draft_ns"),
         pl.col("dur_ns").filter(pl.col("phase") == "verify").sum().alias("verify_ns"),
         pl.col("dur_ns").filter(pl.col("phase") == "draft_extend").sum().alias("draft_extend_ns"),
-        pl.col("phase").is_in(["decode", "prefill"]).any().alias("_impure"),
         pl.col("cycle").filter(pl.col("phase") == "verify").first().alias("_vcycle"),
         pl.col("batch_size").filter(pl.col("phase") == "verify").first().alias("batch_size"),
         pl.col("num_tokens").filter(pl.col("phase") == "verify").first().alias("_vtok"),
@@ -229,43 +233,48 @@ def cycles(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("graphed").filter(pl.col("phase") == "verify").first().alias("graphed"),
         (pl.col("phase") == "verify").any().alias("_has_verify"),
     )
+    # decode/prefill ranges that start inside [c0, spec_end) are not cycle time
+    inner = (
+        inst.filter(~pl.col("_spec"))
+        .join(per.select("rank", "_ord", "_spec_end"), on=["rank", "_ord"])
+        .filter(pl.col("start_ns") < pl.col("_spec_end"))
+        .group_by(["rank", "_ord"])
+        .agg(pl.col("dur_ns").sum().alias("other_phases_ns"))
+    )
+    starts = inst.select("rank", pl.col("start_ns").alias("_next")).sort("_next")
+    nxt = (
+        per.select("rank", "_ord", "_spec_end")
+        .drop_nulls("_spec_end")
+        .sort("_spec_end")
+        .join_asof(starts, left_on="_spec_end", right_on="_next", by="rank", strategy="forward",
+                   check_sortedness=False)
+    )
     out = (
-        bounds.join(per, on=["rank", "_ord"])
-        .filter(pl.col("_c1").is_not_null() & ~pl.col("_impure") & pl.col("_has_verify"))
+        per.join(nxt.select("rank", "_ord", "_next"), on=["rank", "_ord"], how="left")
+        .join(inner, on=["rank", "_ord"], how="left")
+        .with_columns(pl.col("other_phases_ns").fill_null(0))
+        .filter(pl.col("_next").is_not_null() & pl.col("_has_verify") & pl.col("_c0").is_not_null())
         .with_columns(
-            (pl.col("_c1") - pl.col("_c0")).alias("cycle_ns"),
+            (pl.col("_next") - pl.col("_c0") - pl.col("other_phases_ns")).alias("cycle_ns"),
             pl.coalesce(pl.col("_vcycle"), pl.col("_ord")).alias("cycle"),
-            (pl.col("_vtok").cast(pl.Float64()) / pl.col("batch_size").cast(pl.Float64())).alias(
-                "verify_tokens"
-            ),
-        )
-        .with_columns(
-            (
-                pl.col("cycle_ns")
-                - pl.col("draft_ns")
-                - pl.col("verify_ns")
-                - pl.col("draft_extend_ns")
-            ).alias("host_between_ns"),
+            (pl.col("_vtok").cast(pl.Float64()) / pl.col("batch_size").cast(pl.Float64())).alias("verify_tokens"),
             pl.col("_c0").alias("start_ns"),
         )
+        .with_columns(
+            (pl.col("cycle_ns") - pl.col("draft_ns") - pl.col("verify_ns") - pl.col("draft_extend_ns")).alias(
+                "host_between_ns"
+            )
+        )
     )
-    return out.select(
-        pl.col("rank").cast(pl.Int32()),
-        pl.col("cycle").cast(pl.Int64()),
-        "start_ns",
-        "cycle_ns",
-        *[pl.col(c).cast(pl.Int64()) for c in PART_COLUMNS],
-        pl.col("batch_size").cast(pl.Int64()),
-        "verify_tokens",
-        "accept_len",
-        "graphed",
-    ).sort(["rank", "start_ns"])
+    return out.select([pl.col(c).cast(t) for c, t in CYCLE_SCHEMA.items()]).sort(["rank", "start_ns"])
 
 
 def decode_steps(events: pl.DataFrame) -> pl.DataFrame:
-    """Plain decode step periods per rank: start of a ``decode`` range to the start of the
-    rank's next one when no other phase ran between them. Columns: rank, batch_size,
-    step_ns, dur_ns (the range's own host time)."""
+    """Plain decode step times per rank. ``step_ns`` is the period (start of a ``decode``
+    range to the start of the rank's next range) when the next range is a decode too,
+    else the decode range's own host time (``basis`` "period" or "range": decodes
+    interleaved with other phases, as in the built-in workload). Columns: rank,
+    batch_size, step_ns, dur_ns, basis."""
     inst = phase_instances(events, ("draft", "verify", "draft_extend", "decode", "prefill")).sort(
         ["rank", "start_ns"]
     )
@@ -273,15 +282,13 @@ def decode_steps(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("phase").shift(-1).over("rank").alias("_next_phase"),
         pl.col("start_ns").shift(-1).over("rank").alias("_next_start"),
     )
-    return inst.filter(
-        (pl.col("phase") == "decode")
-        & (pl.col("_next_phase") == "decode")
-        & pl.col("_next_start").is_not_null()
-    ).select(
+    periodic = (pl.col("_next_phase") == "decode") & pl.col("_next_start").is_not_null()
+    return inst.filter(pl.col("phase") == "decode").select(
         pl.col("rank"),
         pl.col("batch_size"),
-        (pl.col("_next_start") - pl.col("start_ns")).alias("step_ns"),
+        pl.when(periodic).then(pl.col("_next_start") - pl.col("start_ns")).otherwise(pl.col("dur_ns")).alias("step_ns"),
         pl.col("dur_ns"),
+        pl.when(periodic).then(pl.lit("period")).otherwise(pl.lit("range")).alias("basis"),
     )
 
 
@@ -378,6 +385,8 @@ def decode_step_by_bs(events: pl.DataFrame) -> dict[int, float]:
     steps = decode_steps(events)
     if steps.is_empty():
         return {}
+    if steps.filter(pl.col("basis") == "period").height:  # consecutive steps: use their periods only
+        steps = steps.filter(pl.col("basis") == "period")
     per = (
         steps.with_columns(pl.col("batch_size").fill_null(1))
         .group_by(["batch_size", "rank"])
@@ -386,6 +395,13 @@ def decode_step_by_bs(events: pl.DataFrame) -> dict[int, float]:
         .agg(pl.col("step_ns").max())
     )
     return {int(b): float(s) for b, s in per.iter_rows()}
+
+
+def _decode_basis(events: pl.DataFrame) -> str:
+    steps = decode_steps(events)
+    if steps.filter(pl.col("basis") == "period").height:
+        return "period of consecutive decode steps"
+    return "decode range host time (decode steps not consecutive)"
 
 
 def spec_report(
@@ -411,12 +427,13 @@ def spec_report(
     if baseline_tps is not None:
         decode, source = step_ns_from_tps(baseline_tps), f"baseline {baseline_tps:g} tok/s"
     elif baseline is not None:
-        decode, source = decode_step_by_bs(baseline), "baseline run decode steps"
+        decode = decode_step_by_bs(baseline)
         if not decode:
-            raise AnalysisError("the baseline run has no consecutive decode steps")
+            raise AnalysisError("the baseline run has no decode phase")
+        source = f"baseline run: {_decode_basis(baseline)}"
     else:
         own = decode_step_by_bs(events)
-        decode, source = (own, "this run's decode steps") if own else (None, "none")
+        decode, source = (own, f"this run: {_decode_basis(events)}") if own else (None, "none")
     table = spec_table(
         cyc.filter(pl.col("rank") == used),
         decode_step_ns=decode,

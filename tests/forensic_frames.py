@@ -49,6 +49,7 @@ class Spec:
     jitter_ns: int = 500
     decode_steps: int = 0  # plain decode steps appended after the cycles
     decode_ns: int = 400_000
+    decode_each_cycle: bool = False  # a reference decode step after every cycle (built-in workload)
     seed: int = 0
 
 
@@ -66,6 +67,9 @@ def build(spec: Spec) -> pl.DataFrame:
     def add(rank: int, **kw: object) -> None:
         kw.setdefault("device", rank if kw.get("kind") in ("kernel", "memcpy") else -1)
         kw["rank"] = rank
+        if kw.get("kind") in ("range", "launch", "sync"):  # host rows: the rank's main thread
+            kw.setdefault("pid", 1000 + rank)
+            kw.setdefault("tid", 1)
         kw["start_ns"] = int(kw["start_ns"]) + spec.clock_offset_ns.get(rank, 0)  # type: ignore[call-overload]
         rows.append(kw)
 
@@ -131,6 +135,13 @@ def build(spec: Spec) -> pl.DataFrame:
                     batch_size=spec.batch_size, num_tokens=tok, seq_len=seq, graphed=spec.graphed,
                     accept_len=spec.accept_len)
             t = vend + spec.host_between_ns
+        if spec.decode_each_cycle:
+            pid_id += 1
+            for r in range(spec.ranks):
+                add(r, kind="range", name=format_label("decode", cycle=c, bs=spec.batch_size), start_ns=t,
+                    dur_ns=spec.decode_ns, phase="decode", phase_id=pid_id * 100 + r, cycle=c,
+                    batch_size=spec.batch_size, graphed=True)
+            t += spec.decode_ns + spec.host_between_ns
     for _ in range(spec.decode_steps):
         pid_id += 1
         for r in range(spec.ranks):

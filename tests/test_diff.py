@@ -112,6 +112,21 @@ def test_graph_change_and_unknown_seq_len() -> None:
     assert "sequence length unknown" in text
 
 
+def test_phase_ids_colliding_across_ranks_are_renumbered() -> None:
+    # per-rank shards annotated one by one number their instances from 0 on every rank
+    ev = build(Spec(ranks=2, cycles=4, seq_step=30))
+    merged = ev.with_columns((pl.col("phase_id") // 100).alias("phase_id"))
+    assert merged.filter(pl.col("kind") == "range").group_by("phase_id").agg(pl.col("rank").n_unique()).get_column("rank").max() == 2
+    a = diff_runs(ev, ev)
+    b = diff_runs(merged, ev)
+    assert b["phases"].get_column("old_instances").to_list() == [8]
+    assert b["phases"].get_column("old_mean_ns").to_list() == a["phases"].get_column("old_mean_ns").to_list()
+    assert all(v == 0 for v in b["buckets"].get_column("delta_ns").to_list())
+    from tracekit.analyzers.spec import cycles
+
+    assert cycles(merged).equals(cycles(ev))
+
+
 def test_missing_phase_names_the_run() -> None:
     ev = build(Spec(ranks=1, cycles=2))
     with pytest.raises(AnalysisError, match=r"^old run: no phase or range name matches 'decode'"):

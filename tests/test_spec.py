@@ -108,12 +108,15 @@ def test_spec_table_from_trace_and_decode_steps() -> None:
     ev = build(s)
     cyc = sp.cycles(ev)
     dec = sp.decode_steps(ev)
-    assert dec.height == 2 * 4
-    assert set(dec.get_column("step_ns").to_list()) == {s.decode_ns + s.host_between_ns}
+    assert dec.height == 2 * 5
+    periods = dec.filter(pl.col("basis") == "period")
+    assert periods.height == 2 * 4  # the last decode of each rank has no next one: its range time
+    assert set(periods.get_column("step_ns").to_list()) == {s.decode_ns + s.host_between_ns}
+    assert sp.decode_step_by_bs(ev) == {1: float(s.decode_ns + s.host_between_ns)}
     one = cyc.filter(pl.col("rank") == 0)
     tab = sp.spec_table(one, decode_step_ns=450_000.0, target_tps=2000.0)
     row = tab.row(0, named=True)
-    assert row["batch_size"] == 1 and row["cycles"] == 7
+    assert row["batch_size"] == 1 and row["cycles"] == 8  # the last cycle ends at the first decode
     assert row["tokens_per_cycle"] == pytest.approx(3.0)  # accept 2 + bonus
     assert row["draft_tokens"] == 3
     mean_cycle = one.get_column("cycle_ns").mean()
@@ -125,6 +128,20 @@ def test_spec_table_from_trace_and_decode_steps() -> None:
     excess = mean_cycle - 1.5e6
     assert row["shrink_verify_ns"] == pytest.approx(row["verify_ns"] - excess)
     assert row["accept_len_source"] == "measured"
+
+
+def test_decode_between_cycles_is_not_cycle_time() -> None:
+    s = Spec(ranks=2, cycles=5, decode_each_cycle=True, decode_ns=700_000)
+    ev = build(s)
+    plain = sp.cycles(build(Spec(ranks=2, cycles=5)))
+    cyc = sp.cycles(ev)
+    assert cyc.height == 2 * 5  # every cycle ends at its reference decode
+    # the same cycle times as without the interleaved decodes (all but the last cycle, which has no next draft there)
+    assert cyc.get_column("cycle_ns").to_list()[:4] == plain.get_column("cycle_ns").to_list()[:4]
+    assert set(cyc.get_column("other_phases_ns").to_list()) == {0}
+    dec = sp.decode_steps(ev)
+    assert set(dec.get_column("basis").to_list()) == {"range"}
+    assert sp.decode_step_by_bs(ev) == {1: 700_000.0}
 
 
 def test_no_cycles_is_a_clear_error() -> None:
@@ -162,4 +179,4 @@ def test_cli_spec_json_and_errors(tmp_path) -> None:  # type: ignore[no-untyped-
     use = CliRunner().invoke(cli, ["spec", str(path), "--baseline", str(path), "--baseline-tps", "3"])
     assert use.exit_code == 2
     nodec = CliRunner().invoke(cli, ["spec", str(path), "--baseline", str(path)])
-    assert nodec.exit_code == 1 and "no consecutive decode steps" in nodec.output
+    assert nodec.exit_code == 1 and "no decode phase" in nodec.output and str(path) in nodec.output

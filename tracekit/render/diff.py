@@ -65,6 +65,7 @@ def manifest_lines(md: pl.DataFrame) -> list[str]:
     """One line per collapsed manifest difference, most important sections first."""
     lines = []
     for r in collapse(md).iter_rows(named=True):
+        r["old"], r["new"] = _short(r["old"]), _short(r["new"])
         where = ranks_text(r["scopes"])
         key = r["key"]
         if r["section"] == "rank":
@@ -76,6 +77,10 @@ def manifest_lines(md: pl.DataFrame) -> list[str]:
         else:
             lines.append(f"{r['section']}: {key} changed {_val(r['old'])} -> {_val(r['new'])} ({where})")
     return lines
+
+
+def _short(v: str | None, limit: int = 160) -> str | None:
+    return v if v is None or len(v) <= limit else v[: limit - 3] + "..."
 
 
 def _pct(a: float | None, b: float | None) -> str:
@@ -106,7 +111,15 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
         else:
             seq = "sequence length unknown in at least one run (no seq facts): compared overall, not matched"
         fit = ""
-        if ph["fit_shift_ns"] is not None:
+        span = None if ph["fit_seq_min"] is None else ph["fit_seq_max"] - ph["fit_seq_min"]
+        shift = None if not seq_known else abs(ph["new_seq_mean"] - ph["old_seq_mean"])
+        if ph["fit_shift_ns"] is not None and span is not None and shift is not None and ph["extrapolated"] and shift > 2 * span:
+            fit = (
+                f"a fit over sequence lengths {ph['fit_seq_min']:.0f}-{ph['fit_seq_max']:.0f} ({dur(ph['fit_slope_ns_per_token'])}/token)"
+                f" cannot say what a shift of {shift:.0f} tokens costs (it would put {dur(ph['fit_shift_ns'], True)} on it):"
+                " capture both runs at the same sequence lengths"
+            )
+        elif ph["fit_shift_ns"] is not None:
             fit = (
                 f"the {ph['fit_basis']} run's fit ({dur(ph['fit_slope_ns_per_token'])}/token) puts"
                 f" {dur(ph['fit_shift_ns'], True)} on the sequence-length shift alone"
@@ -175,7 +188,9 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
         lines += [f"  {i}. {t}" for i, (_, t) in enumerate(shown, 1)]
         if len(shown) < len(ranked):
             lines.append(f"  ({len(ranked) - len(shown)} smaller items under {dur(floor)} each left out; see the tables)")
-        if not ranked:
+        if not ranked and ph["time_basis"] == "host_ns":
+            lines.append("  no GPU events in the phase in at least one run: host time compared; no buckets or kernels")
+        elif not ranked:
             lines.append("  no difference in buckets, kernels or launches")
     ml = manifest_lines(md)
     if ml:
