@@ -36,7 +36,21 @@ from .families import family_column
 
 I64 = npt.NDArray[np.int64]
 MIN_SKEW_NS: Final = 1_000
-STATE_KEYS: Final = ("clock", "throttle", "pcie", "power", "temp", "gpu_name", "name")
+STATE_KEYS: Final = ("clock", "throttle", "pcie", "power", "temp")
+NOT_STATE_ROOTS: Final = ("profiled", "unprofiled", "dilation", "session", "workload", "window", "counters", "capture", "versions")
+NOT_STATE: Final = ("uuid", "pci_bus_id", "nvml_errors", "device_index", "nvml", "persistence_mode", "cuda_driver", "driver")
+
+
+def _is_state(path: str) -> bool:
+    """Clock / throttle / PCIe / power / temperature keys, and the GPU's own facts
+    (anything under a ``gpu`` section but ids and versions); never environment variables."""
+    parts = path.lower().split(".")
+    if "env" in parts or parts[0] in NOT_STATE_ROOTS:
+        return False
+    last = parts[-1]
+    if any(p.startswith("nvml_errors") for p in parts) or last in NOT_STATE:
+        return False
+    return "gpu" in parts or any(k in last for k in STATE_KEYS)
 
 
 def collective_skew(matched: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS) -> pl.DataFrame:
@@ -217,7 +231,7 @@ def rank_state(manifest: dict[str, Any]) -> pl.DataFrame:
         if isinstance(obj, dict):
             for k, v in obj.items():
                 walk(rank, f"{prefix}.{k}" if prefix else str(k), v)
-        elif prefix and any(s in prefix.lower() for s in STATE_KEYS) and not prefix.lower().startswith("env"):
+        elif prefix and obj is not None and _is_state(prefix):
             rows.append((rank, prefix, obj if isinstance(obj, str) else repr(obj)))
 
     for r, meta in (manifest.get("ranks") or {}).items():

@@ -15,7 +15,7 @@ def _ms(ns: float | None) -> str:
 
 def _state_text(state: pl.DataFrame, rank: int) -> str:
     rows = state.filter(pl.col("rank") == rank)
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in rows.select("key", "value").iter_rows())
+    return ", ".join(f"{k.replace('gpu.', '')}={v}" for k, v in rows.select("key", "value").iter_rows())
 
 
 def state_by_rank(state: pl.DataFrame) -> dict[int, dict[str, str]]:
