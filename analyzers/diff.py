@@ -288,7 +288,8 @@ def kernel_diff(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
 def diff_runs(
     old: pl.DataFrame, new: pl.DataFrame, phase: str | None = "verify", seq_width: int | None = None
 ) -> dict[str, pl.DataFrame]:
-    """The run diff (module doc): frames ``phases``, ``buckets``, ``seq_buckets``, ``kernels``.
+    """The run diff (module doc): frames ``phases``, ``buckets``, ``seq_buckets``, ``kernels``,
+    ``presence`` (every selected phase and whether each run has it).
 
     ``phase`` None compares every phase present in both runs. Raises AnalysisError
     (message starting "old run:" / "new run:") when a run lacks the phase.
@@ -327,7 +328,17 @@ def diff_runs(
         schema={"phase": pl.String(), "basis": pl.String()},
     )
     kd = kd.join(basis, on="phase", how="left")
+    seen_o = set(inst_o.get_column("phase").to_list())
+    seen_n = set(inst_n.get_column("phase").to_list())
+    presence = pl.DataFrame(
+        {"phase": sorted(seen_o | seen_n)},
+        schema={"phase": pl.String()},
+    ).with_columns(
+        pl.col("phase").is_in(sorted(seen_o)).alias("in_old"),
+        pl.col("phase").is_in(sorted(seen_n)).alias("in_new"),
+    )
     return {
+        "presence": presence,
         "phases": pl.DataFrame(rows, infer_schema_length=None),
         "buckets": pl.concat(brows, how="diagonal_relaxed"),
         "seq_buckets": pl.concat(srows, how="diagonal_relaxed"),

@@ -127,6 +127,17 @@ def test_phase_ids_colliding_across_ranks_are_renumbered() -> None:
     assert cycles(merged).equals(cycles(ev))
 
 
+def test_phase_in_one_run_only_is_named() -> None:
+    old = build(Spec(ranks=1, cycles=3, decode_steps=3))
+    new = build(Spec(ranks=1, cycles=3))
+    view = diff_runs(old, new, None)
+    assert view["phases"].get_column("phase").to_list() == ["draft", "draft_extend", "verify"]
+    pres = {r["phase"]: (r["in_old"], r["in_new"]) for r in view["presence"].iter_rows(named=True)}
+    assert pres["decode"] == (True, False)
+    text = render_diff.explanation(view, manifest_diff({}, {}))
+    assert "not in the new run (not compared): decode" in text
+
+
 def test_missing_phase_names_the_run() -> None:
     ev = build(Spec(ranks=1, cycles=2))
     with pytest.raises(AnalysisError, match=r"^old run: no phase or range name matches 'decode'"):

@@ -192,6 +192,12 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
             lines.append("  no GPU events in the phase in at least one run: host time compared; no buckets or kernels")
         elif not ranked:
             lines.append("  no difference in buckets, kernels or launches")
+    pres = view.get("presence")
+    if pres is not None:
+        for col, which in (("in_old", "old"), ("in_new", "new")):
+            missing = pres.filter(~pl.col(col)).get_column("phase").to_list()
+            if missing:
+                lines.append(f"not in the {which} run (not compared): {', '.join(missing)}")
     ml = manifest_lines(md)
     if ml:
         lines.append(f"manifest differences ({len(ml)}), most telling first:")
@@ -222,6 +228,7 @@ def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str)
         "new": new,
         "phase": phases[0] if phases else None,
         "phases": view["phases"].to_dicts(),
+        "presence": view["presence"].to_dicts() if "presence" in view else [],
         "buckets": by_phase.get(phases[0], {}) if phases else {},
         "buckets_by_phase": by_phase,
         "seq_buckets": view["seq_buckets"].to_dicts(),
