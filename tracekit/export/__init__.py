@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracekit.errors import AnalysisError, TracekitError
+from tracekit.errors import TracekitError
 from tracekit.export.select import Selection, select_events
 from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, RANGE
 
@@ -138,10 +138,7 @@ def export_events(
     try:
         with os.fdopen(fd, "wb") as fh:
             if kind == "perfetto":
-                try:
-                    written = perfetto.write_perfetto(lay, fh)
-                except ValueError as exc:
-                    raise AnalysisError(str(exc), path=source) from None
+                written = perfetto.write_perfetto(lay, fh)
             else:
                 meta = {"selection": sel.describe(), "source": source or ""}
                 written = chrome.write_chrome(lay, fh, gz=str(dest).lower().endswith(".gz"), meta=meta)

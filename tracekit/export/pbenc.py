@@ -84,10 +84,17 @@ def packet(body: bytes) -> bytes:
 # ---- vectorised helpers ---------------------------------------------------
 
 
+def _vlen(x: int) -> int:
+    return max(1, (x.bit_length() + 6) // 7)
+
+
 def varint_len(v: U64) -> I64:
-    """Bytes of the varint encoding of each value."""
-    n = np.ones(v.shape, dtype=np.int64)
-    for k in range(1, 10):
+    """Bytes of the varint encoding of each value (only the thresholds between min and max are tested)."""
+    if v.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    lo, hi = _vlen(int(v.min())), _vlen(int(v.max()))
+    n = np.full(v.shape, lo, dtype=np.int64)
+    for k in range(lo, hi):
         n += v >= np.uint64(1 << (7 * k))
     return n
 
@@ -102,7 +109,8 @@ def ragged_ramp(lengths: I64) -> tuple[I64, I64]:
 
 
 class Seg:
-    """One segment of a message shape; ``lengths`` is computed once and cached."""
+    """One segment of a message shape; ``lengths`` is computed once and cached, so a
+    segment object serves exactly one ``encode_array`` call."""
 
     _len: I64 | None = None
 
@@ -130,12 +138,24 @@ def _put_const(out: U8, pos: I64, data: bytes) -> None:
     out[pos[:, None] + np.arange(arr.size, dtype=np.int64)] = arr
 
 
-def _put_varints(out: U8, pos: I64, v: U64) -> I64:
-    """Write varints of ``v`` at ``pos``; returns their lengths."""
-    nb = varint_len(v)
+def _put_varints(out: U8, pos: I64, v: U64, nb: I64 | None = None) -> I64:
+    """Write varints of ``v`` at ``pos``; returns their lengths (``nb`` if already known)."""
+    if nb is None:
+        nb = varint_len(v)
     if v.size == 0:
         return nb
-    for k in range(int(nb.max())):
+    lo, hi = int(nb.min()), int(nb.max())
+    if lo == hi:  # one width for every row: one 2D write, no masks
+        b = ((v[:, None] >> _SHIFTS[:hi]) & np.uint64(0x7F)).astype(np.uint8)
+        b[:, : hi - 1] |= np.uint8(0x80)
+        out[pos[:, None] + np.arange(hi, dtype=np.int64)] = b
+        return nb
+    for k in range(hi):
+        if k < lo:
+            b = ((v >> _SHIFTS[k]) & np.uint64(0x7F)).astype(np.uint8)
+            b |= (nb > k + 1).astype(np.uint8) << np.uint8(7)
+            out[pos + k] = b
+            continue
         sel = nb > k
         b = ((v[sel] >> _SHIFTS[k]) & np.uint64(0x7F)).astype(np.uint8)
         b |= (nb[sel] > k + 1).astype(np.uint8) << np.uint8(7)
@@ -168,21 +188,31 @@ class Varint(Seg):
     present: BoolA | None = None
     _tag: bytes = field(init=False, default=b"")
     _u: U64 = field(init=False)
+    _nb: I64 = field(init=False)
 
     def __post_init__(self) -> None:
         self._tag = key(self.field_no, WIRE_VARINT)
         self._u = np.ascontiguousarray(self.values).astype(np.int64).view(np.uint64)
 
     def _compute(self, n: int) -> I64:
-        m = _mask(self.present, n)
-        return np.where(m, len(self._tag) + varint_len(self._u), 0)
+        if self.present is None:
+            self._nb = varint_len(self._u)
+            return len(self._tag) + self._nb
+        self._nb = varint_len(self._u[self.present])
+        out = np.zeros(n, dtype=np.int64)
+        out[self.present] = len(self._tag) + self._nb
+        return out
 
     def write(self, out: U8, pos: I64) -> None:
-        m = _mask(self.present, pos.size)
-        p = pos[m]
-        _put_const(out, p, self._tag)
-        _put_varints(out, p + len(self._tag), self._u[m])
-        pos += self.lengths(pos.size)
+        ln = self.lengths(pos.size)
+        if self.present is None:
+            _put_const(out, pos, self._tag)
+            _put_varints(out, pos + len(self._tag), self._u, self._nb)
+        else:
+            p = pos[self.present]
+            _put_const(out, p, self._tag)
+            _put_varints(out, p + len(self._tag), self._u[self.present], self._nb)
+        pos += ln
 
 
 @dataclass(eq=False)
@@ -282,6 +312,7 @@ class Msg(Seg):
     present: BoolA | None = None
     _tag: bytes = field(init=False, default=b"")
     _inner: I64 | None = field(init=False, default=None)
+    _nb: I64 = field(init=False)
 
     def __post_init__(self) -> None:
         self._tag = key(self.field_no, WIRE_LEN)
@@ -291,19 +322,24 @@ class Msg(Seg):
         for c in self.children:
             inner += c.lengths(n)
         self._inner = inner
-        m = _mask(self.present, n)
-        if self.present is not None and bool((inner[~m] != 0).any()):
+        if self.present is None:
+            self._nb = varint_len(inner.view(np.uint64))
+            return len(self._tag) + self._nb + inner
+        if bool((inner[~self.present] != 0).any()):
             raise ValueError(f"field {self.field_no}: children write on rows where the message is absent")
-        return np.where(m, len(self._tag) + varint_len(inner.view(np.uint64)) + inner, 0)
+        self._nb = varint_len(inner[self.present].view(np.uint64))
+        out = np.zeros(n, dtype=np.int64)
+        out[self.present] = len(self._tag) + self._nb + inner[self.present]
+        return out
 
     def write(self, out: U8, pos: I64) -> None:
         ln = self.lengths(pos.size)
         assert self._inner is not None
         m = _mask(self.present, pos.size)
-        if m.all():
+        if self.present is None:
             _put_const(out, pos, self._tag)
             cur = pos + len(self._tag)
-            cur += _put_varints(out, cur, self._inner.view(np.uint64))
+            cur += _put_varints(out, cur, self._inner.view(np.uint64), self._nb)
             for c in self.children:
                 c.write(out, cur)
         elif m.any():
@@ -311,7 +347,7 @@ class Msg(Seg):
             p = pos[idx]
             _put_const(out, p, self._tag)
             cur = p + len(self._tag)
-            cur += _put_varints(out, cur, self._inner[idx].view(np.uint64))
+            cur += _put_varints(out, cur, self._inner[idx].view(np.uint64), self._nb)
             # children of absent rows have zero length by construction of the caller
             full = np.zeros(pos.size, dtype=np.int64)
             full[idx] = cur
@@ -320,16 +356,42 @@ class Msg(Seg):
         pos += ln
 
 
-def encode_rows(n: int, children: list[Seg]) -> bytes:
-    """Encode ``n`` TracePackets of one shape, each framed as ``Trace.packet``."""
+def encode_array(n: int, children: list[Seg]) -> tuple[U8, I64]:
+    """Encode ``n`` TracePackets of one shape (framed as ``Trace.packet``): bytes and per-row lengths."""
     if n == 0:
-        return b""
+        return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
     top = Msg(1, children)
     ln = top.lengths(n)
-    out = np.zeros(int(ln.sum()), dtype=np.uint8)
+    out = np.empty(int(ln.sum()), dtype=np.uint8)
     pos = np.cumsum(ln) - ln
     top.write(out, pos)
-    return out.tobytes()
+    return out, ln
+
+
+def encode_rows(n: int, children: list[Seg]) -> bytes:
+    """Encode ``n`` TracePackets of one shape, each framed as ``Trace.packet``."""
+    return encode_array(n, children)[0].tobytes()
+
+
+def interleave(n: int, parts: Sequence[tuple[I64, U8, I64]]) -> U8:
+    """Merge separately encoded row groups back into row order.
+
+    ``parts``: (row numbers in 0..n-1, encoded bytes of those rows in that order, row lengths).
+    """
+    lens = np.zeros(n, dtype=np.int64)
+    for rows, _, ln in parts:
+        lens[rows] = ln
+    dst = np.cumsum(lens) - lens
+    out = np.empty(int(lens.sum()), dtype=np.uint8)
+    for rows, buf, ln in parts:
+        if rows.size == 0:
+            continue
+        if rows.size == n:
+            out[:] = buf
+            continue
+        r, ramp = ragged_ramp(ln)
+        out[dst[rows][r] + ramp] = buf
+    return out
 
 
 __all__ = [
@@ -341,11 +403,13 @@ __all__ = [
     "RepFixed64",
     "Seg",
     "Varint",
+    "encode_array",
     "encode_rows",
     "field_bytes",
     "field_double",
     "field_str",
     "field_varint",
+    "interleave",
     "key",
     "packet",
     "varint",

@@ -18,6 +18,7 @@ from typing import IO, Final
 import numpy as np
 import numpy.typing as npt
 
+from tracekit.errors import AnalysisError
 from tracekit.export import pbenc as pe
 from tracekit.export.layout import INT_ARGS, Layout, Track
 
@@ -143,7 +144,7 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
     ts, typ, idx = records(lay)
     t0 = int(ts[0]) if ts.size else 0
     if ts.size and int(ts[0]) < 0:
-        raise ValueError("negative timestamps cannot be written to a Perfetto trace")
+        raise AnalysisError("negative timestamps cannot be written to a Perfetto trace (align the run's clocks first)")
     ann_names = list(INT_ARGS)
     for argset in lay.argsets:
         for k, _ in argset:
@@ -190,42 +191,53 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
             (I_STRINGS, [pe.field_varint(1, int(s)) + pe.field_str(2, str_list[int(s) - 1]) for s in new_s]),
         ])
         chunk = pe.packet(_head(int(bts[0]), SEQ_NEEDS) + interned) if interned else b""
-        track = np.where(is_ctr, lay.c_track[np.where(is_ctr, bidx, 0)], lay.track[sl])
-        cidx = np.where(is_ctr, bidx, 0)
-        c_int = is_ctr & lay.c_is_int[cidx]
-        c_dbl = is_ctr & ~lay.c_is_int[cidx]
-        cval = lay.c_value[cidx]
-        ev: list[pe.Seg] = [
-            pe.Varint(E_TYPE, btyp),
-            pe.Varint(E_TRACK_UUID, track),
-            pe.Varint(E_NAME_IID, lay.name_id[sl] + 1, opens),
-            pe.Varint(E_CATEGORY_IIDS, lay.cat_id[sl] + 1, opens),
-            pe.Blob(blob_tab, aset),
-        ]
-        for k in INT_ARGS:
-            vals, ok = lay.ints[k]
-            m = opens & ok[sl]
-            if m.any():
-                ev.append(pe.Msg(E_DEBUG, [pe.Const(ann_tag[k], m), pe.Varint(A_INT, vals[sl], m)], m))
-        if c_int.any():
-            ev.append(pe.Varint(E_COUNTER_INT, np.where(c_int, cval, 0).astype(np.int64), c_int))
-        if c_dbl.any():
-            ev.append(pe.Fixed64(E_COUNTER_DOUBLE, cval, c_dbl))
-        orows = np.where(opens, sl, -1)
-        for counts, offs, flat, fno in ((out_c, out_o, out_f, E_FLOW_IDS), (in_c, in_o, in_f, E_TERM_FLOW_IDS)):
-            if flat.size == 0:
-                continue
-            c = np.where(orows >= 0, counts[np.maximum(orows, 0)], 0)
-            r, ramp = pe.ragged_ramp(c)
-            vals = flat[offs[np.maximum(orows, 0)][r] + ramp] if r.size else np.zeros(0, np.int64)
-            if vals.size:
-                ev.append(pe.RepFixed64(fno, c, vals.astype(np.uint64)))
-        segs: list[pe.Seg] = [
-            pe.Varint(P_TIMESTAMP, bts),
-            pe.Const(pe.field_varint(P_SEQ_ID, SEQ_ID) + pe.field_varint(P_FLAGS, SEQ_NEEDS)),
-            pe.Msg(P_TRACK_EVENT, ev),
-        ]
-        yield chunk + pe.encode_rows(n, segs)
+        seq_flags = pe.field_varint(P_SEQ_ID, SEQ_ID) + pe.field_varint(P_FLAGS, SEQ_NEEDS)
+        parts: list[tuple[I64, npt.NDArray[np.uint8], I64]] = []
+        # slice opens (BEGIN / INSTANT): everything a slice carries
+        rows = np.flatnonzero(opens)
+        if rows.size:
+            s_i = bidx[rows]
+            ev: list[pe.Seg] = [
+                pe.Varint(E_TYPE, btyp[rows]),
+                pe.Varint(E_TRACK_UUID, lay.track[s_i]),
+                pe.Varint(E_NAME_IID, lay.name_id[s_i] + 1),
+                pe.Varint(E_CATEGORY_IIDS, lay.cat_id[s_i] + 1),
+                pe.Blob(blob_tab, lay.argset[s_i]),
+            ]
+            for k in INT_ARGS:
+                vals, ok = lay.ints[k]
+                m = ok[s_i]
+                if m.all():
+                    ev.append(pe.Msg(E_DEBUG, [pe.Const(ann_tag[k]), pe.Varint(A_INT, vals[s_i])]))
+                elif m.any():
+                    ev.append(pe.Msg(E_DEBUG, [pe.Const(ann_tag[k], m), pe.Varint(A_INT, vals[s_i], m)], m))
+            for counts, offs, flat, fno in ((out_c, out_o, out_f, E_FLOW_IDS), (in_c, in_o, in_f, E_TERM_FLOW_IDS)):
+                if flat.size:
+                    c, vals = _gather(counts, offs, flat, s_i)
+                    if vals.size:
+                        ev.append(pe.RepFixed64(fno, c, vals.astype(np.uint64)))
+            segs: list[pe.Seg] = [pe.Varint(P_TIMESTAMP, bts[rows]), pe.Const(seq_flags), pe.Msg(P_TRACK_EVENT, ev)]
+            parts.append((rows, *pe.encode_array(rows.size, segs)))
+        # slice ends: type and track only
+        rows = np.flatnonzero(btyp == T_END)
+        if rows.size:
+            ev = [pe.Const(pe.field_varint(E_TYPE, T_END)), pe.Varint(E_TRACK_UUID, lay.track[bidx[rows]])]
+            segs = [pe.Varint(P_TIMESTAMP, bts[rows]), pe.Const(seq_flags), pe.Msg(P_TRACK_EVENT, ev)]
+            parts.append((rows, *pe.encode_array(rows.size, segs)))
+        # counter values
+        rows = np.flatnonzero(is_ctr)
+        if rows.size:
+            ci = bidx[rows]
+            c_int = lay.c_is_int[ci]
+            cval = lay.c_value[ci]
+            ev = [pe.Const(pe.field_varint(E_TYPE, T_COUNTER)), pe.Varint(E_TRACK_UUID, lay.c_track[ci])]
+            if c_int.any():
+                ev.append(pe.Varint(E_COUNTER_INT, np.where(c_int, cval, 0).astype(np.int64), c_int))
+            if not c_int.all():
+                ev.append(pe.Fixed64(E_COUNTER_DOUBLE, cval, ~c_int))
+            segs = [pe.Varint(P_TIMESTAMP, bts[rows]), pe.Const(seq_flags), pe.Msg(P_TRACK_EVENT, ev)]
+            parts.append((rows, *pe.encode_array(rows.size, segs)))
+        yield chunk + pe.interleave(n, parts).tobytes()
 
 
 def write_perfetto(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:

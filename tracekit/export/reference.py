@@ -120,10 +120,10 @@ def write_reference(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:
         for j in rows:
             p = pb.TracePacket(timestamp=int(ts[j]), trusted_packet_sequence_id=SEQ_ID, sequence_flags=SEQ_NEEDS)
             ev = p.track_event
-            k = int(typ[j])
+            kind = int(typ[j])
             i = int(idx[j])
-            ev.type = k
-            if k == T_COUNTER:
+            ev.type = kind
+            if kind == T_COUNTER:
                 ev.track_uuid = int(lay.c_track[i])
                 if lay.c_is_int[i]:
                     ev.counter_value = int(lay.c_value[i])
@@ -132,7 +132,7 @@ def write_reference(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:
                 emit(p)
                 continue
             ev.track_uuid = int(lay.track[i])
-            if k == T_END:
+            if kind == T_END:
                 emit(p)
                 continue
             ev.name_iid = int(lay.name_id[i]) + 1

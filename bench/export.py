@@ -1,0 +1,178 @@
+"""Benchmark of the Perfetto export: encoder speed vs pb2 objects, and .pftrace size vs Kineto JSON.
+
+Plain script (not a test). Builds a multi-rank run (the synthetic EAGLE-3 shape of
+``tracekit.export.synth``, replicated in time to the requested size) or reads
+``--run`` and writes, in the same process:
+
+- the layout once (tracks, lanes, arg sets, flows), timed on its own;
+- the trace with tracekit's vectorised encoder and with the reference writer
+  (one ``perfetto_trace_pb2.TracePacket`` object per packet, as Perfetto's
+  ``StreamingTraceProtoBuilder`` does), both from that layout: events/s and ratio;
+- the Kineto-style JSON the events would come from (torch.profiler's layout and
+  args; or the real files given with ``--kineto``), to compare sizes.
+
+    python bench/export.py                     # ~1M events, 8 ranks
+    python bench/export.py --events 200000
+    python bench/export.py --run samples/x/run.parquet --kineto samples/x/traces
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.export import export_events
+from tracekit.export.layout import build_layout
+from tracekit.export.perfetto import records, write_perfetto
+from tracekit.export.reference import write_reference
+from tracekit.export.synth import make_events, make_manifest
+from tracekit.schema import GPU_KINDS
+
+
+class _Count(io.RawIOBase):
+    """A sink that only counts bytes (so timings measure encoding, not the disk)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.n += len(b)
+        return len(b)
+
+
+def replicated(ranks: int, target: int) -> pl.DataFrame:
+    base = make_events(ranks, 10, 40, seed=1)
+    span = int(base["start_ns"].max() - base["start_ns"].min()) + 1_000_000  # type: ignore[operator]
+    k = max(1, -(-target // base.height))
+    pid_max = int(base["phase_id"].max()) + 1  # type: ignore[arg-type]
+    corr_max = int(base["correlation"].max()) + 1  # type: ignore[arg-type]
+    seq_max = int(base["coll_seq"].max()) + 1  # type: ignore[arg-type]
+    parts = [
+        base.with_columns(
+            pl.col("start_ns") + i * span,
+            pl.col("phase_id") + i * pid_max,
+            pl.col("cycle") + i * 10,
+            pl.col("correlation") + i * corr_max,
+            pl.col("coll_seq") + i * seq_max,
+        )
+        for i in range(k)
+    ]
+    return pl.concat(parts)
+
+
+def kineto_json(events: pl.DataFrame, rank: int) -> bytes:
+    """One rank's events the way torch.profiler's export_chrome_trace writes them (layout and args)."""
+    ev = events.filter(pl.col("rank") == rank)
+    base = int(events["start_ns"].min())  # type: ignore[arg-type]
+    out = io.StringIO()
+    head = {"schemaVersion": 1, "deviceProperties": [{"id": rank, "name": "NVIDIA H200", "totalGlobalMem": 150_000_000_000}],
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 8}, "baseTimeNanoseconds": base,
+            "cuda_driver_version": 13000, "trace_id": "0" * 32}
+    out.write(json.dumps(head, indent=2)[:-2] + ',\n  "traceEvents": [\n')
+    cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "launch": "cuda_runtime", "runtime": "cuda_runtime",
+           "sync": "cuda_sync", "range": "user_annotation", "op": "cpu_op", "gpu_range": "gpu_user_annotation"}
+    rows = []
+    for r in ev.iter_rows(named=True):
+        if r["kind"] == "counter":
+            continue
+        rel = r["start_ns"] - base
+        ts = f"{rel // 1000}.{rel % 1000:03d}"
+        dur = f"{r['dur_ns'] // 1000}.{r['dur_ns'] % 1000:03d}"
+        gpu = r["kind"] in GPU_KINDS
+        pid = r["device"] if gpu else r["pid"]
+        tid = r["stream"] if gpu else r["tid"]
+        if gpu:
+            args = (f'\n      "External id": {r["correlation"] or 0},\n      "queued": 0, "device": {r["device"]}, "context": 1,\n'
+                    f'      "stream": {r["stream"]}, "correlation": {r["correlation"] or 0},\n'
+                    '      "registers per thread": 128,\n      "shared memory": 0,\n      "blocks per SM": 0.5,\n'
+                    '      "warps per SM": 2.0,\n      "grid": [132, 1, 1],\n      "block": [128, 1, 1],\n'
+                    '      "est. achieved occupancy %": 3\n    ')
+        elif r["kind"] == "launch":
+            args = f'\n      "External id": {r["correlation"] or 0},\n      "cbid": 211, "correlation": {r["correlation"] or 0}\n    '
+        else:
+            args = f'\n      "External id": {r["external_id"] or 0},\n      "Record function id": 0, "Ev Idx": 0\n    '
+        rows.append(f'  {{\n    "ph": "X", "cat": "{cat.get(r["kind"], "cpu_op")}", "name": {json.dumps(r["name"])}, '
+                    f'"pid": {pid}, "tid": {tid},\n    "ts": {ts}, "dur": {dur},\n    "args": {{{args}}}\n  }}')
+    out.write(",\n".join(rows))
+    out.write('\n  ],\n  "traceName": "rank.pt.trace.json"\n}\n')
+    return out.getvalue().encode()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=1_000_000, help="run rows for the synthetic run")
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--run", type=Path, help="use this run.parquet instead of a synthetic one")
+    ap.add_argument("--kineto", type=Path, help="directory of the Kineto JSON files the run was ingested from")
+    a = ap.parse_args()
+
+    if a.run:
+        from tracekit.store import load_run
+
+        r = load_run(a.run)
+        events, manifest = r.events, r.manifest
+    else:
+        events, manifest = replicated(a.ranks, a.events), make_manifest(a.ranks)
+    n_rows = events.height
+    print(f"run: {n_rows} events, {events['rank'].n_unique()} ranks")
+
+    t = time.perf_counter()
+    lay = build_layout(events, manifest, flows=("launches",))
+    t_layout = time.perf_counter() - t
+    n_packets = int(records(lay)[0].size)
+    print(f"layout: {lay.n_slices} slices, {lay.n_counters} counter values, {lay.flow_id.size} flows, "
+          f"{n_packets} event packets, {len(lay.tracks)} tracks in {t_layout:.2f} s")
+
+    best = float("inf")
+    size = 0
+    for _ in range(3):
+        sink = _Count()
+        t = time.perf_counter()
+        write_perfetto(lay, sink)  # type: ignore[arg-type]
+        best = min(best, time.perf_counter() - t)
+        size = sink.n
+    sink = _Count()
+    t = time.perf_counter()
+    write_reference(lay, sink)  # type: ignore[arg-type]
+    t_ref = time.perf_counter() - t
+    print(f"encoder (tracekit, vectorised): {best:.2f} s = {n_rows / best / 1e6:.2f} M run events/s, "
+          f"{n_packets / best / 1e6:.2f} M packets/s, {size / 1e6:.1f} MB")
+    print(f"reference (pb2 objects):        {t_ref:.2f} s = {n_rows / t_ref / 1e6:.2f} M run events/s, "
+          f"{n_packets / t_ref / 1e6:.3f} M packets/s, {sink.n / 1e6:.1f} MB")
+    print(f"ratio encoder / reference speed: {t_ref / best:.1f}x")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.pftrace"
+        t = time.perf_counter()
+        export_events(events, manifest, out, buckets=False)
+        t_e2e = time.perf_counter() - t
+        pf_size = os.path.getsize(out)
+    print(f"end to end (select + layout + encode + write, no buckets): {t_e2e:.2f} s = {n_rows / t_e2e / 1e6:.2f} M run events/s")
+
+    if a.kineto:
+        files = sorted(p for p in a.kineto.rglob("*.json*") if p.is_file())
+        raw = sum(len(gzip.decompress(p.read_bytes())) if p.suffix == ".gz" else p.stat().st_size for p in files)
+        src = f"{len(files)} Kineto files in {a.kineto}"
+    else:
+        raw = sum(len(kineto_json(events, r)) for r in sorted(events["rank"].unique().to_list()))
+        src = "Kineto-style JSON of the same events"
+    print(f"size: .pftrace {pf_size / 1e6:.1f} MB vs {src} {raw / 1e6:.1f} MB (uncompressed): "
+          f"ratio {pf_size / raw:.3f} (target <= 0.333)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
