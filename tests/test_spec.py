@@ -180,3 +180,22 @@ def test_cli_spec_json_and_errors(tmp_path) -> None:  # type: ignore[no-untyped-
     assert use.exit_code == 2
     nodec = CliRunner().invoke(cli, ["spec", str(path), "--baseline", str(path)])
     assert nodec.exit_code == 1 and "no decode phase" in nodec.output and str(path) in nodec.output
+
+
+def test_baseline_run_gives_the_decode_step_per_batch_size() -> None:
+    spec_run = build(Spec(ranks=2, cycles=6, accept_len=1.0, batch_size=2))
+    base = build(Spec(ranks=2, cycles=0, decode_steps=6, decode_ns=300_000, batch_size=2))
+    table, ctx = sp.spec_report(spec_run, baseline=base, target_tps=None)
+    row = table.row(0, named=True)
+    step = 300_000 + Spec().host_between_ns
+    assert ctx["decode_source"] == "baseline run: period of consecutive decode steps"
+    assert row["decode_step_ns"] == step
+    assert row["break_even_tokens"] == pytest.approx(row["cycle_ns"] / step)
+    assert row["tps_per_batch"] == pytest.approx(2 * row["tps_per_seq"])
+    # a baseline measured at another batch size gives no decode step for this bucket
+    other = build(Spec(ranks=2, cycles=0, decode_steps=6, batch_size=8))
+    t2, ctx2 = sp.spec_report(spec_run, baseline=other)
+    assert t2.row(0, named=True)["decode_step_ns"] is None and t2.row(0, named=True)["break_even_tokens"] is None
+    from tracekit.render.spec import summary_lines
+
+    assert any("no decode step at batch size 2 in the baseline run" in line for line in summary_lines(t2, ctx2))

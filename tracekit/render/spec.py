@@ -64,7 +64,10 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
                 line += f"; measured {r['tokens_per_cycle']:.2f}: speculation is {abs(gain) * 100:.0f}% {word} than plain decode"
             lines.append(line)
         else:
-            lines.append("  no decode step time (no decode phases, no --baseline): break-even unknown")
+            if ctx["decode_source"] == "none":
+                lines.append("  no decode step time (no decode phases, no --baseline): break-even unknown")
+            else:
+                lines.append(f"  no decode step at batch size {bs} in the {ctx['decode_source'].split(':')[0]}: break-even unknown")
         tgt = r["target_tps"]
         if tgt is not None:
             k = r["draft_tokens"]
