@@ -204,3 +204,23 @@ def test_cli_diff(tmp_path: Path) -> None:
     assert txt.exit_code == 0 and "moe" in txt.output
     bad = CliRunner().invoke(cli, ["diff", str(a), str(b), "--phase", "decode"])
     assert bad.exit_code == 1 and str(a) in bad.output and "Traceback" not in bad.output
+
+
+def test_seed_story(tmp_path: Path) -> None:
+    """The seed: old log at positions ~150-300, new run at long context; NCCL variables set in
+    the launcher but absent from the new run's rank processes. diff must say both."""
+    a, b = tmp_path / "old.parquet", tmp_path / "new.parquet"
+    write_run(build(Spec(ranks=2, cycles=8, seq0=150, seq_step=20)), a, manifest(2))
+    new_man = manifest(2, **{str(r): {"env": {"CUDA_VISIBLE_DEVICES": "0,1"}} for r in range(2)})
+    write_run(build(Spec(ranks=2, cycles=8, seq0=2400, seq_step=20)), b, new_man)
+    res = CliRunner().invoke(cli, ["diff", str(a), str(b), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    ph = doc["phases"][0]
+    assert ph["overlap"] is False and ph["matched_delta_ns"] is None
+    text = "\n".join(doc["explanation"])
+    assert "DO NOT OVERLAP" in text and "cannot say what a shift" in text
+    assert "env: env.NCCL_PROTO = LL in the old run, absent in the new (ranks 0-1)" in text
+    # attention is where the new run's time went (the only thing that scales with length)
+    assert doc["buckets"]["attention"]["delta_ns"] == pytest.approx(LAYERS * 100 * (2400 - 150), rel=0.01)
+    assert doc["explanation"][2].startswith("  1. +") and "attention" in doc["explanation"][2]
