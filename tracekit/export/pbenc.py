@@ -269,10 +269,15 @@ class Blob(Seg):
 
     def write(self, out: U8, pos: I64) -> None:
         ln = self.lengths(pos.size)
-        rows, ramp = ragged_ramp(ln)
-        if rows.size:
-            src = self.table.offsets[self.idx[rows]] + ramp
-            out[pos[rows] + ramp] = self.table.flat[src]
+        total = int(ln.sum())
+        if total:
+            first = np.cumsum(ln) - ln
+            ramp = np.arange(total, dtype=np.int64)
+            src = np.repeat(self.table.offsets[np.maximum(self.idx, 0)] - first, ln)
+            src += ramp
+            dst = np.repeat(pos - first, ln)
+            dst += ramp
+            out[dst] = self.table.flat[src]
         pos += ln
 
 
@@ -389,8 +394,11 @@ def interleave(n: int, parts: Sequence[tuple[I64, U8, I64]]) -> U8:
         if rows.size == n:
             out[:] = buf
             continue
-        r, ramp = ragged_ramp(ln)
-        out[dst[rows][r] + ramp] = buf
+        # destination of byte j of the group = j + (row's destination - row's offset in the group)
+        shift = dst[rows] - (np.cumsum(ln) - ln)
+        idx = np.repeat(shift, ln)
+        idx += np.arange(idx.size, dtype=np.int64)
+        out[idx] = buf
     return out
 
 
