@@ -178,21 +178,15 @@ def _first_of_launch(rank: I64, corr: I64, has: npt.NDArray[np.bool_], start: I6
     return first
 
 
-def _launch_info(ev: pl.DataFrame, gpu_rank: I64, gpu_corr: I64, gpu_has: npt.NDArray[np.bool_]) -> I64:
+def _launch_info(
+    l_rank: I64, l_corr: I64, l_end: I64, gpu_rank: I64, gpu_corr: I64, gpu_has: npt.NDArray[np.bool_]
+) -> I64:
     """End of the launch call of each GPU event via (rank, correlation); UNKNOWN_LAUNCH if none."""
     out = np.full(gpu_rank.size, UNKNOWN_LAUNCH, dtype=np.int64)
-    la = ev.filter((pl.col("kind") == LAUNCH) & pl.col("correlation").is_not_null()).select(
-        "rank", "correlation", (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("end")
-    )
-    if la.height == 0:
-        return out
-    lr = la.get_column("rank").to_numpy().astype(np.int64)
-    lc = la.get_column("correlation").to_numpy().astype(np.int64)
-    le = la.get_column("end").to_numpy().astype(np.int64)
-    for r in np.unique(lr).tolist():
-        sel = lr == r
-        uc, first = np.unique(lc[sel], return_index=True)
-        ends = le[sel][first]
+    for r in np.unique(l_rank).tolist():
+        sel = l_rank == r
+        uc, first = np.unique(l_corr[sel], return_index=True)
+        ends = l_end[sel][first]
         rows = np.flatnonzero((gpu_rank == r) & gpu_has)
         if rows.size == 0:
             continue
@@ -220,6 +214,35 @@ def _queue_delay(
     return qd
 
 
+_KIND_CODE: Final = {KERNEL: 0, MEMCPY: 1, MEMSET: 2, LAUNCH: 3}
+_COLL_COLS: Final = ("kind", "group", "coll_seq", "rank", "name", "coll_op", "phase", "phase_id", "start_ns", "dur_ns")
+
+
+def _np(s: pl.Series, fill: int) -> I64:
+    return s.fill_null(fill).cast(pl.Int64).to_numpy()
+
+
+def _coll_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """The collective kernels of ``events`` (narrow columns), for match_collectives."""
+    return events.select(_COLL_COLS).filter(pl.col("coll_seq").is_not_null())
+
+
+def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], kc: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
+    """Bucket code per GPU event: category (any non-null unknown one is ``other``), memory for
+    copies, and by name (communication or other) where the category is missing."""
+    cat = events.get_column("category").replace_strict(
+        {k: _CODE[v] for k, v in CATEGORY_BUCKET.items()}, default=_CODE["other"], return_dtype=pl.Int8
+    )
+    codes = cat.fill_null(-1).to_numpy()[gmask].astype(np.int8)
+    codes[kc[gmask] > 0] = _CODE["memory"]
+    missing = np.flatnonzero(codes < 0)
+    if missing.size:
+        rows = np.flatnonzero(gmask)[missing]
+        sub = events.select("kind", "name", "category", "coll_op").gather(rows)
+        codes[missing] = bucket_codes(sub)
+    return codes
+
+
 # --- the instance table ------------------------------------------------------------------------
 
 
@@ -230,27 +253,41 @@ def attribute_instances(
     launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
 ) -> pl.DataFrame:
     """One row per phase instance (module doc) of an annotated table; ``phases`` filters."""
-    inst = phase_instances(events).sort(["rank", "start_ns", "phase_id"])
+    inst = phase_instances(
+        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACTS)
+    ).sort(["rank", "start_ns", "phase_id"])
     K = inst.height
     pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)
     max_id = int(pid_all.max()) + 1 if K else 0
     dense = np.full(max_id + 1, -1, dtype=np.int64)
     dense[pid_all] = np.arange(K, dtype=np.int64)
 
-    gpu = events.filter(pl.col("kind").is_in(list(GPU_KINDS)))
-    g_rank = gpu.get_column("rank").fill_null(-1).to_numpy().astype(np.int64)
-    g_start = gpu.get_column("start_ns").to_numpy().astype(np.int64)
-    g_end = g_start + gpu.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
-    g_pid = gpu.get_column("phase_id").fill_null(-1).to_numpy().astype(np.int64)
-    g_pid = np.where((g_pid >= 0) & (g_pid <= max_id), g_pid, max_id)
-    g_inst = dense[g_pid]
+    # one pass over the string columns, then numpy
+    kcode = events.get_column("kind").replace_strict(_KIND_CODE, default=-1, return_dtype=pl.Int8)
+    kc = kcode.fill_null(-1).to_numpy()
+    gmask = kc >= 0
+    gmask &= kc <= 2
+    lmask = kc == 3
+    rank_all = _np(events.get_column("rank"), -1)
+    start_all = _np(events.get_column("start_ns"), 0)
+    dur_all = _np(events.get_column("dur_ns"), 0)
+    pid_col = _np(events.get_column("phase_id"), -1)
+    corr_s = events.get_column("correlation")
+    corr_all = _np(corr_s, 0)
+    has_corr = corr_s.is_not_null().to_numpy()
+
+    g_rank, g_start = rank_all[gmask], start_all[gmask]
+    g_end = g_start + dur_all[gmask]
+    g_pid = pid_col[gmask]
+    g_inst = dense[np.where((g_pid >= 0) & (g_pid <= max_id), g_pid, max_id)]
     mem = g_inst >= 0
-    corr = gpu.get_column("correlation")
-    g_corr = corr.fill_null(0).to_numpy().astype(np.int64)
-    g_has = corr.is_not_null().to_numpy()
-    launch_end = _launch_info(events, g_rank, g_corr, g_has)
+    g_corr, g_has = corr_all[gmask], has_corr[gmask]
+    l_has = lmask & has_corr
+    launch_end = _launch_info(
+        rank_all[l_has], corr_all[l_has], start_all[l_has] + dur_all[l_has], g_rank, g_corr, g_has
+    )
     first = _first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
-    codes = bucket_codes(gpu)
+    codes = _codes(events, gmask, kc)
     w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first)
 
     i_rank = inst.get_column("rank").to_numpy().astype(np.int64)
@@ -269,14 +306,16 @@ def attribute_instances(
         reach = np.maximum.accumulate(w.window_end[idx])
         between[idx[:-1]] = np.maximum(w.window_start[idx[1:]] - reach[:-1], 0)
 
-    # launch counts per instance
-    la = events.filter((pl.col("kind") == LAUNCH) & pl.col("phase_id").is_not_null()).select(
-        "phase_id",
-        (pl.col("graph").fill_null(False) | pl.col("name").str.contains("GraphLaunch")).alias("g"),
-    )
-    l_pid = la.get_column("phase_id").to_numpy().astype(np.int64)
+    # launch counts per instance (graph launches: graph flag, else the cudaGraphLaunch name)
+    l_rows = np.flatnonzero(lmask & (pid_col >= 0))
+    graph_s = events.get_column("graph")
+    l_graph = graph_s.fill_null(False).to_numpy()[l_rows]
+    unknown = np.flatnonzero(graph_s.is_null().to_numpy()[l_rows])
+    if unknown.size:
+        names = events.get_column("name").gather(l_rows[unknown])
+        l_graph[unknown] = names.str.contains("GraphLaunch").fill_null(False).to_numpy()
+    l_pid = pid_col[l_rows]
     l_inst = dense[np.where(l_pid <= max_id, l_pid, max_id)]
-    l_graph = la.get_column("g").to_numpy()
     ok = l_inst >= 0
     graph_l = np.bincount(l_inst[ok & l_graph], minlength=K)[:K]
     eager_l = np.bincount(l_inst[ok & ~l_graph], minlength=K)[:K]
@@ -284,7 +323,9 @@ def attribute_instances(
     # allreduce kernel time, wait and transfer (collectives matched across ranks)
     ar = np.zeros((3, K), dtype=np.int64)
     if "coll_seq" in events.columns and events.get_column("coll_seq").null_count() < events.height:
-        m = match_collectives(events).filter((pl.col("coll_op") == "allreduce") & pl.col("phase_id").is_not_null())
+        m = match_collectives(_coll_rows(events)).filter(
+            (pl.col("coll_op") == "allreduce") & pl.col("phase_id").is_not_null()
+        )
         if m.height:
             m_pid = m.get_column("phase_id").to_numpy().astype(np.int64)
             m_inst = dense[np.where(m_pid <= max_id, m_pid, max_id)]
@@ -412,7 +453,7 @@ def stragglers(events: pl.DataFrame, instances: pl.DataFrame, min_skew_ns: int =
     }
     if events.get_column("coll_seq").null_count() == events.height:
         return pl.DataFrame(schema=schema)
-    m = match_collectives(events).filter(pl.col("matched") & pl.col("phase").is_not_null())
+    m = match_collectives(_coll_rows(events)).filter(pl.col("matched") & pl.col("phase").is_not_null())
     m = m.filter(pl.col("phase").is_in(instances.get_column("phase").unique().implode()))
     if m.height == 0 or m.get_column("rank").n_unique() < 2:
         return pl.DataFrame(schema=schema)
@@ -482,7 +523,7 @@ def attribute_report(
     if ev.get_column("coll_seq").null_count() < ev.height:
         from tracekit.collectives import collective_issues
 
-        issues = collective_issues(match_collectives(ev))
+        issues = collective_issues(match_collectives(_coll_rows(ev)))
     return {
         "instances": inst,
         "by_rank": by_rank(inst),
