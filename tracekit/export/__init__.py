@@ -77,8 +77,8 @@ def prepare_events(events: pl.DataFrame, *, collectives: bool) -> pl.DataFrame:
     return ev
 
 
-def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> dict[int, dict[str, int]] | None:
-    """phase_id -> {bucket: ns} from ``tracekit.analyzers.attribution`` when it is available."""
+def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> dict[tuple[int, int], dict[str, int]] | None:
+    """(rank, phase_id) -> {bucket: ns} from ``tracekit.analyzers.attribution`` when it is available."""
     try:
         attribution = importlib.import_module("tracekit.analyzers.attribution")
     except ImportError:
@@ -86,19 +86,24 @@ def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> dict[int, 
     bucket_columns: Sequence[str] = getattr(attribution, "BUCKET_COLUMNS", ())
     if not events.select(pl.col("kind").is_in(list(GPU_KINDS)).any()).item():
         return None
+    inst_ids = events.filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()).select("rank", "phase_id")
+    if inst_ids.unique().height != inst_ids["phase_id"].n_unique():
+        warnings.append("phase ids repeat across ranks in this run (instances numbered per rank): "
+                        "attribution buckets left out of the phase slices")
+        return None
     try:
         inst = attribution.attribute_instances(events)
     except TracekitError as exc:
         warnings.append(f"attribution buckets left out of the phase slices: {exc.message}")
         return None
     cols = [c for c in bucket_columns if c in inst.columns]
-    out: dict[int, dict[str, int]] = {}
-    for row in inst.select("phase_id", *cols).iter_rows(named=True):
-        if row["phase_id"] is None:
+    out: dict[tuple[int, int], dict[str, int]] = {}
+    for row in inst.select("rank", "phase_id", *cols).iter_rows(named=True):
+        if row["phase_id"] is None or row["rank"] is None:
             continue
         b = {c[:-3]: int(row[c]) for c in cols if row[c]}
         if b:
-            out[int(row["phase_id"])] = b
+            out[(int(row["rank"]), int(row["phase_id"]))] = b
     return out
 
 

@@ -146,9 +146,17 @@ def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[in
     raw_pids: dict[int, int | None] = {}
     for r in ranks:
         m = man_ranks.get(str(r), {}) or {}
-        gpu = m.get("device", m.get("gpu_index", m.get("local_rank", dev.get(r))))
-        if isinstance(gpu, Mapping):
-            gpu = gpu.get("index", dev.get(r))
+        gpu: Any = None
+        for key in ("device_index", "gpu_index", "device", "local_rank"):
+            v = m.get(key)
+            if isinstance(v, int) and not isinstance(v, bool):
+                gpu = v
+                break
+            if isinstance(v, str) and v.rsplit(":", 1)[-1].isdigit():
+                gpu = int(v.rsplit(":", 1)[-1])
+                break
+        if gpu is None:
+            gpu = dev.get(r)
         host = m.get("host") or m.get("hostname")
         parts = [f"rank {r}"]
         if gpu is not None:
@@ -170,8 +178,9 @@ def _phase_slices(ev: pl.DataFrame) -> pl.DataFrame:
     """Phase slices: host ranges (window=host) and GPU windows (window=gpu) with their facts."""
     facts = ["cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len"]
     host = ev.filter((pl.col("kind") == RANGE) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null())
-    host = host.unique("phase_id", keep="first", maintain_order=True)
-    fact_tab = host.select("phase_id", *facts)
+    # phase ids are keyed with the rank: runs merged from shards may number instances per rank
+    host = host.unique(["rank", "phase_id"], keep="first", maintain_order=True)
+    fact_tab = host.select("rank", "phase_id", *facts)
     gpu = (
         ev.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("phase_id").is_not_null())
         .group_by("rank", "phase_id")
@@ -180,7 +189,7 @@ def _phase_slices(ev: pl.DataFrame) -> pl.DataFrame:
             pl.col("start_ns").min().alias("start_ns"),
             ((pl.col("start_ns") + pl.col("dur_ns")).max() - pl.col("start_ns").min()).alias("dur_ns"),
         )
-        .join(fact_tab, on="phase_id", how="left")
+        .join(fact_tab, on=["rank", "phase_id"], how="left")
         .sort("rank", "start_ns", "phase_id")
     )
     cols = ["rank", "phase", "phase_id", "start_ns", "dur_ns", *facts]
@@ -224,11 +233,11 @@ def build_layout(
     manifest: Mapping[str, Any],
     *,
     flows: Sequence[str] = ("launches",),
-    buckets: Mapping[int, Mapping[str, int]] | None = None,
+    buckets: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
 ) -> Layout:
     """Lay out selected events (one run's rows, schema columns) as tracks, slices, counters, flows.
 
-    ``buckets``: optional attribution per phase instance (phase_id -> bucket -> ns),
+    ``buckets``: optional attribution per phase instance ((rank, phase_id) -> bucket -> ns),
     shown as args of the GPU-window phase slices.
     """
     for f in flows:
@@ -339,9 +348,10 @@ def build_layout(
     argset_arr = aid.astype(np.int64)
     if buckets:
         win = sl["window"].to_numpy()
+        rank_vals = sl["rank"].to_numpy()
         pid_vals, pid_ok = ints["phase_id"]
         for i in np.flatnonzero((win == "gpu") & pid_ok):
-            b = buckets.get(int(pid_vals[i]))
+            b = buckets.get((int(rank_vals[i]), int(pid_vals[i])))
             if b:
                 argsets.append(argsets[int(argset_arr[i])] + tuple((f"bucket.{k}", int(v)) for k, v in b.items()))
                 argset_arr[i] = len(argsets) - 1
