@@ -1,24 +1,29 @@
 """One simulated SGLang scheduler rank for the live-capture test server.
 
-    python sglang_rank.py OUT_PATH RANK STYLE STEPS HOOKS
+``run_rank(out, rank, style, steps, hooks)`` runs tests/sglang_shapes.py's worker
+(SGLang call shapes, real CPU torch work) for ``steps`` cycles under the CPU
+profiler and writes ``out``, the way SGLang's scheduler does for /start_profile.
+With ``hooks``, tracekit's hooks are installed first through the launcher's code
+path (runtime.install_direct with the real hook-table rows pointed at a private
+copy of the shapes classes, a Recorder of the rank's own), so the rank also
+writes its environment manifest into TRACEKIT_SGLANG_DIR.
 
-Runs tests/sglang_shapes.py's worker (SGLang call shapes, real CPU torch work)
-for STEPS cycles under the CPU profiler and writes OUT_PATH, the way SGLang's
-scheduler does for /start_profile. With HOOKS=1, tracekit's hooks are installed
-first through the same code path as the launcher (runtime.install_direct with
-the real hook table rows pointed at the shapes classes), so the rank also writes
-its environment manifest into TRACEKIT_SGLANG_DIR.
+    python sglang_rank.py OUT_PATH RANK STYLE STEPS HOOKS     # one rank per process
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import sys
+import uuid
 from pathlib import Path
+from types import ModuleType
 
-sys.path.insert(0, str(Path(__file__).parent))
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
 
-import sglang_shapes as S
+import sglang_shapes as S  # noqa: E402
 
 CLASS_MAP = {
     "sglang.srt.speculative.eagle_worker.EAGLEWorker": "EAGLEWorker",
@@ -28,27 +33,38 @@ CLASS_MAP = {
 }
 
 
-def install(version: str) -> None:
+def fresh_shapes() -> ModuleType:
+    name = f"sglang_shapes_rank_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, HERE / "sglang_shapes.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def install(mod: ModuleType, version: str) -> None:
     from tracekit.collectors.sglang import rankinfo, runtime
     from tracekit.collectors.sglang.hooktable import specs_for
 
     rows = []
     for s in specs_for(version):
         cls, _, method = s.target.rpartition(".")
-        rows.append(dataclasses.replace(s, target=f"sglang_shapes.{CLASS_MAP[cls]}.{method}"))
-    runtime.RECORDER.on_first_call = rankinfo.on_first_call("test-server")
-    rep = runtime.install_direct(specs=rows, entry="test-server")
+        rows.append(dataclasses.replace(s, target=f"{mod.__name__}.{CLASS_MAP[cls]}.{method}"))
+    rec = runtime.Recorder(on_first_call=rankinfo.on_first_call("test-server"))
+    rep = runtime.install_direct(specs=rows, rec=rec, entry="test-server")
     assert not rep.skipped, rep.skipped
 
 
-def main(argv: list[str]) -> None:
-    out, rank, style, steps, hooks = argv[0], int(argv[1]), argv[2], int(argv[3]), argv[4] == "1"
+def run_rank(out: str, rank: int, style: str, steps: int, hooks: bool) -> None:
+    mod = fresh_shapes()
     if hooks:
-        install(style)
-    worker = S.make_worker(style, rank)
+        install(mod, style)
+    worker = mod.make_worker(style, rank)
     with S.cpu_profile(out):
-        S.drive(worker, cycles=steps)
+        mod.drive(worker, cycles=steps)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    a = sys.argv[1:]
+    run_rank(a[0], int(a[1]), a[2], int(a[3]), a[4] == "1")

@@ -9,7 +9,9 @@ Routes and bodies as in sglang/srt/entrypoints/http_server.py (0.5.2 - 0.5.23):
 - ``POST /start_profile`` with ``ProfileReq(Input)`` fields (``output_dir``, ``num_steps``,
   ``activities``, ...) -> 200 ``Start profiling.\\n``; then every rank writes
   ``{profile_id}-TP-{r}.trace.json.gz`` (profile_id = str(time.time()), as the
-  tokenizer manager sets it) from a real CPU-profiler run (tests/sglang_rank.py)
+  tokenizer manager sets it) from a real CPU-profiler run (tests/sglang_rank.py;
+  the simulated ranks run one after the other in the server process, each with
+  its own copy of the classes and its own hook Recorder)
 - ``POST /stop_profile`` -> 200 ``Stop profiling. This will take some time.\\n``
 The chosen port is written to PORT_FILE once the server listens.
 """
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -27,6 +28,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+import sglang_rank  # noqa: E402  (imports torch and the shapes once, at server start)
+
 KNOWN_PROFILE_FIELDS = {"output_dir", "start_step", "num_steps", "activities", "profile_by_stage", "with_stack",
                         "record_shapes", "merge_profiles", "profile_prefix", "profile_stages", "profile_id",
                         "detailed_annotations", "req_type"}
@@ -39,19 +44,18 @@ class State:
 
 
 def run_profile(output_dir: str, num_steps: int) -> None:
+    """Every rank writes its file; ranks run one after the other in this process (one torch import)."""
     profile_id = str(time.time())
     a = State.args
-    procs = []
-    for r in range(a.world):
-        if r == a.drop_rank:
-            continue
-        out = os.path.join(output_dir, f"{profile_id}-TP-{r}.trace.json.gz")
-        cmd = [sys.executable, str(HERE / "sglang_rank.py"), out, str(r), a.style, str(num_steps), "0" if a.no_hooks else "1"]
-        procs.append(subprocess.Popen(cmd))
-    for p in procs:
-        p.wait()
-    with State.lock:
-        State.profiling = False
+    try:
+        for r in range(a.world):
+            if r == a.drop_rank:
+                continue
+            out = os.path.join(output_dir, f"{profile_id}-TP-{r}.trace.json.gz")
+            sglang_rank.run_rank(out, r, a.style, num_steps, not a.no_hooks)
+    finally:
+        with State.lock:
+            State.profiling = False
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
-import socket
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVIDIA_", "PYTORCH_", "TRACEKIT_", "OMP_")
-ENV_EXTRA = ("LD_LIBRARY_PATH", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT")
 MANIFEST_RE = re.compile(r"^rank-manifest-TP-(\d+)-(\d+)\.json$")
 
 
@@ -29,57 +24,34 @@ def manifest_dir() -> Path:
     return Path(os.environ.get("TRACEKIT_SGLANG_DIR") or Path(tempfile.gettempdir()) / "tracekit-sglang")
 
 
-def rank_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    env = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES) or k in ENV_EXTRA}
-
-
-def _versions() -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, Any] = {"python": platform.python_version()}
-    for dist in ("sglang", "torch", "tracekit", "flashinfer-python", "sgl-kernel"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            continue
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        out["torch_cuda"] = getattr(torch.version, "cuda", None)
-        try:
-            if torch.cuda.is_available():
-                nccl = torch.cuda.nccl.version()
-                out["nccl"] = ".".join(str(x) for x in nccl) if isinstance(nccl, tuple) else str(nccl)
-        except Exception:
-            pass
-    return out
-
-
-def _device() -> dict[str, Any]:
+def _world_and_device() -> tuple[int | None, int | None]:
     torch = sys.modules.get("torch")
     if torch is None:
-        return {}
+        return None, None
+    world = device = None
     try:
-        if not torch.cuda.is_available():
-            return {}
-        idx = torch.cuda.current_device()
-        return {"device": idx, "gpu_name": torch.cuda.get_device_name(idx)}
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = int(torch.distributed.get_world_size())
+        if torch.cuda.is_available():
+            device = int(torch.cuda.current_device())
     except Exception:
-        return {}
+        pass
+    return world, device
 
 
 def rank_manifest(rank: int | None, spec: dict[str, int] | None = None, entry: str | None = None) -> dict[str, Any]:
-    """The ``ranks[<r>]`` section of a run manifest for this process."""
-    m: dict[str, Any] = {
-        "rank": rank,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "taken_unix_ns": time.time_ns(),
-        "env": rank_env(),
-        "versions": _versions(),
-        "collector": "tracekit.collectors.sglang",
-    }
-    m.update(_device())
+    """The ``ranks[<r>]`` section of a run manifest for this process.
+
+    The collectors' ``manifest.rank_section`` (env as this process sees it, host, pid,
+    NVML snapshot: clocks, PCIe link, driver) plus versions, the speculative config the
+    hooks learned and how tracekit got into the process.
+    """
+    from tracekit.collectors import manifest as M
+
+    world, device = _world_and_device()
+    m = M.rank_section(rank if rank is not None else -1, world if world is not None else -1, device)
+    m["versions"] = M.versions()
+    m["collector"] = "tracekit.collectors.sglang"
     if spec:
         m["speculative"] = dict(spec)
     if entry:
@@ -92,7 +64,8 @@ def write_rank_manifest(man: dict[str, Any], directory: Path | None = None) -> P
     d = directory if directory is not None else manifest_dir()
     d.mkdir(parents=True, exist_ok=True)
     rank = man.get("rank")
-    name = f"rank-manifest-TP-{rank if rank is not None else 'x'}-{man.get('pid', os.getpid())}.json"
+    tag = rank if isinstance(rank, int) and rank >= 0 else "x"
+    name = f"rank-manifest-TP-{tag}-{man.get('pid', os.getpid())}.json"
     fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=d)
     with os.fdopen(fd, "w") as fh:
         json.dump(man, fh, sort_keys=True, default=str)

@@ -5,10 +5,11 @@ A hook has SGLang's plugin calling convention, ``hook(original, *args, **kwargs)
 serves the plugin path (plugin.py), the launcher and the import hook (direct
 patching by ``install_direct``).
 
-What a hook emits, per phase instance, on the calling thread:
+What a hook emits, per phase instance, on the calling thread, through the
+collectors' phase API (tracekit.collectors.hooks.phase / emit_facts):
 - a range ``tracekit:<phase>|cycle=N|bs=..|tok=..|seq=..`` (phases.format_label)
   through ``torch.profiler.record_function`` when a torch profiler is active
-  (SGLang's ``/start_profile``), and an NVTX range when ``TRACEKIT_NVTX=1``;
+  (SGLang's ``/start_profile``), and an NVTX range under Nsight or ``TRACEKIT_NVTX=1``;
 - after the phase, a late facts marker (phases.format_facts) with what SGLang
   returned: ``graphed`` and, for v1 verify, the accept length. v2 hands the
   accept lengths over later, in ``on_verify_complete_cpu`` after its own
@@ -29,10 +30,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.collectors import hooks
 from tracekit.collectors.sglang import facts as F
 from tracekit.collectors.sglang.hooktable import HookSpec, installed_version, specs_for
-
-from tracekit.phases import format_facts, format_label
 
 log = logging.getLogger("tracekit.sglang")
 
@@ -46,64 +46,10 @@ def enabled() -> bool:
     return os.environ.get("TRACEKIT_SGLANG", "1") != "0"
 
 
-class _Emitter:
-    """record_function ranges (under an active profiler) and optional NVTX ranges."""
-
-    def __init__(self) -> None:
-        self._torch: Any = None
-        self._nvtx: Any = None
-        self._loaded = False
-
-    def _load(self) -> None:
-        self._loaded = True
-        try:
-            import torch
-
-            self._torch = torch
-        except ImportError:  # pragma: no cover - sglang always has torch
-            self._torch = None
-        if os.environ.get("TRACEKIT_NVTX") == "1":
-            try:
-                import nvtx
-
-                self._nvtx = nvtx
-            except ImportError:
-                self._nvtx = None
-
-    def profiling(self) -> bool:
-        if not self._loaded:
-            self._load()
-        t = self._torch
-        return bool(t is not None and t.autograd._profiler_enabled())
-
-    def push(self, label: str) -> Any:
-        """Open a range; returns a token for ``pop``."""
-        if not self._loaded:
-            self._load()
-        if self._nvtx is not None:
-            self._nvtx.push_range(label)
-        if self._torch is not None and self._torch.autograd._profiler_enabled():
-            rf = self._torch.profiler.record_function(label)
-            rf.__enter__()
-            return rf
-        return None
-
-    def pop(self, token: Any) -> None:
-        if token is not None:
-            token.__exit__(None, None, None)
-        if self._nvtx is not None:
-            self._nvtx.pop_range()
-
-    def mark(self, label: str) -> None:
-        """A zero-length range (late facts marker)."""
-        self.pop(self.push(label))
-
-
 @dataclass
 class Recorder:
     """Per-process hook state: the cycle counter, open phases per thread, pending v2 verifies."""
 
-    emitter: _Emitter = field(default_factory=_Emitter)
     cycle: int = -1
     rank: int | None = None
     spec: dict[str, int] = field(default_factory=dict)
@@ -140,13 +86,12 @@ class Recorder:
 
     def run_phase(self, phase: str, original: Hook, args: tuple[Any, ...], kwargs: dict[str, Any],
                   facts: dict[str, Any], after: Callable[[Any], None] | None = None) -> Any:
-        token = self.emitter.push(format_label(phase, **facts))
         self._enter()
         try:
-            result = original(*args, **kwargs)
+            with hooks.phase(phase, **facts):
+                result = original(*args, **kwargs)
         finally:
             self._leave()
-            self.emitter.pop(token)
         if after is not None:
             after(result)
         return result
@@ -215,7 +160,7 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
                     if per_req is None and spec.worker == "v2":
                         r.pending_accept.append(cycle)
                     if graphed is not None or accept is not None:
-                        r.emitter.mark(format_facts("verify", cycle, graphed=graphed, accept=accept))
+                        hooks.emit_facts("verify", cycle, graphed=graphed, accept=accept)
 
             return r.run_phase(phase, original, args, kwargs, facts, after)
 
@@ -229,7 +174,7 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
                 cycle = r.pending_accept.popleft()
                 accept = F.mean_accept([int(x) for x in per_req])
                 if accept is not None:
-                    r.emitter.mark(format_facts("verify", cycle, accept=accept))
+                    hooks.emit_facts("verify", cycle, accept=accept)
             return original(*args, **kwargs)
 
         return accept_hook
@@ -262,7 +207,7 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
             def after(result: Any) -> None:
                 graphed = F.graphed_of(result)
                 if graphed is not None and cycle is not None:
-                    r.emitter.mark(format_facts(phase, cycle, graphed=graphed))
+                    hooks.emit_facts(phase, cycle, graphed=graphed)
 
             return r.run_phase(phase, original, args, kwargs, facts, after)
 
