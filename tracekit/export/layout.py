@@ -269,17 +269,16 @@ def build_layout(
     )
     multi_set = {(int(r), int(g)) for r, g, n in multi.iter_rows() if n > 1}
     groups = sl.select("rank", "_g", "_a", "_b").unique().sort(["rank", "_g", "_a", "_b"], nulls_last=False)
-    # lanes per group
-    sl = sl.sort(["rank", "_g", "_a", "_b", "start_ns", "dur_ns", "_row"], descending=[False] * 5 + [True, False],
-                 nulls_last=False)
+    # lanes per group (group key = dense rank of rank, group, pid/device, tid/stream); no frame sorts
+    keys = sl.select(pl.struct("rank", "_g", "_a", "_b").rank("dense").alias("k"))["k"].to_numpy().astype(np.int64)
     starts = sl["start_ns"].to_numpy().astype(np.int64)
-    ends = starts + sl["dur_ns"].to_numpy().astype(np.int64)
-    gkey = sl.select(pl.struct("rank", "_g", "_a", "_b").rank("dense").alias("k"))["k"].to_numpy().astype(np.int64)
+    durs = sl["dur_ns"].to_numpy().astype(np.int64)
+    seq = np.arange(sl.height, dtype=np.int64)
+    by_group = np.lexsort((seq, -durs, starts, keys))
     lanes = np.zeros(sl.height, dtype=np.int64)
-    bounds = np.flatnonzero(np.diff(gkey)) + 1
-    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [sl.height]]), strict=True):
-        lanes[lo:hi] = assign_lanes(starts[lo:hi], ends[lo:hi])
-    sl = sl.with_columns(pl.Series("_lane", lanes))
+    for chunk in np.split(by_group, np.flatnonzero(np.diff(keys[by_group])) + 1):
+        lanes[chunk] = assign_lanes(starts[chunk], starts[chunk] + durs[chunk])
+    sl = sl.with_columns(pl.Series("_lane", lanes), pl.Series("_seq", seq))
     # tracks
     max_lane = sl.group_by("rank", "_g", "_a", "_b").agg(pl.col("_lane").max().alias("m"))
     lane_n = {(r, g, a, b): int(m) for r, g, a, b, m in max_lane.iter_rows()}
@@ -315,9 +314,11 @@ def build_layout(
     )
     sl = sl.with_columns(pl.col("rank").cast(pl.Int32), pl.col("_g").cast(pl.Int32), pl.col("_a").cast(pl.Int64),
                          pl.col("_b").cast(pl.Int64))
-    sl = sl.join(tk, on=["rank", "_g", "_a", "_b", "_lane"], how="left", nulls_equal=True)
-    # final slice order
-    sl = sl.sort(["start_ns", "dur_ns", "_track", "_row"], descending=[False, True, False, False], nulls_last=False)
+    track_col = sl.join(tk, on=["rank", "_g", "_a", "_b", "_lane"], how="left", nulls_equal=True,
+                        maintain_order="left")["_track"].to_numpy().astype(np.int64)
+    # final slice order: start, longer first, track, then input order
+    final = np.lexsort((seq, track_col, -durs, starts))
+    sl = sl.with_columns(pl.Series("_track", track_col))[final]
     # display names
     gpu_mask = sl["kind"].is_in(list(GPU_KINDS))
     full = sl["name"].fill_null("")

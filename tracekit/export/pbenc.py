@@ -309,6 +309,49 @@ class RepFixed64(Seg):
 
 
 @dataclass(eq=False)
+class SmallMsgVarint(Seg):
+    """A nested message made of constant bytes and one varint field, under 128 bytes
+    (e.g. a DebugAnnotation ``{name_iid, int_value}``): written without the generic
+    nested-message machinery. Rows where ``present`` is False write nothing."""
+
+    field_no: int
+    prefix: bytes  # encoded inner fields before the varint
+    inner_field: int
+    values: npt.NDArray[np.integer]
+    present: BoolA | None = None
+    _tag: bytes = field(init=False, default=b"")
+    _u: U64 = field(init=False)
+    _nb: I64 = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._tag = key(self.field_no, WIRE_LEN)
+        self.prefix = self.prefix + key(self.inner_field, WIRE_VARINT)
+        if len(self.prefix) + 10 >= 128 or len(self._tag) != 1:
+            raise ValueError("SmallMsgVarint is for messages under 128 bytes with a one-byte tag")
+        u = np.ascontiguousarray(self.values).astype(np.int64).view(np.uint64)
+        self._u = u if self.present is None else u[self.present]
+
+    def _compute(self, n: int) -> I64:
+        self._nb = varint_len(self._u)
+        ln = 2 + len(self.prefix) + self._nb
+        if self.present is None:
+            return ln
+        out = np.zeros(n, dtype=np.int64)
+        out[self.present] = ln
+        return out
+
+    def write(self, out: U8, pos: I64) -> None:
+        ln = self.lengths(pos.size)
+        p = pos if self.present is None else pos[self.present]
+        if p.size:
+            out[p] = self._tag[0]
+            out[p + 1] = (len(self.prefix) + self._nb).astype(np.uint8)
+            _put_const(out, p + 2, self.prefix)
+            _put_varints(out, p + 2 + len(self.prefix), self._u, self._nb)
+        pos += ln
+
+
+@dataclass(eq=False)
 class Msg(Seg):
     """A nested message field: tag, varint length, then the child segments."""
 
@@ -410,6 +453,7 @@ __all__ = [
     "Msg",
     "RepFixed64",
     "Seg",
+    "SmallMsgVarint",
     "Varint",
     "encode_array",
     "encode_rows",

@@ -207,10 +207,8 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
             for k in INT_ARGS:
                 vals, ok = lay.ints[k]
                 m = ok[s_i]
-                if m.all():
-                    ev.append(pe.Msg(E_DEBUG, [pe.Const(ann_tag[k]), pe.Varint(A_INT, vals[s_i])]))
-                elif m.any():
-                    ev.append(pe.Msg(E_DEBUG, [pe.Const(ann_tag[k], m), pe.Varint(A_INT, vals[s_i], m)], m))
+                if m.any():
+                    ev.append(pe.SmallMsgVarint(E_DEBUG, ann_tag[k], A_INT, vals[s_i], None if m.all() else m))
             for counts, offs, flat, fno in ((out_c, out_o, out_f, E_FLOW_IDS), (in_c, in_o, in_f, E_TERM_FLOW_IDS)):
                 if flat.size:
                     c, vals = _gather(counts, offs, flat, s_i)
