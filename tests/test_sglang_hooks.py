@@ -180,3 +180,39 @@ def test_facts_never_read_device_data() -> None:
     assert F.mean_seq_len(batch) is None
     assert F.graphed_of((meta, True)) is True
     assert F.accepted_per_req(S.GenerationBatchResult(accept_lens=meta)) is None
+
+
+def test_broken_batch_never_breaks_the_call(caplog: pytest.LogCaptureFixture) -> None:
+    """A batch whose fields raise: the SGLang call still runs and returns; the problem is logged once."""
+    mod = fresh_shapes()
+
+    class Hostile:
+        def __getattr__(self, name: str) -> object:
+            raise RuntimeError(f"no {name}")
+
+    class Worker:
+        calls = 0
+
+        def verify(self, batch: object) -> tuple[int, bool]:
+            Worker.calls += 1
+            return 7, True
+
+    mod.Worker = Worker
+    rows = [HookSpec(f"{mod.__name__}.Worker.verify", "verify", ("batch",)),
+            HookSpec(f"{mod.__name__}.ModelRunner.forward", "forward", ("forward_batch",))]
+    runtime.install_direct(specs=rows, rec=runtime.Recorder())
+    with caplog.at_level(logging.WARNING, logger="tracekit.sglang"):
+        assert Worker().verify(Hostile()) == (7, True)
+        assert Worker().verify(Hostile()) == (7, True)
+        class BadFB(mod.ForwardBatch):  # type: ignore[name-defined,misc]
+            def __getattribute__(self, name: str) -> object:
+                if name == "seq_lens_sum":
+                    raise RuntimeError("seq_lens_sum unreadable")
+                return object.__getattribute__(self, name)
+
+        out, graphed = mod.ModelRunner(0, False, 1).forward(BadFB(mod.ForwardMode.DECODE, 2, 0))
+    assert Worker.calls == 2
+    assert out.shape == (2, S.HIDDEN) and graphed is True
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("Worker.verify: facts skipped" in m for m in msgs) == 1
+    assert sum("decode/prefill marking skipped" in m for m in msgs) == 1

@@ -93,11 +93,22 @@ class Recorder:
         finally:
             self._leave()
         if after is not None:
-            after(result)
+            try:
+                after(result)
+            except Exception as exc:
+                warn_once(("after", phase), f"late facts of {phase} skipped: {exc!r}")
         return result
 
 
 RECORDER = Recorder()
+_WARNED: set[Any] = set()
+
+
+def warn_once(key: Any, msg: str) -> None:
+    """Log a hook-machinery problem once; the hooked SGLang call always goes on."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning("tracekit: %s", msg)
 
 
 def rank_of(obj: Any) -> int | None:
@@ -119,6 +130,33 @@ def _batch_facts(rec: Recorder, batch: Any) -> dict[str, Any]:
     return {"cycle": rec.cycle, "bs": F.batch_size(batch), "seq": F.mean_seq_len(batch)}
 
 
+def _forward_plan(r: Recorder, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int | None, dict[str, Any]] | None:
+    """For ModelRunner.forward: (phase, cycle, facts) on the target runner outside any phase, else None."""
+    runner = args[0] if args else None
+    if r.depth() > 0 or getattr(runner, "is_draft_worker", False):
+        return None
+    fb = F.first_batch(args, kwargs, "forward_batch")
+    mode = F.mode_name(fb)
+    cycle: int | None
+    if mode == "DECODE":
+        phase = "decode"
+        r.cycle += 1
+        cycle = r.cycle
+    elif mode in ("EXTEND", "MIXED", "SPLIT_PREFILL"):
+        phase, cycle = "prefill", None
+    else:
+        return None
+    r.first_call(runner)
+    bs = F.batch_size(fb)
+    facts: dict[str, Any] = {"cycle": cycle, "bs": bs, "seq": F.mean_seq_len(fb)}
+    if phase == "decode":
+        facts["tok"] = bs
+    else:
+        ext = getattr(fb, "extend_num_tokens", None)
+        facts["tok"] = ext if isinstance(ext, int) and not isinstance(ext, bool) else None
+    return phase, cycle, facts
+
+
 def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
     """The AROUND hook for one table row: ``hook(original, *args, **kwargs)``."""
     r = rec if rec is not None else RECORDER
@@ -127,11 +165,14 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
     if role == "cycle":
 
         def cycle_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-            r.first_call(args[0] if args else None)
-            batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
-            mode = F.mode_name(batch)
-            if mode not in ("EXTEND", "MIXED", "SPLIT_PREFILL") and not getattr(batch, "is_extend_in_batch", False):
-                r.cycle += 1
+            try:
+                r.first_call(args[0] if args else None)
+                batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
+                mode = F.mode_name(batch)
+                if mode not in ("EXTEND", "MIXED", "SPLIT_PREFILL") and not getattr(batch, "is_extend_in_batch", False):
+                    r.cycle += 1
+            except Exception as exc:
+                warn_once(spec.target, f"{spec.target}: cycle bookkeeping skipped: {exc!r}")
             return original(*args, **kwargs)
 
         return cycle_hook
@@ -140,15 +181,18 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
         phase = role
 
         def phase_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-            worker = args[0] if args else None
-            r.first_call(worker)
-            batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
-            facts = _batch_facts(r, batch)
-            bs = facts["bs"]
-            if bs is not None and phase == "verify" and "draft_tokens" in r.spec:
-                facts["tok"] = bs * r.spec["draft_tokens"]
-            elif bs is not None and phase == "draft" and "steps" in r.spec and "topk" in r.spec:
-                facts["tok"] = bs * r.spec["steps"] * r.spec["topk"]
+            try:
+                r.first_call(args[0] if args else None)
+                batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
+                facts = _batch_facts(r, batch)
+                bs = facts["bs"]
+                if bs is not None and phase == "verify" and "draft_tokens" in r.spec:
+                    facts["tok"] = bs * r.spec["draft_tokens"]
+                elif bs is not None and phase == "draft" and "steps" in r.spec and "topk" in r.spec:
+                    facts["tok"] = bs * r.spec["steps"] * r.spec["topk"]
+            except Exception as exc:
+                warn_once(spec.target, f"{spec.target}: facts skipped: {exc!r}")
+                facts = {"cycle": r.cycle}
             cycle = r.cycle
             after = None
             if phase == "verify":
@@ -169,12 +213,15 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
     if role == "accept":
 
         def accept_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-            per_req = kwargs.get("num_correct_drafts_per_req", args[1] if len(args) > 1 else None)
-            if r.pending_accept and isinstance(per_req, list):
-                cycle = r.pending_accept.popleft()
-                accept = F.mean_accept([int(x) for x in per_req])
-                if accept is not None:
-                    hooks.emit_facts("verify", cycle, accept=accept)
+            try:
+                per_req = kwargs.get("num_correct_drafts_per_req", args[1] if len(args) > 1 else None)
+                if r.pending_accept and isinstance(per_req, list):
+                    cycle = r.pending_accept.popleft()
+                    accept = F.mean_accept([int(x) for x in per_req])
+                    if accept is not None:
+                        hooks.emit_facts("verify", cycle, accept=accept)
+            except Exception as exc:
+                warn_once(spec.target, f"{spec.target}: accept lengths skipped: {exc!r}")
             return original(*args, **kwargs)
 
         return accept_hook
@@ -182,27 +229,14 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
     if role == "forward":
 
         def forward_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-            runner = args[0] if args else None
-            if r.depth() > 0 or getattr(runner, "is_draft_worker", False):
+            try:
+                plan = _forward_plan(r, args, kwargs)
+            except Exception as exc:
+                warn_once(spec.target, f"{spec.target}: decode/prefill marking skipped: {exc!r}")
+                plan = None
+            if plan is None:
                 return original(*args, **kwargs)
-            fb = F.first_batch(args, kwargs, "forward_batch")
-            mode = F.mode_name(fb)
-            if mode == "DECODE":
-                phase = "decode"
-                r.cycle += 1
-                cycle: int | None = r.cycle
-            elif mode in ("EXTEND", "MIXED", "SPLIT_PREFILL"):
-                phase, cycle = "prefill", None
-            else:
-                return original(*args, **kwargs)
-            r.first_call(runner)
-            bs = F.batch_size(fb)
-            facts: dict[str, Any] = {"cycle": cycle, "bs": bs, "seq": F.mean_seq_len(fb)}
-            if phase == "decode":
-                facts["tok"] = bs
-            else:
-                ext = getattr(fb, "extend_num_tokens", None)
-                facts["tok"] = ext if isinstance(ext, int) and not isinstance(ext, bool) else None
+            phase, cycle, facts = plan
 
             def after(result: Any) -> None:
                 graphed = F.graphed_of(result)
