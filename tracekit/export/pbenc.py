@@ -134,8 +134,9 @@ def _mask(present: BoolA | None, n: int) -> BoolA:
 def _put_const(out: U8, pos: I64, data: bytes) -> None:
     if not data or pos.size == 0:
         return
-    arr = np.frombuffer(data, dtype=np.uint8)
-    out[pos[:, None] + np.arange(arr.size, dtype=np.int64)] = arr
+    out[pos] = data[0]
+    for j in range(1, len(data)):
+        out[pos + j] = data[j]
 
 
 def _put_varints(out: U8, pos: I64, v: U64, nb: I64 | None = None) -> I64:
@@ -416,33 +417,30 @@ def encode_array(n: int, children: list[Seg]) -> tuple[U8, I64]:
     return out, ln
 
 
+def encode_groups(n: int, groups: Sequence[tuple[I64, list[Seg]]]) -> U8:
+    """Encode ``n`` TracePackets given as groups of rows of one shape each, in row order.
+
+    ``groups``: (row numbers in 0..n-1, segments for those rows in that order). Every
+    group writes straight to the rows' final places in one buffer.
+    """
+    tops = [(rows, Msg(1, children)) for rows, children in groups]
+    lens = np.zeros(n, dtype=np.int64)
+    for rows, top in tops:
+        lens[rows] = top.lengths(rows.size)
+    dst = np.cumsum(lens) - lens
+    out = np.empty(int(lens.sum()), dtype=np.uint8)
+    covered = sum(int(rows.size) for rows, _ in tops)
+    if covered != n:
+        raise ValueError(f"groups cover {covered} of {n} rows")
+    for rows, top in tops:
+        if rows.size:
+            top.write(out, dst[rows])
+    return out
+
+
 def encode_rows(n: int, children: list[Seg]) -> bytes:
     """Encode ``n`` TracePackets of one shape, each framed as ``Trace.packet``."""
     return encode_array(n, children)[0].tobytes()
-
-
-def interleave(n: int, parts: Sequence[tuple[I64, U8, I64]]) -> U8:
-    """Merge separately encoded row groups back into row order.
-
-    ``parts``: (row numbers in 0..n-1, encoded bytes of those rows in that order, row lengths).
-    """
-    lens = np.zeros(n, dtype=np.int64)
-    for rows, _, ln in parts:
-        lens[rows] = ln
-    dst = np.cumsum(lens) - lens
-    out = np.empty(int(lens.sum()), dtype=np.uint8)
-    for rows, buf, ln in parts:
-        if rows.size == 0:
-            continue
-        if rows.size == n:
-            out[:] = buf
-            continue
-        # destination of byte j of the group = j + (row's destination - row's offset in the group)
-        shift = dst[rows] - (np.cumsum(ln) - ln)
-        idx = np.repeat(shift, ln)
-        idx += np.arange(idx.size, dtype=np.int64)
-        out[idx] = buf
-    return out
 
 
 __all__ = [
@@ -456,12 +454,12 @@ __all__ = [
     "SmallMsgVarint",
     "Varint",
     "encode_array",
+    "encode_groups",
     "encode_rows",
     "field_bytes",
     "field_double",
     "field_str",
     "field_varint",
-    "interleave",
     "key",
     "packet",
     "varint",

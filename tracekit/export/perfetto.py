@@ -192,7 +192,7 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
         ])
         chunk = pe.packet(_head(int(bts[0]), SEQ_NEEDS) + interned) if interned else b""
         seq_flags = pe.field_varint(P_SEQ_ID, SEQ_ID) + pe.field_varint(P_FLAGS, SEQ_NEEDS)
-        parts: list[tuple[I64, npt.NDArray[np.uint8], I64]] = []
+        groups: list[tuple[I64, list[pe.Seg]]] = []
         # slice opens (BEGIN / INSTANT): everything a slice carries
         rows = np.flatnonzero(opens)
         if rows.size:
@@ -215,13 +215,13 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
                     if vals.size:
                         ev.append(pe.RepFixed64(fno, c, vals.astype(np.uint64)))
             segs: list[pe.Seg] = [pe.Varint(P_TIMESTAMP, bts[rows]), pe.Const(seq_flags), pe.Msg(P_TRACK_EVENT, ev)]
-            parts.append((rows, *pe.encode_array(rows.size, segs)))
+            groups.append((rows, segs))
         # slice ends: type and track only
         rows = np.flatnonzero(btyp == T_END)
         if rows.size:
             ev = [pe.Const(pe.field_varint(E_TYPE, T_END)), pe.Varint(E_TRACK_UUID, lay.track[bidx[rows]])]
             segs = [pe.Varint(P_TIMESTAMP, bts[rows]), pe.Const(seq_flags), pe.Msg(P_TRACK_EVENT, ev)]
-            parts.append((rows, *pe.encode_array(rows.size, segs)))
+            groups.append((rows, segs))
         # counter values
         rows = np.flatnonzero(is_ctr)
         if rows.size:
@@ -234,8 +234,8 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
             if not c_int.all():
                 ev.append(pe.Fixed64(E_COUNTER_DOUBLE, cval, ~c_int))
             segs = [pe.Varint(P_TIMESTAMP, bts[rows]), pe.Const(seq_flags), pe.Msg(P_TRACK_EVENT, ev)]
-            parts.append((rows, *pe.encode_array(rows.size, segs)))
-        yield chunk + pe.interleave(n, parts).tobytes()
+            groups.append((rows, segs))
+        yield chunk + pe.encode_groups(n, groups).tobytes()
 
 
 def write_perfetto(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:
