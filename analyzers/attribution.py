@@ -165,16 +165,46 @@ def bucket_codes(gpu: pl.DataFrame) -> npt.NDArray[np.int8]:
     return codes.to_numpy().astype(np.int8)
 
 
+def _rank_slices(rank: I64) -> list[tuple[int, npt.NDArray[np.intp]]]:
+    """(rank, row indices) per rank; contiguous slices when ``rank`` is sorted."""
+    if rank.size == 0:
+        return []
+    if np.all(rank[1:] >= rank[:-1]):
+        brk = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        lo = np.concatenate([[0], brk])
+        hi = np.concatenate([brk, [rank.size]])
+        return [(int(rank[a]), np.arange(a, b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    return [(int(r), np.flatnonzero(rank == r)) for r in np.unique(rank).tolist()]
+
+
+def _dense_ok(lo: int, hi: int, count: int) -> bool:
+    """A direct-address table over [lo, hi] is affordable for ``count`` keys."""
+    return hi - lo + 1 <= 8 * count + (1 << 16)
+
+
 def _first_of_launch(rank: I64, corr: I64, has: npt.NDArray[np.bool_], start: I64) -> npt.NDArray[np.bool_]:
     """True for the earliest GPU event of each (rank, correlation); events without one are first."""
     first = np.ones(rank.size, dtype=bool)
-    idx = np.flatnonzero(has)
-    if idx.size == 0:
-        return first
-    order = idx[np.lexsort((start[idx], corr[idx], rank[idx]))]
-    dup = np.zeros(order.size, dtype=bool)
-    dup[1:] = (rank[order][1:] == rank[order][:-1]) & (corr[order][1:] == corr[order][:-1])
-    first[order[dup]] = False
+    for _r, rows in _rank_slices(rank):
+        rows = rows[has[rows]]
+        if rows.size < 2:
+            continue
+        c = corr[rows]
+        s = start[rows]
+        if not np.all(s[1:] >= s[:-1]):
+            o = np.argsort(s, kind="stable")
+            rows, c = rows[o], c[o]
+        lo, hi = int(c.min()), int(c.max())
+        pos = np.arange(rows.size)
+        if _dense_ok(lo, hi, rows.size):
+            table = np.empty(hi - lo + 1, dtype=np.int64)
+            table[(c - lo)[::-1]] = pos[::-1]  # last write wins: the earliest occurrence
+            first[rows] = table[c - lo] == pos
+        else:
+            _, idx = np.unique(c, return_index=True)
+            f = np.zeros(rows.size, dtype=bool)
+            f[idx] = True
+            first[rows] = f
     return first
 
 
@@ -183,16 +213,25 @@ def _launch_info(
 ) -> I64:
     """End of the launch call of each GPU event via (rank, correlation); UNKNOWN_LAUNCH if none."""
     out = np.full(gpu_rank.size, UNKNOWN_LAUNCH, dtype=np.int64)
-    for r in np.unique(l_rank).tolist():
-        sel = l_rank == r
-        uc, first = np.unique(l_corr[sel], return_index=True)
-        ends = l_end[sel][first]
-        rows = np.flatnonzero((gpu_rank == r) & gpu_has)
-        if rows.size == 0:
+    gslices = dict(_rank_slices(gpu_rank))
+    for r, lrows in _rank_slices(l_rank):
+        grows = gslices.get(r)
+        if grows is None:
             continue
-        pos = np.minimum(np.searchsorted(uc, gpu_corr[rows]), uc.size - 1)
-        hit = uc[pos] == gpu_corr[rows]
-        out[rows] = np.where(hit, ends[pos], UNKNOWN_LAUNCH)
+        grows = grows[gpu_has[grows]]
+        if grows.size == 0:
+            continue
+        lc, le, gc = l_corr[lrows], l_end[lrows], gpu_corr[grows]
+        lo, hi = int(min(lc.min(), gc.min())), int(max(lc.max(), gc.max()))
+        if _dense_ok(lo, hi, lrows.size + grows.size):
+            table = np.full(hi - lo + 1, UNKNOWN_LAUNCH, dtype=np.int64)
+            table[(lc - lo)[::-1]] = le[::-1]  # the first launch row of a correlation wins
+            out[grows] = table[gc - lo]
+        else:
+            uc, first = np.unique(lc, return_index=True)
+            ends = le[first]
+            pos = np.minimum(np.searchsorted(uc, gc), uc.size - 1)
+            out[grows] = np.where(uc[pos] == gc, ends[pos], UNKNOWN_LAUNCH)
     return out
 
 
@@ -204,8 +243,10 @@ def _queue_delay(
     for r in np.unique(i_rank[valid]).tolist():
         sel = g_rank == r
         s, e = g_start[sel], g_end[sel]
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], np.maximum.accumulate(e[order])
+        if not np.all(s[1:] >= s[:-1]):
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+        e = np.maximum.accumulate(e)
         idx = np.flatnonzero((i_rank == r) & valid)
         pos = np.searchsorted(s, i_ws[idx], side="left") - 1
         prior = np.where(pos >= 0, e[np.maximum(pos, 0)], np.iinfo(np.int64).min)
@@ -225,6 +266,11 @@ def _np(s: pl.Series, fill: int) -> I64:
 def _coll_rows(events: pl.DataFrame) -> pl.DataFrame:
     """The collective kernels of ``events`` (narrow columns), for match_collectives."""
     return events.select(_COLL_COLS).filter(pl.col("coll_seq").is_not_null())
+
+
+def matched(events: pl.DataFrame) -> pl.DataFrame:
+    """``match_collectives`` over the collective kernels of an annotated table."""
+    return match_collectives(_coll_rows(events))
 
 
 def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], kc: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
@@ -251,8 +297,12 @@ def attribute_instances(
     phases: Sequence[str] | None = None,
     *,
     launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+    collectives: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """One row per phase instance (module doc) of an annotated table; ``phases`` filters."""
+    """One row per phase instance (module doc) of an annotated table; ``phases`` filters.
+
+    ``collectives``: ``matched(events)`` when the caller has it already.
+    """
     inst = phase_instances(
         events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACTS)
     ).sort(["rank", "start_ns", "phase_id"])
@@ -322,8 +372,8 @@ def attribute_instances(
 
     # allreduce kernel time, wait and transfer (collectives matched across ranks)
     ar = np.zeros((3, K), dtype=np.int64)
-    if "coll_seq" in events.columns and events.get_column("coll_seq").null_count() < events.height:
-        m = match_collectives(_coll_rows(events)).filter(
+    if collectives is not None or events.get_column("coll_seq").null_count() < events.height:
+        m = (collectives if collectives is not None else matched(events)).filter(
             (pl.col("coll_op") == "allreduce") & pl.col("phase_id").is_not_null()
         )
         if m.height:
@@ -439,7 +489,9 @@ def by_seq(instances: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def stragglers(events: pl.DataFrame, instances: pl.DataFrame, min_skew_ns: int = 1_000) -> pl.DataFrame:
+def stragglers(
+    events: pl.DataFrame, instances: pl.DataFrame, min_skew_ns: int = 1_000, collectives: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Per phase: the rank that arrived last at matched collectives most often, and what it did before.
 
     Columns: phase, collectives (matched, skew >= min_skew_ns), last_rank, times_last,
@@ -451,9 +503,11 @@ def stragglers(events: pl.DataFrame, instances: pl.DataFrame, min_skew_ns: int =
         "phase": pl.String, "collectives": pl.UInt32, "last_rank": pl.Int32, "times_last": pl.UInt32,
         "share_last": pl.Float64, "mean_late_ns": pl.Float64, "before_gap_ns": pl.Float64, "before_kernel": pl.String,
     }
-    if events.get_column("coll_seq").null_count() == events.height:
+    if collectives is None and events.get_column("coll_seq").null_count() == events.height:
         return pl.DataFrame(schema=schema)
-    m = match_collectives(_coll_rows(events)).filter(pl.col("matched") & pl.col("phase").is_not_null())
+    m = (collectives if collectives is not None else matched(events)).filter(
+        pl.col("matched") & pl.col("phase").is_not_null()
+    )
     m = m.filter(pl.col("phase").is_in(instances.get_column("phase").unique().implode()))
     if m.height == 0 or m.get_column("rank").n_unique() < 2:
         return pl.DataFrame(schema=schema)
@@ -512,18 +566,17 @@ def attribute_report(
     views (collectives are still matched over every rank).
     """
     ev, phases = prepare(events, phase)
-    inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns)
+    coll = matched(ev)
+    inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns, collectives=coll)
     if rank is not None:
         ranks = sorted(inst.get_column("rank").unique().to_list())
         if rank not in ranks:
             raise AnalysisError(f"no {'/'.join(phases)} instances on this rank (ranks with instances: {ranks})", rank=rank)
         inst = inst.filter(pl.col("rank") == rank)
-    strag = stragglers(ev, inst)
-    issues: list[str] = []
-    if ev.get_column("coll_seq").null_count() < ev.height:
-        from tracekit.collectives import collective_issues
+    strag = stragglers(ev, inst, collectives=coll)
+    from tracekit.collectives import collective_issues
 
-        issues = collective_issues(match_collectives(_coll_rows(ev)))
+    issues = collective_issues(coll)
     return {
         "instances": inst,
         "by_rank": by_rank(inst),
@@ -545,6 +598,7 @@ __all__ = [
     "by_rank",
     "by_seq",
     "check_sums",
+    "matched",
     "prepare",
     "stragglers",
 ]

@@ -85,7 +85,7 @@ def _bincount(idx: I64, w: I64, size: int) -> I64:
     """Exact integer bincount (float64 sums of integers below 2**53 are exact)."""
     if idx.size == 0:
         return np.zeros(size, dtype=np.int64)
-    return np.rint(np.bincount(idx, weights=w.astype(np.float64), minlength=size)).astype(np.int64)
+    return np.rint(np.bincount(idx, weights=w, minlength=size)).astype(np.int64)
 
 
 def walk(
@@ -111,46 +111,50 @@ def walk(
         z = np.zeros(K, dtype=np.int64)
         return Walk(np.zeros((K, NB), dtype=np.int64), z, z.copy(), z.copy(), z.copy())
     inst = inst.astype(np.int64, copy=False)
-    # sort by (instance, start) unless already so
-    d_inst = np.diff(inst)
-    if not (np.all(d_inst >= 0) and np.all((d_inst > 0) | (np.diff(start) >= 0))):
+    if not np.all(inst[1:] >= inst[:-1]):
         order = np.lexsort((start, inst))
         inst, start, end, code, launch_end = inst[order], start[order], end[order], code[order], launch_end[order]
         if first_of_launch is not None:
             first_of_launch = first_of_launch[order]
-    end = np.maximum(end, start)
     first = np.empty(n, dtype=bool)
     first[0] = True
-    first[1:] = inst[1:] != inst[:-1]
+    np.not_equal(inst[1:], inst[:-1], out=first[1:])
     first_idx = np.flatnonzero(first)
-    ws_per = start[first_idx]
     counts = np.diff(np.append(first_idx, n))
-    ws = np.repeat(ws_per, counts)
-    # times relative to the instance's window start, packed with the instance index so
-    # one running maximum resets at instance boundaries
-    rel_s = start - ws
-    rel_e = end - ws
-    span = int(rel_e.max()) + 1
-    if span > 0 and K > 0 and span * (K + 1) >= 2**62:
-        raise ValueError("GPU windows too long to pack (more than 2**62 ns over all instances)")
-    base = inst * span
-    k_s = base + rel_s
-    k_e = base + rel_e
+    # lay the instances end to end on one axis (instance k shifted so it starts where k-1's
+    # span ends): one running maximum of ends then resets at instance boundaries
+    ws_per = np.minimum.reduceat(start, first_idx)
+    we_per = np.maximum.reduceat(np.maximum(end, start), first_idx)
+    spans = we_per - ws_per + 1
+    base = np.zeros(first_idx.size, dtype=np.int64)
+    np.cumsum(spans[:-1], out=base[1:])
+    shift = np.repeat(base - ws_per, counts)
+    k_s = start + shift
+    if not np.all(k_s[1:] >= k_s[:-1]):  # not sorted by start inside an instance
+        order = np.lexsort((start, inst))
+        inst, start, end, code, launch_end, shift = (
+            inst[order], start[order], end[order], code[order], launch_end[order], shift[order]
+        )
+        if first_of_launch is not None:
+            first_of_launch = first_of_launch[order]
+        k_s = start + shift
+    end = np.maximum(end, start)
+    k_e = end + shift
     runmax = np.maximum.accumulate(k_e)
-    prev = np.empty(n, dtype=np.int64)
-    prev[0] = k_s[0]
-    prev[1:] = runmax[:-1]
-    prev[first] = k_s[first]
-    gap = k_s - prev  # > 0: nothing ran between the previous end and this start
+    gap = np.empty(n, dtype=np.int64)
+    np.subtract(k_s[1:], runmax[:-1], out=gap[1:])
+    gap[first] = 0  # > 0 below: nothing ran between the previous end and this start
     new_block = gap >= 0
-    block = np.cumsum(new_block) - 1
-    bsize = np.bincount(block)
-    clean = bsize[block] == 1
+    # an event alone in its cluster starts a block and the next event starts another
+    clean = new_block.copy()
+    clean[:-1] &= new_block[1:]
 
-    buckets = np.zeros(K * NB, dtype=np.int64)
     dur = end - start
-    c64 = code.astype(np.int64)
-    buckets += _bincount(inst[clean] * NB + c64[clean], dur[clean], K * NB)
+    key = inst * NB + code
+    buckets = _bincount(key, dur, K * NB)
+    if not clean.all():
+        nc = ~clean
+        buckets -= _bincount(key[nc], dur[nc], K * NB)
 
     # gaps: launch overhead vs idle
     g = np.flatnonzero(gap > 0)
@@ -167,12 +171,12 @@ def walk(
 
     overlapped = np.zeros(K, dtype=np.int64)
     if not clean.all():
-        add, ov = _sweep_clusters(inst[~clean], block[~clean], start[~clean], end[~clean], code[~clean], K)
+        nc = ~clean
+        block = np.cumsum(new_block[nc]) - 1
+        add, ov = _sweep_clusters(inst[nc], block, start[nc], end[nc], code[nc], K)
         buckets += add
         overlapped += ov
 
-    last_idx = np.append(first_idx[1:], n) - 1
-    we_per = runmax[last_idx] - inst[first_idx] * span + ws_per
     out_ws = np.zeros(K, dtype=np.int64)
     out_we = np.zeros(K, dtype=np.int64)
     n_ev = np.zeros(K, dtype=np.int64)
@@ -194,7 +198,17 @@ def _sweep_clusters(
     blk = np.concatenate([block, block])
     cod = np.concatenate([code, code]).astype(np.int64)
     ins = np.concatenate([inst, inst])
-    order = np.lexsort((is_start, t, blk))
+    # one int64 key per point: (block, time relative to the block's first start, end < start)
+    b_first = np.ones(m, dtype=bool)
+    b_first[1:] = block[1:] != block[:-1]
+    b_lo = np.flatnonzero(b_first)
+    b_start = np.minimum.reduceat(start, b_lo)
+    rel = t - b_start[blk]  # block ids are 0..n-1, each one contiguous run
+    width = 2 * (int(rel.max()) + 1)
+    if b_lo.size * width < 2**62:
+        order = np.argsort(blk * width + rel * 2 + is_start, kind="stable")
+    else:
+        order = np.lexsort((is_start, t, blk))
     t, is_start, blk, cod, ins = t[order], is_start[order], blk[order], cod[order], ins[order]
     delta = np.where(is_start == 1, 1, -1)
     seg_len = np.zeros(2 * m, dtype=np.int64)

@@ -71,7 +71,7 @@ def synthetic_rank(rank: int, kernels: int, seed: int = 0) -> pl.DataFrame:
     nidx = np.where(is_ar, len(NAMES), names_idx)
     # correlation: eager kernels one each; graphed phases share one per instance
     inst = cyc * 3 + ph
-    corr = np.where(eager, np.arange(n) + 10_000_000, inst)
+    corr = np.where(eager, np.arange(n), n + inst)  # dense ids, like Kineto's per-process counter
     # launches: eager kernels launched 3-8 us before they start; graphs 10 us before the first kernel
     first_of_inst = np.ones(n, dtype=bool)
     first_of_inst[1:] = inst[1:] != inst[:-1]

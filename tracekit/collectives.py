@@ -173,14 +173,24 @@ def match_collectives(events: pl.DataFrame) -> pl.DataFrame:
     seq = c.group_by(["group", "coll_seq"]).agg(
         pl.col("rank").n_unique().alias("n_ranks"),
         pl.col("start_ns").max().alias("last_arrival_ns"),
-        pl.col("rank").sort_by(["start_ns", "rank"], descending=[True, False]).first().alias("last_rank"),
         pl.col("coll_op").fill_null("?").n_unique().alias("n_ops"),
-        pl.col("coll_op").fill_null("?").unique().sort().str.join("/").alias("ops"),
     )
+    # last rank: the lowest rank among those arriving at the latest arrival
+    last = (
+        c.select("group", "coll_seq", "rank", "start_ns")
+        .join(seq.select("group", "coll_seq", "last_arrival_ns"), on=["group", "coll_seq"])
+        .filter(pl.col("start_ns") == pl.col("last_arrival_ns"))
+        .group_by(["group", "coll_seq"])
+        .agg(pl.col("rank").min().alias("last_rank"))
+    )
+    seq = seq.join(last, on=["group", "coll_seq"], how="left")
+    bad = seq.filter(pl.col("n_ops") > 1).select("group", "coll_seq")
     op_bad = (
-        seq.filter(pl.col("n_ops") > 1)
+        c.join(bad, on=["group", "coll_seq"], how="semi")
+        .group_by(["group", "coll_seq"])
+        .agg(pl.col("coll_op").fill_null("?").unique().sort().str.join("/").alias("ops"))
         .sort("coll_seq")
-        .group_by("group")
+        .group_by("group", maintain_order=True)
         .agg(pl.col("coll_seq").first().alias("bad_seq"), pl.col("ops").first().alias("bad_ops"))
     )
     grp = grp.join(op_bad, on="group", how="left").with_columns(
