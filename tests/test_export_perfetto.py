@@ -204,3 +204,24 @@ def test_phase_ids_numbered_per_rank(tmp_path: Path) -> None:
     win = [s for s in chk.slices if s.track == "phases (GPU window)"]
     assert len(win) == 18 and all("seq_len" in s.args for s in win)
     assert not any(k.startswith("bucket.") for s in win for k in s.args)
+
+
+def test_outstanding_counter(run: Path, tmp_path: Path) -> None:
+    """Outstanding GPU work: +1 at the launch call (or the work's start), -1 at its end; checked
+    against a brute-force count at every sample."""
+    out = tmp_path / "o.pftrace"
+    export_run(run, out, outstanding=True, selection=Selection(ranks=(1,)))
+    trace = pb2.Trace.FromString(out.read_bytes())
+    uuid = next(p.track_descriptor.uuid for p in trace.packet
+                if p.HasField("track_descriptor") and p.track_descriptor.name == "outstanding GPU work")
+    samples = [(p.timestamp, p.track_event.counter_value) for p in trace.packet
+               if p.HasField("track_event") and p.track_event.track_uuid == uuid]
+    ev = read_run(run).filter(pl.col("rank") == 1)
+    launches = ev.filter(pl.col("kind") == "launch").select("correlation", pl.col("start_ns").alias("ls"))
+    g = ev.filter(pl.col("kind").is_in(list(GPU_KINDS))).join(launches, on="correlation", how="left")
+    issued = [min(a, b) if b is not None else a for a, b in zip(g["start_ns"].to_list(), g["ls"].to_list(), strict=True)]
+    ends = (g["start_ns"] + g["dur_ns"]).to_list()
+    assert len(samples) > 50
+    for ts, val in samples:
+        assert val == sum(1 for i, e in zip(issued, ends, strict=True) if i <= ts < e)
+    assert samples[-1][1] == 0 and max(v for _, v in samples) >= 12  # a graph launch issues 12 kernels at once

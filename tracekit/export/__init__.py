@@ -116,6 +116,7 @@ def export_events(
     selection: Selection | None = None,
     flows: Sequence[str] = ("launches",),
     buckets: bool = True,
+    outstanding: bool = False,
     source: str | None = None,
 ) -> ExportResult:
     """Export an event table (one run) to ``out``. Raises AnalysisError on an empty selection."""
@@ -130,7 +131,7 @@ def export_events(
     if sel.ranks is not None:
         ev = ev.filter(pl.col("rank").is_in(list(sel.ranks)))
     bk = attribution_buckets(ev, warnings) if buckets else None
-    lay = build_layout(picked, manifest, flows=flows, buckets=bk)
+    lay = build_layout(picked, manifest, flows=flows, buckets=bk, outstanding=outstanding)
     est = perfetto.estimate_size(lay) if kind == "perfetto" else chrome.estimate_size(lay)
     if est > WARN_BYTES:
         warnings.append(
@@ -167,13 +168,14 @@ def export_run(
     selection: Selection | None = None,
     flows: Sequence[str] = ("launches",),
     buckets: bool = True,
+    outstanding: bool = False,
 ) -> ExportResult:
     """Export a run file (or shard directory) to a Perfetto or Chrome JSON trace."""
     from tracekit.store import load_run
 
     r = load_run(run)
     return export_events(r.events, r.manifest, out, fmt=fmt, selection=selection, flows=flows, buckets=buckets,
-                         source=str(run))
+                         outstanding=outstanding, source=str(run))
 
 
 __all__ = ["ExportResult", "Selection", "attribution_buckets", "export_events", "export_run", "format_of", "prepare_events"]

@@ -234,11 +234,13 @@ def build_layout(
     *,
     flows: Sequence[str] = ("launches",),
     buckets: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
+    outstanding: bool = False,
 ) -> Layout:
     """Lay out selected events (one run's rows, schema columns) as tracks, slices, counters, flows.
 
     ``buckets``: optional attribution per phase instance ((rank, phase_id) -> bucket -> ns),
-    shown as args of the GPU-window phase slices.
+    shown as args of the GPU-window phase slices. ``outstanding``: add a counter per rank of
+    the GPU work issued and not finished (``outstanding_samples``).
     """
     for f in flows:
         if f not in FLOW_KINDS:
@@ -290,7 +292,11 @@ def build_layout(
         pname, pid = info[r]
         proc = tb.add(Track(uuid=0, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid), None)
         rg = [t for t in groups.iter_rows() if t[0] == r]
-        for which in (G_PHASE_HOST, G_PHASE_GPU, "dur", G_THREAD, G_STREAM, G_GPU_RANGE, "ctr"):
+        for which in (G_PHASE_HOST, G_PHASE_GPU, "dur", "out", G_THREAD, G_STREAM, G_GPU_RANGE, "ctr"):
+            if which == "out":
+                if outstanding and any(t[1] == G_STREAM for t in rg):
+                    tb.add(Track(0, proc, "outstanding GPU work", "counter", r, 0), (r, "out"))
+                continue
             if which == "dur":
                 for p in ph_names.filter(pl.col("rank") == r)["phase"].to_list():
                     tb.add(Track(0, proc, f"{p} duration", "counter", r, 0, unit_ns=True), (r, "dur", f"{p} duration"))
@@ -379,6 +385,17 @@ def build_layout(
             "is_int": pl.Series([False] * ctr.height, dtype=pl.Boolean()),
         }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}),
     ]
+    if outstanding:
+        le_src, le_dst = launch_edges(sl)
+        issued = start.copy()
+        issued[le_dst] = np.minimum(start[le_src], start[le_dst])
+        g = np.flatnonzero(is_gpu)
+        rank_arr = sl["rank"].to_numpy().astype(np.int64)
+        orank, ots, ocount = outstanding_samples(rank_arr[g], start[g], start[g] + dur[g], issued[g])
+        c_parts.append(pl.DataFrame({
+            "ts": ots, "track": np.array([track_of[(int(r), "out")] for r in orank], dtype=np.int64),
+            "value": ocount.astype(np.float64), "is_int": np.ones(ots.size, dtype=bool),
+        }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}))
     cdf = pl.concat(c_parts).filter(pl.col("value").is_finite()).sort("ts", "track", maintain_order=True)
     return Layout(
         tracks=tracks, start=start, dur=dur, track=track_arr, name_id=name_id.astype(np.int64),
@@ -389,21 +406,44 @@ def build_layout(
     )
 
 
+def launch_edges(sl: pl.DataFrame) -> tuple[I64, I64]:
+    """(launch slice, GPU slice) pairs joined on (rank, correlation), sorted."""
+    idx = sl.with_row_index("_i").select("_i", "rank", "kind", "correlation")
+    launches = (
+        idx.filter((pl.col("kind") == LAUNCH) & pl.col("correlation").is_not_null())
+        .unique(["rank", "correlation"], keep="first", maintain_order=True)
+        .select("rank", "correlation", pl.col("_i").alias("_src"))
+    )
+    gpu = idx.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("correlation").is_not_null())
+    e = gpu.join(launches, on=["rank", "correlation"], how="inner").sort("_src", "_i")
+    return e["_src"].to_numpy().astype(np.int64), e["_i"].to_numpy().astype(np.int64)
+
+
+def outstanding_samples(rank: I64, start: I64, end: I64, issued: I64) -> tuple[I64, I64, I64]:
+    """Outstanding GPU work per rank: +1 when work is issued (its launch call starts, or the
+    work itself starts when no launch was recorded), -1 when it ends. Returns (rank, ts, count),
+    one sample per rank and timestamp where the count changes (ends before issues at one time)."""
+    r = np.concatenate([rank, rank])
+    t = np.concatenate([issued, end])
+    d = np.concatenate([np.ones(start.size, np.int64), -np.ones(start.size, np.int64)])
+    o = np.lexsort((d, t, r))
+    r, t, d = r[o], t[o], d[o]
+    run = np.cumsum(d)
+    first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    run -= np.repeat(np.r_[0, run[first[1:] - 1]], np.diff(np.r_[first, r.size]))
+    last = np.r_[(r[1:] != r[:-1]) | (t[1:] != t[:-1]), True]
+    return r[last], t[last], run[last]
+
+
 def _flows(sl: pl.DataFrame, kinds: Sequence[str]) -> tuple[I64, I64]:
     """Flow edges (source slice, destination slice) in slice indices, deterministic order."""
-    idx = sl.with_row_index("_i").select("_i", "rank", "kind", "correlation", "group", "coll_seq", "start_ns")
+    idx = sl.with_row_index("_i").select("_i", "rank", "kind", "group", "coll_seq", "start_ns")
     src: list[I64] = []
     dst: list[I64] = []
     if "launches" in kinds:
-        launches = (
-            idx.filter((pl.col("kind") == LAUNCH) & pl.col("correlation").is_not_null())
-            .unique(["rank", "correlation"], keep="first", maintain_order=True)
-            .select("rank", "correlation", pl.col("_i").alias("_src"))
-        )
-        gpu = idx.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("correlation").is_not_null())
-        e = gpu.join(launches, on=["rank", "correlation"], how="inner").sort("_src", "_i")
-        src.append(e["_src"].to_numpy().astype(np.int64))
-        dst.append(e["_i"].to_numpy().astype(np.int64))
+        s, d = launch_edges(sl)
+        src.append(s)
+        dst.append(d)
     if "collectives" in kinds:
         coll = (
             idx.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("group").is_not_null() & pl.col("coll_seq").is_not_null())
