@@ -342,9 +342,10 @@ def _flows_opt(value: str) -> tuple[str, ...]:
 @click.option("--flows", "flows_opt", default="launches", show_default=True,
               help="Arrows: launches (launch -> its kernels), collectives (same collective across ranks), all, none; comma-separated.")
 @click.option("--no-buckets", is_flag=True, help="Leave attribution buckets out of the phase slices (faster on big runs).")
+@click.option("--outstanding", is_flag=True, help="Add a counter per rank of GPU work issued and not yet finished.")
 @guarded
 def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, cycles: str | None,
-               ranks_opt: str | None, window: str | None, flows_opt: str, no_buckets: bool) -> None:
+               ranks_opt: str | None, window: str | None, flows_opt: str, no_buckets: bool, outstanding: bool) -> None:
     """Write RUN as a Perfetto trace (all ranks on one timeline) or Chrome JSON.
 
     \b
@@ -368,7 +369,8 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
         raise click.UsageError(str(exc)) from None
     if cycles is not None and phase is None:
         raise click.UsageError("--cycles needs --phase")
-    res = export_run(run_path, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt), buckets=not no_buckets)
+    res = export_run(run_path, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt), buckets=not no_buckets,
+                     outstanding=outstanding)
     for w in res.warnings:
         click.echo(f"tracekit: warning: {w}", err=True)
     click.echo(export_summary(res))
