@@ -225,3 +225,17 @@ def test_outstanding_counter(run: Path, tmp_path: Path) -> None:
     for ts, val in samples:
         assert val == sum(1 for i, e in zip(issued, ends, strict=True) if i <= ts < e)
     assert samples[-1][1] == 0 and max(v for _, v in samples) >= 12  # a graph launch issues 12 kernels at once
+
+
+def test_cpu_only_run(tmp_path: Path) -> None:
+    """A capture without GPU events (CPU ranks) exports host tracks only, with every option on."""
+    from tracekit.store import write_run
+
+    ev = make_events(2, 2, 6).filter(~pl.col("kind").is_in([*GPU_KINDS, "launch"]))
+    p = write_run(ev, tmp_path / "cpu.parquet", make_manifest(2))
+    res = export_run(p, tmp_path / "c.pftrace", flows=("launches", "collectives"), outstanding=True)
+    chk = validate_trace(tmp_path / "c.pftrace", collect=True)
+    assert chk.ok, chk.problems
+    assert res.n_gpu_slices == 0 and res.n_flows == 0
+    assert not any(s.track.startswith(("stream", "phases (GPU")) for s in chk.slices)
+    assert len([s for s in chk.slices if s.track == "phases (host)"]) == 12

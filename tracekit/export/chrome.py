@@ -141,7 +141,7 @@ def iter_chunks(lay: Layout, batch: int = BATCH, meta: dict[str, Any] | None = N
 def write_chrome(lay: Layout, out: IO[bytes], *, gz: bool, meta: dict[str, Any] | None = None) -> int:
     """Stream the JSON trace to ``out`` (gzip-compressed when ``gz``); returns uncompressed bytes."""
     total = 0
-    sink: Any = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0, filename="") if gz else out
+    sink: Any = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=3, mtime=0, filename="") if gz else out
     try:
         for chunk in iter_chunks(lay, meta=meta):
             data = chunk.encode("utf-8", "surrogatepass")
@@ -155,7 +155,7 @@ def write_chrome(lay: Layout, out: IO[bytes], *, gz: bool, meta: dict[str, Any] 
 
 def estimate_size(lay: Layout) -> int:
     """Uncompressed JSON bytes, roughly."""
-    return 260 * lay.n_slices + 90 * lay.n_counters + 200 * int(lay.flow_id.size)
+    return 340 * lay.n_slices + 90 * lay.n_counters + 200 * int(lay.flow_id.size)
 
 
 __all__ = ["base_ns", "estimate_size", "iter_chunks", "write_chrome"]

@@ -423,6 +423,8 @@ def outstanding_samples(rank: I64, start: I64, end: I64, issued: I64) -> tuple[I
     """Outstanding GPU work per rank: +1 when work is issued (its launch call starts, or the
     work itself starts when no launch was recorded), -1 when it ends. Returns (rank, ts, count),
     one sample per rank and timestamp where the count changes (ends before issues at one time)."""
+    if rank.size == 0:
+        return rank, start, start
     r = np.concatenate([rank, rank])
     t = np.concatenate([issued, end])
     d = np.concatenate([np.ones(start.size, np.int64), -np.ones(start.size, np.int64)])

@@ -249,7 +249,7 @@ def write_perfetto(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:
 
 def estimate_size(lay: Layout) -> int:
     """A quick upper-side estimate of the .pftrace size in bytes (before writing)."""
-    return 48 * lay.n_slices + 26 * int((lay.dur > 0).sum()) + 30 * lay.n_counters + 20 * int(lay.flow_id.size)
+    return 60 * lay.n_slices + 26 * int((lay.dur > 0).sum()) + 30 * lay.n_counters + 20 * int(lay.flow_id.size)
 
 
 __all__ = ["estimate_size", "iter_packets", "records", "track_descriptor", "write_perfetto"]
