@@ -43,6 +43,8 @@ class _Part:
 def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, pl.DataFrame]] | None:
     """Split an SGLang merge_profiles trace (pids like ``[TP01] 123``) back into ranks."""
     pid_raw = parsed.events.get_column("pid_raw")
+    if pid_raw.null_count() == pid_raw.len():  # every pid an integer: not a merged trace
+        return None
     labels = pid_raw.str.extract(MERGED_LABEL.pattern, 1)
     if labels.null_count() == labels.len():
         return None

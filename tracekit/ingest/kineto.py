@@ -9,6 +9,7 @@ Exactness: numbers that are not integers reach us as their literal text
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,8 +149,6 @@ class ParsedTrace:
 
     events: pl.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
-    # pid label -> process_name, and processes labelled by merge_profiles ("[TP00-DP01] 123")
-    process_names: dict[str, str] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     n_events: int = 0
 
@@ -232,54 +231,61 @@ def _sparse(values: list[Any], idx: list[int], n: int, dtype: pl.DataType) -> pl
     return pl.Series([None] * n, dtype=dtype).scatter(idx, pl.Series(values, dtype=dtype, strict=False))
 
 
+def _nulls(n: int, dtype: pl.DataType) -> pl.Series:
+    return pl.repeat(None, n, dtype=dtype, eager=True)
+
+
+def _series(values: list[Any], dtype: pl.DataType) -> pl.Series:
+    """A Series of ``dtype``; the fast strict path first, values of other types become null."""
+    if values.count(None) == len(values):  # C-speed check; polars would scan for a first value in Python
+        return _nulls(len(values), dtype)
+    try:
+        return pl.Series(values, dtype=dtype, strict=True)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        if dtype == pl.Int64:
+            return pl.Series([v if type(v) is int else None for v in values], dtype=dtype, strict=False)
+        return pl.Series(values, dtype=dtype, strict=False)
+
+
 def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]) -> ParsedTrace:
     n_all = len(events)
-    process_names: dict[str, str] = {}
-    for e in events:
-        if e.ph == "M" and e.name == "process_name" and isinstance(e.args.name, str):
-            process_names[str(e.pid)] = e.args.name
     keep = _KEEP_PH
     xs = [e for e in events if e.ph in keep]
-    n = len(xs)
-    dropped_ph: dict[str, int] = {}
-    if n_all - n:
-        for e in events:
-            if e.ph not in keep and e.ph != "M":
-                key = f"ph={e.ph}"
-                dropped_ph[key] = dropped_ph.get(key, 0) + 1
+    skipped = n_all - len(xs)
     del events
-    ts = us_text_to_ns([e.ts for e in xs])
+    n = len(xs)
+    ts = us_text_to_ns(_series([e.ts for e in xs], pl.String()))
     if ts.null_count():
         raise BadTraceError(f"{ts.null_count()} event(s) with a missing or non-numeric ts", path=path)
-    dur = us_text_to_ns([e.dur for e in xs])
+    dur = us_text_to_ns(_series([e.dur for e in xs], pl.String()))
     pids = [e.pid for e in xs]
-    pid_int = pl.Series(pids, dtype=pl.Int64, strict=False)
-    if pid_int.null_count() and any(isinstance(p, str) for p in pids):
+    try:
+        pid_int = pl.Series(pids, dtype=pl.Int64, strict=True)
+        pid_raw = _nulls(n, pl.String())
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
         pid_raw = pl.Series([None if p is None else str(p) for p in pids], dtype=pl.String)
-    else:
-        pid_raw = pid_int.cast(pl.String)
+        pid_int = pid_raw.cast(pl.Int64, strict=False)
     del pids
     args = [e.args for e in xs]
     colls = [a.coll_name for a in args]
-    cidx = [i for i, c in enumerate(colls) if c is not None]
+    cidx = [i for i, c in enumerate(colls) if c is not None] if colls.count(None) != n else []
     cargs = [args[i] for i in cidx]
-    nbytes = [a.bytes for a in args]
     frame = pl.DataFrame(
         {
-            "cat": pl.Series([e.cat for e in xs], dtype=pl.String, strict=False).str.to_lowercase(),
-            "ph": pl.Series([e.ph for e in xs], dtype=pl.String, strict=False),
-            "name": pl.Series([e.name for e in xs], dtype=pl.String, strict=False),
+            "cat": _series([e.cat for e in xs], pl.String()),
+            "instant": pl.Series([e.ph != "X" for e in xs], dtype=pl.Boolean),
+            "name": _series([e.name for e in xs], pl.String()),
             "pid_raw": pid_raw,
             "pid_int": pid_int,
-            "tid_raw": pl.Series([e.tid for e in xs], dtype=pl.Int64, strict=False),
+            "tid_raw": _series([e.tid for e in xs], pl.Int64()),
             "start_ns": ts + base_ns,
             "dur_ns": dur.fill_null(0),
-            "correlation": pl.Series([a.correlation for a in args], dtype=pl.Int64, strict=False),
-            "external_id": pl.Series([a.external_id for a in args], dtype=pl.Int64, strict=False),
-            "a_device": pl.Series([a.device for a in args], dtype=pl.Int64, strict=False),
-            "a_stream": pl.Series([a.stream for a in args], dtype=pl.Int64, strict=False),
-            "bytes": pl.Series(nbytes, dtype=pl.Int64, strict=False),
-            "coll_name": pl.Series(colls, dtype=pl.String, strict=False),
+            "correlation": _series([a.correlation for a in args], pl.Int64()),
+            "external_id": _series([a.external_id for a in args], pl.Int64()),
+            "a_device": _series([a.device for a in args], pl.Int64()),
+            "a_stream": _series([a.stream for a in args], pl.Int64()),
+            "bytes": _series([a.bytes for a in args], pl.Int64()),
+            "coll_name": _sparse([colls[i] for i in cidx], cidx, n, pl.String()),
             "in_nelems": _sparse([a.in_nelems for a in cargs], cidx, n, pl.Int64()),
             "out_nelems": _sparse([a.out_nelems for a in cargs], cidx, n, pl.Int64()),
             "dtype": _sparse([a.dtype for a in cargs], cidx, n, pl.String()),
@@ -287,60 +293,82 @@ def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]
             "group_size": _sparse([a.group_size for a in cargs], cidx, n, pl.Int64()),
         }
     )
-    del args, xs
-    parsed = _to_events(frame, path, meta, process_names, n_all)
-    for key, cnt in dropped_ph.items():
-        parsed.dropped[key] = cnt
+    del args, xs, colls
+    parsed = _to_events(frame, path, meta, n_all)
+    if skipped:
+        parsed.dropped["non-events (metadata, flows, counters)"] = skipped
     return parsed
 
 
-def _to_events(
-    f: pl.DataFrame, path: str, meta: dict[str, Any], process_names: dict[str, str], n_all: int
-) -> ParsedTrace:
-    cat = pl.col("cat")
-    name = pl.col("name")
+_LAUNCH_PAT = re.compile(_LAUNCH_RE)
+_SYNC_PAT = re.compile(_SYNC_RE)
+
+
+def _api_kind(name: str) -> str:
+    if _LAUNCH_PAT.search(name):
+        return schema.LAUNCH
+    if _SYNC_PAT.search(name):
+        return schema.SYNC
+    return schema.RUNTIME
+
+
+def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> ParsedTrace:
+    cats = f.get_column("cat").unique().drop_nulls().to_list()
+    cat_map = {c: c.lower() for c in cats}
+    f = f.with_columns(pl.col("cat").replace_strict(cat_map, default=None, return_dtype=pl.String))
+    api = pl.col("cat").is_in(list(_API_CATS))
+    api_names = f.filter(api).get_column("name").unique().drop_nulls().to_list()
+    name_kind = {nm: _api_kind(nm) for nm in api_names}
     kind = (
-        pl.when(pl.col("ph").is_in(["i", "I"])).then(pl.lit(schema.INSTANT))
-        .when(cat.is_in(list(_API_CATS)) & name.str.contains(_LAUNCH_RE)).then(pl.lit(schema.LAUNCH))
-        .when(cat.is_in(list(_API_CATS)) & name.str.contains(_SYNC_RE)).then(pl.lit(schema.SYNC))
-        .otherwise(cat.replace_strict(_CAT_KIND, default=None, return_dtype=pl.String))
+        pl.when(pl.col("instant")).then(pl.lit(schema.INSTANT))
+        .when(api).then(pl.col("name").replace_strict(name_kind, default=schema.RUNTIME, return_dtype=pl.String))
+        .otherwise(pl.col("cat").replace_strict(_CAT_KIND, default=None, return_dtype=pl.String))
     )
     f = f.with_columns(kind.alias("kind"))
-    dropped_frame = f.filter(pl.col("kind").is_null())
-    dropped = {}
-    if dropped_frame.height:
-        counts = dropped_frame.group_by("cat").len()
-        dropped = {str(c): int(n) for c, n in zip(counts["cat"], counts["len"], strict=True)}
-    f = f.filter(pl.col("kind").is_not_null())
+    dropped: dict[str, int] = {}
+    if f.get_column("kind").null_count():
+        unknown = f.filter(pl.col("kind").is_null())
+        counts = unknown.group_by("cat").len()
+        dropped = {f"cat={c}": int(k) for c, k in zip(counts["cat"], counts["len"], strict=True)}
+        f = f.filter(pl.col("kind").is_not_null())
+    cat = pl.col("cat")
+    name = pl.col("name")
     gpu = cat.is_in(list(_GPU_CATS))
     pid_int = pl.col("pid_int")
-    dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
     is_graph_launch = (pl.col("kind") == schema.LAUNCH) & name.is_in(list(_GRAPH_LAUNCH))
-    out = f.with_columns(
+    graph_corr = f.filter(is_graph_launch).get_column("correlation").drop_nulls().unique()
+    is_gpu_work = pl.col("kind").is_in(list(schema.GPU_KINDS))
+    cols = [
         pl.when(gpu).then(pl.coalesce(pl.col("a_device"), pid_int)).otherwise(-1).alias("device"),
         pl.when(gpu).then(pl.coalesce(pl.col("a_stream"), pl.col("tid_raw"))).otherwise(None).alias("stream"),
         pl.when(gpu).then(None).otherwise(pid_int).alias("pid"),
         pl.when(gpu).then(None).otherwise(pl.col("tid_raw")).alias("tid"),
-        is_graph_launch.alias("_graph_launch"),
-        pl.col("coll_name").map_elements(coll_op_of, return_dtype=pl.String, skip_nulls=True).alias("_coll_op"),
-        (pl.col("in_nelems") * dtype_bytes).alias("_coll_bytes"),
-    )
-    # graph flag: kernels whose correlation is a cudaGraphLaunch's, and that launch row
-    graph_corr = out.filter(pl.col("_graph_launch")).get_column("correlation").drop_nulls().unique()
-    is_gpu_work = pl.col("kind").is_in(list(schema.GPU_KINDS))
-    is_coll_kernel = (pl.col("kind") == schema.KERNEL) & pl.col("_coll_op").is_not_null()
-    out = out.with_columns(
-        pl.when(is_gpu_work).then(pl.col("correlation").is_in(graph_corr.implode()).fill_null(False))
-        .when(pl.col("kind") == schema.LAUNCH).then(pl.col("_graph_launch"))
-        .otherwise(None).alias("graph"),
-        pl.when(is_coll_kernel).then(pl.col("_coll_op")).otherwise(None).alias("coll_op"),
-        pl.when(is_coll_kernel).then(pl.col("_coll_bytes")).otherwise(None).alias("coll_bytes"),
-        pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
-        _args_json().alias("args"),
-    )
+    ]
+    if graph_corr.len():
+        cols.append(
+            pl.when(is_gpu_work).then(pl.col("correlation").is_in(graph_corr.implode()).fill_null(False))
+            .when(pl.col("kind") == schema.LAUNCH).then(is_graph_launch)
+            .otherwise(None).alias("graph")
+        )
+    else:
+        cols.append(pl.when(is_gpu_work | (pl.col("kind") == schema.LAUNCH)).then(False).otherwise(None).alias("graph"))
+    has_coll = f.get_column("coll_name").null_count() < f.height
+    if has_coll:
+        dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+        op = pl.col("coll_name").map_elements(coll_op_of, return_dtype=pl.String, skip_nulls=True)
+        is_coll_kernel = (pl.col("kind") == schema.KERNEL) & op.is_not_null()
+        cols += [
+            pl.when(is_coll_kernel).then(op).otherwise(None).alias("coll_op"),
+            pl.when(is_coll_kernel).then(pl.col("in_nelems") * dtype_bytes).otherwise(None).alias("coll_bytes"),
+            pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
+        ]
+    has_bytes = f.get_column("bytes").null_count() < f.height
+    if has_coll or has_bytes:
+        cols.append(_args_json().alias("args"))
+    out = f.with_columns(cols)
     keep = [c for c in schema.COLUMNS if c in out.columns and c != "rank"] + ["pid_raw"]
     events = out.select(keep)
-    return ParsedTrace(events=events, meta=meta, process_names=process_names, dropped=dropped, n_events=n_all)
+    return ParsedTrace(events=events, meta=meta, dropped=dropped, n_events=n_all)
 
 
 def _args_json() -> pl.Expr:

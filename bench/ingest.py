@@ -1,0 +1,236 @@
+"""Ingest speed and memory: tracekit ingest vs gunzip+orjson.loads vs Holistic Trace Analysis.
+
+    python bench/ingest.py [--mb 120] [--ranks 8] [--repeat 2] [--source TRACE]
+
+Builds (once, cached under bench/data/, git-ignored) a trace set of at least
+``--mb`` MB of uncompressed Kineto JSON: a real trace (``--source``, else the
+first raw trace under samples/, else a torch CPU-profiler trace made here) is
+replicated across ``--ranks`` rank files (``distributedInfo.rank`` set) and
+across windows inside each file (timestamps shifted exactly, in decimal text).
+Files are .json.gz like SGLang's. Then, each in a fresh single-process
+subprocess on the same files (so peak RSS is its own):
+
+1. tracekit: ``ingest_traces`` + ``write_run`` (the whole `tracekit ingest`);
+2. reference: gunzip + ``orjson.loads`` of every file (JSON to Python objects, nothing else);
+3. HTA 0.5 (``/root/hta-venv`` or $HTA_PYTHON; pip install holistictraceanalysis==0.5.* 'pandas<3'):
+   ``Trace(trace_dir).load_traces(use_multiprocessing=False)``; skipped, and said, if absent.
+
+Prints MB/s of uncompressed JSON per core, peak RSS, run.parquet size, and the
+ratios against the targets (>= 150 MB/s, >= 12x HTA, >= 1.5x orjson, RSS <= 2x
+JSON, parquet <= JSON/20).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "bench" / "data"
+_TS = re.compile(rb'"ts": ?(-?\d+(?:\.\d+)?)')
+
+
+def _cpu_trace(path: Path) -> None:
+    """A real torch CPU-profiler trace with profiler steps, record_function ranges and many ops."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    x = torch.randn(64, 64)
+    w = [torch.randn(64, 64) for _ in range(8)]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for step in range(6):
+            with record_function(f"tracekit:verify|cycle={step}|bs=4"):
+                h = x
+                for layer in range(8):
+                    h = torch.nn.functional.silu(h @ w[layer]) + h
+                    h = torch.nn.functional.layer_norm(h, (64,))
+                torch.softmax(h, dim=-1).argmax(dim=-1)
+            prof.step()
+    prof.export_chrome_trace(str(path))
+
+
+def _find_source() -> Path | None:
+    for pat in ("**/*.trace.json.gz", "**/*.trace.json", "**/*.pt.trace.json*", "**/*.json.gz"):
+        for p in sorted((REPO / "samples").glob(pat)):
+            if "merged" not in p.name:
+                return p
+    return None
+
+
+def _load_text(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def _shift(text: bytes, delta_ns: int) -> bytes:
+    """Shift every "ts" literal by delta_ns, exactly (decimal text in, 3-decimal text out)."""
+
+    def repl(m: re.Match[bytes]) -> bytes:
+        ns = int(Decimal(m.group(1).decode()) * 1000) + delta_ns
+        return b'"ts": %d.%03d' % (ns // 1000, ns % 1000)
+
+    return _TS.sub(repl, text)
+
+
+def build(mb: int, ranks: int, source: Path | None) -> tuple[Path, int, str]:
+    src = source or _find_source()
+    label = str(src) if src else "torch CPU-profiler trace (made here)"
+    tag = f"{(src.stem if src else 'cpu')}-{mb}mb-{ranks}r"
+    out = DATA / tag
+    done = out / "DONE"
+    if done.exists():
+        return out, int(done.read_text()), label
+    out.mkdir(parents=True, exist_ok=True)
+    if src is None:
+        src = out / "source.json"
+        _cpu_trace(src)
+    text = _load_text(src)
+    doc = json.loads(text)
+    events = doc["traceEvents"]
+    ts = [Decimal(str(e["ts"])) for e in events if "ts" in e]
+    window_ns = int((max(ts) - min(ts)) * 1000) + 1_000_000
+    body = json.dumps(events, indent=1).encode()  # Kineto-like: pretty-printed, one key per line
+    per_rank = mb * 1_000_000 // ranks
+    windows = max(1, per_rank // max(1, len(body)))
+    total = 0
+    for r in range(ranks):
+        head = {k: v for k, v in doc.items() if k != "traceEvents"}
+        head["distributedInfo"] = {**(doc.get("distributedInfo") or {"backend": "nccl"}), "rank": r, "world_size": ranks}
+        parts = [_shift(body, k * window_ns)[1:-1] for k in range(windows)]
+        blob = json.dumps(head, indent=1).encode()[:-2] + b',\n "traceEvents": [' + b",".join(parts) + b"]\n}"
+        total += len(blob)
+        (out / f"bench-TP-{r}.trace.json.gz").write_bytes(gzip.compress(blob, compresslevel=1))
+    if src.parent == out:
+        src.unlink()
+    done.write_text(str(total))
+    return out, total, label
+
+
+def _rss_mb() -> float:
+    """Peak RSS of this process (VmHWM: unlike ru_maxrss it does not carry over the parent's peak across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def worker(kind: str, data: Path, out: Path) -> dict[str, Any]:
+    files = sorted(data.glob("*.json.gz"))
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    if kind == "tracekit":
+        from tracekit.ingest import ingest_traces
+        from tracekit.store import write_run
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        run = ingest_traces([data])
+        write_run(run.events, out, run.manifest)
+        extra = {"events": run.events.height, "parquet_bytes": out.stat().st_size}
+    elif kind == "orjson":
+        import orjson
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        n = 0
+        for f in files:
+            n += len(orjson.loads(gzip.decompress(f.read_bytes()))["traceEvents"])
+        extra = {"events": n}
+    else:
+        raise SystemExit(f"unknown worker {kind}")
+    return {"wall": time.perf_counter() - t0, "seconds": time.process_time() - c0, "rss_mb": _rss_mb(), **extra}
+
+
+_HTA = r"""
+import json, sys, time, logging
+logging.disable(logging.WARNING)
+from hta.common.trace import Trace
+t0, c0 = time.perf_counter(), time.process_time()
+t = Trace(trace_dir=sys.argv[1])
+t.load_traces(use_multiprocessing=False)
+n = sum(len(df) for df in t.traces.values())
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+print(json.dumps({"wall": time.perf_counter() - t0, "seconds": time.process_time() - c0, "rss_mb": int(hwm) / 1024.0, "events": n}))
+"""
+
+
+def run_one(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
+    env = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    if kind == "hta":
+        py = os.environ.get("HTA_PYTHON", "/root/hta-venv/bin/python")
+        if not Path(py).exists():
+            return f"not run: no HTA environment at {py} (set HTA_PYTHON)"
+        cmd = [py, "-c", _HTA, str(data)]
+    else:
+        cmd = [sys.executable, __file__, "--worker", kind, str(data), str(tmp / "run.parquet")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(REPO))
+    if proc.returncode != 0:
+        return f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=120, help="uncompressed JSON to build (MB)")
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=2, help="runs per tool; the best is kept")
+    ap.add_argument("--source", type=Path, help="trace to replicate (default: samples/, else a CPU trace)")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--worker", nargs=3, metavar=("KIND", "DATA", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(worker(a.worker[0], Path(a.worker[1]), Path(a.worker[2]))))
+        return
+    data, json_bytes, label = build(a.mb, a.ranks, a.source)
+    mb = json_bytes / 1e6
+    gz = sum(f.stat().st_size for f in data.glob("*.json.gz")) / 1e6
+    print(f"trace set: {data} ({a.ranks} files, {mb:.1f} MB JSON, {gz:.1f} MB gzip) from {label}")
+    print("each tool: one process, one thread (POLARS_MAX_THREADS=1), best of", a.repeat,
+          "; MB/s and ratios use CPU seconds of that process (wall clock shown too: the machine may be shared)")
+    results: dict[str, dict[str, Any] | str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("tracekit", "orjson", *(() if a.no_hta else ("hta",))):
+            best: dict[str, Any] | str = "not run"
+            for _ in range(a.repeat if kind != "hta" else 1):
+                r = run_one(kind, data, Path(tmp))
+                if isinstance(r, str):
+                    best = r
+                    break
+                if isinstance(best, str) or r["seconds"] < best["seconds"]:
+                    best = r
+            results[kind] = best
+            if isinstance(best, str):
+                print(f"  {kind:9s} {best}")
+            else:
+                print(f"  {kind:9s} cpu {best['seconds']:7.2f} s (wall {best['wall']:7.2f} s)  {mb / best['seconds']:7.1f} MB/s"
+                      f"  peak RSS {best['rss_mb']:7.1f} MB  events {best.get('events', 0):,}")
+    tk = results["tracekit"]
+    if isinstance(tk, str):
+        raise SystemExit(f"tracekit run {tk}")
+    speed = mb / tk["seconds"]
+    print(f"tracekit ingest: {speed:.1f} MB/s per core (target >= 150)")
+    ref = results.get("orjson")
+    if isinstance(ref, dict):
+        print(f"  vs gunzip+orjson.loads: {ref['seconds'] / tk['seconds']:.2f}x (target >= 1.5x)")
+    hta = results.get("hta")
+    if isinstance(hta, dict):
+        print(f"  vs HTA 0.5 load_traces: {hta['seconds'] / tk['seconds']:.1f}x (target >= 12x); HTA {mb / hta['seconds']:.1f} MB/s")
+    else:
+        print(f"  vs HTA: {hta}")
+    print(f"peak RSS {tk['rss_mb']:.0f} MB = {tk['rss_mb'] / mb:.2f}x the JSON (target <= 2x)")
+    pq_mb = tk["parquet_bytes"] / 1e6
+    print(f"run.parquet {pq_mb:.2f} MB = JSON/{mb / pq_mb:.0f} (target <= JSON/20)")
+
+
+if __name__ == "__main__":
+    main()
