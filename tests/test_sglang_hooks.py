@@ -182,7 +182,7 @@ def test_facts_never_read_device_data() -> None:
     assert F.accepted_per_req(S.GenerationBatchResult(accept_lens=meta)) is None
 
 
-def test_broken_batch_never_breaks_the_call(caplog: pytest.LogCaptureFixture) -> None:
+def test_broken_batch_never_breaks_the_call(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     """A batch whose fields raise: the SGLang call still runs and returns; the problem is logged once."""
     mod = fresh_shapes()
 
@@ -201,7 +201,7 @@ def test_broken_batch_never_breaks_the_call(caplog: pytest.LogCaptureFixture) ->
     rows = [HookSpec(f"{mod.__name__}.Worker.verify", "verify", ("batch",)),
             HookSpec(f"{mod.__name__}.ModelRunner.forward", "forward", ("forward_batch",))]
     runtime.install_direct(specs=rows, rec=runtime.Recorder())
-    with caplog.at_level(logging.WARNING, logger="tracekit.sglang"):
+    with caplog.at_level(logging.WARNING, logger="tracekit.sglang"), S.cpu_profile(str(tmp_path / "t.json")):
         assert Worker().verify(Hostile()) == (7, True)
         assert Worker().verify(Hostile()) == (7, True)
         class BadFB(mod.ForwardBatch):  # type: ignore[name-defined,misc]
@@ -216,3 +216,20 @@ def test_broken_batch_never_breaks_the_call(caplog: pytest.LogCaptureFixture) ->
     msgs = [r.getMessage() for r in caplog.records]
     assert sum("Worker.verify: facts skipped" in m for m in msgs) == 1
     assert sum("decode/prefill marking skipped" in m for m in msgs) == 1
+
+
+def test_profiler_off_only_bookkeeping(tmp_path: Path) -> None:
+    """Between windows the hooks record nothing but keep cycle numbers and the v2 accept queue exact."""
+    mod = fresh_shapes()
+    rec = runtime.Recorder()
+    runtime.install_direct(specs=mapped("0.5.23", mod), rec=rec)
+    worker = mod.make_worker("0.5.23", tp_rank=0)
+    mod.drive(worker, cycles=5)  # no profiler: cycles 0-4
+    assert rec.cycle == 4 and len(rec.pending_accept) == 0
+    out = tmp_path / "t.json"
+    with S.cpu_profile(str(out)):
+        mod.drive(worker, cycles=2)
+    labs = labels(out)
+    assert [lab.facts["cycle"] for lab in labs if lab.phase == "verify" and not lab.is_facts] == [5, 6]
+    accepts = {int(f.facts["cycle"]): f.facts["accept_len"] for f in labs if f.is_facts and "accept_len" in f.facts}
+    assert accepts == {c: pytest.approx(sum(S.accepted(c, 4, 3)) / 4, abs=1e-4) for c in (5, 6)}

@@ -69,11 +69,14 @@ class Recorder:
         self._local.depth = max(0, self.depth() - 1)
 
     def first_call(self, obj: Any) -> None:
-        """Learn rank and speculative config from the first hooked object; call the rank callback once."""
+        """Learn rank and speculative config from the hooked objects; call the rank callback once
+        (and once more when the speculative config becomes known)."""
+        if self._seen_first and self.spec:
+            return
         if self.rank is None:
             self.rank = rank_of(obj)
-        new_spec = F.spec_config(obj)
-        learned = bool(new_spec) and not self.spec
+        new_spec = F.spec_config(obj) if not self.spec else {}
+        learned = bool(new_spec) and "draft_tokens" in new_spec
         if learned:
             self.spec = new_spec
         if (not self._seen_first or learned) and self.on_first_call is not None:
@@ -101,6 +104,19 @@ class Recorder:
 
 
 RECORDER = Recorder()
+
+
+def recording() -> bool:
+    """Whether a phase range would be recorded now (torch profiler on, or an NVTX consumer).
+
+    Uses the collectors' hook backend so both agree; when False the hooks do only
+    their bookkeeping (cycle counter, v2 accept queue) and call straight through.
+    """
+    b = hooks._Backend
+    if not b.resolved:
+        b.resolve()
+    en = b.enabled
+    return b.nvtx is not None or (en is not None and bool(en()))
 _WARNED: set[Any] = set()
 
 
@@ -146,6 +162,8 @@ def _forward_plan(r: Recorder, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         phase, cycle = "prefill", None
     else:
         return None
+    if not recording():
+        return None
     r.first_call(runner)
     bs = F.batch_size(fb)
     facts: dict[str, Any] = {"cycle": cycle, "bs": bs, "seq": F.mean_seq_len(fb)}
@@ -180,7 +198,18 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
     if role in ("draft", "verify", "draft_extend"):
         phase = role
 
+        v2_verify = phase == "verify" and spec.worker == "v2"
+
         def phase_hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+            if v2_verify:
+                # v2 accept lengths arrive later, in order, through on_verify_complete_cpu
+                r.pending_accept.append(r.cycle)
+            if not recording():
+                r._enter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    r._leave()
             try:
                 r.first_call(args[0] if args else None)
                 batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
@@ -201,8 +230,6 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
                     graphed = F.graphed_of(result)
                     per_req = F.accepted_per_req(result)
                     accept = F.mean_accept(per_req)
-                    if per_req is None and spec.worker == "v2":
-                        r.pending_accept.append(cycle)
                     if graphed is not None or accept is not None:
                         hooks.emit_facts("verify", cycle, graphed=graphed, accept=accept)
 
@@ -217,9 +244,10 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
                 per_req = kwargs.get("num_correct_drafts_per_req", args[1] if len(args) > 1 else None)
                 if r.pending_accept and isinstance(per_req, list):
                     cycle = r.pending_accept.popleft()
-                    accept = F.mean_accept([int(x) for x in per_req])
-                    if accept is not None:
-                        hooks.emit_facts("verify", cycle, accept=accept)
+                    if recording():
+                        accept = F.mean_accept([int(x) for x in per_req])
+                        if accept is not None:
+                            hooks.emit_facts("verify", cycle, accept=accept)
             except Exception as exc:
                 warn_once(spec.target, f"{spec.target}: accept lengths skipped: {exc!r}")
             return original(*args, **kwargs)
