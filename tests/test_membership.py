@@ -154,3 +154,19 @@ def test_innermost_matches_brute_force(ranges: list[tuple[int, int]], queries: l
     for q, g in zip(t.tolist(), got.tolist(), strict=True):
         open_ = [i for i in range(s.size) if s[i] <= q < e[i]]
         assert g == (max(open_) if open_ else -1)
+
+
+def test_huge_thread_and_correlation_ids_take_the_general_paths() -> None:
+    """pid/tid beyond the packed key and sparse correlation ids (no direct table)."""
+    big = 10**12
+    rows = [
+        dict(rank=0, kind="range", name=format_label("verify", cycle=0), pid=big, tid=big + 1, start_ns=0, dur_ns=1000),
+        dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=big, tid=big + 1, start_ns=10, dur_ns=4, correlation=10**15),
+        dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=big, tid=big + 2, start_ns=20, dur_ns=4, correlation=3),
+        kernel("member", 50, 5, 10**15),
+        kernel("other_thread", 60, 5, 3),
+        kernel("no_launch", 70, 5, 7 * 10**14),
+    ]
+    k = by_name(annotate_phases(frame(rows)))
+    assert k["member"]["phase"] == "verify"
+    assert k["other_thread"]["phase_id"] is None and k["no_launch"]["phase_id"] is None

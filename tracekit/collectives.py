@@ -70,24 +70,47 @@ def op_of_name(name: str) -> str | None:
 
 
 def comm_mask(events: pl.DataFrame) -> pl.Series:
-    """Boolean mask of the communication kernels of ``events``."""
-    names = events.get_column("name").cast(pl.String)
-    by_name = names.str.contains(_COMM_RE.pattern).fill_null(False)
-    cat = events.get_column("category") if "category" in events.columns else None
+    """Boolean mask of the communication kernels of ``events``.
+
+    The category decides where it is set; names are looked at (once per distinct
+    name) only for kernels without a category.
+    """
     kind = events.get_column("kind") == KERNEL
+    cat = events.get_column("category") if "category" in events.columns else None
     if cat is None:
-        return (kind & by_name).alias("comm")
-    by_cat = cat.is_in(list(COMM_CATEGORIES)).fill_null(False)
-    return (kind & (by_cat | (cat.is_null() & by_name))).alias("comm")
+        need = kind
+        by_cat = pl.Series([False]).new_from_index(0, events.height)
+    else:
+        need = kind & cat.is_null()
+        by_cat = cat.is_in(list(COMM_CATEGORIES)).fill_null(False)
+    mask = (kind & by_cat).alias("comm")
+    if need.any():
+        names = events.get_column("name").cast(pl.String)
+        cand = names.filter(need).unique().drop_nulls().to_list()
+        comm_names = [n for n in cand if is_comm_name(n)]
+        if comm_names:
+            mask = mask | (need & names.is_in(comm_names).fill_null(False))
+    return mask.alias("comm")
+
+
+def _scatter(col: pl.Series, rows: pl.Series, values: pl.Series) -> pl.Series:
+    """``col`` with ``values`` at ``rows`` (a copy)."""
+    out = col.clone()
+    out.scatter(rows, values.cast(col.dtype))
+    return out
 
 
 def annotate_collectives(events: pl.DataFrame) -> pl.DataFrame:
     """Set coll_op (if missing), group and coll_seq on communication kernels (module doc)."""
-    ev = conform(events).with_row_index("_row")
+    ev = conform(events)
     mask = comm_mask(ev)
     if not mask.any():
-        return ev.drop("_row")
-    c = ev.filter(mask).select(["_row", "rank", "name", "stream", "args", "coll_op", "group", "start_ns"])
+        return ev
+    c = (
+        ev.select(["rank", "name", "stream", "args", "coll_op", "group", "start_ns"])
+        .with_row_index("_row")
+        .filter(mask)
+    )
     names = c.get_column("name").unique().to_list()
     ops = pl.DataFrame({"name": names, "_op": [op_of_name(n) for n in names]}, schema={"name": pl.String, "_op": pl.String})
     c = c.join(ops, on="name", how="left").with_columns(
@@ -107,18 +130,12 @@ def annotate_collectives(events: pl.DataFrame) -> pl.DataFrame:
     c = c.sort(["rank", "group", "start_ns", "_row"]).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).over(["rank", "group"]).alias("coll_seq")
     )
-    upd = c.select(
-        "_row",
-        pl.col("coll_op").alias("_u_op"),
-        pl.col("group").alias("_u_group"),
-        pl.col("coll_seq").alias("_u_seq"),
-    )
-    ev = ev.join(upd, on="_row", how="left", maintain_order="left")
+    rows = c.get_column("_row")
     return ev.with_columns(
-        pl.coalesce(pl.col("_u_op"), pl.col("coll_op")).alias("coll_op"),
-        pl.coalesce(pl.col("_u_group"), pl.col("group")).alias("group"),
-        pl.when(pl.col("_u_seq").is_not_null()).then(pl.col("_u_seq")).otherwise(pl.col("coll_seq")).alias("coll_seq"),
-    ).drop(["_row", "_u_op", "_u_group", "_u_seq"])
+        _scatter(ev.get_column("coll_op"), rows, c.get_column("coll_op")),
+        _scatter(ev.get_column("group"), rows, c.get_column("group")),
+        _scatter(ev.get_column("coll_seq"), rows, c.get_column("coll_seq")),
+    )
 
 
 MATCH_SCHEMA: Final[dict[str, pl.DataType]] = {

@@ -224,21 +224,23 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     if inst_host.height:
         hmask = kinds.is_in(HOST_MEMBER_KINDS).to_numpy() & ev.get_column("tid").is_not_null().to_numpy()
         hmask &= ~own
-        pid_col = _i64(ev.get_column("pid"), -1)
-        tid_col = _i64(ev.get_column("tid"), -1)
-        threads = inst_host.select(
-            pl.col("rank").fill_null(-1), pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1)
-        ).unique(maintain_order=True)
+        hrows = np.flatnonzero(hmask)
         ir, ip, it = (_i64(inst_host[c], -1) for c in ("rank", "pid", "tid"))
+        keys = _thread_key(
+            np.concatenate([ir, rank[hrows]]),
+            np.concatenate([ip, _i64(ev.get_column("pid"), -1)[hrows]]),
+            np.concatenate([it, _i64(ev.get_column("tid"), -1)[hrows]]),
+        )
+        i_key, h_key = keys[: ir.size], keys[ir.size :]
         i_s = _i64(inst_host["start_ns"])
         i_e = i_s + _i64(inst_host["dur_ns"])
         i_id = inst_host["_id"].to_numpy().astype(np.int64)
-        for r, p, t in threads.iter_rows():
-            rows = np.flatnonzero(hmask & (rank == r) & (pid_col == p) & (tid_col == t))
-            if rows.size == 0:
+        for k in np.unique(i_key).tolist():
+            sub = hrows[h_key == k]
+            if sub.size == 0:
                 continue
-            sel = (ir == r) & (ip == p) & (it == t)
-            pid_arr[rows] = _assign_one(i_s[sel], i_e[sel], i_id[sel], start[rows])
+            sel = i_key == k
+            pid_arr[sub] = _assign_one(i_s[sel], i_e[sel], i_id[sel], start[sub])
 
     # GPU rows: via (rank, correlation) from the launch row (first launch row per correlation)
     gpu_mask = kinds.is_in(list(GPU_KINDS)).to_numpy()
@@ -246,18 +248,15 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     corr_null = ev.get_column("correlation").is_null().to_numpy()
     corr = _i64(ev.get_column("correlation"))
     if gpu_mask.any() and launch_mask.any():
-        lmask = launch_mask & ~corr_null
-        gmask = gpu_mask & ~corr_null
-        for r in np.unique(rank[lmask]).tolist():
-            lrows = np.flatnonzero(lmask & (rank == r))
-            grows = np.flatnonzero(gmask & (rank == r))
+        lrows_all = np.flatnonzero(launch_mask & ~corr_null)
+        grows_all = np.flatnonzero(gpu_mask & ~corr_null)
+        l_rank, g_rank = rank[lrows_all], rank[grows_all]
+        for r in _distinct(l_rank):
+            lrows = lrows_all[l_rank == r]
+            grows = grows_all[g_rank == r]
             if grows.size == 0:
                 continue
-            ucorr, first = np.unique(corr[lrows], return_index=True)
-            lid = pid_arr[lrows[first]]
-            pos = np.minimum(np.searchsorted(ucorr, corr[grows]), ucorr.size - 1)
-            hit = ucorr[pos] == corr[grows]
-            pid_arr[grows] = np.where(hit, lid[pos], -1)
+            pid_arr[grows] = _lookup(corr[lrows], pid_arr[lrows], corr[grows])
     # fallback: ranks without launch rows, via projected phase gpu ranges on the same stream
     if gpu_mask.any() and inst_gpu.height:
         stream = _i64(ev.get_column("stream"), -1)
@@ -277,21 +276,58 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
 
     # --- write back (instance ids are 0..K-1: gather by id) ------------------------------------
     inst = inst.sort("_id")
-    ev = ev.with_columns(pl.Series("phase_id", pid_arr), pl.Series("_own", own)).with_columns(
-        pl.when(pl.col("phase_id") >= 0).then(pl.col("phase_id")).otherwise(None).alias("phase_id")
+    member = pid_arr >= 0
+    idx = pl.Series("phase_id", pid_arr).set(pl.Series(~member), None)  # type: ignore[arg-type]
+    own_idx = pl.Series("_own_idx", np.where(own, pid_arr, -1)).set(pl.Series(~own), None)  # type: ignore[arg-type]
+    # facts on phase range rows: the instance's value (an instance's fact is null only when
+    # all its range rows had none, so coalescing with the row's own value is exact)
+    ev = ev.with_columns(idx, own_idx).with_columns(
+        pl.lit(inst.get_column("_phase")).gather(pl.col("phase_id")).alias("phase"),
+        pl.coalesce(pl.lit(inst.get_column("cycle")).gather(pl.col("phase_id")), pl.col("cycle")).alias("cycle"),
+        *[
+            pl.coalesce(pl.lit(inst.get_column(c)).gather(pl.col("_own_idx")), pl.col(c)).alias(c)
+            for c in FACT_COLUMNS
+            if c != "cycle"
+        ],
     )
-    pid_e = pl.col("phase_id")
-    own_e = pl.col("_own")
+    return ev.drop("_row", "_own_idx")
 
-    def look(c: str) -> pl.Expr:
-        return pl.lit(inst.get_column(c)).gather(pid_e)
 
-    ev = ev.with_columns(
-        look("_phase").alias("phase"),
-        pl.when(own_e).then(look("cycle")).otherwise(pl.coalesce(look("cycle"), pl.col("cycle"))).alias("cycle"),
-        *[pl.when(own_e).then(look(c)).otherwise(pl.col(c)).alias(c) for c in FACT_COLUMNS if c != "cycle"],
-    )
-    return ev.drop(["_own", "_row"])
+def _distinct(a: I64) -> list[int]:
+    """Distinct values of a small-range int array (ranks), without sorting it."""
+    if a.size == 0:
+        return []
+    lo, hi = int(a.min()), int(a.max())
+    if hi - lo < (1 << 20):
+        return (np.flatnonzero(np.bincount(a - lo)) + lo).tolist()
+    return [int(x) for x in np.unique(a)]
+
+
+def _thread_key(rank: I64, pid: I64, tid: I64) -> I64:
+    """One int64 per (rank, pid, tid): packed when the parts fit, else a dense code."""
+    if rank.size == 0:
+        return rank.astype(np.int64)
+    if (
+        rank.min() >= -1 and rank.max() < (1 << 14)
+        and pid.min() >= -1 and pid.max() < (1 << 24)
+        and tid.min() >= -1 and tid.max() < (1 << 24)
+    ):
+        return ((rank + 1) << 50) | ((pid + 1) << 25) | (tid + 1)
+    _, inv = np.unique(np.stack([rank, pid, tid], axis=1), axis=0, return_inverse=True)
+    return inv.astype(np.int64).reshape(-1)
+
+
+def _lookup(keys: I64, vals: I64, queries: I64) -> I64:
+    """vals of the first occurrence of each query in keys, else -1 (direct table when dense)."""
+    lo = int(min(keys.min(), queries.min()))
+    hi = int(max(keys.max(), queries.max()))
+    if hi - lo + 1 <= 8 * (keys.size + queries.size) + (1 << 16):
+        table = np.full(hi - lo + 1, -1, dtype=np.int64)
+        table[(keys - lo)[::-1]] = vals[::-1]  # last write wins: the first occurrence
+        return table[queries - lo]
+    uk, first = np.unique(keys, return_index=True)
+    pos = np.minimum(np.searchsorted(uk, queries), uk.size - 1)
+    return np.where(uk[pos] == queries, vals[first][pos], -1)
 
 
 def _assign_one(s: I64, e: I64, ids: I64, t: I64) -> I64:
