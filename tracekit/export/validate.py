@@ -153,9 +153,11 @@ def validate_perfetto(path: str | Path, *, collect: bool = False) -> TraceCheck:
     p = Path(path)
     chk = TraceCheck(path=str(p), format="perfetto")
     TE = pb.TrackEvent
+    T_BEGIN, T_END, T_INSTANT, T_COUNTER = TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END, TE.TYPE_INSTANT, TE.TYPE_COUNTER
     cleared: set[int] = set()
     tables: dict[int, dict[str, dict[int, Any]]] = {}
     tracks: dict[int, Any] = {}
+    track_info: dict[int, tuple[str, bool]] = {}
     track_proc: dict[int, str] = {}
     stacks: dict[int, list[tuple[int, str, str, dict[str, Any]]]] = defaultdict(list)
     last_ts: dict[int, int] = {}
@@ -196,6 +198,7 @@ def validate_perfetto(path: str | Path, *, collect: bool = False) -> TraceCheck:
             if td.parent_uuid and td.parent_uuid not in tracks:
                 chk.problem(f"packet {n}: track {td.uuid} names parent {td.parent_uuid} before it is described")
             tracks[td.uuid] = td
+            track_info[td.uuid] = (td.name, td.HasField("counter"))
             if td.HasField("process"):
                 pid = td.process.pid
                 if pid in pids:
@@ -208,82 +211,100 @@ def validate_perfetto(path: str | Path, *, collect: bool = False) -> TraceCheck:
         if not pkt.HasField("track_event"):
             continue
         ev = pkt.track_event
-        uses_iids = ev.HasField("name_iid") or len(ev.category_iids) > 0 or any(
-            a.HasField("name_iid") or a.HasField("string_value_iid") for a in ev.debug_annotations)
         t: dict[str, dict[int, Any]] | None = tables.get(seq)
-        if uses_iids:
-            if seq not in cleared or t is None:
-                chk.problem(f"packet {n}: interned ids used on sequence {seq} before incremental state was cleared")
-                t = {"names": {}, "cats": {}, "ann": {}, "str": {}}
-            if not pkt.sequence_flags & 2:
-                chk.problem(f"packet {n}: uses interned ids without SEQ_NEEDS_INCREMENTAL_STATE")
+        if t is None:
+            t = {"names": {}, "cats": {}, "ann": {}, "str": {}}
+        names_t, cats_t, ann_t, str_t = t["names"], t["cats"], t["ann"], t["str"]
         tu = ev.track_uuid
-        td = tracks.get(tu)
-        if td is None:
+        info = track_info.get(tu)
+        if info is None:
             chk.problem(f"packet {n}: event on track {tu} before the track is described")
             continue
-        is_counter_track = td.HasField("counter")
+        tname, is_counter_track = info
         ts = pkt.timestamp
         if ts < last_ts.get(tu, 0):
-            chk.problem(f"packet {n}: timestamp {ts} goes backwards on track {tu} ({td.name})")
+            chk.problem(f"packet {n}: timestamp {ts} goes backwards on track {tu} ({tname})")
         last_ts[tu] = ts
-        if ev.type == TE.TYPE_COUNTER:
+        etype = ev.type
+        if etype == T_COUNTER:
             chk.n_counters += 1
             if not is_counter_track:
-                chk.problem(f"packet {n}: counter value on non-counter track {tu} ({td.name})")
+                chk.problem(f"packet {n}: counter value on non-counter track {tu} ({tname})")
             if not (ev.HasField("counter_value") or ev.HasField("double_counter_value")):
                 chk.problem(f"packet {n}: counter event without a value")
             continue
         if is_counter_track:
-            chk.problem(f"packet {n}: slice event on counter track {tu} ({td.name})")
+            chk.problem(f"packet {n}: slice event on counter track {tu} ({tname})")
+        uses_iids = False
         name = ev.name
-        cat = ",".join(ev.categories)
-        args: dict[str, Any] = {}
-        if t is not None:
-            if ev.HasField("name_iid"):
-                if ev.name_iid not in t["names"]:
-                    chk.problem(f"packet {n}: event name iid {ev.name_iid} not interned on sequence {seq}")
-                name = t["names"].get(ev.name_iid, "")
-            for c in ev.category_iids:
-                if c not in t["cats"]:
+        if ev.HasField("name_iid"):
+            uses_iids = True
+            name = names_t.get(ev.name_iid)
+            if name is None:
+                chk.problem(f"packet {n}: event name iid {ev.name_iid} not interned on sequence {seq}")
+                name = ""
+        cat_iids = ev.category_iids
+        cat = ""
+        if cat_iids:
+            uses_iids = True
+            for c in cat_iids:
+                if c not in cats_t:
                     chk.problem(f"packet {n}: category iid {c} not interned on sequence {seq}")
-            if ev.category_iids:
-                cat = ",".join(t["cats"].get(c, "") for c in ev.category_iids)
-            for a in ev.debug_annotations:
-                k = a.name if a.HasField("name") else t["ann"].get(a.name_iid)
-                if k is None:
+            if collect:
+                cat = ",".join(cats_t.get(c, "") for c in cat_iids)
+        elif collect:
+            cat = ",".join(ev.categories)
+        args: dict[str, Any] = {}
+        for a in ev.debug_annotations:
+            if a.HasField("name"):
+                k: str = a.name
+            else:
+                uses_iids = True
+                found = ann_t.get(a.name_iid)
+                if found is None:
                     chk.problem(f"packet {n}: debug annotation name iid {a.name_iid} not interned")
                     continue
-                if a.HasField("string_value_iid"):
-                    if a.string_value_iid not in t["str"]:
-                        chk.problem(f"packet {n}: string value iid {a.string_value_iid} not interned")
-                    val: Any = t["str"].get(a.string_value_iid)
-                else:
-                    kind = a.WhichOneof("value")
-                    val = getattr(a, kind) if kind else None
-                if collect:
-                    args[k] = val
-        for fid in list(ev.flow_ids) + list(ev.flow_ids_old):
+                k = found
+            kind = a.WhichOneof("value")
+            if kind == "string_value_iid":
+                uses_iids = True
+                val: Any = str_t.get(a.string_value_iid)
+                if val is None:
+                    chk.problem(f"packet {n}: string value iid {a.string_value_iid} not interned")
+            elif collect:
+                val = getattr(a, kind) if kind else None
+            if collect:
+                args[k] = val
+        if uses_iids:
+            if seq not in cleared:
+                chk.problem(f"packet {n}: interned ids used on sequence {seq} before incremental state was cleared")
+            if not pkt.sequence_flags & 2:
+                chk.problem(f"packet {n}: uses interned ids without SEQ_NEEDS_INCREMENTAL_STATE")
+        for fid in ev.flow_ids:
             fstart[fid] += 1
-        for fid in list(ev.terminating_flow_ids) + list(ev.terminating_flow_ids_old):
+        for fid in ev.flow_ids_old:
+            fstart[fid] += 1
+        for fid in ev.terminating_flow_ids:
             fend[fid] += 1
-        if ev.type == TE.TYPE_SLICE_BEGIN:
+        for fid in ev.terminating_flow_ids_old:
+            fend[fid] += 1
+        if etype == T_BEGIN:
             stacks[tu].append((ts, name, cat, args))
-        elif ev.type == TE.TYPE_SLICE_END:
+        elif etype == T_END:
             st = stacks[tu]
             if not st:
-                chk.problem(f"packet {n}: slice END without BEGIN on track {tu} ({td.name})")
+                chk.problem(f"packet {n}: slice END without BEGIN on track {tu} ({tname})")
                 continue
             b_ts, b_name, b_cat, b_args = st.pop()
             chk.n_slices += 1
             if collect:
-                chk.slices.append(Slice(track_proc.get(tu, ""), td.name, b_name, b_cat, b_ts, ts - b_ts, b_args))
-        elif ev.type == TE.TYPE_INSTANT:
+                chk.slices.append(Slice(track_proc.get(tu, ""), tname, b_name, b_cat, b_ts, ts - b_ts, b_args))
+        elif etype == T_INSTANT:
             chk.n_slices += 1
             if collect:
-                chk.slices.append(Slice(track_proc.get(tu, ""), td.name, name, cat, ts, 0, args))
+                chk.slices.append(Slice(track_proc.get(tu, ""), tname, name, cat, ts, 0, args))
         else:
-            chk.problem(f"packet {n}: track event of unknown type {ev.type}")
+            chk.problem(f"packet {n}: track event of unknown type {etype}")
     for tu, st in stacks.items():
         if st:
             chk.problem(f"track {tu} ({tracks[tu].name}): {len(st)} slice(s) never ended")
