@@ -114,7 +114,7 @@ SPAN_RULES: Final[list[tuple[re.Pattern[str], str]]] = [
     (re.compile(r"^step\[DRAFT_EXTEND(_V2)?\b"), "draft_extend"),
     (re.compile(r"^step\[DRAFT\b"), ""),
     (re.compile(r"^step\[DECODE\b"), "decode"),
-    (re.compile(r"^step\[(EXTEND|PREFILL|MIXED)\b"), "prefill"),
+    (re.compile(r"^step\[(EXTEND|PREFILL|MIXED|SPLIT_PREFILL)\b"), "prefill"),
     (re.compile(r"^draft_extend$"), "draft_extend"),
     (re.compile(r"^draft$"), "draft"),
     (re.compile(r"^(verify|decode|prefill)$"), r"\1"),
