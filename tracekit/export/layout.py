@@ -327,11 +327,11 @@ def build_layout(
     sl = sl.with_columns(pl.Series("_track", track_col))[final]
     # display names
     gpu_mask = sl["kind"].is_in(list(GPU_KINDS))
-    full = sl["name"].fill_null("")
-    uniq_gpu = full.filter(gpu_mask).unique().sort().to_list()
-    disp_map = display_names(uniq_gpu)
-    disp = pl.when(gpu_mask).then(full.replace_strict(disp_map, default=full)).otherwise(full) if uniq_gpu else full
-    sl = sl.with_columns(pl.Series("name", full), (disp if isinstance(disp, pl.Series) else sl.select(disp.alias("d"))["d"]).alias("_disp"))
+    sl = sl.with_columns(pl.col("name").fill_null(""))
+    disp_map = display_names(sl["name"].filter(gpu_mask).unique().sort().to_list())
+    sl = sl.with_columns(
+        pl.when(gpu_mask).then(pl.col("name").replace(disp_map)).otherwise(pl.col("name")).alias("_disp")
+    )
     names = sl["_disp"].unique(maintain_order=True).to_list()
     cats = sl["category"].fill_null("other").unique(maintain_order=True).to_list()
     name_id = sl["_disp"].replace_strict({n: i for i, n in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
