@@ -141,15 +141,12 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     )
     from datetime import timedelta
 
-    import polars as pl
     import torch
     import torch.distributed as dist
-    from tracekit.collectors.manifest import NvmlSampler, rank_section, versions
-    from tracekit.collectors.session import ProfilerSession, finalize
-    from tracekit.collectors.timing import dilation
+    from tracekit.collectors.manifest import NvmlSampler, rank_section
+    from tracekit.collectors.session import ProfilerSession
     from tracekit.collectors.workload.runner import Workload
 
-    from tracekit.store import new_manifest, write_run
 
     cuda = kind == "cuda"
     if cuda:
@@ -201,8 +198,25 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     end = rank_section(rank, world, dev_index, "end")
     stats = wl.timer.stats() if aborted is None else {}
     q.put(("status", rank, f"window done: {done}/{cc.cycles} cycles" + (f" (aborted: {aborted})" if aborted else "")))
-    if session is None:
-        return
+    if session is not None:
+        _write_shard(rank, world, cc, wl, session, sampler, counters, start, end, stats, done, aborted, device,
+                     shard_dir, q)
+    if aborted is None:  # clean teardown so no peer's NCCL heartbeat outlives the TCPStore host (rank 0)
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
+                 start: dict[str, Any], end: dict[str, Any], stats: dict[str, Any], done: int,
+                 aborted: str | None, device: Any, shard_dir: Path, q: Any) -> None:
+    import polars as pl
+    import torch.distributed as dist
+    from tracekit.collectors.manifest import versions
+    from tracekit.collectors.session import finalize
+    from tracekit.collectors.timing import dilation
+
+    from tracekit.store import new_manifest, write_run
+
     events = session.events()
     if keep := cc.keep_json:
         session.export_json(Path(keep) / f"rank-{rank:05d}.trace.json.gz")

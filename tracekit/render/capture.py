@@ -23,7 +23,7 @@ def _ms(ns: float) -> str:
 
 
 def dilation_lines(manifest: dict[str, Any]) -> list[str]:
-    """One line per phase: unprofiled vs profiled mean (median over ranks), and the ratio."""
+    """One line per phase: unprofiled vs profiled median per phase instance (median over ranks), and the ratio."""
     ranks = manifest.get("ranks", {})
     per_phase: dict[str, tuple[list[float], list[float], str]] = {}
     for sec in ranks.values():
@@ -31,8 +31,8 @@ def dilation_lines(manifest: dict[str, Any]) -> list[str]:
         for ph, st in un.items():
             if ph in pr:
                 a, b, _ = per_phase.setdefault(ph, ([], [], st.get("clock", "?")))
-                a.append(st["mean_ns"])
-                b.append(pr[ph]["mean_ns"])
+                a.append(st["median_ns"])
+                b.append(pr[ph]["median_ns"])
     lines = []
     for ph in sorted(per_phase, key=lambda p: PHASE_ORDER.index(p) if p in PHASE_ORDER else 99):
         a, b, clock = per_phase[ph]
@@ -59,7 +59,7 @@ def render_capture_summary(result: _Result) -> str:
             lines.append(f"  rank {r} window ended early: {sec['aborted']}")
     dl = dilation_lines(man)
     if dl:
-        lines.append("profiler dilation per phase (mean time per phase instance):")
+        lines.append("profiler dilation per phase (median time per phase instance):")
         lines.extend(dl)
     lines.append(f"next: tracekit attribute {result.out}")
     return "\n".join(lines)
