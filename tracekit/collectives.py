@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from tracekit.schema import KERNEL, conform
@@ -180,59 +181,77 @@ def match_collectives(events: pl.DataFrame) -> pl.DataFrame:
     )
     if c.height == 0:
         return pl.DataFrame(schema=MATCH_SCHEMA)
-    counts = c.group_by(["group", "rank"]).agg(pl.len().alias("n"))
-    grp = counts.group_by("group").agg(
-        pl.col("rank").n_unique().alias("group_ranks"),
-        pl.col("n").min().alias("n_min"),
-        pl.col("n").max().alias("n_max"),
-        pl.format("rank {}: {}", pl.col("rank"), pl.col("n")).sort_by("rank").str.join(", ").alias("counts"),
+    # dense codes (dense rank keeps the lexical order of group names), then one sort
+    codes = c.select(
+        pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
+        pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
     )
-    seq = c.group_by(["group", "coll_seq"]).agg(
-        pl.col("rank").n_unique().alias("n_ranks"),
-        pl.col("start_ns").max().alias("last_arrival_ns"),
-        pl.col("coll_op").fill_null("?").n_unique().alias("n_ops"),
+    g = codes.get_column("g").to_numpy()
+    op = codes.get_column("op").to_numpy()
+    seqn = c.get_column("coll_seq").to_numpy().astype(np.int64)
+    rk = c.get_column("rank").fill_null(-1).cast(pl.Int64).to_numpy()
+    order = np.lexsort((rk, seqn, g))
+    c = c[pl.Series(order)]
+    g, op, seqn, rk = g[order], op[order], seqn[order], rk[order]
+    start = c.get_column("start_ns").to_numpy().astype(np.int64)
+    dur = c.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
+    n = g.size
+    # segments: one per (group, coll_seq)
+    brk = np.ones(n, dtype=bool)
+    brk[1:] = (g[1:] != g[:-1]) | (seqn[1:] != seqn[:-1])
+    lo = np.flatnonzero(brk)
+    seg = np.cumsum(brk) - 1
+    seg_len = np.diff(np.append(lo, n))
+    last_arr = np.maximum.reduceat(start, lo)
+    big = np.iinfo(np.int64).max
+    last_rank = np.minimum.reduceat(np.where(start == last_arr[seg], rk, big), lo)
+    ops_differ = np.maximum.reduceat(op, lo) != np.minimum.reduceat(op, lo)
+    # per group: collectives per rank (must be equal), first seq whose ops differ
+    g0 = g - 1
+    ng = int(g0.max()) + 1
+    r_lo = int(rk.min())
+    nr = int(rk.max()) - r_lo + 1
+    per = np.bincount(g0 * nr + (rk - r_lo), minlength=ng * nr).reshape(ng, nr)
+    present = per > 0
+    group_ranks = present.sum(axis=1)
+    n_min = np.where(present, per, big).min(axis=1)
+    n_max = per.max(axis=1)
+    seg_g = g0[lo]
+    issue: list[str | None] = [None] * ng
+    names = c.get_column("group").fill_null("").to_list()
+    first_row = np.full(ng, -1, dtype=np.int64)
+    first_row[g0[::-1]] = np.arange(n)[::-1]
+    for k in np.flatnonzero(n_min != n_max).tolist():
+        cnt = ", ".join(f"rank {r + r_lo}: {per[k, r]}" for r in np.flatnonzero(present[k]).tolist())
+        issue[k] = f"collective count differs across ranks in group {names[first_row[k]]} ({cnt})"
+    for s_idx in np.flatnonzero(ops_differ).tolist():
+        k = int(seg_g[s_idx])
+        if issue[k] is not None:
+            continue
+        a, b = int(lo[s_idx]), int(lo[s_idx]) + int(seg_len[s_idx])
+        ops = "/".join(sorted({str(x) if x is not None else "?" for x in c.get_column("coll_op")[a:b].to_list()}))
+        issue[k] = f"collective #{int(seqn[a])} of group {names[first_row[k]]} has different ops across ranks ({ops})"
+    bad = np.array([x is not None for x in issue], dtype=bool)
+    matched = ~bad[g0]
+    la = last_arr[seg]
+    wait = np.minimum(np.maximum(la - start, 0), dur)
+    out = c.with_columns(
+        pl.Series("n_ranks", seg_len[seg]).cast(pl.UInt32),
+        pl.Series("group_ranks", group_ranks[g0]).cast(pl.UInt32),
+        pl.Series("last_arrival_ns", la),
+        pl.Series("last_rank", last_rank[seg]),
+        pl.Series("wait_ns", wait),
+        pl.Series("transfer_ns", dur - wait),
+        pl.Series("matched", matched),
+        pl.Series("issue", [issue[k] for k in g0.tolist()], dtype=pl.String) if bad.any()
+        else pl.lit(None, pl.String).alias("issue"),
     )
-    # last rank: the lowest rank among those arriving at the latest arrival
-    last = (
-        c.select("group", "coll_seq", "rank", "start_ns")
-        .join(seq.select("group", "coll_seq", "last_arrival_ns"), on=["group", "coll_seq"])
-        .filter(pl.col("start_ns") == pl.col("last_arrival_ns"))
-        .group_by(["group", "coll_seq"])
-        .agg(pl.col("rank").min().alias("last_rank"))
-    )
-    seq = seq.join(last, on=["group", "coll_seq"], how="left")
-    bad = seq.filter(pl.col("n_ops") > 1).select("group", "coll_seq")
-    op_bad = (
-        c.join(bad, on=["group", "coll_seq"], how="semi")
-        .group_by(["group", "coll_seq"])
-        .agg(pl.col("coll_op").fill_null("?").unique().sort().str.join("/").alias("ops"))
-        .sort("coll_seq")
-        .group_by("group", maintain_order=True)
-        .agg(pl.col("coll_seq").first().alias("bad_seq"), pl.col("ops").first().alias("bad_ops"))
-    )
-    grp = grp.join(op_bad, on="group", how="left").with_columns(
-        pl.when(pl.col("n_min") != pl.col("n_max"))
-        .then(pl.format("collective count differs across ranks in group {} ({})", pl.col("group"), pl.col("counts")))
-        .when(pl.col("bad_seq").is_not_null())
-        .then(pl.format("collective #{} of group {} has different ops across ranks ({})", pl.col("bad_seq"), pl.col("group"), pl.col("bad_ops")))
-        .otherwise(None)
-        .alias("issue")
-    )
-    out = (
-        c.join(seq.select("group", "coll_seq", "n_ranks", "last_arrival_ns", "last_rank"), on=["group", "coll_seq"], how="left")
-        .join(grp.select("group", "group_ranks", "issue"), on="group", how="left")
-        .with_columns(pl.col("issue").is_null().alias("matched"))
-    )
-    wait = (pl.col("last_arrival_ns") - pl.col("start_ns")).clip(0, None)
-    wait = pl.min_horizontal(wait, pl.col("dur_ns"))
+    unmatched = ~pl.col("matched")
     out = out.with_columns(
-        pl.when(pl.col("matched")).then(wait).otherwise(None).alias("wait_ns"),
-    ).with_columns(
-        pl.when(pl.col("matched")).then(pl.col("dur_ns") - pl.col("wait_ns")).otherwise(None).alias("transfer_ns"),
-        pl.when(pl.col("matched")).then(pl.col("last_arrival_ns")).otherwise(None).alias("last_arrival_ns"),
-        pl.when(pl.col("matched")).then(pl.col("last_rank")).otherwise(None).alias("last_rank"),
+        *[pl.when(unmatched).then(None).otherwise(pl.col(k)).alias(k)
+          for k in ("wait_ns", "transfer_ns", "last_arrival_ns", "last_rank")]
     )
-    return out.select([pl.col(k).cast(v) for k, v in MATCH_SCHEMA.items()]).sort(["group", "coll_seq", "rank"])
+    return out.select([pl.col(k).cast(v) for k, v in MATCH_SCHEMA.items()])
 
 
 def collective_issues(matched: pl.DataFrame) -> list[str]:
