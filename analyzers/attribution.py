@@ -492,16 +492,19 @@ def by_seq(instances: pl.DataFrame) -> pl.DataFrame:
 def stragglers(
     events: pl.DataFrame, instances: pl.DataFrame, min_skew_ns: int = 1_000, collectives: pl.DataFrame | None = None
 ) -> pl.DataFrame:
-    """Per phase: the rank that arrived last at matched collectives most often, and what it did before.
+    """Per phase: the straggler rank at matched collectives, and what it did before.
 
+    The straggler is the rank whose late arrivals made the other ranks wait longest
+    (sum of their waits at collectives where it arrived last); ties: most often last.
     Columns: phase, collectives (matched, skew >= min_skew_ns), last_rank, times_last,
     share_last, mean_late_ns (its arrival minus the mean arrival of the others, when
-    last), before_gap_ns (mean GPU idle right before its late collective),
-    before_kernel (its most frequent preceding kernel when late).
+    last), inflicted_wait_ns, before_gap_ns (mean GPU idle right before its late
+    collective), before_kernel (its most frequent preceding kernel when late).
     """
     schema = {
         "phase": pl.String, "collectives": pl.UInt32, "last_rank": pl.Int32, "times_last": pl.UInt32,
-        "share_last": pl.Float64, "mean_late_ns": pl.Float64, "before_gap_ns": pl.Float64, "before_kernel": pl.String,
+        "share_last": pl.Float64, "mean_late_ns": pl.Float64, "inflicted_wait_ns": pl.Int64,
+        "before_gap_ns": pl.Float64, "before_kernel": pl.String,
     }
     if collectives is None and events.get_column("coll_seq").null_count() == events.height:
         return pl.DataFrame(schema=schema)
@@ -516,11 +519,21 @@ def stragglers(
         (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("skew"),
         pl.col("last_rank").first(),
         (pl.col("start_ns").max() - pl.col("start_ns").sort().head(pl.len() - 1).mean()).alias("late"),
+        pl.col("wait_ns").sum().alias("inflicted"),
     ).filter(pl.col("skew") >= min_skew_ns)
     if per.height == 0:
         return pl.DataFrame(schema=schema)
-    counts = per.group_by(["phase", "last_rank"]).agg(pl.len().alias("times_last"), pl.col("late").mean().alias("mean_late_ns"))
-    top = counts.sort(["phase", "times_last", "last_rank"], descending=[False, True, False]).group_by("phase", maintain_order=True).first()
+    counts = per.group_by(["phase", "last_rank"]).agg(
+        pl.len().alias("times_last"),
+        pl.col("late").mean().alias("mean_late_ns"),
+        pl.col("inflicted").sum().alias("inflicted_wait_ns"),
+    )
+    # the straggler: the rank whose late arrivals made the others wait longest (then most often)
+    top = (
+        counts.sort(["phase", "inflicted_wait_ns", "times_last", "last_rank"], descending=[False, True, True, False])
+        .group_by("phase", maintain_order=True)
+        .first()
+    )
     tot = per.group_by("phase").agg(pl.len().alias("collectives"))
     top = top.join(tot, on="phase").with_columns((pl.col("times_last") / pl.col("collectives")).alias("share_last"))
     # what the straggler did right before its late arrivals: previous GPU event on its device

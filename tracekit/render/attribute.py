@@ -328,11 +328,12 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
             )
         s = strag.get(phase)
         if s is not None:
-            bg = "" if s["before_gap_ns"] is None else f"; before those arrivals its GPU sat idle {s['before_gap_ns'] / 1e3:.1f} µs on average"
+            bg = "" if s["before_gap_ns"] is None else f"; before those arrivals its GPU sat idle {ms(s['before_gap_ns'])} on average"
             bk = "" if s["before_kernel"] is None else f" after {s['before_kernel'][:60]}"
             console.print(
-                f"  straggler: rank {s['last_rank']} arrived last at {s['times_last']} of {s['collectives']} matched collectives "
-                f"({100 * s['share_last']:.0f}%), {s['mean_late_ns'] / 1e3:.1f} µs after the others' mean{bg}{bk}"
+                f"  straggler: rank {s['last_rank']} made the other ranks wait {ms(s['inflicted_wait_ns'])} in total "
+                f"(all instances); it arrived last at {s['times_last']} of {s['collectives']} matched collectives "
+                f"({100 * s['share_last']:.0f}%), {ms(s['mean_late_ns'])} after the others' mean{bg}{bk}"
             )
         console.print(summary(row, s), soft_wrap=True)
         console.print()
