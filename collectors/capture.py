@@ -180,6 +180,10 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         sampler.start()
     if session is not None:
         session.start()
+    # Ranks start their profilers at different speeds (CUPTI activation: ~0.9 s apart on 2x H200); without
+    # this barrier the first profiled collective would wait that long and pollute the window.
+    dist.barrier()
+    wl.sync()
     wl.timer.window = "profiled"
     aborted: str | None = None
     done = 0

@@ -78,7 +78,7 @@ def _infer_category(name: str, on_gpu: bool, user_ann: bool, ann_names: set[str]
         return "kernel"
     if user_ann:
         return "user_annotation"
-    if _RUNTIME_NAME_RE.match(name):
+    if _RUNTIME_NAME_RE.match(name) or name == "INVALID":  # Kineto names CUDA API calls of unknown cbid INVALID
         return "cuda_runtime"
     return "cpu_op"
 

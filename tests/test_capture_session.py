@@ -78,6 +78,7 @@ def test_gpu_categories_inferred_without_activity_type() -> None:
     assert _infer_category("cudaGraphLaunch", False, False, ann) == "cuda_runtime"
     assert _infer_category("cuLaunchKernelEx", False, False, ann) == "cuda_runtime"
     assert _infer_category("aten::mm", False, False, ann) == "cpu_op"
+    assert _infer_category("INVALID", False, False, ann) == "cuda_runtime"  # seen on torch 2.11 (unknown cbid)
     assert _infer_category("tracekit:verify|cycle=1", False, True, ann) == "user_annotation"
 
 
