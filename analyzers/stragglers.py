@@ -257,11 +257,15 @@ def stragglers(events: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS) -> dict[str
     )
     last = (
         skew.filter(pl.col("last_rank").is_not_null())
-        .group_by(pl.col("last_rank").cast(pl.Int32()).alias("rank"))
+        .sort(["others_wait_ns", "first_arrival_ns"], descending=[True, False])
+        .group_by(pl.col("last_rank").cast(pl.Int32()).alias("rank"), maintain_order=True)
         .agg(
             pl.len().alias("last_count"),
             pl.col("others_wait_ns").sum().alias("inflicted_wait_ns"),
             pl.col("margin_ns").sum().alias("late_margin_ns"),
+            pl.col("others_wait_ns").first().alias("worst_wait_ns"),
+            pl.col("key").first().alias("worst_key"),
+            pl.col("phase").first().alias("worst_phase"),
         )
     )
     seg = segments(events, matched)

@@ -2,20 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+
+from tracekit.render.diff import dur
+
+
+def _short(name: str, limit: int = 70) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
 def _ms(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:.3f}"
 
 
+COMPACT: Final = ("sm_clock_mhz", "max_sm_clock_mhz", "throttle_reasons", "pcie_gen", "pcie_width", "temperature_c", "power_w")
+
+
 def _state_text(state: pl.DataFrame, rank: int) -> str:
-    rows = state.filter(pl.col("rank") == rank)
-    return ", ".join(f"{k.replace('gpu.', '')}={v}" for k, v in rows.select("key", "value").iter_rows())
+    """The few facts that explain a slow rank: SM clock (start -> end of the window, of max),
+    throttle reasons, PCIe link, temperature, power. Everything else is in --json."""
+    d = {k.replace("gpu.", ""): v for k, v in state.filter(pl.col("rank") == rank).select("key", "value").iter_rows()}
+    parts: list[str] = []
+    sm, sm_end, sm_max = d.get("sm_clock_mhz"), d.get("end.sm_clock_mhz"), d.get("max_sm_clock_mhz")
+    if sm is not None:
+        clock = f"SM {sm}" + (f"->{sm_end}" if sm_end is not None and sm_end != sm else "") + " MHz"
+        parts.append(clock + (f" (max {sm_max})" if sm_max is not None else ""))
+    thr = {d.get("throttle_reasons"), d.get("end.throttle_reasons")} - {None, "[]"}
+    if "throttle_reasons" in d or "end.throttle_reasons" in d:
+        parts.append("throttle: " + (", ".join(sorted(t for t in thr if t)) if thr else "none"))
+    if d.get("pcie_gen") is not None:
+        parts.append(f"PCIe Gen{d['pcie_gen']} x{d.get('pcie_width', '?')}")
+    if d.get("temperature_c") is not None:
+        parts.append(f"{d.get('end.temperature_c', d['temperature_c'])} C")
+    if d.get("power_w") is not None:
+        parts.append(f"{float(d.get('end.power_w', d['power_w'])):.0f} W")
+    if not parts:
+        parts = [f"{k}={v}" for k, v in d.items() if not k.startswith("end.")][:6]
+    return ", ".join(parts)
 
 
 def state_by_rank(state: pl.DataFrame) -> dict[int, dict[str, str]]:
@@ -50,18 +77,24 @@ def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[st
             f" making the others wait {_ms(r['inflicted_wait_ns'])} ms in total"
             f" ({_ms(r['late_margin_ns'])} ms behind the next-latest rank)."
         )
+        if r["last_count"] > 1 and r["worst_wait_ns"] is not None and r["worst_wait_ns"] >= 0.25 * (r["inflicted_wait_ns"] or 0):
+            where = f"in {r['worst_phase']}" if r["worst_phase"] else "outside any phase"
+            line += (
+                f" The single worst collective ({r['worst_key']}, {where}) accounts for {dur(r['worst_wait_ns'])}"
+                " of it: a first collective waiting for a late rank is waiting, not transfer."
+            )
         lines.append(line)
         why: list[str] = []
         if r["busy_ns_excess"] is not None:
-            why.append(f"GPU busy {_ms(r['busy_ns_excess'])} ms longer than the other ranks' mean")
-            why.append(f"launch gaps {_ms(r['launch_gap_ns_excess'])} ms")
-            why.append(f"other idle {_ms(r['other_idle_ns_excess'])} ms")
-            why.append(f"{r['syncs_before_late']} host syncs ({_ms(r['sync_ns_before_late'])} ms)")
+            why.append(f"GPU busy {dur(r['busy_ns_excess'], True)} vs the other ranks' mean")
+            why.append(f"launch gaps {dur(r['launch_gap_ns_excess'], True)}")
+            why.append(f"other idle {dur(r['other_idle_ns_excess'], True)}")
+            why.append(f"{r['syncs_before_late']} host syncs ({dur(r['sync_ns_before_late'])})")
         top = kernels.filter(pl.col("rank") == r["rank"]).head(3)
         if top.height:
             why.append(
                 "slower kernels: "
-                + ", ".join(f"{f} +{_ms(x)} ms ({k} arrivals)" for f, k, x in top.select("family", "late_arrivals", "excess_ns").iter_rows())
+                + ", ".join(f"{_short(f)} {dur(x, True)} ({k} arrivals)" for f, k, x in top.select("family", "late_arrivals", "excess_ns").iter_rows())
             )
         if why:
             lines.append("  before its late arrivals: " + "; ".join(why) + ".")
