@@ -168,11 +168,14 @@ def select_events(events: pl.DataFrame, sel: Selection, *, path: str | None = No
     if sel.phase is not None:
         spans = phase_spans(df, sel.phase, sel.cycles)
         if spans.height == 0:
-            what = f"phase {sel.phase!r}" + (f" in cycles {sel.cycles[0]}-{sel.cycles[1]}" if sel.cycles else "")
+            what = f"phase {sel.phase!r} instances" + (f" in cycles {sel.cycles[0]}-{sel.cycles[1]}" if sel.cycles else "")
             known = sorted(
                 df.filter((pl.col("kind") == RANGE) & pl.col("phase_id").is_not_null())["phase"].drop_nulls().unique().to_list()
             )
-            raise AnalysisError(f"no {what} instances in the run (phases present: {', '.join(known) or 'none'})", path=path)
+            cyc = df.filter((pl.col("kind") == RANGE) & (pl.col("phase") == sel.phase) & pl.col("phase_id").is_not_null())[
+                "cycle"].drop_nulls().to_numpy()
+            span = f"; its cycles: {int(cyc.min())}-{int(cyc.max())}" if cyc.size else ""
+            raise AnalysisError(f"no {what} in the run (phases present: {', '.join(known) or 'none'}{span})", path=path)
         for (r,), g in spans.group_by("rank", maintain_order=True):
             per_rank[int(r)] = merge(g["lo"].to_numpy().astype(np.int64), g["hi"].to_numpy().astype(np.int64))  # type: ignore[call-overload]
     else:
