@@ -55,9 +55,10 @@ def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, p
         labels.alias("_label"),
         pid_raw.str.extract(MERGED_LABEL.pattern, 2).cast(pl.Int64, strict=False).alias("_pid"),
     )
+    on_gpu = pl.col("kind").is_in([*schema.GPU_KINDS, schema.GPU_RANGE]) | (pl.col("device") >= 0)
     ev = ev.with_columns(
-        pl.when(pl.col("device") >= 0).then(None).otherwise(pl.col("_pid")).alias("pid"),
-        pl.when(pl.col("device") >= 0).then(pl.col("_pid")).otherwise(pl.col("device")).alias("device"),
+        pl.when(on_gpu).then(None).otherwise(pl.col("_pid")).alias("pid"),
+        pl.when(on_gpu).then(pl.coalesce(pl.col("device"), pl.col("_pid"))).otherwise(pl.col("device")).alias("device"),
     ).drop("_pid")
     out = []
     for (label,), part in ev.group_by(["_label"], maintain_order=True):
@@ -123,13 +124,16 @@ def ingest_traces(
     ``on_error="fail"`` stops at the first unreadable file (TracekitError naming it);
     ``"skip"`` ingests the good files and lists the skipped ones in
     ``run.manifest["ingest"]["skipped"]`` (the CLI reports them once at the end).
-    Metadata-only files (no events) are always skipped and listed there; CPU-only traces
-    are ingested and marked ``cpu_only`` in the manifest.
+    Metadata-only files (no events), and JSON files met while walking a directory that are
+    not traces at all, are always skipped and listed there; CPU-only traces are ingested and
+    marked ``cpu_only`` in the manifest.
     ``rules`` are category rules placed before the built-in table (see tracekit.categories).
     """
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
+    paths = list(paths)
     files = discover(paths)
+    named = {str(Path(p)) for p in paths}
     sizes = {str(f): f.stat().st_size for f in files}
     total = sum(sizes.values())
     done = 0
@@ -143,7 +147,9 @@ def ingest_traces(
             parts.extend(_read_parts(name))
         except BadTraceError as exc:
             metadata_only = exc.message.startswith("metadata only")
-            if on_error == "fail" and not metadata_only:
+            # JSON found by walking a directory that is no trace at all (a manifest, bench output)
+            foreign = name not in named and exc.message.startswith("valid JSON but not a")
+            if on_error == "fail" and not (metadata_only or foreign):
                 raise
             skipped.append({"path": name, "reason": exc.message})
         done += sizes[name]

@@ -237,7 +237,7 @@ def _nulls(n: int, dtype: pl.DataType) -> pl.Series:
 
 def _series(values: list[Any], dtype: pl.DataType) -> pl.Series:
     """A Series of ``dtype``; the fast strict path first, values of other types become null."""
-    if values.count(None) == len(values):  # C-speed check; polars would scan for a first value in Python
+    if values and values[0] is None and values.count(None) == len(values):  # polars would scan in Python
         return _nulls(len(values), dtype)
     try:
         return pl.Series(values, dtype=dtype, strict=True)
