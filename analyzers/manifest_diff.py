@@ -8,9 +8,10 @@ as canonical JSON. Keys that differ between any two captures by nature (time
 stamps, pids, file hashes, measured timings and profiler session counters) are
 left out: VOLATILE lists them.
 
-Each difference has a ``section`` used to rank it: env, version, gpu_state
-(clocks, throttle reasons, power, temperature), pcie, hardware, world,
-config, rank (a rank present in one run only), other.
+Each difference has a ``section`` used to rank it: rank (a rank present in one
+run only), env, version, gpu_state (clocks, throttle reasons, power limit),
+pcie, hardware, world, config, gpu_sensor (power draw and temperature: they
+move between any two runs, so they rank last), other.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ VOLATILE: Final = re.compile(
     r"|^(sources|clock|session|unprofiled|profiled|dilation|counters|tracekit_version_build)(\.|$)"
     r"|^end\.env(\.|$)|^end\.taken_unix_ns$"
 )
-SECTION_ORDER: Final = ("rank", "env", "version", "gpu_state", "pcie", "hardware", "world", "config", "other")
+SECTION_ORDER: Final = ("rank", "env", "version", "gpu_state", "pcie", "hardware", "world", "config", "gpu_sensor", "other")
 DIFF_SCHEMA: Final = {
     "scope": pl.String(),  # "run", "launcher" or the rank number as text
     "section": pl.String(),
@@ -57,7 +58,9 @@ def section_of(scope: str, key: str) -> str:
         return "version"
     if "pcie" in k:
         return "pcie"
-    if any(s in k for s in ("clock", "throttle", "power", "temperature")):
+    if any(s in k for s in ("power_w", "temperature")):
+        return "gpu_sensor"
+    if any(s in k for s in ("clock", "throttle", "power")):
         return "gpu_state"
     if k.endswith("gpu.name") or k.startswith("gpu.") or k in ("device", "backend", "host"):
         return "hardware"

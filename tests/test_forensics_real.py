@@ -100,3 +100,28 @@ def test_real_diff_with_itself_is_zero(run: Run) -> None:
     v = view["phases"].filter(pl.col("phase") == "verify").row(0, named=True)
     assert v["old_graphed_share"] == 0.5
     assert v["old_graph_launches_per_instance"] > 0 and v["old_eager_launches_per_instance"] > 0
+
+
+BUILTIN = SAMPLE.parent.parent / "h200x2-builtin"
+
+
+def test_real_diff_graphed_vs_eager_verify() -> None:
+    """The collectors' 2-rank H200 captures: verify from a CUDA graph vs eager (SGLang's fallback)."""
+    from tracekit.analyzers.manifest_diff import manifest_diff
+
+    from tracekit.render.diff import explanation
+
+    old, new = load_run(BUILTIN / "graphed.parquet"), load_run(BUILTIN / "eager.parquet")
+    view = diff_runs(old.events, new.events, "verify")
+    ph = view["phases"].row(0, named=True)
+    assert ph["old_graphed_share"] == 1.0 and ph["new_graphed_share"] == 0.0
+    assert ph["matched_new_share"] == 1.0 and ph["mix_shift_ns"] == pytest.approx(0.0, abs=1.0)
+    assert ph["new_eager_launches_per_instance"] > 100 * ph["old_eager_launches_per_instance"]
+    b = view["buckets"].filter(~pl.col("bucket").is_in(["allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm"]))
+    top = b.sort("delta_ns", descending=True).row(0, named=True)
+    assert top["bucket"] == "launch_overhead" and top["delta_ns"] > 0.5 * ph["delta_ns"]
+    md = manifest_diff(old.manifest, new.manifest)
+    assert md.filter(pl.col("key") == "workload.config.verify_graph").height == 2  # both ranks
+    lines = explanation(view, md)
+    assert "launch_overhead" in lines[2]
+    assert any("workload.config.verify_graph changed on -> off (ranks 0-1)" in x for x in lines)
