@@ -204,12 +204,14 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
             if v2_verify:
                 # v2 accept lengths arrive later, in order, through on_verify_complete_cpu
                 r.pending_accept.append(r.cycle)
-            if not recording():
-                r._enter()
+            if not recording():  # fast path: depth bookkeeping only
+                loc = r._local
+                d = getattr(loc, "depth", 0)
+                loc.depth = d + 1
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    r._leave()
+                    loc.depth = d
             try:
                 r.first_call(args[0] if args else None)
                 batch = F.first_batch(args, kwargs, "batch", "model_worker_batch")
