@@ -79,12 +79,18 @@ _CODE: Final = {b: i for i, b in enumerate(BUCKETS)}
 
 
 def _has_phase_ids(events: pl.DataFrame) -> bool:
-    return (
-        events.select(
-            (pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()).any()
-        ).item()
-        is True
+    """True when phase ranges carry phase ids that are unique in the run.
+
+    Shards annotated one rank at a time and merged number their instances from 0
+    on every rank; such a table is annotated again (ids are then unique).
+    """
+    ranges = events.select("kind", "phase_id", "rank").filter(
+        pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()
     )
+    if ranges.height == 0:
+        return False
+    shared = ranges.group_by("phase_id").agg(pl.col("rank").n_unique().alias("n")).get_column("n").max()
+    return shared is not None and int(shared) <= 1  # type: ignore[arg-type]
 
 
 def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFrame, list[str]]:

@@ -223,7 +223,7 @@ def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b
             wa = a["allreduce_wait_ns"] / a["allreduce_kernel_ns"] if a["allreduce_kernel_ns"] and a["allreduce_wait_ns"] is not None else None
             wb = b["allreduce_wait_ns"] / b["allreduce_kernel_ns"] if b["allreduce_kernel_ns"] and b["allreduce_wait_ns"] is not None else None
             why = _families(kern, (bucket,), d, (a_name, b_name))
-            if wa is not None and wb is not None:
+            if bucket == "allreduce" and wa is not None and wb is not None:
                 why += f"; waiting for the last rank: {100 * wa:.0f}% of allreduce time in {a_name} vs {100 * wb:.0f}%"
         elif bucket == "idle":
             why = "the GPU waited on dependencies, syncs or copies with work already issued"

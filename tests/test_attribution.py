@@ -230,3 +230,19 @@ def test_cli_json_keys_and_errors(kineto_run: Path) -> None:
     assert res.exit_code == 2
     res = CliRunner().invoke(cli, ["attribute", str(kineto_run.parent / "missing.parquet")])
     assert res.exit_code == 1 and "missing.parquet" in res.output
+
+
+def test_phase_ids_repeated_across_ranks_are_renumbered() -> None:
+    """Shards annotated one rank at a time (ids from 0 on each) and then concatenated."""
+    from tracekit.membership import annotate_phases
+
+    shards = []
+    for rank in (0, 1):
+        rows = [rng(format_label("verify", cycle=0), 0, 1000, rank=rank)]
+        rows += kl("g", "gemm", 10, 20, 100 * (rank + 1), 1, rank=rank)
+        shards.append(annotate_phases(conform(pl.DataFrame(rows))))
+    merged = pl.concat(shards)
+    assert merged.filter(pl.col("kind") == "range").get_column("phase_id").to_list() == [0, 0]
+    inst = attribute_report(merged)["instances"].sort("rank")
+    assert inst.get_column("phase_id").n_unique() == 2
+    assert inst.get_column("gemm_ns").to_list() == [100, 200]
