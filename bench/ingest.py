@@ -38,7 +38,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "bench" / "data"
-_TS = re.compile(rb'"ts": ?(-?\d+(?:\.\d+)?)')
+_TS = re.compile(rb'"(ts|dur)": ?(-?\d+(?:\.\d+)?)')
 
 
 def _cpu_trace(path: Path) -> None:
@@ -74,11 +74,12 @@ def _load_text(path: Path) -> bytes:
 
 
 def _shift(text: bytes, delta_ns: int) -> bytes:
-    """Shift every "ts" literal by delta_ns, exactly (decimal text in, 3-decimal text out)."""
+    """Shift every "ts" literal by delta_ns, exactly, and print ts/dur the way Kineto does (3 decimals)."""
 
     def repl(m: re.Match[bytes]) -> bytes:
-        ns = int(Decimal(m.group(1).decode()) * 1000) + delta_ns
-        return b'"ts": %d.%03d' % (ns // 1000, ns % 1000)
+        ns = int(Decimal(m.group(2).decode()) * 1000) + (delta_ns if m.group(1) == b"ts" else 0)
+        sign = b"-" if ns < 0 else b""
+        return b'"%s": %s%d.%03d' % (m.group(1), sign, abs(ns) // 1000, abs(ns) % 1000)
 
     return _TS.sub(repl, text)
 
@@ -102,7 +103,7 @@ def build(mb: int, ranks: int, source: Path | None) -> tuple[Path, int, str]:
     window_ns = int((max(ts) - min(ts)) * 1000) + 1_000_000
     body = json.dumps(events, indent=1).encode()  # Kineto-like: pretty-printed, one key per line
     per_rank = mb * 1_000_000 // ranks
-    windows = max(1, per_rank // max(1, len(body)))
+    windows = max(1, -(-per_rank // max(1, len(body))))  # ceil: at least --mb in total
     total = 0
     for r in range(ranks):
         head = {k: v for k, v in doc.items() if k != "traceEvents"}

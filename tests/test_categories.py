@@ -129,6 +129,11 @@ def test_categorize_frame_fills_gpu_rows_only() -> None:
     assert by["Memset (Device)"] == "memory"
     assert by["aten::mm"] is None
     assert by["some_unknown_thing"] == "other"
+    # the vectorised (polars regex) path agrees with the rule table on every case
+    for name, category, coll_op in CASES:
+        assert by[name] == (category or "other"), name
+        got_op = ev.filter(pl.col("name") == name)["coll_op"].to_list()
+        assert got_op == [coll_op], name
     ops = dict(zip(ev["name"], ev["coll_op"], strict=True))
     assert ops["ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"] == "allgather"
     assert ev.height == _events().height
@@ -139,6 +144,21 @@ def test_unmatched_report() -> None:
     un = unmatched_kernels(ev)
     assert un["name"].to_list() == ["some_unknown_thing"]
     assert un["count"].to_list() == [1] and un["total_ns"].to_list() == [10]
+
+
+def test_every_builtin_pattern_compiles_in_python_re() -> None:
+    import re
+
+    for rule in default_rules():
+        re.compile(rule.pattern)
+    assert {r.category for r in default_rules()} >= {"attention", "moe", "gemm", "allreduce", "comm", "norm", "elementwise", "sampling", "memory"}
+
+
+def test_python_only_pattern_falls_back(tmp_path: Path) -> None:
+    f = tmp_path / "look.toml"
+    f.write_text('[[rule]]\ncategory = "sampling"\npattern = "^some_(?=unknown)"\n')  # look-ahead: Python re only
+    ev = categorize(_events(), load_rules(f))
+    assert dict(zip(ev["name"], ev["category"], strict=True))["some_unknown_thing"] == "sampling"
 
 
 def test_user_rules_come_first(tmp_path: Path) -> None:
