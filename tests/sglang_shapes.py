@@ -27,6 +27,9 @@ from typing import Any
 import torch
 
 HIDDEN = 64
+# TK_SHAPES_DEVICE=cuda runs the forwards on GPU rank % device_count (the GPU check in
+# bench/sglang_gpu_traces.sh); tests use the CPU.
+DEVICE = os.environ.get("TK_SHAPES_DEVICE", "cpu")
 
 
 class ForwardMode(enum.IntEnum):
@@ -103,13 +106,14 @@ class ModelRunner:
         self.tp_rank = tp_rank
         self.is_draft_worker = is_draft_worker
         g = torch.Generator().manual_seed(1 + tp_rank)
-        self.w = [torch.randn(HIDDEN, HIDDEN, generator=g) / HIDDEN**0.5 for _ in range(layers)]
+        self.device = torch.device(f"cuda:{tp_rank % torch.cuda.device_count()}") if DEVICE == "cuda" else torch.device("cpu")
+        self.w = [(torch.randn(HIDDEN, HIDDEN, generator=g) / HIDDEN**0.5).to(self.device) for _ in range(layers)]
         self.graph_max_bs = 8
 
     def forward(self, forward_batch: ForwardBatch, skip_attn_backend_init: bool = False, pp_proxy_tensors: Any = None) -> tuple[torch.Tensor, bool]:
         with _span(_step_name(forward_batch, self.is_draft_worker)):
             rows = max(1, forward_batch.extend_num_tokens or forward_batch.batch_size)
-            x = torch.ones(rows, HIDDEN)
+            x = torch.ones(rows, HIDDEN, device=self.device)
             for w in self.w:
                 x = torch.tanh(x @ w)
             graphed = forward_batch.forward_mode != ForwardMode.EXTEND and forward_batch.batch_size <= self.graph_max_bs
@@ -270,7 +274,10 @@ def drive(worker: EAGLEWorker | EAGLEWorkerV2, cycles: int, bs: int = 4, seq: in
 @contextlib.contextmanager
 def cpu_profile(path: str) -> Iterator[None]:
     """Record CPU activity and export a Kineto chrome trace (``.gz`` compresses)."""
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if DEVICE == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    prof = torch.profiler.profile(activities=acts)
     prof.start()
     try:
         yield

@@ -116,3 +116,18 @@ def test_cli_ingest_then_attribute_without_flags(dir_0523: Path, tmp_path: Path)
     # SGLang's own spans became phase instances: 2 ranks x 3 cycles of verify, batch size from `bs=`
     assert "verify 0 ns per instance on the GPU (6 instances on 2 rank(s)" in " ".join(res.output.split())
     assert "draft_extend" in res.output and "batch size 4.0" in res.output
+
+
+def test_gpu_sample_every_kernel_in_a_phase(samples_dir: Path) -> None:
+    """samples/sglang-shapes-h200x2: hooked simulated ranks on H200s; kernels join their phases by launch."""
+    run = ingest_traces([samples_dir / "sglang-shapes-h200x2"])
+    ev = run.events
+    kernels = ev.filter(pl.col("kind") == "kernel")
+    assert kernels.height > 200 and kernels.get_column("phase").null_count() == 0
+    inst = phase_instances(ev)
+    for r in (0, 1):
+        assert counts(inst, r) == {"verify": 6, "draft": 6, "draft_extend": 7, "prefill": 1}
+        v = inst.filter((pl.col("rank") == r) & (pl.col("phase") == "verify")).sort("cycle")
+        assert v.get_column("cycle").to_list() == list(range(6))
+        assert v.get_column("accept_len").to_list() == pytest.approx([sum(S.accepted(c, 4, 3)) / 4 for c in range(6)], abs=1e-4)
+        assert v.get_column("num_tokens").to_list() == [16] * 6
