@@ -112,7 +112,10 @@ def walk(
         return Walk(np.zeros((K, NB), dtype=np.int64), z, z.copy(), z.copy(), z.copy())
     inst = inst.astype(np.int64, copy=False)
     if not np.all(inst[1:] >= inst[:-1]):
-        order = np.lexsort((start, inst))
+        # stable sort by instance (radix sort on 16-bit keys): start order is kept inside
+        # each instance when the input was in start order; checked below
+        small = inst.astype(np.uint16) if K <= 1 << 16 else inst
+        order = np.argsort(small, kind="stable")
         inst, start, end, code, launch_end = inst[order], start[order], end[order], code[order], launch_end[order]
         if first_of_launch is not None:
             first_of_launch = first_of_launch[order]
