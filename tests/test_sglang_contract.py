@@ -143,4 +143,7 @@ def test_trace_file_name_format(src: tuple[str, Path]) -> None:
     path = root / ("sglang/srt/utils/profile_utils.py" if version == "0.5.23" else "sglang/srt/managers/scheduler_profiler_mixin.py")
     text = path.read_text()
     assert '".trace.json.gz"' in text
+    # live.py asks for activities ["CPU", "GPU"]: both names map to torch profiler activities
+    assert '"CPU": torch.profiler.ProfilerActivity.CPU' in text
+    assert '"GPU": torch.profiler.ProfilerActivity.CUDA' in text
     assert ('f"-TP-{self.tp_rank}"' in text) or ('f"TP-{self.tp_rank}"' in text) or ('f"TP-{get_parallel().tp_rank}"' in text)
