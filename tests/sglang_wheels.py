@@ -7,10 +7,15 @@ needs it, with the reason.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +25,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TRACEKIT_SGLANG_WHEELS") or Path.home() / ".cache" / "tracekit" / "sglang-wheels")
 
 
+@contextlib.contextmanager
+def _locked(d: Path) -> Iterator[None]:
+    """One downloader / unpacker at a time (pytest-xdist workers share the cache)."""
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def wheel(version: str) -> Path:
     d = cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    with _locked(d):
+        return _wheel(d, version)
+
+
+def _wheel(d: Path, version: str) -> Path:
     found = sorted(d.glob(f"sglang-{version}-*.whl"))
     if found:
         return found[0]
@@ -40,13 +61,20 @@ def wheel(version: str) -> Path:
 
 def source(version: str) -> Path:
     """Directory holding the wheel's ``sglang`` package (only ``.py`` files unpacked)."""
-    whl = wheel(version)
     out = cache_dir() / "src" / version
-    marker = out / ".complete"
-    if not marker.exists():
-        with zipfile.ZipFile(whl) as zf:
-            for name in zf.namelist():
-                if name.startswith("sglang/") and name.endswith(".py"):
-                    zf.extract(name, out)
-        marker.write_text(whl.name)
+    if (out / ".complete").exists():
+        return out
+    d = cache_dir()
+    with _locked(d):
+        whl = _wheel(d, version)
+        if not (out / ".complete").exists():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=d))
+            with zipfile.ZipFile(whl) as zf:
+                for name in zf.namelist():
+                    if name.startswith("sglang/") and name.endswith(".py"):
+                        zf.extract(name, tmp)
+            (tmp / ".complete").write_text(whl.name)
+            shutil.rmtree(out, ignore_errors=True)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, out)
     return out
