@@ -282,10 +282,13 @@ def matched(events: pl.DataFrame) -> pl.DataFrame:
 def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], kc: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
     """Bucket code per GPU event: category (any non-null unknown one is ``other``), memory for
     copies, and by name (communication or other) where the category is missing."""
-    cat = events.get_column("category").replace_strict(
-        {k: _CODE[v] for k, v in CATEGORY_BUCKET.items()}, default=_CODE["other"], return_dtype=pl.Int8
-    )
-    codes = cat.fill_null(-1).to_numpy()[gmask].astype(np.int8)
+    col = events.get_column("category")
+    names = list(CATEGORY_BUCKET)
+    lut = np.array([_CODE[CATEGORY_BUCKET[k]] for k in names] + [_CODE["other"], -1], dtype=np.int8)
+    # Enum cast: unknown categories become null; tell them from missing ones by is_null
+    phys = col.cast(pl.Enum(names), strict=False).to_physical().fill_null(len(names)).to_numpy()[gmask]
+    phys = np.where(col.is_null().to_numpy()[gmask], len(names) + 1, phys)
+    codes = lut[phys]
     codes[kc[gmask] > 0] = _CODE["memory"]
     missing = np.flatnonzero(codes < 0)
     if missing.size:
@@ -319,8 +322,8 @@ def attribute_instances(
     dense[pid_all] = np.arange(K, dtype=np.int64)
 
     # one pass over the string columns, then numpy
-    kcode = events.get_column("kind").replace_strict(_KIND_CODE, default=-1, return_dtype=pl.Int8)
-    kc = kcode.fill_null(-1).to_numpy()
+    kcode = events.get_column("kind").cast(pl.Enum(list(_KIND_CODE)), strict=False).to_physical()
+    kc = kcode.fill_null(-1).cast(pl.Int8).to_numpy()
     gmask = kc >= 0
     gmask &= kc <= 2
     lmask = kc == 3
