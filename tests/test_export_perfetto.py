@@ -239,3 +239,22 @@ def test_cpu_only_run(tmp_path: Path) -> None:
     assert res.n_gpu_slices == 0 and res.n_flows == 0
     assert not any(s.track.startswith(("stream", "phases (GPU")) for s in chk.slices)
     assert len([s for s in chk.slices if s.track == "phases (host)"]) == 12
+
+
+def test_degenerate_rows_warned_not_hidden(tmp_path: Path) -> None:
+    """Rows without a start are left out and rows with a negative duration shown as 0 ns, both said."""
+    from tracekit.export import export_events
+
+    ev = make_events(2, 2, 6)
+    ev = ev.with_columns(
+        pl.when(pl.int_range(pl.len()) == 5).then(None).otherwise(pl.col("start_ns")).alias("start_ns"),
+        pl.when(pl.int_range(pl.len()) == 7).then(-5).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        pl.when(pl.col("kind") == "op").then(None).otherwise(pl.col("tid")).alias("tid"),
+    )
+    res = export_events(ev, make_manifest(2), tmp_path / "d.pftrace")
+    assert any("1 event(s) without a start time" in w for w in res.warnings)
+    assert any("1 event(s) with a negative duration" in w for w in res.warnings)
+    chk = validate_trace(tmp_path / "d.pftrace", collect=True)
+    assert chk.ok, chk.problems
+    assert chk.n_slices == res.n_slices
+    assert any(s.track.startswith("thread ?") for s in chk.slices)

@@ -219,12 +219,13 @@ def _group_name(g: int, a: int | None, b: int | None, multi: bool) -> str:
         return "phases (host)"
     if g == G_PHASE_GPU:
         return "phases (GPU window)"
+    sb = "?" if b is None else str(b)
     if g == G_THREAD:
-        return f"thread {b}" + (f" · pid {a}" if multi else "")
+        return f"thread {sb}" + (f" · pid {a}" if multi else "")
     if g == G_STREAM:
-        return (f"GPU {a} " if multi else "") + f"stream {b}"
+        return (f"GPU {a} " if multi else "") + f"stream {sb}"
     if g == G_GPU_RANGE:
-        return (f"GPU {a} " if multi else "") + f"stream {b} annotations"
+        return (f"GPU {a} " if multi else "") + f"stream {sb} annotations"
     raise ValueError(g)
 
 
