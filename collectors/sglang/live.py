@@ -335,5 +335,4 @@ def run_live_capture(
         man.setdefault("notes", []).extend(notes)
     man["capture"]["started_unix_ns"] = started
     path = write_run(run.events, out_path, man)
-    say(f"wrote {path}")
     return CaptureResult(path=path, trace_dir=tdir, ranks=list(range(world)), load=gen.stats, notes=notes)
