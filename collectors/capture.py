@@ -157,7 +157,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         device = torch.device("cpu")
     dist.init_process_group(
         "nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=cc.coll_timeout_s),
-        **({"device_id": device} if cuda else {}),
+        device_id=device if cuda else None,
     )
     q.put(("status", rank, "process group up"))
     total = cc.warmup + cc.cycles

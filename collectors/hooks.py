@@ -52,7 +52,7 @@ def _torch_profiler_enabled() -> Callable[[], bool]:
     try:
         import torch
 
-        fn: Callable[[], bool] = torch.autograd._profiler_enabled
+        fn: Callable[[], bool] = torch.autograd._profiler_enabled  # type: ignore[attr-defined]
         return fn
     except Exception:  # torch missing or too old: nothing records through it
         return lambda: False

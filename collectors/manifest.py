@@ -60,11 +60,11 @@ def versions() -> dict[str, Any]:
         out["cuda"] = torch.version.cuda
         if torch.cuda.is_available():
             try:
-                nccl = torch.cuda.nccl.version()
+                nccl = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
                 out["nccl"] = ".".join(str(x) for x in nccl) if isinstance(nccl, tuple) else str(nccl)
             except Exception as exc:
                 out["nccl"] = f"unavailable: {exc!r}"
-            out["cudnn"] = torch.backends.cudnn.version()
+            out["cudnn"] = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
     except ImportError:
         out["torch"] = None
     try:

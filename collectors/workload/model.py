@@ -35,7 +35,7 @@ from tracekit.collectors.workload.config import WorkloadConfig
 
 def _module(name: str) -> Any:
     """A record_function scope for attribution by module, only while a profiler records."""
-    if torch.autograd._profiler_enabled():
+    if torch.autograd._profiler_enabled():  # type: ignore[attr-defined]
         return torch.autograd.profiler.record_function(name)
     return _NULL
 

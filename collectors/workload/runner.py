@@ -129,7 +129,7 @@ class Workload:
         try:
             pool = None
             for name, fn in fns.items():
-                s = torch.cuda.Stream()
+                s = torch.cuda.Stream()  # type: ignore[no-untyped-call]
                 s.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(s):
                     for _ in range(2):
