@@ -14,6 +14,7 @@ Scalar helpers (``varint``, ``key``, ``field_*``) build the few one-off messages
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,8 +37,7 @@ _SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)  # 0, 7, ..., 63
 # ---- scalar helpers -------------------------------------------------------
 
 
-def varint(v: int) -> bytes:
-    """Base-128 varint of a non-negative int (negative ints as 64-bit two's complement)."""
+def _varint(v: int) -> bytes:
     if v < 0:
         v += 1 << 64
     out = bytearray()
@@ -51,6 +51,15 @@ def varint(v: int) -> bytes:
             return bytes(out)
 
 
+_SMALL = [_varint(i) for i in range(1 << 14)]
+
+
+def varint(v: int) -> bytes:
+    """Base-128 varint of a non-negative int (negative ints as 64-bit two's complement)."""
+    return _SMALL[v] if 0 <= v < 16384 else _varint(v)
+
+
+@functools.lru_cache(maxsize=1024)
 def key(field_no: int, wire: int) -> bytes:
     return varint((field_no << 3) | wire)
 
