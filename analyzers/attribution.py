@@ -30,7 +30,8 @@ from tracekit.errors import AnalysisError
 from tracekit.membership import annotate_phases, phase_instances
 from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
-from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, UNKNOWN_LAUNCH, walk
+from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, walk
+from .timeline import first_of_launch, launch_ends, queue_delay
 
 I64 = npt.NDArray[np.int64]
 
@@ -171,96 +172,6 @@ def bucket_codes(gpu: pl.DataFrame) -> npt.NDArray[np.int8]:
     return codes.to_numpy().astype(np.int8)
 
 
-def _rank_slices(rank: I64) -> list[tuple[int, npt.NDArray[np.intp]]]:
-    """(rank, row indices) per rank; contiguous slices when ``rank`` is sorted."""
-    if rank.size == 0:
-        return []
-    if np.all(rank[1:] >= rank[:-1]):
-        brk = np.flatnonzero(rank[1:] != rank[:-1]) + 1
-        lo = np.concatenate([[0], brk])
-        hi = np.concatenate([brk, [rank.size]])
-        return [(int(rank[a]), np.arange(a, b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
-    return [(int(r), np.flatnonzero(rank == r)) for r in np.unique(rank).tolist()]
-
-
-def _dense_ok(lo: int, hi: int, count: int) -> bool:
-    """A direct-address table over [lo, hi] is affordable for ``count`` keys."""
-    return hi - lo + 1 <= 8 * count + (1 << 16)
-
-
-def _first_of_launch(rank: I64, corr: I64, has: npt.NDArray[np.bool_], start: I64) -> npt.NDArray[np.bool_]:
-    """True for the earliest GPU event of each (rank, correlation); events without one are first."""
-    first = np.ones(rank.size, dtype=bool)
-    for _r, rows in _rank_slices(rank):
-        rows = rows[has[rows]]
-        if rows.size < 2:
-            continue
-        c = corr[rows]
-        s = start[rows]
-        if not np.all(s[1:] >= s[:-1]):
-            o = np.argsort(s, kind="stable")
-            rows, c = rows[o], c[o]
-        lo, hi = int(c.min()), int(c.max())
-        pos = np.arange(rows.size)
-        if _dense_ok(lo, hi, rows.size):
-            table = np.empty(hi - lo + 1, dtype=np.int64)
-            table[(c - lo)[::-1]] = pos[::-1]  # last write wins: the earliest occurrence
-            first[rows] = table[c - lo] == pos
-        else:
-            _, idx = np.unique(c, return_index=True)
-            f = np.zeros(rows.size, dtype=bool)
-            f[idx] = True
-            first[rows] = f
-    return first
-
-
-def _launch_info(
-    l_rank: I64, l_corr: I64, l_end: I64, gpu_rank: I64, gpu_corr: I64, gpu_has: npt.NDArray[np.bool_]
-) -> I64:
-    """End of the launch call of each GPU event via (rank, correlation); UNKNOWN_LAUNCH if none."""
-    out = np.full(gpu_rank.size, UNKNOWN_LAUNCH, dtype=np.int64)
-    gslices = dict(_rank_slices(gpu_rank))
-    for r, lrows in _rank_slices(l_rank):
-        grows = gslices.get(r)
-        if grows is None:
-            continue
-        grows = grows[gpu_has[grows]]
-        if grows.size == 0:
-            continue
-        lc, le, gc = l_corr[lrows], l_end[lrows], gpu_corr[grows]
-        lo, hi = int(min(lc.min(), gc.min())), int(max(lc.max(), gc.max()))
-        if _dense_ok(lo, hi, lrows.size + grows.size):
-            table = np.full(hi - lo + 1, UNKNOWN_LAUNCH, dtype=np.int64)
-            table[(lc - lo)[::-1]] = le[::-1]  # the first launch row of a correlation wins
-            out[grows] = table[gc - lo]
-        else:
-            uc, first = np.unique(lc, return_index=True)
-            ends = le[first]
-            pos = np.minimum(np.searchsorted(uc, gc), uc.size - 1)
-            out[grows] = np.where(uc[pos] == gc, ends[pos], UNKNOWN_LAUNCH)
-    return out
-
-
-def _queue_delay(
-    g_rank: I64, g_start: I64, g_end: I64, i_rank: I64, i_ws: I64, i_host: I64, valid: npt.NDArray[np.bool_]
-) -> I64:
-    """Per instance: how long after its host range opened the GPU was still busy with earlier work."""
-    qd = np.zeros(i_rank.size, dtype=np.int64)
-    for r in np.unique(i_rank[valid]).tolist():
-        sel = g_rank == r
-        s, e = g_start[sel], g_end[sel]
-        if not np.all(s[1:] >= s[:-1]):
-            order = np.argsort(s, kind="stable")
-            s, e = s[order], e[order]
-        e = np.maximum.accumulate(e)
-        idx = np.flatnonzero((i_rank == r) & valid)
-        pos = np.searchsorted(s, i_ws[idx], side="left") - 1
-        prior = np.where(pos >= 0, e[np.maximum(pos, 0)], np.iinfo(np.int64).min)
-        busy_until = np.minimum(prior, i_ws[idx])
-        qd[idx] = np.where(pos >= 0, np.maximum(busy_until - i_host[idx], 0), 0)
-    return qd
-
-
 _KIND_CODE: Final = {KERNEL: 0, MEMCPY: 1, MEMSET: 2, LAUNCH: 3}
 _COLL_COLS: Final = ("kind", "group", "coll_seq", "rank", "name", "coll_op", "phase", "phase_id", "start_ns", "dur_ns")
 
@@ -342,10 +253,10 @@ def attribute_instances(
     mem = g_inst >= 0
     g_corr, g_has = corr_all[gmask], has_corr[gmask]
     l_has = lmask & has_corr
-    launch_end = _launch_info(
+    launch_end = launch_ends(
         rank_all[l_has], corr_all[l_has], start_all[l_has] + dur_all[l_has], g_rank, g_corr, g_has
     )
-    first = _first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
+    first = first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
     codes = _codes(events, gmask, kc)
     w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first)
 
@@ -353,7 +264,7 @@ def attribute_instances(
     host_start = inst.get_column("start_ns").to_numpy().astype(np.int64)
     has_gpu = w.n_events > 0
     is_host = (inst.get_column("source") == "host").to_numpy()
-    qd = _queue_delay(g_rank, g_start, g_end, i_rank, w.window_start, host_start, has_gpu & is_host)
+    qd = queue_delay(g_rank, g_start, g_end, i_rank, w.window_start, host_start, has_gpu & is_host)
 
     # GPU time between consecutive instances of a rank (any phase), by window start
     between = np.zeros(K, dtype=np.int64)
