@@ -246,3 +246,19 @@ def test_phase_ids_repeated_across_ranks_are_renumbered() -> None:
     inst = attribute_report(merged)["instances"].sort("rank")
     assert inst.get_column("phase_id").n_unique() == 2
     assert inst.get_column("gemm_ns").to_list() == [100, 200]
+
+
+def test_sparse_correlation_ids_give_the_same_buckets() -> None:
+    """Correlation ids far apart (no direct-address table) take the sorted lookup path."""
+    def rows(base: int) -> list[dict[str, Any]]:
+        r = [rng(format_label("verify", cycle=0), 0, 10_000)]
+        r += kl("nvjet_a", "gemm", 100, 105, 50, base + 1)
+        r += kl("fa3", "attention", 400, 404, 100, base + 2 * 10**13)
+        r += kl("nvjet_b", "gemm", 120, 600, 100, base + 3 * 10**13)
+        return r
+
+    dense = one(instances(rows(0), launch_latency_ns=10), phase="verify")
+    sparse = one(instances(rows(10**15), launch_latency_ns=10), phase="verify")
+    keys = [c for c in dense if c.endswith("_ns") or c.endswith("launches")]
+    assert {k: dense[k] for k in keys} == {k: sparse[k] for k in keys}
+    assert sparse["launch_overhead_ns"] == 404 - 155
