@@ -20,6 +20,9 @@ def test_exact_decimal_microseconds() -> None:
     vals = ["5150227743625.066", 17, None, "-1.5", "1.5e3", "0.001", "12.30", "1733000000000000", "abc", "12.3455"]
     got = us_text_to_ns(vals).to_list()
     assert got == [5150227743625066, 17000, None, -1500, 1500000, 1, 12300, 1733000000000000000, None, 12346]
+    # each form alone too (the all-three-decimals fast path must hand everything else over)
+    for text, want in (("1.5e3", 1500000), ("17", 17000), ("12.3", 12300), ("-0.500", -500), ("9999999999999999.999", None)):
+        assert us_text_to_ns([text]).to_list() == [want], text
 
 
 def test_float_would_lose_the_last_digit_we_do_not() -> None:

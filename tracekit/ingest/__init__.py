@@ -42,12 +42,12 @@ class _Part:
 
 def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, pl.DataFrame]] | None:
     """Split an SGLang merge_profiles trace (pids like ``[TP01] 123``) back into ranks."""
-    pid_raw = parsed.events.get_column("pid_raw")
+    pid_raw = parsed.events.get_column("pid_raw")  # non-integer pids only, null elsewhere
     if pid_raw.null_count() == pid_raw.len():  # every pid an integer: not a merged trace
         return None
-    labels = pid_raw.str.extract(MERGED_LABEL.pattern, 1)
-    if labels.null_count() == labels.len():
+    if not pid_raw.drop_nulls().str.contains(MERGED_LABEL.pattern).any():
         return None
+    labels = pid_raw.str.extract(MERGED_LABEL.pattern, 1)
     if labels.null_count():
         bad = pid_raw.filter(labels.is_null()).drop_nulls().head(1).to_list()
         raise BadTraceError(f"merged trace mixes labelled and unlabelled pids (e.g. {bad!r})", path=path)

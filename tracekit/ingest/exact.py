@@ -33,16 +33,21 @@ def _slow_ns(text: str) -> int | None:
 
 
 def _three_decimals(s: pl.Series) -> pl.Series | None:
-    """The common case, every value ``<digits>.<3 digits>``: drop the dot and cast. None otherwise."""
+    """The common case, every value ``<digits>.<3 digits>`` (<= 18 digits): drop the dot and cast,
+    in one query. None when any value needs the general path."""
     if s.null_count() == s.len():
         return s.cast(pl.Int64).rename("ns")
-    dot = s.str.find(".", literal=True)
-    if dot.null_count() != s.null_count() or not bool((s.str.len_bytes().cast(pl.Int64) - dot.cast(pl.Int64) == 4).all()):
+    v = pl.col("s")
+    digits = v.str.replace(".", "", literal=True)
+    out = pl.DataFrame({"s": s}).select(
+        ok=(v.is_null() | (v.str.len_bytes().cast(pl.Int64) - v.str.find(".", literal=True).cast(pl.Int64) == 4).fill_null(False)).all()
+        & (digits.str.len_bytes() <= 18).all()
+        & (v.is_null() | digits.cast(pl.Int64, strict=False).is_not_null()).all(),
+        ns=digits.cast(pl.Int64, strict=False),
+    )
+    if not out.get_column("ok")[0]:
         return None
-    digits = s.str.replace(".", "", literal=True)
-    if bool((digits.str.len_bytes() > 18).any()):  # could overflow int64: take the careful path
-        return None
-    return digits.cast(pl.Int64).rename("ns")
+    return out.get_column("ns")
 
 
 def us_text_to_ns(values: Sequence[object] | pl.Series) -> pl.Series:

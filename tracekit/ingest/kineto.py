@@ -243,7 +243,7 @@ def _series(values: list[Any], dtype: pl.DataType) -> pl.Series:
         return pl.Series(values, dtype=dtype, strict=True)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
         if dtype == pl.Int64:
-            return pl.Series([v if type(v) is int else None for v in values], dtype=dtype, strict=False)
+            return pl.Series([v if type(v) is int else None for v in values], dtype=dtype, strict=True)
         return pl.Series(values, dtype=dtype, strict=False)
 
 
@@ -263,8 +263,10 @@ def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]
         pid_int = pl.Series(pids, dtype=pl.Int64, strict=True)
         pid_raw = _nulls(n, pl.String())
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        pid_raw = pl.Series([None if p is None else str(p) for p in pids], dtype=pl.String)
-        pid_int = pid_raw.cast(pl.Int64, strict=False)
+        # string pids: Kineto's own "Spans"/"Traces" rows, or every row of a merged trace
+        sidx = [i for i, p in enumerate(pids) if type(p) is not int and p is not None]
+        pid_raw = _sparse([str(pids[i]) for i in sidx], sidx, n, pl.String())
+        pid_int = pl.Series([p if type(p) is int else None for p in pids], dtype=pl.Int64, strict=True)
     del pids
     args = [e.args for e in xs]
     colls = [a.coll_name for a in args]
