@@ -252,7 +252,7 @@ def test_degenerate_rows_warned_not_hidden(tmp_path: Path) -> None:
         pl.when(pl.col("kind") == "op").then(None).otherwise(pl.col("tid")).alias("tid"),
     )
     res = export_events(ev, make_manifest(2), tmp_path / "d.pftrace")
-    assert any("1 event(s) without a start time" in w for w in res.warnings)
+    assert any("1 event(s) without a start time or rank" in w for w in res.warnings)
     assert any("1 event(s) with a negative duration" in w for w in res.warnings)
     chk = validate_trace(tmp_path / "d.pftrace", collect=True)
     assert chk.ok, chk.problems

@@ -127,11 +127,12 @@ def export_events(
     sel = selection or Selection()
     warnings: list[str] = []
     bad = events.select(
-        pl.col("start_ns").is_null().sum().alias("no_start"), (pl.col("dur_ns") < 0).sum().alias("neg_dur")
+        (pl.col("start_ns").is_null() | pl.col("rank").is_null()).sum().alias("no_start"),
+        (pl.col("dur_ns") < 0).sum().alias("neg_dur"),
     ).row(0)
     if bad[0]:
-        warnings.append(f"{bad[0]} event(s) without a start time left out")
-        events = events.filter(pl.col("start_ns").is_not_null())
+        warnings.append(f"{bad[0]} event(s) without a start time or rank left out")
+        events = events.filter(pl.col("start_ns").is_not_null() & pl.col("rank").is_not_null())
     if bad[1]:
         warnings.append(f"{bad[1]} event(s) with a negative duration shown with duration 0")
     ev = prepare_events(events, collectives="collectives" in flows)
