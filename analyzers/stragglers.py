@@ -94,14 +94,14 @@ def _covered(s: I64, e: I64, a: I64, b: I64) -> I64:
     return before(b) - before(a)
 
 
-def _rank_timeline(events: pl.DataFrame, rank: int) -> tuple[I64, I64, I64, I64]:
-    """Busy blocks (merged GPU intervals) and launch-bound gaps of one rank."""
-    gpu = events.filter((pl.col("rank") == rank) & pl.col("kind").is_in(list(schema.GPU_KINDS))).sort("start_ns")
+def _rank_timeline(events: pl.DataFrame) -> tuple[I64, I64, I64, I64]:
+    """Busy blocks (merged GPU intervals) and launch-bound gaps of one rank's events."""
+    gpu = events.filter(pl.col("kind").is_in(list(schema.GPU_KINDS))).sort("start_ns")
     if gpu.is_empty():
         z = np.zeros(0, dtype=np.int64)
         return z, z, z, z
     launches = (
-        events.filter((pl.col("rank") == rank) & (pl.col("kind") == schema.LAUNCH) & pl.col("correlation").is_not_null())
+        events.filter((pl.col("kind") == schema.LAUNCH) & pl.col("correlation").is_not_null())
         .group_by("correlation")
         .agg(pl.col("start_ns").min().alias("_launch"))
     )
@@ -129,16 +129,21 @@ def segments(events: pl.DataFrame, matched: pl.DataFrame) -> pl.DataFrame:
     order = matched.sort(["rank", "start_ns"]).with_columns(
         pl.col("end_ns").shift(1).over("rank").alias("seg_start")
     ).filter(pl.col("seg_start").is_not_null() & (pl.col("seg_start") <= pl.col("start_ns")))
-    syncs = events.filter(pl.col("kind") == schema.SYNC).select("rank", "start_ns", "dur_ns")
+    need = events.filter(pl.col("kind").is_in([*schema.GPU_KINDS, schema.LAUNCH, schema.SYNC])).select(
+        "rank", "kind", "start_ns", "dur_ns", "correlation"
+    )
+    by_rank = need.partition_by("rank", as_dict=True)
+    empty = need.clear()
     parts: list[pl.DataFrame] = []
     for rank in order.get_column("rank").unique().sort().to_list():
+        mine = by_rank.get((rank,), empty)
         seg = order.filter(pl.col("rank") == rank)
         a = seg.get_column("seg_start").to_numpy().astype(np.int64)
         b = seg.get_column("start_ns").to_numpy().astype(np.int64)
-        bs, be, ls, le = _rank_timeline(events, rank)
+        bs, be, ls, le = _rank_timeline(mine)
         busy = _covered(bs, be, a, b)
         lgap = _covered(ls, le, a, b)
-        sy = syncs.filter(pl.col("rank") == rank).sort("start_ns")
+        sy = mine.filter(pl.col("kind") == schema.SYNC).sort("start_ns")
         st = sy.get_column("start_ns").to_numpy().astype(np.int64)
         sd = sy.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
         lo = np.searchsorted(st, a, side="left")
