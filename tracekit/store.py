@@ -86,20 +86,18 @@ def write_run(
     man = dict(manifest) if manifest is not None else new_manifest()
     man.setdefault("schema_version", SCHEMA_VERSION)
     man.setdefault("tracekit_version", __version__)
-    table = df.to_arrow()
-    meta = dict(table.schema.metadata or {})
-    meta[MANIFEST_KEY] = json.dumps(man, sort_keys=True, default=str).encode()
-    table = table.replace_schema_metadata(meta)
+    meta = {MANIFEST_KEY.decode(): json.dumps(man, sort_keys=True, default=str)}
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
-        pq.write_table(
-            table,
+        # polars writes directly (no Arrow copy of the strings); dictionary-encodes strings,
+        # the manifest goes into the file's key-value metadata
+        df.write_parquet(
             tmp,
             compression="zstd",
             compression_level=compression_level,
-            use_dictionary=True,
             row_group_size=1 << 20,
+            metadata=meta,
         )
         os.replace(tmp, out)
     except BaseException:
@@ -118,7 +116,7 @@ def _shards(path: Path) -> list[Path]:
 
 def _read_manifest_file(path: Path) -> Manifest:
     try:
-        meta = pq.read_schema(path).metadata or {}
+        meta = pq.ParquetFile(path).metadata.metadata or {}  # file key-value metadata
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on garbage
         raise RunError(f"not a readable Parquet file ({exc.__class__.__name__}: {exc})", path=str(path)) from None
     raw = meta.get(MANIFEST_KEY)

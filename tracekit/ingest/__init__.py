@@ -160,13 +160,16 @@ def ingest_traces(
         raise TracekitError(f"no input could be ingested ({why})")
     units = [p.unit for p in parts]
     world, missing = assign_ranks(units, allow_missing_ranks=allow_missing_ranks)
-    frames = [p.events.with_columns(pl.lit(p.unit.rank, dtype=pl.Int32).alias("rank")) for p in parts]
-    events = pl.concat([schema.conform(f) for f in frames], how="vertical")
+    manifest = _manifest(parts, world, missing, skipped)
+    frames = []
+    for p in parts:  # hand each part's frame over, so only one copy of the events is alive
+        frames.append(schema.conform(p.events.with_columns(pl.lit(p.unit.rank, dtype=pl.Int32).alias("rank"))))
+        p.events = schema.empty_events()
+    events = pl.concat(frames, how="vertical", rechunk=False)
     del frames
     from tracekit.pipeline import finalize_events
 
     events = finalize_events(events, rules=rules)
-    manifest = _manifest(parts, world, missing, skipped)
     return Run(events=events, manifest=manifest, path=None)
 
 
