@@ -9,7 +9,7 @@ reference workload -> capture CUDA graphs -> ``warmup`` cycles (the later ones
 timed unprofiled) -> environment manifest -> profiler window of ``cycles``
 cycles (timed again) -> manifest at window end -> convert + finalize events ->
 write its shard ``<out>.d/rank-00003.parquet`` atomically -> ``os._exit``.
-A rank that dies, fails or outlives ``timeout_s`` loses only its own shard; the
+A rank that dies, fails, or shows no progress for ``timeout_s`` (killed) loses only its own shard; the
 merged manifest's ``missing_ranks`` names it and why.  Survivors of a dead peer
 get an error from their next collective and still write what they recorded
 (``ranks[r]["aborted"]`` says why the window ended early).
@@ -43,7 +43,7 @@ class CaptureConfig:
     device: str = "auto"  # auto | cuda | cpu
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     keep_json: str | None = None  # directory for raw per-rank Kineto JSON (.json.gz)
-    timeout_s: float = 300.0  # whole capture; a rank still running after it is killed
+    timeout_s: float = 300.0  # a rank that reports no progress for this long is killed (> coll_timeout_s)
     coll_timeout_s: float = 60.0  # process-group timeout (a collective waiting on a dead peer)
     nvml_interval_s: float = 0.02  # 0: no NVML counter sampling
     rank_env: dict[int, dict[str, str | None]] = field(default_factory=dict)  # per-rank env edits (None: unset)
@@ -139,6 +139,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
          "LOCAL_RANK": str(rank)}
     )
+    q.put(("beat", rank, "started"))
     from datetime import timedelta
 
     import torch
@@ -169,6 +170,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         _fault(cc, rank, c)
         wl.timer.window = "unprofiled" if c >= skip else None
         wl.run_cycle(c)
+        q.put(("beat", rank, c))
     wl.sync()
     wl.timer.window = None
     me = rank in cc.captured(world)
@@ -192,6 +194,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
             _fault(cc, rank, c)
             wl.run_cycle(c)
             done += 1
+            q.put(("beat", rank, c))
         wl.sync()
     except Exception as exc:
         aborted = f"{exc.__class__.__name__}: {str(exc)[:300]}"
@@ -295,12 +298,22 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
              for r in range(world)}
     for p in procs.values():
         p.start()
-    deadline = time.monotonic() + cc.timeout_s
+    last = dict.fromkeys(procs, time.monotonic())  # last progress report per rank
     errors: dict[int, str] = {}
-    while any(p.is_alive() for p in procs.values()) and time.monotonic() < deadline:
+    timed_out: list[int] = []
+    while any(p.is_alive() for p in procs.values()):
+        now = time.monotonic()
+        for r, p in procs.items():
+            if p.is_alive() and r not in timed_out and now - last[r] > cc.timeout_s:
+                p.kill()
+                timed_out.append(r)
+                say(f"rank {r}: no progress for {cc.timeout_s:g} s: killed")
         try:
             msg = q.get(timeout=0.2)
         except queue.Empty:
+            continue
+        last[msg[1]] = time.monotonic()
+        if msg[0] == "beat":
             continue
         if msg[0] == "error":
             errors[msg[1]] = msg[2]
@@ -309,9 +322,6 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
             say(f"rank {msg[1]}: shard written ({msg[2]} events)")
         else:
             say(f"rank {msg[1]}: {msg[2]}")
-    timed_out = [r for r, p in procs.items() if p.is_alive()]
-    for r in timed_out:
-        procs[r].kill()
     for p in procs.values():
         p.join(timeout=10)
     while True:  # late messages
@@ -326,7 +336,7 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
         if shard_path(shard_dir, r).exists():
             continue
         if r in timed_out:
-            missing[str(r)] = f"timed out after {cc.timeout_s:g} s (killed)"
+            missing[str(r)] = f"no progress for {cc.timeout_s:g} s (killed)"
         elif r in errors:
             missing[str(r)] = f"failed: {errors[r]}"
         else:

@@ -150,3 +150,13 @@ def test_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["capture", "--device", "cpu", *args, "-o", str(tmp_path / "x.parquet")])
     assert r.exit_code == 2, r.output
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_hung_rank_is_killed_at_the_deadline_and_named(tmp_path: Path) -> None:
+    cc = CaptureConfig(out=str(tmp_path / "run.parquet"), world=2, cycles=2, warmup=0, device="cpu", workload=_wl(),
+                       timeout_s=25, coll_timeout_s=3, fault=(1, 1, "hang"))
+    res = run_capture(cc)
+    man = load_run(res.out).manifest
+    assert "no progress for 25 s (killed)" in man["missing_ranks"]["1"]
+    assert man["ranks"]["0"]["aborted"]  # its collective timed out waiting for rank 1; what it had is kept
+    assert man["ranks"]["0"]["window"]["cycles"] == 1

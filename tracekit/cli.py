@@ -202,7 +202,7 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--accept-probs", default=None, help="Per-position accept probabilities, e.g. 0.8,0.6,0.45 (modelled).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--keep-json", type=click.Path(file_okay=False), default=None, help="Also keep each rank's raw Kineto JSON here.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds before unfinished ranks are killed.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds a rank may go without progress before it is killed.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
 @guarded
 def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, workload: str, preset: str | None,
