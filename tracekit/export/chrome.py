@@ -49,6 +49,8 @@ def _metadata(lay: Layout) -> list[str]:
         if t.kind == "process":
             out.append(f'{{"ph":"M","name":"process_name","pid":{t.pid},"tid":0,"args":{{"name":{_q(t.name)}}}}}')
             out.append(f'{{"ph":"M","name":"process_sort_index","pid":{t.pid},"tid":0,"args":{{"sort_index":{t.rank}}}}}')
+            if t.labels:
+                out.append(f'{{"ph":"M","name":"process_labels","pid":{t.pid},"tid":0,"args":{{"labels":{_q(",".join(t.labels))}}}}}')
         elif t.kind == "slice":
             pid = pid_of[t.parent]
             out.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{t.uuid},"args":{{"name":{_q(t.name)}}}}}')

@@ -132,8 +132,8 @@ def display_names(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[int]) -> dict[int, tuple[str, int]]:
-    """rank -> (process name, pid used in the export)."""
+def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[int]) -> dict[int, tuple[str, int, tuple[str, ...]]]:
+    """rank -> (process name, pid used in the export, labels: GPU model, real pid)."""
     man_ranks: Mapping[str, Any] = manifest.get("ranks", {}) or {}
     gpu_dev = (
         events.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("device").is_not_null())
@@ -142,8 +142,9 @@ def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[in
     dev = {int(r): int(d) for r, d in gpu_dev.iter_rows()}
     ev_pid = events.filter(pl.col("pid").is_not_null()).group_by("rank").agg(pl.col("pid").mode().min().alias("p"))
     pids = {int(r): int(p) for r, p in ev_pid.iter_rows()}
-    info: dict[int, tuple[str, int]] = {}
+    info: dict[int, tuple[str, int, tuple[str, ...]]] = {}
     raw_pids: dict[int, int | None] = {}
+    models: dict[int, str] = {}
     for r in ranks:
         m = man_ranks.get(str(r), {}) or {}
         gpu: Any = None
@@ -165,12 +166,16 @@ def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[in
             parts.append(str(host))
         p = m.get("pid", pids.get(r))
         raw_pids[r] = int(p) if isinstance(p, int) else pids.get(r)
-        info[r] = (" · ".join(parts), 0)
+        g = m.get("gpu")
+        if isinstance(g, Mapping) and isinstance(g.get("name"), str):
+            models[r] = g["name"]
+        info[r] = (" · ".join(parts), 0, ())
     real = [raw_pids[r] for r in ranks]
     unique = all(p is not None and p > 0 for p in real) and len(set(real)) == len(real)
     for r in ranks:
         p = raw_pids[r]
-        info[r] = (info[r][0], int(p) if unique and p is not None else 100_000 + r)
+        labels = tuple(x for x in (models.get(r), f"pid {p}" if p is not None else None) if x)
+        info[r] = (info[r][0], int(p) if unique and p is not None else 100_000 + r, labels)
     return info
 
 
@@ -290,8 +295,8 @@ def build_layout(
     ph_names = phases.filter(pl.col("_g") == G_PHASE_GPU).select("rank", "phase").unique().sort("rank", "phase")
     tb = _TrackBuilder()
     for r in ranks:
-        pname, pid = info[r]
-        proc = tb.add(Track(uuid=0, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid), None)
+        pname, pid, labels = info[r]
+        proc = tb.add(Track(uuid=0, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid, labels=labels), None)
         rg = [t for t in groups.iter_rows() if t[0] == r]
         for which in (G_PHASE_HOST, G_PHASE_GPU, "dur", "out", G_THREAD, G_STREAM, G_GPU_RANGE, "ctr"):
             if which == "out":
