@@ -315,62 +315,69 @@ def _api_kind(name: str) -> str:
 
 
 def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> ParsedTrace:
+    """Kinds, device/stream/pid/tid, graph flag, collective columns: one lazy query, one collect."""
     cats = f.get_column("cat").unique().drop_nulls().to_list()
     cat_map = {c: c.lower() for c in cats}
-    f = f.with_columns(pl.col("cat").replace_strict(cat_map, default=None, return_dtype=pl.String))
-    api = pl.col("cat").is_in(list(_API_CATS))
-    api_names = f.filter(api).get_column("name").unique().drop_nulls().to_list()
+    api_cats = [c for c in cats if c.lower() in _API_CATS]
+    api_names = f.filter(pl.col("cat").is_in(api_cats)).get_column("name").unique().drop_nulls().to_list() if api_cats else []
     name_kind = {nm: _api_kind(nm) for nm in api_names}
-    kind = (
-        pl.when(pl.col("instant")).then(pl.lit(schema.INSTANT))
-        .when(api).then(pl.col("name").replace_strict(name_kind, default=schema.RUNTIME, return_dtype=pl.String))
-        .otherwise(pl.col("cat").replace_strict(_CAT_KIND, default=None, return_dtype=pl.String))
-    )
-    f = f.with_columns(kind.alias("kind"))
-    dropped: dict[str, int] = {}
-    if f.get_column("kind").null_count():
-        unknown = f.filter(pl.col("kind").is_null())
-        counts = unknown.group_by("cat").len()
-        dropped = {f"cat={c}": int(k) for c, k in zip(counts["cat"], counts["len"], strict=True)}
-        f = f.filter(pl.col("kind").is_not_null())
+    has_coll = f.get_column("coll_name").null_count() < f.height
+    has_bytes = f.get_column("bytes").null_count() < f.height
+
     cat = pl.col("cat")
     name = pl.col("name")
+    kind_c = pl.col("kind")
+    api = cat.is_in(list(_API_CATS))
+    kind = (
+        pl.when(pl.col("instant")).then(pl.lit(schema.INSTANT))
+        .when(api).then(name.replace_strict(name_kind, default=schema.RUNTIME, return_dtype=pl.String))
+        .otherwise(cat.replace_strict(_CAT_KIND, default=None, return_dtype=pl.String))
+    )
     gpu = cat.is_in(list(_GPU_CATS))
     pid_int = pl.col("pid_int")
-    is_graph_launch = (pl.col("kind") == schema.LAUNCH) & name.is_in(list(_GRAPH_LAUNCH))
-    graph_corr = f.filter(is_graph_launch).get_column("correlation").drop_nulls().unique()
-    is_gpu_work = pl.col("kind").is_in(list(schema.GPU_KINDS))
+    is_launch = kind_c == schema.LAUNCH
+    is_graph_launch = is_launch & name.is_in(list(_GRAPH_LAUNCH))
+    is_gpu_work = kind_c.is_in(list(schema.GPU_KINDS))
+    graph_corr = pl.col("correlation").filter(is_graph_launch).implode()
     cols = [
         pl.when(gpu).then(pl.coalesce(pl.col("a_device"), pid_int)).otherwise(-1).alias("device"),
         pl.when(gpu).then(pl.coalesce(pl.col("a_stream"), pl.col("tid_raw"))).otherwise(None).alias("stream"),
         pl.when(gpu).then(None).otherwise(pid_int).alias("pid"),
         pl.when(gpu).then(None).otherwise(pl.col("tid_raw")).alias("tid"),
+        pl.when(is_gpu_work).then(pl.col("correlation").is_in(graph_corr).fill_null(False))
+        .when(is_launch).then(is_graph_launch)
+        .otherwise(None).alias("graph"),
     ]
-    if graph_corr.len():
-        cols.append(
-            pl.when(is_gpu_work).then(pl.col("correlation").is_in(graph_corr.implode()).fill_null(False))
-            .when(pl.col("kind") == schema.LAUNCH).then(is_graph_launch)
-            .otherwise(None).alias("graph")
-        )
-    else:
-        cols.append(pl.when(is_gpu_work | (pl.col("kind") == schema.LAUNCH)).then(False).otherwise(None).alias("graph"))
-    has_coll = f.get_column("coll_name").null_count() < f.height
     if has_coll:
         dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
         op = pl.col("coll_name").map_elements(coll_op_of, return_dtype=pl.String, skip_nulls=True)
-        is_coll_kernel = (pl.col("kind") == schema.KERNEL) & op.is_not_null()
+        is_coll_kernel = (kind_c == schema.KERNEL) & op.is_not_null()
         cols += [
             pl.when(is_coll_kernel).then(op).otherwise(None).alias("coll_op"),
             pl.when(is_coll_kernel).then(pl.col("in_nelems") * dtype_bytes).otherwise(None).alias("coll_bytes"),
             pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
         ]
-    has_bytes = f.get_column("bytes").null_count() < f.height
     if has_coll or has_bytes:
         cols.append(_args_json().alias("args"))
-    out = f.with_columns(cols)
-    keep = [c for c in schema.COLUMNS if c in out.columns and c != "rank"] + ["pid_raw"]
-    events = out.select(keep)
-    return ParsedTrace(events=events, meta=meta, dropped=dropped, n_events=n_all)
+    keep = [c for c in schema.COLUMNS if c != "rank" and (c in f.columns or c in (
+        "kind", "device", "stream", "pid", "tid", "graph", "coll_op", "coll_bytes", "group", "args"))]
+    keep = [c for c in keep if c not in ("coll_op", "coll_bytes", "group") or has_coll]
+    keep = [c for c in keep if c != "args" or has_coll or has_bytes]
+    out = (
+        f.lazy()
+        .with_columns(cat.replace_strict(cat_map, default=None, return_dtype=pl.String))
+        .with_columns(kind.alias("kind"))
+        .with_columns(cols)
+        .select([*keep, "pid_raw", "cat"])
+        .collect()
+    )
+    dropped: dict[str, int] = {}
+    if out.get_column("kind").null_count():
+        unknown = out.filter(pl.col("kind").is_null())
+        counts = unknown.group_by("cat").len()
+        dropped = {f"cat={c}": int(k) for c, k in zip(counts["cat"], counts["len"], strict=True)}
+        out = out.filter(pl.col("kind").is_not_null())
+    return ParsedTrace(events=out.drop("cat"), meta=meta, dropped=dropped, n_events=n_all)
 
 
 def _args_json() -> pl.Expr:
