@@ -155,17 +155,26 @@ def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None
     by name where the trace gave none. Host rows keep a null category. Pure: returns a new frame."""
     use = rules if rules is not None else default_rules()
     kind = pl.col("kind")
-    kernel_names = events.filter(kind == schema.KERNEL).get_column("name").unique().drop_nulls().to_list()
-    table = _name_table(kernel_names, use)
-    out = events.join(table, on="name", how="left", maintain_order="left")
     is_kernel = kind == schema.KERNEL
-    return out.with_columns(
-        pl.when(is_kernel).then(pl.col("_cat").fill_null(OTHER))
+    kernel_names = events.filter(is_kernel).get_column("name").unique().drop_nulls().to_list()
+    table = _name_table(kernel_names, use)
+    cat_map = dict(zip(table["name"].to_list(), table["_cat"].to_list(), strict=True))
+    ops = table.filter(pl.col("_op").is_not_null())
+    op_map = dict(zip(ops["name"].to_list(), ops["_op"].to_list(), strict=True))
+    name = pl.col("name")
+    cols = [
+        pl.when(is_kernel).then(name.replace_strict(cat_map, default=OTHER, return_dtype=pl.String))
         .when(kind.is_in([schema.MEMCPY, schema.MEMSET])).then(pl.lit(MEMORY))
         .otherwise(pl.col("category"))
         .alias("category"),
-        pl.when(is_kernel & pl.col("coll_op").is_null()).then(pl.col("_op")).otherwise(pl.col("coll_op")).alias("coll_op"),
-    ).drop("_cat", "_op", "_matched")
+    ]
+    if op_map:
+        cols.append(
+            pl.when(is_kernel & pl.col("coll_op").is_null())
+            .then(name.replace_strict(op_map, default=None, return_dtype=pl.String))
+            .otherwise(pl.col("coll_op")).alias("coll_op")
+        )
+    return events.with_columns(cols)
 
 
 def unmatched_kernels(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:

@@ -40,6 +40,9 @@ class _Part:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
+_EMPTY = pl.DataFrame()
+
+
 def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, pl.DataFrame]] | None:
     """Split an SGLang merge_profiles trace (pids like ``[TP01] 123``) back into ranks."""
     pid_raw = parsed.events.get_column("pid_raw")  # non-integer pids only, null elsewhere
@@ -164,7 +167,7 @@ def ingest_traces(
     frames = []
     for p in parts:  # hand each part's frame over, so only one copy of the events is alive
         frames.append(schema.conform(p.events.with_columns(pl.lit(p.unit.rank, dtype=pl.Int32).alias("rank"))))
-        p.events = schema.empty_events()
+        p.events = _EMPTY
     events = pl.concat(frames, how="vertical", rechunk=False)
     del frames
     from tracekit.pipeline import finalize_events

@@ -227,8 +227,8 @@ _KEEP_PH = frozenset({"X", "i", "I"})  # flows (s/f/t), counters (C), metadata (
 def _sparse(values: list[Any], idx: list[int], n: int, dtype: pl.DataType) -> pl.Series:
     """A length-``n`` Series that holds ``values`` at positions ``idx`` and nulls elsewhere."""
     if not idx:
-        return pl.Series([None] * n, dtype=dtype)
-    return pl.Series([None] * n, dtype=dtype).scatter(idx, pl.Series(values, dtype=dtype, strict=False))
+        return _nulls(n, dtype)
+    return _nulls(n, dtype).scatter(idx, pl.Series(values, dtype=dtype, strict=False))
 
 
 def _nulls(n: int, dtype: pl.DataType) -> pl.Series:
