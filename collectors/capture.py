@@ -44,6 +44,7 @@ class CaptureConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     keep_json: str | None = None  # directory for raw per-rank Kineto JSON (.json.gz)
     timeout_s: float = 300.0  # a rank that reports no progress for this long is killed (> coll_timeout_s)
+    startup_timeout_s: float = 900.0  # the same, before a rank's first cycle (imports, NCCL init, graph capture)
     coll_timeout_s: float = 60.0  # process-group timeout (a collective waiting on a dead peer)
     nvml_interval_s: float = 0.02  # 0: no NVML counter sampling
     rank_env: dict[int, dict[str, str | None]] = field(default_factory=dict)  # per-rank env edits (None: unset)
@@ -62,6 +63,7 @@ class CaptureConfig:
             "keep_json": self.keep_json,
             "timeout_s": self.timeout_s,
             "coll_timeout_s": self.coll_timeout_s,
+            "startup_timeout_s": self.startup_timeout_s,
             "nvml_interval_s": self.nvml_interval_s,
             "workload": "builtin",
         }
@@ -300,20 +302,24 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
         p.start()
     last = dict.fromkeys(procs, time.monotonic())  # last progress report per rank
     errors: dict[int, str] = {}
-    timed_out: list[int] = []
+    timed_out: dict[int, float] = {}
+    cycling: set[int] = set()  # ranks past start-up (first cycle done)
     while any(p.is_alive() for p in procs.values()):
         now = time.monotonic()
         for r, p in procs.items():
-            if p.is_alive() and r not in timed_out and now - last[r] > cc.timeout_s:
+            limit = cc.timeout_s if r in cycling else max(cc.timeout_s, cc.startup_timeout_s)
+            if p.is_alive() and r not in timed_out and now - last[r] > limit:
                 p.kill()
-                timed_out.append(r)
-                say(f"rank {r}: no progress for {cc.timeout_s:g} s: killed")
+                timed_out[r] = limit
+                say(f"rank {r}: no progress for {limit:g} s: killed")
         try:
             msg = q.get(timeout=0.2)
         except queue.Empty:
             continue
         last[msg[1]] = time.monotonic()
         if msg[0] == "beat":
+            if isinstance(msg[2], int):
+                cycling.add(msg[1])
             continue
         if msg[0] == "error":
             errors[msg[1]] = msg[2]
@@ -336,7 +342,7 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
         if shard_path(shard_dir, r).exists():
             continue
         if r in timed_out:
-            missing[str(r)] = f"no progress for {cc.timeout_s:g} s (killed)"
+            missing[str(r)] = f"no progress for {timed_out[r]:g} s (killed)"
         elif r in errors:
             missing[str(r)] = f"failed: {errors[r]}"
         else:
