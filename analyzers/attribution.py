@@ -256,9 +256,13 @@ def attribute_instances(
     launch_end = launch_ends(
         rank_all[l_has], corr_all[l_has], start_all[l_has] + dur_all[l_has], g_rank, g_corr, g_has
     )
-    first = first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
     codes = _codes(events, gmask, kc)
-    w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first)
+    if mem.all():  # every GPU event belongs to an instance: no copies
+        first = first_of_launch(g_rank, g_corr, g_has, g_start)
+        w = walk(g_inst, g_start, g_end, codes, launch_end, K, launch_latency_ns, first)
+    else:
+        first = first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
+        w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first)
 
     i_rank = inst.get_column("rank").to_numpy().astype(np.int64)
     host_start = inst.get_column("start_ns").to_numpy().astype(np.int64)

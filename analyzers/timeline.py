@@ -20,16 +20,30 @@ from .buckets import UNKNOWN_LAUNCH
 I64 = npt.NDArray[np.int64]
 
 
-def _rank_slices(rank: I64) -> list[tuple[int, npt.NDArray[np.intp]]]:
-    """(rank, row indices) per rank; contiguous slices when ``rank`` is sorted."""
+def _rank_slices(rank: I64) -> list[tuple[int, slice | npt.NDArray[np.intp]]]:
+    """(rank, rows) per rank: a slice when ``rank`` is sorted (no copies), else indices."""
     if rank.size == 0:
         return []
     if np.all(rank[1:] >= rank[:-1]):
         brk = np.flatnonzero(rank[1:] != rank[:-1]) + 1
         lo = np.concatenate([[0], brk])
         hi = np.concatenate([brk, [rank.size]])
-        return [(int(rank[a]), np.arange(a, b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+        return [(int(rank[a]), slice(a, b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     return [(int(r), np.flatnonzero(rank == r)) for r in np.unique(rank).tolist()]
+
+
+def _where(rows: slice | npt.NDArray[np.intp], mask: npt.NDArray[np.bool_]) -> slice | npt.NDArray[np.intp]:
+    """The rows of ``rows`` where ``mask`` holds (the slice itself when it holds everywhere)."""
+    if isinstance(rows, slice):
+        m = mask[rows]
+        if m.all():
+            return rows
+        return np.flatnonzero(m) + (rows.start or 0)
+    return rows[mask[rows]]
+
+
+def _size(rows: slice | npt.NDArray[np.intp]) -> int:
+    return int(rows.stop - rows.start) if isinstance(rows, slice) else int(rows.size)
 
 
 def _dense_ok(lo: int, hi: int, count: int) -> bool:
@@ -40,24 +54,26 @@ def _dense_ok(lo: int, hi: int, count: int) -> bool:
 def first_of_launch(rank: I64, corr: I64, has: npt.NDArray[np.bool_], start: I64) -> npt.NDArray[np.bool_]:
     """True for the earliest GPU event of each (rank, correlation); events without one are first."""
     first = np.ones(rank.size, dtype=bool)
-    for _r, rows in _rank_slices(rank):
-        rows = rows[has[rows]]
-        if rows.size < 2:
+    for _r, sel in _rank_slices(rank):
+        sel = _where(sel, has)
+        if _size(sel) < 2:
             continue
-        c = corr[rows]
-        s = start[rows]
+        c = corr[sel]
+        s = start[sel]
+        rows: slice | npt.NDArray[np.intp] = sel
         if not np.all(s[1:] >= s[:-1]):
             o = np.argsort(s, kind="stable")
-            rows, c = rows[o], c[o]
+            rows = (np.arange(sel.start, sel.stop) if isinstance(sel, slice) else sel)[o]
+            c = c[o]
         lo, hi = int(c.min()), int(c.max())
-        pos = np.arange(rows.size)
-        if _dense_ok(lo, hi, rows.size):
+        pos = np.arange(c.size)
+        if _dense_ok(lo, hi, c.size):
             table = np.empty(hi - lo + 1, dtype=np.int64)
             table[(c - lo)[::-1]] = pos[::-1]  # last write wins: the earliest occurrence
             first[rows] = table[c - lo] == pos
         else:
             _, idx = np.unique(c, return_index=True)
-            f = np.zeros(rows.size, dtype=bool)
+            f = np.zeros(c.size, dtype=bool)
             f[idx] = True
             first[rows] = f
     return first
@@ -73,12 +89,12 @@ def launch_ends(
         grows = gslices.get(r)
         if grows is None:
             continue
-        grows = grows[gpu_has[grows]]
-        if grows.size == 0:
+        grows = _where(grows, gpu_has)
+        if _size(grows) == 0:
             continue
         lc, le, gc = l_corr[lrows], l_end[lrows], gpu_corr[grows]
         lo, hi = int(min(lc.min(), gc.min())), int(max(lc.max(), gc.max()))
-        if _dense_ok(lo, hi, lrows.size + grows.size):
+        if _dense_ok(lo, hi, lc.size + gc.size):
             table = np.full(hi - lo + 1, UNKNOWN_LAUNCH, dtype=np.int64)
             table[(lc - lo)[::-1]] = le[::-1]  # the first launch row of a correlation wins
             out[grows] = table[gc - lo]
