@@ -291,6 +291,8 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     launcher = launcher_section()
     for k, v in SAFE_ENV.items():
         os.environ.setdefault(k, v)
+    # spawn, not fork/forkserver: a rank must see the launcher's environment as it is now (inheritance at
+    # spawn is how NCCL_* reach ranks; a forkserver started earlier would hand out a stale environment)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
