@@ -100,7 +100,7 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     from tracekit.store import write_run
 
     rules = load_rules(categories_file) if categories_file else None
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # never break file paths
     bar: dict[str, Any] = {}
 
     def progress(done: int, total: int, current: str) -> None:
