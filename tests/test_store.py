@@ -68,3 +68,27 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
 def test_conform_rejects_uncastable_column() -> None:
     with pytest.raises(pl.exceptions.InvalidOperationError):
         conform(pl.DataFrame({"start_ns": ["x"]}))
+
+
+def test_phase_ids_repeated_across_shards_become_unique(tmp_path: Path) -> None:
+    d = tmp_path / "run.parquet.d"
+    for r in (0, 1):
+        ev = pl.DataFrame(
+            {
+                "rank": [r, r, r],
+                "kind": ["range", "launch", "kernel"],
+                "name": ["tracekit:verify|cycle=0", "cudaLaunchKernel", "k"],
+                "start_ns": [0, 10, 20],
+                "dur_ns": [100, 5, 30],
+                "phase": ["verify"] * 3,
+                "phase_id": [0, 0, 0],  # every shard numbers its instances from 0
+            }
+        )
+        write_run(ev, d / f"rank-{r:05d}.parquet", new_manifest(ranks={str(r): {}}))
+    merged = read_run(merge_shards(d, tmp_path / "run.parquet"))
+    per_rank = merged.group_by("rank").agg(pl.col("phase_id").unique())
+    ids = {row[0]: row[1] for row in per_rank.iter_rows()}
+    assert len(ids[0]) == 1 and len(ids[1]) == 1 and ids[0] != ids[1]
+    # already-unique ids stay as they are
+    again = read_run(tmp_path / "run.parquet")
+    assert again["phase_id"].to_list() == merged["phase_id"].to_list()

@@ -185,15 +185,36 @@ def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
     return pl.scan_parquet([str(f) for f in files], schema=SCHEMA)
 
 
+def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
+    """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
+
+    Shards are annotated rank by rank, so two ranks can both hold instance 0.
+    Ids are then remapped to ``rank * (max_id + 1) + id``: unique, deterministic,
+    ordered as before within each rank. A table whose ids are already unique
+    across ranks is returned unchanged.
+    """
+    if "phase_id" not in events.columns or "rank" not in events.columns:
+        return events
+    ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()
+    shared = ids.group_by("phase_id").agg(pl.len().alias("n")).select(pl.col("n").max()).collect()
+    if shared.height == 0 or (shared.item() or 0) <= 1:
+        return events
+    top = int(events.get_column("phase_id").max() or 0) + 1  # type: ignore[arg-type]
+    return events.with_columns(
+        (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
+    )
+
+
 def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
-    """The events of a run file or shard directory as a DataFrame."""
+    """The events of a run file or shard directory as a DataFrame (phase ids unique in the run)."""
     lf = scan_run(path)
     if columns is not None:
         lf = lf.select(columns)
     try:
-        return lf.collect()
+        df = lf.collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise RunError(f"cannot read events ({exc.__class__.__name__}: {exc})", path=str(path)) from None
+    return unique_phase_ids(df)
 
 
 def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> Run:
@@ -222,5 +243,6 @@ __all__ = [
     "read_manifest",
     "read_run",
     "scan_run",
+    "unique_phase_ids",
     "write_run",
 ]
