@@ -92,6 +92,8 @@ CASES = [
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*)", "sampling", None),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int)", "elementwise", None),
     ("triton_poi_fused_add_0", "elementwise", None),
+    ("void at_cuda_detail::cub::detail::scan::DeviceScanKernel<Policy, long*>(long*)", "elementwise", None),
+    ("void cudnn::fusion::lean_reduction_kernel<float, 4>(x)", "elementwise", None),
     ("void at::native::reduce_kernel<512, 1>(x)", "elementwise", None),
     ("some_unknown_thing", None, None),
 ]

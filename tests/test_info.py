@@ -58,8 +58,10 @@ def test_launcher_nccl_variable_missing_in_ranks_is_loud(tmp_path: Path) -> None
         world_size=2,
         launcher={"env": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
         ranks={
-            "0": {"pid": 11, "env": {"NCCL_PROTO": "LL", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "versions": {"torch": "2.11"}},
-            "1": {"pid": 12, "env": {"NCCL_PROTO": "Simple", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "versions": {"torch": "2.12"}},
+            "0": {"pid": 11, "env": {"NCCL_PROTO": "LL", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "versions": {"torch": "2.11"},
+                  "dilation": {"verify": 1.2}, "gpu": {"name": "H200", "sm_clock_mhz": 1980, "pcie_gen": 5}},
+            "1": {"pid": 12, "env": {"NCCL_PROTO": "Simple", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "versions": {"torch": "2.12"},
+                  "dilation": {"verify": 1.3}, "gpu": {"name": "H200", "sm_clock_mhz": 1410, "pcie_gen": 4}},
         },
     )
     found = manifest_differences(man)
@@ -70,6 +72,8 @@ def test_launcher_nccl_variable_missing_in_ranks_is_loud(tmp_path: Path) -> None
     assert diffs[("env.NCCL_PROTO", "launcher_differs")].values == {"launcher": "LL", "0": "LL", "1": "Simple"}
     keys = {d.key for d in found}
     assert "versions.torch" in keys and "pid" not in keys and "env.CUDA_DEVICE_MAX_CONNECTIONS" not in keys
+    assert "gpu.pcie_gen" in keys  # configuration differs: reported
+    assert "gpu.sm_clock_mhz" not in keys and "dilation.verify" not in keys  # measurements: not "differences"
     assert found[0].key == "env.NCCL_ALGO" and [d for d in found if d.loud] == [algo]  # loud first
     doc = run_summary(ev, man)
     assert doc["versions"]["torch"] == {"0": "2.11", "1": "2.12"}

@@ -34,6 +34,10 @@ _IDENTITY: Final = frozenset({
     "CUDA_VISIBLE_DEVICES", "argv", "host_pid", "gpu_name_index",
 })
 _ENV_PREFIXES_LOUD: Final = ("NCCL_",)
+# Per-rank sections that hold measurements of the run, not its configuration: never "differences".
+_MEASUREMENTS: Final = frozenset({
+    "counters", "dilation", "profiled", "unprofiled", "session", "window", "end", "clock", "timing", "phases",
+})
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,11 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 def manifest_differences(manifest: Mapping[str, Any]) -> list[Difference]:
     """Keys whose values differ between ranks, and launcher env vars the ranks did not get."""
     ranks: Mapping[str, Any] = manifest.get("ranks") or {}
-    flat = {r: _flatten(sec) for r, sec in ranks.items() if isinstance(sec, Mapping)}
+    flat = {
+        r: _flatten({k: v for k, v in sec.items() if k not in _MEASUREMENTS})
+        for r, sec in ranks.items()
+        if isinstance(sec, Mapping)
+    }
     diffs: list[Difference] = []
     if len(flat) > 1:
         keys = sorted(set().union(*[set(f) for f in flat.values()]))
