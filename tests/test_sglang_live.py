@@ -126,3 +126,21 @@ def test_server_without_hooks(server: Server, tmp_path: Path) -> None:
 def test_rank_file_never_appears(server: Server, tmp_path: Path) -> None:
     with pytest.raises(TracekitError, match=r"r-sglang-traces: trace file never appeared for rank 0 after 3s$"):
         run_live_capture(server.url, tmp_path / "r.parquet", load=LOAD, num_steps=2, manifest_dir=server.manifests, timeout_s=3)
+
+
+def test_capture_command_with_sglang_url(server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tracekit capture --ranks all --sglang URL` is the live capture, through the main command."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    monkeypatch.setenv("TRACEKIT_SGLANG_DIR", str(server.manifests))
+    out = tmp_path / "run.parquet"
+    res = CliRunner().invoke(cli, ["capture", "--ranks", "all", "--sglang", server.url, "--cycles", "2",
+                                   "--requests", "20", "--input-len", "16", "--output-len", "8",
+                                   "--concurrency", "2", "--timeout", "120", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    run = load_run(out)
+    assert run.ranks == [0, 1] and run.manifest["capture"]["num_steps"] == 2
+    bad = CliRunner().invoke(cli, ["capture", "--ranks", "0", "--sglang", server.url, "-o", str(out)])
+    assert bad.exit_code == 2 and "--ranks all" in bad.output

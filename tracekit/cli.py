@@ -204,12 +204,26 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--keep-json", type=click.Path(file_okay=False), default=None, help="Also keep each rank's raw Kineto JSON here.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds a rank may go without progress before it is killed.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
+@click.option("--sglang", "sglang_url", default=None, metavar="URL",
+              help="Capture a live SGLang server (http://HOST:PORT) instead of the built-in workload; see sglang-capture.")
+@click.option("--requests", type=click.IntRange(1), default=64, show_default=True, help="With --sglang: /generate requests to send.")
+@click.option("--input-len", type=click.IntRange(1), default=512, show_default=True, help="With --sglang: prompt tokens per request.")
+@click.option("--output-len", type=click.IntRange(1), default=256, show_default=True, help="With --sglang: max_new_tokens per request.")
+@click.option("--concurrency", type=click.IntRange(1), default=8, show_default=True, help="With --sglang: requests in flight.")
 @guarded
 def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, workload: str, preset: str | None,
                 verify_graph: str, batch_size: int | None, draft_steps: int | None, ctx_start: int | None,
                 layers: int | None, hidden: int | None, experts: int | None, top_k: int | None,
-                accept_probs: str | None, device: str, keep_json: str | None, timeout_s: float, out: str) -> None:
-    """Capture the built-in speculative-decoding workload on every rank into one run.parquet."""
+                accept_probs: str | None, device: str, keep_json: str | None, timeout_s: float, out: str,
+                sglang_url: str | None, requests: int, input_len: int, output_len: int, concurrency: int) -> None:
+    """Capture the built-in speculative-decoding workload (or, with --sglang URL, a live server) on every rank into one run.parquet."""
+    if sglang_url is not None:
+        if ranks_opt != "all":
+            raise click.UsageError("--sglang captures every rank: use --ranks all (and --world N to name the rank count)")
+        _sglang_capture(sglang_url, out, requests=requests, input_len=input_len, output_len=output_len,
+                        concurrency=concurrency, cycles=cycles, world=world, trace_dir=None, manifest_dir=None,
+                        timeout_s=timeout_s, allow_no_hooks=False)
+        return
     ranks = _parse_ranks(ranks_opt)
     try:
         probs = tuple(float(p) for p in accept_probs.split(",")) if accept_probs else None
@@ -569,6 +583,14 @@ def sglang_capture_cmd(url: str, out: str, requests: int, input_len: int, output
                        cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
                        timeout_s: float, allow_no_hooks: bool) -> None:
     """Capture every rank of a live SGLang server at URL (http://HOST:PORT) into one run.parquet."""
+    _sglang_capture(url, out, requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                    cycles=cycles, world=world, trace_dir=trace_dir, manifest_dir=manifest_dir, timeout_s=timeout_s,
+                    allow_no_hooks=allow_no_hooks)
+
+
+def _sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_len: int, concurrency: int,
+                    cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
+                    timeout_s: float, allow_no_hooks: bool) -> None:
     from tracekit.collectors.sglang.live import (  # type: ignore[import-not-found]
         LoadConfig,
         run_live_capture,
