@@ -81,7 +81,7 @@ def write_run(
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     df = conform(events)
-    if sort:
+    if sort and not is_canonical_order(df):
         df = sort_events(df)
     man = dict(manifest) if manifest is not None else new_manifest()
     man.setdefault("schema_version", SCHEMA_VERSION)
@@ -105,6 +105,20 @@ def write_run(
             os.unlink(tmp)
         raise
     return out
+
+
+def is_canonical_order(df: pl.DataFrame) -> bool:
+    """True if ``df`` is already in schema.sort_events order (rank, start, longer first, kind,
+    name; no nulls in the keys): write_run then skips the sort and its full copy."""
+    if df.height < 2:
+        return True
+    keys = ["rank", "start_ns", "dur_ns", "kind", "name"]
+    if any(df.get_column(k).null_count() for k in keys):
+        return False
+    r, s, d, k, n = (pl.col(c) for c in keys)
+    rp, sp, dp, kp, np_ = (pl.col(c).shift(1) for c in keys)
+    ok = (r > rp) | ((r == rp) & ((s > sp) | ((s == sp) & ((d < dp) | ((d == dp) & ((k > kp) | ((k == kp) & (n >= np_))))))))
+    return bool(df.select(ok.slice(1).all()).item())
 
 
 def _shards(path: Path) -> list[Path]:
@@ -236,6 +250,7 @@ __all__ = [
     "Manifest",
     "Run",
     "empty_events",
+    "is_canonical_order",
     "load_run",
     "merge_manifests",
     "merge_shards",

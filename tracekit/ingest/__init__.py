@@ -165,8 +165,10 @@ def ingest_traces(
     world, missing = assign_ranks(units, allow_missing_ranks=allow_missing_ranks)
     manifest = _manifest(parts, world, missing, skipped)
     frames = []
-    for p in parts:  # hand each part's frame over, so only one copy of the events is alive
-        frames.append(schema.conform(p.events.with_columns(pl.lit(p.unit.rank, dtype=pl.Int32).alias("rank"))))
+    # each part in canonical order, parts by rank: the table is then usually sorted already and
+    # write_run skips its full-table sort; each part's frame is handed over (one copy alive)
+    for p in sorted(parts, key=lambda q: q.unit.rank):
+        frames.append(schema.sort_events(schema.conform(p.events.with_columns(pl.lit(p.unit.rank, dtype=pl.Int32).alias("rank")))))
         p.events = _EMPTY
     events = pl.concat(frames, how="vertical", rechunk=False)
     del frames
