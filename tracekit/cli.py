@@ -81,9 +81,12 @@ _PROGRESS_MIN_BYTES = 32 << 20  # show a progress bar from this much input on
 @click.option("--categories", "categories_file", type=click.Path(dir_okay=False),
               help="TOML file of category rules tried before the built-in table.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
+@click.option("--align", "align_method", type=click.Choice(["auto", "collectives", "none"]), default="auto",
+              show_default=True, help="Clock alignment across ranks: fit offsets from collective ends, or none. "
+              "auto: collectives when the ranks ran on more than one host.")
 @guarded
 def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_error: str,
-           categories_file: str | None, quiet: bool) -> None:
+           categories_file: str | None, quiet: bool, align_method: str) -> None:
     """Ingest torch-profiler (Kineto) traces into one run.parquet.
 
     TRACES are files (.json / .json.gz), globs or directories: SGLang's
@@ -121,15 +124,23 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     finally:
         if "p" in bar:
             bar["p"].stop()
-    out = write_run(run.events, output, run.manifest)
+    from tracekit.analyzers.align import align_events  # type: ignore[import-not-found]
+
+    events, man = align_events(run.events, run.manifest, None if align_method == "auto" else align_method)
+    out = write_run(events, output, man)
     if quiet:
         return
-    man = run.manifest
     ranks = sorted(int(r) for r in man.get("ranks", {}))
     size = sum(int(s.get("size", 0)) for s in man.get("sources", []))
-    err.print(f"wrote {out}: {run.events.height:,} events, ranks {', '.join(map(str, ranks))} of world size "
+    err.print(f"wrote {out}: {events.height:,} events, ranks {', '.join(map(str, ranks))} of world size "
               f"{man.get('world_size')}, from {len(man.get('sources', []))} file(s) ({size / 1e6:,.1f} MB) "
               f"in {time.perf_counter() - t0:.2f} s")
+    clock = man.get("clock") or {}
+    if clock.get("align") == "collectives":
+        offs = ", ".join(f"rank {r} {int(v):+,} ns" for r, v in sorted(clock.get("offsets_ns", {}).items(), key=lambda kv: int(kv[0])))
+        res = clock.get("residual_ns", {})
+        err.print(f"clocks aligned on {clock.get('collectives', 0)} collective ends (offset added per rank; raw = start_ns - offset): "
+                  f"{offs}; residual median {res.get('median', '?')} ns, max {res.get('max', '?')} ns")
     for r, why in (man.get("missing_ranks") or {}).items():
         err.print(f"[yellow]missing rank {r}: {why}[/yellow]")
     for note in man.get("ingest", {}).get("notes", []):
