@@ -25,7 +25,13 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.collectives import annotate_collectives, comm_mask, match_collectives, op_of_name
+from tracekit.collectives import (
+    annotate_collectives,
+    comm_mask,
+    match_arrays,
+    match_collectives,
+    op_of_name,
+)
 from tracekit.errors import AnalysisError
 from tracekit.membership import annotate_phases, phase_instances
 from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
@@ -172,12 +178,20 @@ def bucket_codes(gpu: pl.DataFrame) -> npt.NDArray[np.int8]:
     return codes.to_numpy().astype(np.int8)
 
 
-_KIND_CODE: Final = {KERNEL: 0, MEMCPY: 1, MEMSET: 2, LAUNCH: 3}
 _COLL_COLS: Final = ("kind", "group", "coll_seq", "rank", "name", "coll_op", "phase", "phase_id", "start_ns", "dur_ns")
 
 
-def _np(s: pl.Series, fill: int) -> I64:
-    return s.fill_null(fill).cast(pl.Int64).to_numpy()
+def _bools(s: pl.Series) -> npt.NDArray[np.bool_]:
+    return (s.fill_null(False) if s.null_count() else s).to_numpy()
+
+
+def _full(s: pl.Series, fill: int) -> npt.NDArray[np.int64] | npt.NDArray[np.int32]:
+    """The column as numpy (zero-copy when it has no nulls), nulls as ``fill``."""
+    return (s.fill_null(fill) if s.null_count() else s).to_numpy()  # type: ignore[no-any-return]
+
+
+def _i64(a: npt.NDArray[np.int64] | npt.NDArray[np.int32]) -> I64:
+    return a.astype(np.int64, copy=False)
 
 
 def _coll_rows(events: pl.DataFrame) -> pl.DataFrame:
@@ -190,23 +204,55 @@ def matched(events: pl.DataFrame) -> pl.DataFrame:
     return match_collectives(_coll_rows(events))
 
 
-def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], kc: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
+def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], g_mem: npt.NDArray[np.bool_]) -> npt.NDArray[np.int8]:
     """Bucket code per GPU event: category (any non-null unknown one is ``other``), memory for
     copies, and by name (communication or other) where the category is missing."""
-    col = events.get_column("category")
+    col = events.get_column("category").filter(pl.Series(gmask))
     names = list(CATEGORY_BUCKET)
     lut = np.array([_CODE[CATEGORY_BUCKET[k]] for k in names] + [_CODE["other"], -1], dtype=np.int8)
     # Enum cast: unknown categories become null; tell them from missing ones by is_null
-    phys = col.cast(pl.Enum(names), strict=False).to_physical().fill_null(len(names)).to_numpy()[gmask]
-    phys = np.where(col.is_null().to_numpy()[gmask], len(names) + 1, phys)
-    codes = lut[phys]
-    codes[kc[gmask] > 0] = _CODE["memory"]
+    enum = col.cast(pl.Enum(names), strict=False).to_physical()
+    if enum.null_count():
+        phys = enum.fill_null(len(names)).to_numpy()
+        if col.null_count():
+            phys = np.where(col.is_null().to_numpy(), len(names) + 1, phys)
+        codes: npt.NDArray[np.int8] = lut[phys]
+    else:
+        codes = lut[enum.to_numpy()]
+    if g_mem.any():
+        codes[g_mem] = _CODE["memory"]
     missing = np.flatnonzero(codes < 0)
     if missing.size:
         rows = np.flatnonzero(gmask)[missing]
         sub = events.select("kind", "name", "category", "coll_op").gather(rows)
         codes[missing] = bucket_codes(sub)
     return codes
+
+
+def _allreduce_rows(
+    events: pl.DataFrame, is_kernel: npt.NDArray[np.bool_], start_all: I64, dur_all: I64, pid_col: I64
+) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]:
+    """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id;
+    the same numbers as ``matched(events)`` (match_collectives) without building its frame."""
+    rows = np.flatnonzero(is_kernel & _bools(events.get_column("coll_seq").is_not_null()))
+    sub = events.select("group", "coll_op", "coll_seq", "rank").gather(rows)
+    codes = sub.select(
+        pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
+        pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
+        (pl.col("coll_op") == "allreduce").fill_null(False).alias("ar"),
+    )
+    start = start_all[rows]
+    dur = dur_all[rows]
+    wait, ok = match_arrays(
+        codes.get_column("g").to_numpy(),
+        codes.get_column("op").to_numpy(),
+        _i64(sub.get_column("coll_seq").to_numpy()),
+        _i64(_full(sub.get_column("rank"), -1)),
+        start,
+        dur,
+    )
+    keep = codes.get_column("ar").to_numpy() & (pid_col[rows] >= 0)
+    return pid_col[rows][keep], dur[keep], wait[keep], (dur - wait)[keep], ok[keep]
 
 
 # --- the instance table ------------------------------------------------------------------------
@@ -232,31 +278,43 @@ def attribute_instances(
     dense = np.full(max_id + 1, -1, dtype=np.int64)
     dense[pid_all] = np.arange(K, dtype=np.int64)
 
-    # one pass over the string columns, then numpy
-    kcode = events.get_column("kind").cast(pl.Enum(list(_KIND_CODE)), strict=False).to_physical()
-    kc = kcode.fill_null(-1).cast(pl.Int8).to_numpy()
-    gmask = kc >= 0
-    gmask &= kc <= 2
-    lmask = kc == 3
-    rank_all = _np(events.get_column("rank"), -1)
-    start_all = _np(events.get_column("start_ns"), 0)
-    dur_all = _np(events.get_column("dur_ns"), 0)
-    pid_col = _np(events.get_column("phase_id"), -1)
+    # kinds: two string comparisons over the table, the rest only on the other rows
+    kind = events.get_column("kind")
+    is_k = _bools(kind == KERNEL)
+    lmask = _bools(kind == LAUNCH)
+    others = np.flatnonzero(~(is_k | lmask))
+    gmask = is_k
+    g_mem = np.zeros(0, dtype=bool)
+    if others.size:
+        mem_rows = others[_bools(kind.gather(others).is_in([MEMCPY, MEMSET]))]
+        if mem_rows.size:
+            gmask = is_k.copy()
+            gmask[mem_rows] = True
+            g_mem = ~is_k[gmask]
+    if g_mem.size == 0:
+        g_mem = np.zeros(int(np.count_nonzero(gmask)), dtype=bool)
+    # numeric columns once (zero-copy where they have no nulls), GPU rows taken once
+    start_all = _i64(_full(events.get_column("start_ns"), 0))
+    dur_all = _i64(_full(events.get_column("dur_ns"), 0))
+    pid_col = _i64(_full(events.get_column("phase_id"), -1))
     corr_s = events.get_column("correlation")
-    corr_all = _np(corr_s, 0)
-    has_corr = corr_s.is_not_null().to_numpy()
+    corr_all = _i64(_full(corr_s, 0))
+    has_corr = ~_bools(corr_s.is_null()) if corr_s.null_count() else np.ones(events.height, dtype=bool)
+    rank_raw = _full(events.get_column("rank"), -1)
 
-    g_rank, g_start = rank_all[gmask], start_all[gmask]
-    g_end = g_start + dur_all[gmask]
-    g_pid = pid_col[gmask]
+    g_idx = np.flatnonzero(gmask)  # index arrays: much faster than boolean masks to take with
+    l_idx = np.flatnonzero(lmask & has_corr)
+    g_rank = _i64(rank_raw[g_idx])
+    g_start = start_all[g_idx]
+    g_end = g_start + dur_all[g_idx]
+    g_pid = pid_col[g_idx]
     g_inst = dense[np.where((g_pid >= 0) & (g_pid <= max_id), g_pid, max_id)]
     mem = g_inst >= 0
-    g_corr, g_has = corr_all[gmask], has_corr[gmask]
-    l_has = lmask & has_corr
+    g_corr, g_has = corr_all[g_idx], has_corr[g_idx]
     launch_end = launch_ends(
-        rank_all[l_has], corr_all[l_has], start_all[l_has] + dur_all[l_has], g_rank, g_corr, g_has
+        _i64(rank_raw[l_idx]), corr_all[l_idx], start_all[l_idx] + dur_all[l_idx], g_rank, g_corr, g_has
     )
-    codes = _codes(events, gmask, kc)
+    codes = _codes(events, gmask, g_mem)
     if mem.all():  # every GPU event belongs to an instance: no copies
         first = first_of_launch(g_rank, g_corr, g_has, g_start)
         w = walk(g_inst, g_start, g_end, codes, launch_end, K, launch_latency_ns, first)
@@ -283,9 +341,9 @@ def attribute_instances(
     # launch counts per instance (graph launches: graph flag, else the cudaGraphLaunch name)
     l_rows = np.flatnonzero(lmask & (pid_col >= 0))
     graph_s = events.get_column("graph")
-    l_graph = graph_s.fill_null(False).to_numpy()[l_rows]
-    unknown = np.flatnonzero(graph_s.is_null().to_numpy()[l_rows])
-    if unknown.size:
+    l_graph = _bools(graph_s)[l_rows]
+    if graph_s.null_count():
+        unknown = np.flatnonzero(graph_s.is_null().to_numpy()[l_rows])
         names = events.get_column("name").gather(l_rows[unknown])
         l_graph[unknown] = names.str.contains("GraphLaunch").fill_null(False).to_numpy()
     l_pid = pid_col[l_rows]
@@ -296,23 +354,24 @@ def attribute_instances(
 
     # allreduce kernel time, wait and transfer (collectives matched across ranks)
     ar = np.zeros((3, K), dtype=np.int64)
-    if collectives is not None or events.get_column("coll_seq").null_count() < events.height:
-        m = (collectives if collectives is not None else matched(events)).filter(
-            (pl.col("coll_op") == "allreduce") & pl.col("phase_id").is_not_null()
-        )
-        if m.height:
-            m_pid = m.get_column("phase_id").to_numpy().astype(np.int64)
-            m_inst = dense[np.where(m_pid <= max_id, m_pid, max_id)]
-            okm = m_inst >= 0
-            for j, col in enumerate(("dur_ns", "wait_ns", "transfer_ns")):
-                v = m.get_column(col).fill_null(0).to_numpy().astype(np.int64)
-                ar[j] = np.rint(np.bincount(m_inst[okm], weights=v[okm].astype(np.float64), minlength=K)[:K]).astype(np.int64)
-            # unmatched collectives: wait/transfer unknown, null them
-            unmatched = m.filter(~pl.col("matched")).get_column("phase_id").unique().to_list()
-        else:
-            unmatched = []
+    unmatched = np.zeros(K, dtype=bool)
+    if collectives is not None:
+        m = collectives.filter((pl.col("coll_op") == "allreduce") & pl.col("phase_id").is_not_null())
+        m_pid = _i64(m.get_column("phase_id").to_numpy())
+        m_vals = [_i64(_full(m.get_column(c), 0)) for c in ("dur_ns", "wait_ns", "transfer_ns")]
+        m_ok = _bools(m.get_column("matched"))
+    elif events.get_column("coll_seq").null_count() < events.height:
+        m_pid, d, wt, tr, m_ok = _allreduce_rows(events, is_k, start_all, dur_all, pid_col)
+        m_vals = [d, np.where(m_ok, wt, 0), np.where(m_ok, tr, 0)]
     else:
-        unmatched = []
+        m_pid = np.zeros(0, dtype=np.int64)
+    if m_pid.size:
+        m_inst = dense[np.where(m_pid <= max_id, m_pid, max_id)]
+        okm = m_inst >= 0
+        for j, v in enumerate(m_vals):
+            ar[j] = np.rint(np.bincount(m_inst[okm], weights=v[okm].astype(np.float64), minlength=K)[:K]).astype(np.int64)
+        # unmatched collectives: wait/transfer unknown, null them
+        unmatched[m_inst[okm & ~m_ok]] = True
 
     graphed_derived = pl.Series(np.where(graph_l + eager_l > 0, graph_l > 0, False))
     has_launches = pl.Series((graph_l + eager_l) > 0)
@@ -342,8 +401,8 @@ def attribute_instances(
         .alias("graphed"),
         **{k: v.cast(pl.Int64) for k, v in cols.items()},
     ).with_columns(
-        pl.when(pl.col("phase_id").is_in(unmatched)).then(None).otherwise(pl.col("allreduce_wait_ns")).alias("allreduce_wait_ns"),
-        pl.when(pl.col("phase_id").is_in(unmatched)).then(None).otherwise(pl.col("allreduce_transfer_ns")).alias("allreduce_transfer_ns"),
+        pl.when(pl.Series(unmatched)).then(None).otherwise(pl.col("allreduce_wait_ns")).alias("allreduce_wait_ns"),
+        pl.when(pl.Series(unmatched)).then(None).otherwise(pl.col("allreduce_transfer_ns")).alias("allreduce_transfer_ns"),
     )
     if phases is not None:
         out = out.filter(pl.col("phase").is_in(list(phases)))

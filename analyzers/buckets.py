@@ -155,30 +155,35 @@ def walk(
     clean[:-1] &= new_block[1:]
 
     dur = end - start
-    key = inst * NB + code
+    key = inst * NB
+    key += code
     buckets = _bincount(key, dur, K * NB)
-    if not clean.all():
-        nc = ~clean
-        buckets -= _bincount(key[nc], dur[nc], K * NB)
+    nc_rows = np.flatnonzero(~clean)
+    if nc_rows.size:
+        buckets -= _bincount(key[nc_rows], dur[nc_rows], K * NB)
 
-    # gaps: launch overhead vs idle (computed on whole arrays: most events follow a gap)
+    # gaps: launch overhead vs idle (computed on whole arrays: most events follow a gap);
+    # in place: lpart = clip(min(start, launch_end + allowance) - (start - glen), 0, glen)
     glen = np.maximum(gap, 0)
-    known = launch_end != UNKNOWN_LAUNCH
     if first_of_launch is None:
-        allow = np.int64(launch_latency_ns)
-        lim = np.minimum(start, launch_end + allow)
+        lpart = launch_end + np.int64(launch_latency_ns)
     else:
-        lim = np.minimum(start, launch_end + np.where(first_of_launch, launch_latency_ns, 0))
-    g0 = start - glen
-    lpart = np.minimum(np.maximum(lim - g0, 0), glen)
-    lpart[~known] = 0
+        lpart = np.where(first_of_launch, np.int64(launch_latency_ns), np.int64(0))
+        lpart += launch_end
+    np.minimum(lpart, start, out=lpart)
+    lpart -= start
+    lpart += glen
+    np.maximum(lpart, 0, out=lpart)
+    np.minimum(lpart, glen, out=lpart)
+    unknown = np.flatnonzero(launch_end == UNKNOWN_LAUNCH)
+    if unknown.size:
+        lpart[unknown] = 0
     launch_ns = _bincount(inst, lpart, K)
     buckets[LAUNCH::NB] += launch_ns
     buckets[IDLE::NB] += _bincount(inst, glen, K) - launch_ns
 
     overlapped = np.zeros(K, dtype=np.int64)
-    if not clean.all():
-        nc_rows = np.flatnonzero(~clean)
+    if nc_rows.size:
         block = np.cumsum(new_block[nc_rows]) - 1
         size = np.bincount(block)[block]
         pair = nc_rows[size == 2]

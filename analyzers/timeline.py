@@ -111,9 +111,12 @@ def queue_delay(
 ) -> I64:
     """Per instance: how long after its host range opened the GPU was still busy with earlier work."""
     qd = np.zeros(i_rank.size, dtype=np.int64)
+    slices = dict(_rank_slices(g_rank))
     for r in np.unique(i_rank[valid]).tolist():
-        sel = g_rank == r
-        s, e = g_start[sel], g_end[sel]
+        rows = slices.get(r)
+        if rows is None:
+            continue
+        s, e = g_start[rows], g_end[rows]
         if not np.all(s[1:] >= s[:-1]):
             order = np.argsort(s, kind="stable")
             s, e = s[order], e[order]

@@ -32,6 +32,7 @@ import re
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from tracekit.schema import KERNEL, conform
@@ -218,19 +219,19 @@ def match_collectives(events: pl.DataFrame) -> pl.DataFrame:
     n_max = per.max(axis=1)
     seg_g = g0[lo]
     issue: list[str | None] = [None] * ng
-    names = c.get_column("group").fill_null("").to_list()
+    group_col = c.get_column("group").fill_null("")
     first_row = np.full(ng, -1, dtype=np.int64)
     first_row[g0[::-1]] = np.arange(n)[::-1]
     for k in np.flatnonzero(n_min != n_max).tolist():
         cnt = ", ".join(f"rank {r + r_lo}: {per[k, r]}" for r in np.flatnonzero(present[k]).tolist())
-        issue[k] = f"collective count differs across ranks in group {names[first_row[k]]} ({cnt})"
+        issue[k] = f"collective count differs across ranks in group {group_col[int(first_row[k])]} ({cnt})"
     for s_idx in np.flatnonzero(ops_differ).tolist():
         k = int(seg_g[s_idx])
         if issue[k] is not None:
             continue
         a, b = int(lo[s_idx]), int(lo[s_idx]) + int(seg_len[s_idx])
         ops = "/".join(sorted({str(x) if x is not None else "?" for x in c.get_column("coll_op")[a:b].to_list()}))
-        issue[k] = f"collective #{int(seqn[a])} of group {names[first_row[k]]} has different ops across ranks ({ops})"
+        issue[k] = f"collective #{int(seqn[a])} of group {group_col[int(first_row[k])]} has different ops across ranks ({ops})"
     bad = np.array([x is not None for x in issue], dtype=bool)
     matched = ~bad[g0]
     la = last_arr[seg]
@@ -254,6 +255,45 @@ def match_collectives(events: pl.DataFrame) -> pl.DataFrame:
     return out.select([pl.col(k).cast(v) for k, v in MATCH_SCHEMA.items()])
 
 
+def match_arrays(
+    g: npt.NDArray[np.int64],
+    op: npt.NDArray[np.int64],
+    seqn: npt.NDArray[np.int64],
+    rk: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    dur: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """``match_collectives``'s wait and matched flag per collective kernel, in input order.
+
+    g, op: dense codes (>= 1) of group and op; seqn: coll_seq; rk: rank. Wait is
+    computed for every row (also where ``matched`` is False, where
+    match_collectives leaves it null).
+    """
+    n = g.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    order = np.lexsort((rk, seqn, g))
+    gs, ss, st, ops = g[order], seqn[order], start[order], op[order]
+    brk = np.ones(n, dtype=bool)
+    brk[1:] = (gs[1:] != gs[:-1]) | (ss[1:] != ss[:-1])
+    lo = np.flatnonzero(brk)
+    seg = np.cumsum(brk) - 1
+    last_arr = np.maximum.reduceat(st, lo)
+    ops_differ = np.maximum.reduceat(ops, lo) != np.minimum.reduceat(ops, lo)
+    g0 = g - 1
+    ng = int(g0.max()) + 1
+    r_lo = int(rk.min())
+    nr = int(rk.max()) - r_lo + 1
+    per = np.bincount(g0 * nr + (rk - r_lo), minlength=ng * nr).reshape(ng, nr)
+    present = per > 0
+    big = np.iinfo(np.int64).max
+    bad = np.where(present, per, big).min(axis=1) != per.max(axis=1)
+    bad[gs[lo][ops_differ] - 1] = True
+    wait = np.empty(n, dtype=np.int64)
+    wait[order] = np.minimum(np.maximum(last_arr[seg] - st, 0), dur[order])
+    return wait, ~bad[g0]
+
+
 def collective_issues(matched: pl.DataFrame) -> list[str]:
     """The distinct mismatch messages of a ``match_collectives`` frame, sorted."""
     return sorted(matched.get_column("issue").drop_nulls().unique().to_list())
@@ -266,6 +306,7 @@ __all__ = [
     "collective_issues",
     "comm_mask",
     "is_comm_name",
+    "match_arrays",
     "match_collectives",
     "op_of_name",
 ]
