@@ -185,15 +185,9 @@ def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) 
 
 def finalize(events: pl.DataFrame) -> pl.DataFrame:
     """Categorise, annotate collectives and phase membership (tracekit.pipeline.finalize_events)."""
-    try:
-        from tracekit.pipeline import finalize_events
-    except ImportError:  # the pipeline module not in this tree yet: use its two building blocks
-        from tracekit.collectives import annotate_collectives
-        from tracekit.membership import annotate_phases
+    from tracekit.pipeline import finalize_events
 
-        return annotate_collectives(annotate_phases(events))
-    out: pl.DataFrame = finalize_events(events)
-    return out
+    return finalize_events(events)
 
 
 class ProfilerSession:
