@@ -243,8 +243,18 @@ def _series(values: list[Any], dtype: pl.DataType) -> pl.Series:
         return pl.Series(values, dtype=dtype, strict=True)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
         if dtype == pl.Int64:
-            return pl.Series([v if type(v) is int else None for v in values], dtype=dtype, strict=True)
+            _drop_non_int(values)
+            return pl.Series(values, dtype=dtype, strict=True)
         return pl.Series(values, dtype=dtype, strict=False)
+
+
+def _drop_non_int(values: list[Any]) -> list[int]:
+    """Set every value that is neither an int nor None to None, in place (a list this module
+    built); returns their positions. One Python pass, then only the few odd values."""
+    bad = [i for i, v in enumerate(values) if type(v) is not int and v is not None]
+    for i in bad:
+        values[i] = None
+    return bad
 
 
 def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]) -> ParsedTrace:
@@ -266,7 +276,9 @@ def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]
         # string pids: Kineto's own "Spans"/"Traces" rows, or every row of a merged trace
         sidx = [i for i, p in enumerate(pids) if type(p) is not int and p is not None]
         pid_raw = _sparse([str(pids[i]) for i in sidx], sidx, n, pl.String())
-        pid_int = pl.Series([p if type(p) is int else None for p in pids], dtype=pl.Int64, strict=True)
+        for i in sidx:
+            pids[i] = None
+        pid_int = pl.Series(pids, dtype=pl.Int64, strict=True)
     del pids
     args = [e.args for e in xs]
     colls = [a.coll_name for a in args]
@@ -348,9 +360,12 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
         .when(is_launch).then(is_graph_launch)
         .otherwise(None).alias("graph"),
     ]
+    # collective names and dtypes: a handful of distinct values, mapped once each (no per-row Python)
+    coll_names = f.get_column("coll_name").drop_nulls().unique().to_list() if has_coll else []
+    dtypes = f.get_column("dtype").drop_nulls().unique().to_list() if has_coll else []
     if has_coll:
         dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-        op = pl.col("coll_name").map_elements(coll_op_of, return_dtype=pl.String, skip_nulls=True)
+        op = pl.col("coll_name").replace_strict({c: coll_op_of(c) for c in coll_names}, default=None, return_dtype=pl.String)
         is_coll_kernel = (kind_c == schema.KERNEL) & op.is_not_null()
         cols += [
             pl.when(is_coll_kernel).then(op).otherwise(None).alias("coll_op"),
@@ -358,7 +373,7 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
             pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
         ]
     if has_coll or has_bytes:
-        cols.append(_args_json().alias("args"))
+        cols.append(_args_json(coll_names, dtypes).alias("args"))
     keep = [c for c in schema.COLUMNS if c != "rank" and (c in f.columns or c in (
         "kind", "device", "stream", "pid", "tid", "graph", "coll_op", "coll_bytes", "group", "args"))]
     keep = [c for c in keep if c not in ("coll_op", "coll_bytes", "group") or has_coll]
@@ -369,7 +384,7 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
         .with_columns(kind.alias("kind"))
         .with_columns(cols)
         .select([*keep, "pid_raw", "cat"])
-        .collect()
+        .collect(engine="in-memory")  # ~20% less CPU than the streaming engine on one file's frame
     )
     dropped: dict[str, int] = {}
     if out.get_column("kind").null_count():
@@ -380,8 +395,9 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
     return ParsedTrace(events=out.drop("cat"), meta=meta, dropped=dropped, n_events=n_all)
 
 
-def _args_json() -> pl.Expr:
-    """A small JSON object of kept args (memcpy bytes, collective sizes); null when there is none."""
+def _args_json(coll_names: list[str], dtypes: list[str]) -> pl.Expr:
+    """A small JSON object of kept args (memcpy bytes, collective sizes); null when there is none.
+    ``coll_names`` / ``dtypes``: the distinct values of those columns (JSON-quoted once each)."""
     bytes_ = pl.col("bytes")
     coll = pl.col("coll_name")
     return (
@@ -389,10 +405,11 @@ def _args_json() -> pl.Expr:
         .then(
             pl.format(
                 '{{"collective":{},"in_nelems":{},"out_nelems":{},"dtype":{},"group_size":{}}}',
-                coll.map_elements(_json_str, return_dtype=pl.String, skip_nulls=True),
+                coll.replace_strict({c: _json_str(c) for c in coll_names}, default=None, return_dtype=pl.String),
                 pl.col("in_nelems").cast(pl.String).fill_null("null"),
                 pl.col("out_nelems").cast(pl.String).fill_null("null"),
-                pl.col("dtype").map_elements(_json_str, return_dtype=pl.String, skip_nulls=True).fill_null("null"),
+                pl.col("dtype").replace_strict({d: _json_str(d) for d in dtypes}, default=None, return_dtype=pl.String)
+                .fill_null("null"),
                 pl.col("group_size").cast(pl.String).fill_null("null"),
             )
         )
