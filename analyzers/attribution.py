@@ -114,13 +114,13 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
 
         kept = base.get_column("category")
         base = categorize(base).with_columns(pl.coalesce(kept, pl.col("category")).alias("category"))
-    kern = base.filter(pl.col("kind") == KERNEL)
-    cm = comm_mask(kern)
-    if cm.any() and kern.filter(cm).get_column("coll_seq").null_count() > 0:
+    cm = comm_mask(base.select("kind", "category", "name"))  # narrow: never filter the wide table
+    if cm.any() and base.get_column("coll_seq").filter(cm).null_count() > 0:
         base = annotate_collectives(base)
     ev = base if _has_phase_ids(base) else annotate_phases(base)
     present = sorted(
-        ev.filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null())
+        ev.select("kind", "phase_id", "phase")
+        .filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null())
         .get_column("phase")
         .drop_nulls()
         .unique()
@@ -234,8 +234,9 @@ def _allreduce_rows(
 ) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]:
     """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id;
     the same numbers as ``matched(events)`` (match_collectives) without building its frame."""
-    rows = np.flatnonzero(is_kernel & _bools(events.get_column("coll_seq").is_not_null()))
-    sub = events.select("group", "coll_op", "coll_seq", "rank").gather(rows)
+    coll = is_kernel & _bools(events.get_column("coll_seq").is_not_null())
+    rows = np.flatnonzero(coll)
+    sub = events.select("group", "coll_op", "coll_seq", "rank").filter(pl.Series(coll))
     codes = sub.select(
         pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
         pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
@@ -521,7 +522,7 @@ def stragglers(
     top = top.join(tot, on="phase").with_columns((pl.col("times_last") / pl.col("collectives")).alias("share_last"))
     # what the straggler did right before its late arrivals: previous GPU event on its device
     rows = []
-    gpu = events.filter(pl.col("kind").is_in(list(GPU_KINDS)))
+    gpu = events.select("kind", "rank", "name", "start_ns", "dur_ns").filter(pl.col("kind").is_in(list(GPU_KINDS)))
     for phase, rank in top.select("phase", "last_rank").iter_rows():
         late = per.filter((pl.col("phase") == phase) & (pl.col("last_rank") == rank)).select("group", "coll_seq")
         arr = m.filter(pl.col("rank") == rank).join(late, on=["group", "coll_seq"]).get_column("start_ns").to_numpy()

@@ -178,9 +178,11 @@ def walk(
     unknown = np.flatnonzero(launch_end == UNKNOWN_LAUNCH)
     if unknown.size:
         lpart[unknown] = 0
-    launch_ns = _bincount(inst, lpart, K)
-    buckets[LAUNCH::NB] += launch_ns
-    buckets[IDLE::NB] += _bincount(inst, glen, K) - launch_ns
+    # per-instance sums: events are grouped by instance, so exact integer segment sums
+    ids = inst[first_idx]
+    launch_ns = np.add.reduceat(lpart, first_idx)
+    buckets[ids * NB + LAUNCH] += launch_ns
+    buckets[ids * NB + IDLE] += np.add.reduceat(glen, first_idx) - launch_ns
 
     overlapped = np.zeros(K, dtype=np.int64)
     if nc_rows.size:
@@ -201,7 +203,6 @@ def walk(
     out_ws = np.zeros(K, dtype=np.int64)
     out_we = np.zeros(K, dtype=np.int64)
     n_ev = np.zeros(K, dtype=np.int64)
-    ids = inst[first_idx]
     out_ws[ids] = ws_per
     out_we[ids] = we_per
     n_ev[ids] = counts
