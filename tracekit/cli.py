@@ -285,22 +285,32 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
     """Where phase time went on every rank: exclusive GPU buckets, launch overhead, allreduce wait."""
     import json
 
-    from rich.console import Console
-
     from tracekit.analyzers.attribution import attribute_report  # type: ignore[import-not-found]
     from tracekit.render import attribute as render_attribute
     from tracekit.store import load_run
 
     r = load_run(run)
+    from tracekit.analyzers.host_attribution import has_gpu_events, host_report  # type: ignore[import-not-found]
+    from tracekit.render import host_attribute as render_host
+
+    host_mode = not has_gpu_events(r.events, None if rank is None else [rank])
     try:
-        report = attribute_report(r.events, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
+        if host_mode:  # a CPU run: no GPU window to walk; attribute the phases' host time instead
+            report = host_report(r.events, phase, rank)
+        else:
+            report = attribute_report(r.events, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
     except TracekitError as exc:
         raise _analysis_error(exc, run) from None
     if as_json:
-        click.echo(json.dumps(render_attribute.to_json(report, by, run, r.manifest), indent=2, allow_nan=False))
+        doc = (render_host.host_to_json if host_mode else render_attribute.to_json)(report, by, run, r.manifest)
+        click.echo(json.dumps(doc, indent=2, allow_nan=False))
+        return
+    console = render_attribute.make_console(150 if by != "rank" else 120)
+    if host_mode:
+        console.print(render_host.host_mode_line(None if rank is None else [rank]), soft_wrap=True)
+        render_host.render_host(report, by, console, r.manifest)
     else:
-        width = Console().width
-        render_attribute.render(report, by, Console(width=max(width, 150) if by != "rank" else width), r.manifest)
+        render_attribute.render(report, by, console, r.manifest)
 
 
 @cli.command("gap")

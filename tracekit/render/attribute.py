@@ -10,6 +10,7 @@ buckets, never inside them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import polars as pl
@@ -75,6 +76,58 @@ def pct(part: float, whole: float) -> str:
     return "n/a" if whole <= 0 else f"{100.0 * part / whole:.1f}%"
 
 
+MIN_PIPE_WIDTH: Final = 120  # console width when stdout is not a terminal (piped, CI logs)
+MAX_RANK_COLUMNS: Final = 4  # more ranks: min / median / max across ranks instead of one column each
+
+
+def make_console(min_width: int = MIN_PIPE_WIDTH) -> Console:
+    """A console that never squeezes tables: at least ``min_width`` columns when not a terminal."""
+    c = Console()
+    if c.is_terminal:
+        return c
+    return Console(width=max(c.width, min_width))
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _rank_columns(t: Table, rrows: list[dict[str, Any]], what: str) -> Callable[[Callable[[dict[str, Any]], float | None]], list[str]]:
+    """Add per-rank columns to ``t`` (one per rank up to MAX_RANK_COLUMNS ranks, else min /
+    median / max across ranks and which rank is max); return a function that turns a per-rank
+    share (fraction, or None) into the row's cells."""
+    if len(rrows) <= MAX_RANK_COLUMNS:
+        for r in rrows:
+            t.add_column(f"rank {r['rank']} {what}", justify="right")
+
+        def cells(fn: Callable[[dict[str, Any]], float | None]) -> list[str]:
+            return ["n/a" if (v := fn(r)) is None else f"{100 * v:.1f}%" for r in rrows]
+
+        return cells
+    t.add_column(f"min over ranks {what}", justify="right")
+    t.add_column(f"median over ranks {what}", justify="right")
+    t.add_column(f"max over ranks {what}", justify="right")
+
+    def stats(fn: Callable[[dict[str, Any]], float | None]) -> list[str]:
+        vals = [(v, r["rank"]) for r in rrows if (v := fn(r)) is not None]
+        if not vals:
+            return ["n/a", "n/a", "n/a"]
+        top, who = max(vals, key=lambda x: (x[0], -x[1]))
+        return [
+            f"{100 * min(v for v, _ in vals):.1f}%",
+            f"{100 * _median([v for v, _ in vals]):.1f}%",
+            f"{100 * top:.1f}% (rank {who})",
+        ]
+
+    return stats
+
+
+def _share(part: str, whole: str) -> Callable[[dict[str, Any]], float | None]:
+    return lambda r: None if r[whole] <= 0 else r[part] / r[whole]
+
+
 def _order(phases: list[str]) -> list[str]:
     return sorted(phases, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
 
@@ -87,15 +140,16 @@ def _float(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
-def phase_item(row: dict[str, Any]) -> dict[str, Any]:
+def phase_item(row: dict[str, Any], buckets: tuple[str, ...] = BUCKETS) -> dict[str, Any]:
     """One JSON ``phases`` item from a by_rank / by_phase row."""
+    extra: dict[str, Any] = {k: int(row[k]) for k in ("ops", "outer_ops") if k in row}
     return {
         "phase": row["phase"],
         "rank": row.get("rank"),
         "instances": int(row["instances"]),
         "host_ns": int(row["host_ns"]),
         "gpu_window_ns": int(row["gpu_window_ns"]),
-        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in BUCKETS},
+        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in buckets},
         "queue_delay_ns": int(row["queue_delay_ns"]),
         "overlapped_comm_ns": int(row["overlapped_comm_ns"]),
         "between_ns": int(row["between_ns"]),
@@ -113,11 +167,13 @@ def phase_item(row: dict[str, Any]) -> dict[str, Any]:
         "mean_batch_size": _float(row["mean_batch_size"]),
         "mean_seq_len": _float(row["mean_seq_len"]),
         "mean_accept_len": _float(row["mean_accept_len"]),
+        **extra,
     }
 
 
-def cycle_item(row: dict[str, Any]) -> dict[str, Any]:
+def cycle_item(row: dict[str, Any], buckets: tuple[str, ...] = BUCKETS) -> dict[str, Any]:
     """One JSON ``cycles`` item (one phase instance)."""
+    extra: dict[str, Any] = {k: int(row[k]) for k in ("ops", "outer_ops") if k in row}
     return {
         "phase": row["phase"],
         "rank": row["rank"],
@@ -132,7 +188,7 @@ def cycle_item(row: dict[str, Any]) -> dict[str, Any]:
         "host_ns": int(row["host_ns"]),
         "window_start_ns": int(row["window_start_ns"]),
         "gpu_window_ns": int(row["gpu_window_ns"]),
-        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in BUCKETS},
+        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in buckets},
         "queue_delay_ns": int(row["queue_delay_ns"]),
         "between_ns": int(row["between_ns"]),
         "overlapped_comm_ns": int(row["overlapped_comm_ns"]),
@@ -141,6 +197,7 @@ def cycle_item(row: dict[str, Any]) -> dict[str, Any]:
         "graph_launches": int(row["graph_launches"]),
         "allreduce_wait_ns": _int(row["allreduce_wait_ns"]),
         "allreduce_transfer_ns": _int(row["allreduce_transfer_ns"]),
+        **extra,
     }
 
 
@@ -148,6 +205,7 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, ma
     """The stable ``--json`` document."""
     doc: dict[str, Any] = {
         "run": run,
+        "mode": "gpu",
         "by": by,
         "units": "ns",
         "bucket_order": list(BUCKETS),
@@ -230,25 +288,25 @@ def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Ta
     n = max(int(ph_row["instances"]), 1)
     win = ph_row["gpu_window_ns"]
     t = Table(title=f"{phase}: where the GPU window went (mean per instance over all ranks; % of window)")
-    t.add_column("bucket")
-    t.add_column("per instance", justify="right")
-    t.add_column("%", justify="right")
-    rrows = list(ranks.iter_rows(named=True)) if ranks.height <= 8 else []
-    for r in rrows:
-        t.add_column(f"rank {r['rank']} %", justify="right")
+    t.add_column("bucket", no_wrap=True)
+    t.add_column("mean per instance", justify="right")
+    t.add_column("% of window", justify="right")
+    rrows = list(ranks.iter_rows(named=True))
+    cells = _rank_columns(t, rrows, "%")
     for b in BUCKETS:
         v = ph_row[f"{b}_ns"]
         if v == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
             continue
-        t.add_row(LABELS[b], ms(v / n, 3), pct(v, win), *[pct(r[f"{b}_ns"], r["gpu_window_ns"]) for r in rrows])
-    t.add_row("GPU window", ms(win / n, 3), "100%", *["100%" for _ in rrows], style="bold")
-    t.add_row("host range", ms(ph_row["host_ns"] / n, 3), "", *["" for _ in rrows], style="dim")
-    t.add_row("queue delay (beside)", ms(ph_row["queue_delay_ns"] / n, 3), "", *[pct(r["queue_delay_ns"], r["gpu_window_ns"]) for r in rrows], style="dim")
-    t.add_row("overlapped comm (beside)", ms(ph_row["overlapped_comm_ns"] / n, 3), "", *[pct(r["overlapped_comm_ns"], r["gpu_window_ns"]) for r in rrows], style="dim")
+        t.add_row(LABELS[b], ms(v / n, 3), pct(v, win), *cells(_share(f"{b}_ns", "gpu_window_ns")))
+    blank = ["" for _ in cells(lambda r: None)]
+    t.add_row("GPU window", ms(win / n, 3), "100%", *blank, style="bold")
+    t.add_row("host range", ms(ph_row["host_ns"] / n, 3), "", *blank, style="dim")
+    t.add_row("queue delay (beside)", ms(ph_row["queue_delay_ns"] / n, 3), "", *cells(_share("queue_delay_ns", "gpu_window_ns")), style="dim")
+    t.add_row("overlapped comm (beside)", ms(ph_row["overlapped_comm_ns"] / n, 3), "", *cells(_share("overlapped_comm_ns", "gpu_window_ns")), style="dim")
     return t
 
 
-def _facts_line(row: dict[str, Any]) -> str:
+def _facts_line(row: dict[str, Any], gpu: bool = True) -> str:
     n = max(int(row["instances"]), 1)
     bits = []
     if row["mean_batch_size"] is not None:
@@ -259,9 +317,12 @@ def _facts_line(row: dict[str, Any]) -> str:
         bits.append(f"seq len {row['mean_seq_len']:,.0f}")
     if row["mean_accept_len"] is not None:
         bits.append(f"accept len {row['mean_accept_len']:.2f}")
-    bits.append(f"{row['eager_launches'] / n:,.1f} eager launches + {row['graph_launches'] / n:,.1f} graph launches")
-    bits.append(f"{row['gpu_events'] / n:,.1f} GPU events")
-    bits.append(f"{int(row['graphed_instances'])}/{n} graphed")
+    if gpu:
+        bits.append(f"{row['eager_launches'] / n:,.1f} eager launches + {row['graph_launches'] / n:,.1f} graph launches")
+        bits.append(f"{row['gpu_events'] / n:,.1f} GPU events")
+        bits.append(f"{int(row['graphed_instances'])}/{n} graphed")
+    else:
+        bits.append(f"{row['ops'] / n:,.1f} CPU ops ({row['outer_ops'] / n:,.1f} outermost)")
     return "  per instance (mean): " + ", ".join(bits)
 
 
@@ -341,4 +402,14 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         console.print(f"[yellow]warning:[/yellow] {issue}; wait/transfer not split for that group", soft_wrap=True)
 
 
-__all__ = ["BUCKETS", "DEFINITIONS", "LABELS", "dilation", "render", "summary", "to_json"]
+
+__all__ = [
+    "BUCKETS",
+    "DEFINITIONS",
+    "LABELS",
+    "dilation",
+    "make_console",
+    "render",
+    "summary",
+    "to_json",
+]

@@ -1,0 +1,197 @@
+"""Render ``tracekit attribute`` in host mode (selected ranks have no GPU events: a CPU run).
+
+Same layout and JSON keys as ``tracekit.render.attribute`` (``mode: "host"``); the
+buckets are ``analyzers.host_attribution.HOST_BUCKETS`` and add up to the host
+range exactly; ``gpu_window_ns`` is 0. Every figure is a mean per phase instance
+unless the column says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from tracekit.render.attribute import (
+    _facts_line,
+    _int,
+    _order,
+    _rank_columns,
+    _share,
+    cycle_item,
+    dilation,
+    ms,
+    pct,
+    phase_item,
+)
+
+HOST_BUCKETS: Final = (
+    "attention",
+    "moe",
+    "gemm",
+    "norm",
+    "elementwise",
+    "sampling",
+    "other",
+    "memory",
+    "allreduce",
+    "comm",
+    "host_overhead",
+)
+HOST_LABELS: Final = {
+    "attention": "attention",
+    "moe": "MoE",
+    "gemm": "dense GEMM / MLP",
+    "norm": "norm",
+    "elementwise": "elementwise / other aten",
+    "sampling": "sampling",
+    "other": "other (embedding, misc)",
+    "memory": "host <-> device copies",
+    "allreduce": "allreduce (call + wait)",
+    "comm": "other collectives (call + wait)",
+    "host_overhead": "host overhead (Python between ops)",
+}
+HOST_HEADER: Final = "host time (CPU run: no GPU events; ops on the phase's thread)"
+HOST_DEFINITIONS: Final = {
+    "units": "integer nanoseconds",
+    "mode": "host: the selected ranks have no GPU events; phase time is attributed on the host",
+    "host_ns": "phase range on the host (CPU), summed over instances",
+    "gpu_window_ns": "0: no GPU events",
+    "buckets_ns": (
+        "exclusive host time per bucket, summed over instances; adds up to host_ns exactly. At each instant "
+        "the outermost CPU op on the phase's thread owns the time; bucket by op name rule, else enclosing "
+        "module scope (tracekit/data/host_ops.toml); collective scopes own their whole span (call + wait); "
+        "host_overhead = time no op covers (Python / framework between ops)"
+    ),
+    "ops": "CPU op rows on the phase's thread inside the range, summed over instances",
+    "outer_ops": "outermost ops that own time, summed over instances",
+}
+_HOST_ZERO: Final[dict[str, Any]] = {
+    "queue_delay_ns": 0, "overlapped_comm_ns": 0, "between_ns": 0, "launches": 0, "eager_launches": 0,
+    "graph_launches": 0, "gpu_events": 0, "allreduce_kernel_ns": 0, "allreduce_wait_ns": None,
+    "allreduce_transfer_ns": None, "unmatched_instances": 1,
+}
+
+
+def host_mode_line(ranks: list[int] | None) -> str:
+    """The one line that says the run is attributed in host mode."""
+    which = "this run" if ranks is None else f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
+    return (f"host mode: {which} has no GPU events (CPU run), so phase time is attributed on the host: "
+            "the CPU ops on each phase's thread, outermost op wins")
+
+
+def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None,
+                 manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``--json`` document in host mode: the GPU document's keys, ``mode: host``,
+    buckets_ns summing to host_ns, gpu_window_ns 0."""
+    hb = tuple(HOST_BUCKETS)
+    doc: dict[str, Any] = {
+        "run": run,
+        "mode": "host",
+        "by": by,
+        "units": "ns",
+        "bucket_order": list(hb),
+        "phases": [phase_item({**r, **_HOST_ZERO}, hb) for r in report["by_rank"].iter_rows(named=True)],
+        "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb) for r in report["by_phase"].iter_rows(named=True)],
+        "stragglers": [],
+        "issues": [],
+        "definitions": HOST_DEFINITIONS,
+    }
+    if by == "cycle":
+        doc["cycles"] = [cycle_item({**r, **_HOST_ZERO}, hb) for r in report["instances"].iter_rows(named=True)]
+    if by == "seq":
+        doc["seq"] = [
+            {"seq_lo": _int(r["seq_lo"]), "seq_hi": _int(r["seq_hi"]), **phase_item({**r, **_HOST_ZERO, "rank": None}, hb)}
+            for r in report["by_seq"].iter_rows(named=True)
+        ]
+    if manifest is not None:
+        doc["dilation"] = dilation(manifest)
+    return doc
+
+
+def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
+    n = max(int(row["instances"]), 1)
+    host = row["host_ns"]
+    t = Table(title=f"{phase}: {HOST_HEADER}")
+    t.add_column("bucket", no_wrap=True)
+    t.add_column("mean per instance (all ranks)", justify="right")
+    t.add_column("% of host range", justify="right")
+    rrows = list(ranks.iter_rows(named=True))
+    cells = _rank_columns(t, rrows, "%")
+    for b in HOST_BUCKETS:
+        if row[f"{b}_ns"] == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
+            continue
+        t.add_row(HOST_LABELS[b], ms(row[f"{b}_ns"] / n, 3), pct(row[f"{b}_ns"], host), *cells(_share(f"{b}_ns", "host_ns")))
+    t.add_row("host range (= sum)", ms(host / n, 3), "100%", *["" for _ in cells(lambda r: None)], style="bold")
+    return t
+
+
+def _host_cycle_table(inst: pl.DataFrame, phase: str) -> Table:
+    t = Table(title=f"{phase}: one row per instance; {HOST_HEADER}; % of that instance's host range")
+    main = ("attention", "moe", "gemm", "allreduce", "comm", "host_overhead")
+    for c in ("rank", "cycle", "bs", "seq", "host range", "attn", "moe", "gemm", "allreduce", "comm", "overhead", "rest", "ops"):
+        t.add_column(c, justify="right")
+    for r in inst.filter(pl.col("phase") == phase).sort(["rank", "host_start_ns"]).iter_rows(named=True):
+        h = r["host_ns"]
+        t.add_row(
+            str(r["rank"]),
+            "" if r["cycle"] is None else str(r["cycle"]),
+            "" if r["batch_size"] is None else str(r["batch_size"]),
+            "" if r["seq_len"] is None else str(r["seq_len"]),
+            ms(h),
+            *[pct(r[f"{b}_ns"], h) for b in main],
+            pct(h - sum(r[f"{b}_ns"] for b in main), h),
+            f"{r['ops']:,}",
+        )
+    return t
+
+
+def _host_seq_table(seq: pl.DataFrame, phase: str) -> Table:
+    t = Table(title=f"{phase}: by sequence length; {HOST_HEADER}; mean per instance over all ranks")
+    main = ("attention", "moe", "gemm", "allreduce", "comm", "host_overhead")
+    for c in ("seq len", "instances", "host range", "attention", "moe", "gemm", "allreduce", "comm", "overhead"):
+        t.add_column(c, justify="right")
+    for r in seq.filter(pl.col("phase") == phase).iter_rows(named=True):
+        n = max(int(r["instances"]), 1)
+        label = "unknown" if r["seq_lo"] is None else f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}"
+        t.add_row(label, str(r["instances"]), ms(r["host_ns"] / n), *[ms(r[f"{b}_ns"] / n) for b in main])
+    return t
+
+
+def host_summary(row: dict[str, Any]) -> str:
+    """One paragraph for a phase over all ranks in host mode (a by_phase row)."""
+    n = max(int(row["instances"]), 1)
+    host = row["host_ns"]
+    shares = sorted(((row[f"{b}_ns"], b) for b in HOST_BUCKETS), reverse=True)
+    parts = [f"{HOST_LABELS[b]} {100 * v / host:.0f}%" for v, b in shares[:4] if host > 0 and v / host >= 0.01]
+    text = (f"{row['phase']} {ms(host / n)} per instance on the host ({n} instances on {row['ranks']} rank(s); "
+            f"no GPU events, so no GPU window): " + ", ".join(parts) + ".")
+    return text
+
+
+def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, manifest: dict[str, Any] | None = None) -> None:
+    """Print the host-mode tables and summary for every phase in the report."""
+    bp = {r["phase"]: r for r in report["by_phase"].iter_rows(named=True)}
+    dil = dilation(manifest) if manifest is not None else {}
+    for phase in _order(list(bp)):
+        row = bp[phase]
+        if by == "cycle":
+            console.print(_host_cycle_table(report["instances"], phase))
+        elif by == "seq":
+            console.print(_host_seq_table(report["by_seq"], phase))
+        else:
+            console.print(_host_table(phase, row, report["by_rank"].filter(pl.col("phase") == phase)))
+        console.print(_facts_line(row, gpu=False))
+        if phase in dil:
+            d = dil[phase]
+            console.print(
+                f"  profiler dilation: {phase} {ms(d['unprofiled_mean_ns'])} unprofiled, "
+                f"{ms(d['profiled_mean_ns'])} profiled (x{d['ratio']:.2f}; capture timers, median over ranks)"
+            )
+        console.print(host_summary(row), soft_wrap=True)
+        console.print()
+
+
+__all__ = ["HOST_BUCKETS", "HOST_HEADER", "HOST_LABELS", "host_mode_line", "host_summary", "host_to_json", "render_host"]
