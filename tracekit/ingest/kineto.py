@@ -364,9 +364,12 @@ def _api_kind(name: str) -> str:
 
 def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> ParsedTrace:
     """Kinds, device/stream/pid/tid, graph flag, collective columns: one lazy query, one collect."""
+    # categories as spelled in the file (old traces: "Kernel", "Memcpy"): the expressions take the
+    # spellings, so the (long) cat column is never rewritten
     cats = f.get_column("cat").unique().drop_nulls().to_list()
-    cat_map = {c: c.lower() for c in cats}
+    cat_kind = {c: _CAT_KIND[c.lower()] for c in cats if c.lower() in _CAT_KIND}
     api_cats = [c for c in cats if c.lower() in _API_CATS]
+    gpu_cats = [c for c in cats if c.lower() in _GPU_CATS]
     api_names = f.filter(pl.col("cat").is_in(api_cats)).get_column("name").unique().drop_nulls().to_list() if api_cats else []
     name_kind = {nm: _api_kind(nm) for nm in api_names}
     has_coll = f.get_column("coll_name").null_count() < f.height
@@ -375,13 +378,13 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
     cat = pl.col("cat")
     name = pl.col("name")
     kind_c = pl.col("kind")
-    api = cat.is_in(list(_API_CATS))
+    api = cat.is_in(api_cats)
     kind = (
         pl.when(pl.col("instant")).then(pl.lit(schema.INSTANT))
         .when(api).then(name.replace_strict(name_kind, default=schema.RUNTIME, return_dtype=pl.String))
-        .otherwise(cat.replace_strict(_CAT_KIND, default=None, return_dtype=pl.String))
+        .otherwise(cat.replace_strict(cat_kind, default=None, return_dtype=pl.String))
     )
-    gpu = cat.is_in(list(_GPU_CATS))
+    gpu = cat.is_in(gpu_cats)
     pid_int = pl.col("pid_int")
     is_launch = kind_c == schema.LAUNCH
     is_graph_launch = is_launch & name.is_in(list(_GRAPH_LAUNCH))
@@ -409,14 +412,17 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
             pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
         ]
     if has_coll or has_bytes:
-        cols.append(_args_json(coll_names, dtypes).alias("args"))
+        # the JSON is built for the few rows that have one, then placed (pl.format over every row
+        # would cost more than the rest of this query)
+        need = f.select(pl.arg_where(pl.col("coll_name").is_not_null() | pl.col("bytes").is_not_null())).to_series()
+        args = f[need].select(_args_json(coll_names, dtypes)).to_series()
+        f = f.with_columns(_nulls(f.height, pl.String()).scatter(need, args).alias("args"))
     keep = [c for c in schema.COLUMNS if c != "rank" and (c in f.columns or c in (
         "kind", "device", "stream", "pid", "tid", "graph", "coll_op", "coll_bytes", "group", "args"))]
     keep = [c for c in keep if c not in ("coll_op", "coll_bytes", "group") or has_coll]
     keep = [c for c in keep if c != "args" or has_coll or has_bytes]
     out = (
         f.lazy()
-        .with_columns(cat.replace_strict(cat_map, default=None, return_dtype=pl.String))
         .with_columns(kind.alias("kind"))
         .with_columns(cols)
         .select([*keep, "pid_raw", "cat"])
@@ -426,7 +432,9 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
     if out.get_column("kind").null_count():
         unknown = out.filter(pl.col("kind").is_null())
         counts = unknown.group_by("cat").len()
-        dropped = {f"cat={c}": int(k) for c, k in zip(counts["cat"], counts["len"], strict=True)}
+        for c, k in zip(counts["cat"], counts["len"], strict=True):
+            key = f"cat={c.lower() if c is not None else None}"
+            dropped[key] = dropped.get(key, 0) + int(k)
         out = out.filter(pl.col("kind").is_not_null())
     return ParsedTrace(events=out.drop("cat"), meta=meta, dropped=dropped, n_events=n_all)
 
