@@ -36,7 +36,7 @@ from tracekit.errors import AnalysisError
 from tracekit.membership import annotate_phases, phase_instances
 from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
-from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, walk
+from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, Walk, walk
 from .timeline import first_of_launch, launch_ends, queue_delay
 
 I64 = npt.NDArray[np.int64]
@@ -194,6 +194,15 @@ def _i64(a: npt.NDArray[np.int64] | npt.NDArray[np.int32]) -> I64:
     return a.astype(np.int64, copy=False)
 
 
+def _instance_of(dense: I64, pid: I64) -> I64:
+    """Instance index per phase id through ``dense`` (its last entry is -1: no instance);
+    -1 for ids that are no instance (fill value -1, unknown or out of range)."""
+    last = dense.size - 1
+    if pid.size and int(pid.min()) >= -1:  # -1 indexes the last entry: no branches needed
+        return dense[np.minimum(pid, last)]
+    return dense[np.where((pid >= 0) & (pid <= last), pid, last)]
+
+
 def _coll_rows(events: pl.DataFrame) -> pl.DataFrame:
     """The collective kernels of ``events`` (narrow columns), for match_collectives."""
     return events.select(_COLL_COLS).filter(pl.col("coll_seq").is_not_null())
@@ -229,21 +238,20 @@ def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], g_mem: npt.NDArra
     return codes
 
 
-def _allreduce_rows(
-    events: pl.DataFrame, is_kernel: npt.NDArray[np.bool_], start_all: I64, dur_all: I64, pid_col: I64
-) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]:
+def _allreduce_rows(events: pl.DataFrame) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]:
     """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id;
     the same numbers as ``matched(events)`` (match_collectives) without building its frame."""
-    coll = is_kernel & _bools(events.get_column("coll_seq").is_not_null())
-    rows = np.flatnonzero(coll)
-    sub = events.select("group", "coll_op", "coll_seq", "rank").filter(pl.Series(coll))
+    sub = events.select("kind", "group", "coll_op", "coll_seq", "rank", "start_ns", "dur_ns", "phase_id").filter(
+        (pl.col("kind") == KERNEL) & pl.col("coll_seq").is_not_null()
+    )
     codes = sub.select(
         pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
         pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
         (pl.col("coll_op") == "allreduce").fill_null(False).alias("ar"),
     )
-    start = start_all[rows]
-    dur = dur_all[rows]
+    start = _i64(sub.get_column("start_ns").to_numpy())
+    dur = _i64(_full(sub.get_column("dur_ns"), 0))
+    pid = _i64(_full(sub.get_column("phase_id"), -1))
     wait, ok = match_arrays(
         codes.get_column("g").to_numpy(),
         codes.get_column("op").to_numpy(),
@@ -252,33 +260,55 @@ def _allreduce_rows(
         start,
         dur,
     )
-    keep = codes.get_column("ar").to_numpy() & (pid_col[rows] >= 0)
-    return pid_col[rows][keep], dur[keep], wait[keep], (dur - wait)[keep], ok[keep]
+    keep = codes.get_column("ar").to_numpy() & (pid >= 0)
+    return pid[keep], dur[keep], wait[keep], (dur - wait)[keep], ok[keep]
 
 
-# --- the instance table ------------------------------------------------------------------------
+class _Acc:
+    """Per-instance sums over the rank chunks (each instance lives in one chunk)."""
+
+    def __init__(self, K: int) -> None:
+        self.buckets = np.zeros((K, NB), dtype=np.int64)
+        self.ws = np.zeros(K, dtype=np.int64)
+        self.we = np.zeros(K, dtype=np.int64)
+        self.ov = np.zeros(K, dtype=np.int64)
+        self.n_ev = np.zeros(K, dtype=np.int64)
+        self.qd = np.zeros(K, dtype=np.int64)
+        self.graph_l = np.zeros(K, dtype=np.int64)
+        self.eager_l = np.zeros(K, dtype=np.int64)
 
 
-def attribute_instances(
+_CHUNK_ROWS: Final = 1 << 20
+
+
+def _rank_chunks(events: pl.DataFrame) -> list[tuple[int, int]]:
+    """Row ranges [lo, hi) holding whole ranks (consecutive ranks merged up to ~1 M rows);
+    the whole table when ranks are not contiguous and sorted."""
+    n = events.height
+    rank = _full(events.get_column("rank"), -1)
+    if n == 0 or not np.all(rank[1:] >= rank[:-1]):
+        return [(0, n)]
+    brk = (np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist()
+    out: list[tuple[int, int]] = []
+    lo = 0
+    for b in [*brk, n]:
+        if b - lo >= _CHUNK_ROWS or b == n:
+            out.append((lo, b))
+            lo = b
+    return out
+
+
+def _attribute_chunk(
     events: pl.DataFrame,
-    phases: Sequence[str] | None = None,
-    *,
-    launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
-    collectives: pl.DataFrame | None = None,
-) -> pl.DataFrame:
-    """One row per phase instance (module doc) of an annotated table; ``phases`` filters.
-
-    ``collectives``: ``matched(events)`` when the caller has it already.
-    """
-    inst = phase_instances(
-        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACTS)
-    ).sort(["rank", "start_ns", "phase_id"])
-    K = inst.height
-    pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)
-    max_id = int(pid_all.max()) + 1 if K else 0
-    dense = np.full(max_id + 1, -1, dtype=np.int64)
-    dense[pid_all] = np.arange(K, dtype=np.int64)
-
+    dense: I64,
+    K: int,
+    launch_latency_ns: int,
+    i_rank: I64,
+    host_start: I64,
+    is_host: npt.NDArray[np.bool_],
+    acc: _Acc,
+) -> None:
+    """Walk, queue delay and launch counts of the instances of the ranks in ``events``, into ``acc``."""
     # kinds: two string comparisons over the table, the rest only on the other rows
     kind = events.get_column("kind")
     is_k = _bools(kind == KERNEL)
@@ -309,7 +339,7 @@ def attribute_instances(
     g_start = start_all[g_idx]
     g_end = g_start + dur_all[g_idx]
     g_pid = pid_col[g_idx]
-    g_inst = dense[np.where((g_pid >= 0) & (g_pid <= max_id), g_pid, max_id)]
+    g_inst = _instance_of(dense, g_pid)
     mem = g_inst >= 0
     g_corr, g_has = corr_all[g_idx], has_corr[g_idx]
     launch_end = launch_ends(
@@ -322,12 +352,64 @@ def attribute_instances(
     else:
         first = first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
         w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first)
+    has_gpu = w.n_events > 0
+    acc.buckets += w.buckets
+    acc.ws += w.window_start
+    acc.we += w.window_end
+    acc.ov += w.overlapped_comm
+    acc.n_ev += w.n_events
+    acc.qd += queue_delay(g_rank, g_start, g_end, i_rank, w.window_start, host_start, has_gpu & is_host)
+
+    # launch counts per instance (graph launches: graph flag, else the cudaGraphLaunch name)
+    l_rows = np.flatnonzero(lmask & (pid_col >= 0))
+    graph_s = events.get_column("graph")
+    l_graph = _bools(graph_s)[l_rows]
+    if graph_s.null_count():
+        unknown = np.flatnonzero(graph_s.is_null().to_numpy()[l_rows])
+        names = events.get_column("name").gather(l_rows[unknown])
+        l_graph[unknown] = names.str.contains("GraphLaunch").fill_null(False).to_numpy()
+    l_pid = pid_col[l_rows]
+    l_inst = _instance_of(dense, l_pid)
+    ok = l_inst >= 0
+    acc.graph_l += np.bincount(l_inst[ok & l_graph], minlength=K)[:K]
+    acc.eager_l += np.bincount(l_inst[ok & ~l_graph], minlength=K)[:K]
+
+
+# --- the instance table ------------------------------------------------------------------------
+
+
+def attribute_instances(
+    events: pl.DataFrame,
+    phases: Sequence[str] | None = None,
+    *,
+    launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+    collectives: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """One row per phase instance (module doc) of an annotated table; ``phases`` filters.
+
+    ``collectives``: ``matched(events)`` when the caller has it already.
+    """
+    inst = phase_instances(
+        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACTS)
+    ).sort(["rank", "start_ns", "phase_id"])
+    K = inst.height
+    pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)
+    max_id = int(pid_all.max()) + 1 if K else 0
+    dense = np.full(max_id + 1, -1, dtype=np.int64)
+    dense[pid_all] = np.arange(K, dtype=np.int64)
 
     i_rank = inst.get_column("rank").to_numpy().astype(np.int64)
     host_start = inst.get_column("start_ns").to_numpy().astype(np.int64)
-    has_gpu = w.n_events > 0
     is_host = (inst.get_column("source") == "host").to_numpy()
-    qd = queue_delay(g_rank, g_start, g_end, i_rank, w.window_start, host_start, has_gpu & is_host)
+    # rank by rank (a rank's rows are contiguous in the canonical order): temporaries stay
+    # small enough for the allocator to reuse them, and per-rank lookups need no slicing
+    acc = _Acc(K)
+    for lo, hi in _rank_chunks(events):
+        part = events if (lo, hi) == (0, events.height) else events.slice(lo, hi - lo)
+        _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc)
+    w = Walk(acc.buckets, acc.ws, acc.we, acc.ov, acc.n_ev)
+    has_gpu = w.n_events > 0
+    qd, graph_l, eager_l = acc.qd, acc.graph_l, acc.eager_l
 
     # GPU time between consecutive instances of a rank (any phase), by window start
     between = np.zeros(K, dtype=np.int64)
@@ -339,20 +421,6 @@ def attribute_instances(
         reach = np.maximum.accumulate(w.window_end[idx])
         between[idx[:-1]] = np.maximum(w.window_start[idx[1:]] - reach[:-1], 0)
 
-    # launch counts per instance (graph launches: graph flag, else the cudaGraphLaunch name)
-    l_rows = np.flatnonzero(lmask & (pid_col >= 0))
-    graph_s = events.get_column("graph")
-    l_graph = _bools(graph_s)[l_rows]
-    if graph_s.null_count():
-        unknown = np.flatnonzero(graph_s.is_null().to_numpy()[l_rows])
-        names = events.get_column("name").gather(l_rows[unknown])
-        l_graph[unknown] = names.str.contains("GraphLaunch").fill_null(False).to_numpy()
-    l_pid = pid_col[l_rows]
-    l_inst = dense[np.where(l_pid <= max_id, l_pid, max_id)]
-    ok = l_inst >= 0
-    graph_l = np.bincount(l_inst[ok & l_graph], minlength=K)[:K]
-    eager_l = np.bincount(l_inst[ok & ~l_graph], minlength=K)[:K]
-
     # allreduce kernel time, wait and transfer (collectives matched across ranks)
     ar = np.zeros((3, K), dtype=np.int64)
     unmatched = np.zeros(K, dtype=bool)
@@ -362,12 +430,12 @@ def attribute_instances(
         m_vals = [_i64(_full(m.get_column(c), 0)) for c in ("dur_ns", "wait_ns", "transfer_ns")]
         m_ok = _bools(m.get_column("matched"))
     elif events.get_column("coll_seq").null_count() < events.height:
-        m_pid, d, wt, tr, m_ok = _allreduce_rows(events, is_k, start_all, dur_all, pid_col)
+        m_pid, d, wt, tr, m_ok = _allreduce_rows(events)
         m_vals = [d, np.where(m_ok, wt, 0), np.where(m_ok, tr, 0)]
     else:
         m_pid = np.zeros(0, dtype=np.int64)
     if m_pid.size:
-        m_inst = dense[np.where(m_pid <= max_id, m_pid, max_id)]
+        m_inst = _instance_of(dense, m_pid)
         okm = m_inst >= 0
         for j, v in enumerate(m_vals):
             ar[j] = np.rint(np.bincount(m_inst[okm], weights=v[okm].astype(np.float64), minlength=K)[:K]).astype(np.int64)

@@ -168,7 +168,7 @@ def walk(
     if first_of_launch is None:
         lpart = launch_end + np.int64(launch_latency_ns)
     else:
-        lpart = np.where(first_of_launch, np.int64(launch_latency_ns), np.int64(0))
+        lpart = first_of_launch * np.int64(launch_latency_ns)  # not np.where: no branches
         lpart += launch_end
     np.minimum(lpart, start, out=lpart)
     lpart -= start

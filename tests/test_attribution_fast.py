@@ -158,3 +158,17 @@ def test_numpy_matching_equals_the_match_frame(seed: int) -> None:
     assert ok.tolist() == m.get_column("matched").to_list()
     assert wait[ok].tolist() == m.get_column("wait_ns").drop_nulls().to_list()
     assert (~ok).any() == (seed == 2)
+
+
+def test_rank_chunks_give_the_same_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracekit.analyzers.attribution as attribution
+
+    ev, _ = prepare(annotate_collectives(random_run(4, ranks=4)))
+    whole = attribute_instances(ev)
+    monkeypatch.setattr(attribution, "_CHUNK_ROWS", 1)  # one chunk per rank
+    assert len(attribution._rank_chunks(ev)) == 4
+    assert_frame_equal(attribute_instances(ev), whole)
+    # ranks not contiguous: one chunk, same result
+    shuffled = ev.sample(fraction=1.0, shuffle=True, seed=1)
+    assert attribution._rank_chunks(shuffled) == [(0, ev.height)]
+    assert_frame_equal(attribute_instances(shuffled), whole)
