@@ -260,11 +260,26 @@ def _drop_non_int(values: list[Any]) -> list[int]:
 _CHUNK = 2048  # events per transposition step: a step's Structs stay in cache across its ~15 passes
 
 
+_INT_TYPES = frozenset({int, type(None)})
+
+
+def _odd_positions(values: list[Any], base: int, into: list[int]) -> bool:
+    """Append ``base + j`` for every value that is neither an int nor None (bools included);
+    True if one of them is not a bool. One C-level type scan; the Python loop only runs on a
+    chunk that has such a value."""
+    types = set(map(type, values))
+    if types <= _INT_TYPES:
+        return False
+    into.extend(base + j for j, v in enumerate(values) if type(v) is not int and v is not None)
+    return bool(types - _INT_TYPES - {bool})
+
+
 def _transpose(events: list[_Event]) -> tuple[dict[str, list[Any]], list[int], list[_Args]]:
     """Kept events (ph X / i / I) as one Python list per field, built a chunk at a time: every
     field of a chunk is read while its Structs are still in the CPU cache (one pass per field
     over the whole list costs a cache miss per event per field). Also the positions and args
-    of the few events with a ``Collective name``."""
+    of the few events with a ``Collective name``. Positions of pids / tids that are not ints are
+    under ``"_odd_pid"`` / ``"_odd_tid"`` (empty when only bools: polars takes those as ints)."""
     keep = _KEEP_PH
     names = ("ph", "cat", "name", "pid", "tid", "ts", "dur",
              "correlation", "external_id", "device", "stream", "bytes")
@@ -273,14 +288,21 @@ def _transpose(events: list[_Event]) -> tuple[dict[str, list[Any]], list[int], l
     corr, ext, dev, stream, nbytes = (out[k] for k in names[7:])
     cidx: list[int] = []
     cargs: list[_Args] = []
+    odd_pid: list[int] = []
+    odd_tid: list[int] = []
+    pid_str = tid_str = False
     for lo in range(0, len(events), _CHUNK):
         ch = [e for e in events[lo:lo + _CHUNK] if e.ph in keep]
         base = len(ph)
         ph += [e.ph for e in ch]
         cat += [e.cat for e in ch]
         name += [e.name for e in ch]
-        pid += [e.pid for e in ch]
-        tid += [e.tid for e in ch]
+        pc = [e.pid for e in ch]
+        tc = [e.tid for e in ch]
+        pid_str |= _odd_positions(pc, base, odd_pid)
+        tid_str |= _odd_positions(tc, base, odd_tid)
+        pid += pc
+        tid += tc
         ts += [e.ts for e in ch]
         dur += [e.dur for e in ch]
         args = [e.args for e in ch]
@@ -295,6 +317,8 @@ def _transpose(events: list[_Event]) -> tuple[dict[str, list[Any]], list[int], l
                 if c is not None:
                     cidx.append(base + j)
                     cargs.append(args[j])
+    out["_odd_pid"] = odd_pid if pid_str else []
+    out["_odd_tid"] = odd_tid if tid_str else []
     return out, cidx, cargs
 
 
@@ -308,18 +332,18 @@ def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]
     if ts.null_count():
         raise BadTraceError(f"{ts.null_count()} event(s) with a missing or non-numeric ts", path=path)
     dur = us_text_to_ns(_series(cols.pop("dur"), pl.String()))
+    # string pids: Kineto's own "Spans"/"Traces" rows, or every row of a merged trace; they go
+    # to pid_raw, and pid_int is null there (tid likewise null)
     pids = cols.pop("pid")
-    try:
-        pid_int = pl.Series(pids, dtype=pl.Int64, strict=True)
-        pid_raw = _nulls(n, pl.String())
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        # string pids: Kineto's own "Spans"/"Traces" rows, or every row of a merged trace
-        sidx = [i for i, p in enumerate(pids) if type(p) is not int and p is not None]
-        pid_raw = _sparse([str(pids[i]) for i in sidx], sidx, n, pl.String())
-        for i in sidx:
-            pids[i] = None
-        pid_int = pl.Series(pids, dtype=pl.Int64, strict=True)
+    sidx = cols.pop("_odd_pid")
+    pid_raw = _sparse([str(pids[i]) for i in sidx], sidx, n, pl.String())
+    for i in sidx:
+        pids[i] = None
+    pid_int = _series(pids, pl.Int64())
     del pids
+    tids = cols.pop("tid")
+    for i in cols.pop("_odd_tid"):
+        tids[i] = None
     frame = pl.DataFrame(
         {
             "cat": _series(cols.pop("cat"), pl.String()),
@@ -327,7 +351,7 @@ def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]
             "name": _series(cols.pop("name"), pl.String()),
             "pid_raw": pid_raw,
             "pid_int": pid_int,
-            "tid_raw": _series(cols.pop("tid"), pl.Int64()),
+            "tid_raw": _series(tids, pl.Int64()),
             "start_ns": ts + base_ns,
             "dur_ns": dur.fill_null(0),
             "correlation": _series(cols.pop("correlation"), pl.Int64()),
@@ -343,7 +367,7 @@ def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]
             "group_size": _sparse([a.group_size for a in cargs], cidx, n, pl.Int64()),
         }
     )
-    del cols, cargs
+    del cols, cargs, tids
     parsed = _to_events(frame, path, meta, n_all)
     if skipped:
         parsed.dropped["non-events (metadata, flows, counters)"] = skipped
