@@ -9,6 +9,12 @@ reference workload -> capture CUDA graphs -> ``warmup`` cycles (the later ones
 timed unprofiled) -> environment manifest -> profiler window of ``cycles``
 cycles (timed again) -> manifest at window end -> convert + finalize events ->
 write its shard ``<out>.d/rank-00003.parquet`` atomically -> ``os._exit``.
+Each rank's stdout and stderr file descriptors go to ``<out>.d/rank-00003.log``
+from its first line on (torch's C++ lines such as the profiler's USDT
+``profiler_start`` notes, NCCL warnings, tracebacks); tracekit's own progress
+reaches the launcher through a queue. The logs are removed with the shards when
+every rank succeeded, kept (and named) when a rank failed, was killed or ended
+its window early; the launcher prints the last lines of a failed rank's log.
 A rank that dies, fails, or shows no progress for ``timeout_s`` (killed) loses only its own shard; the
 merged manifest's ``missing_ranks`` names it and why.  Survivors of a dead peer
 get an error from their next collective and still write what they recorded
@@ -17,6 +23,7 @@ get an error from their next collective and still write what they recorded
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
@@ -49,6 +56,7 @@ class CaptureConfig:
     nvml_interval_s: float = 0.02  # 0: no NVML counter sampling
     rank_env: dict[int, dict[str, str | None]] = field(default_factory=dict)  # per-rank env edits (None: unset)
     fault: tuple[int, int, str] | None = None  # (rank, cycle, "exit" | "hang" | "raise"): failure injection
+    keep_logs: bool = False  # keep <out>.d/rank-*.log even when every rank succeeded
 
     def captured(self, world: int) -> list[int]:
         return list(range(world)) if self.ranks is None else sorted(set(self.ranks))
@@ -101,6 +109,35 @@ def shard_path(shard_dir: Path, rank: int) -> Path:
     return shard_dir / f"rank-{rank:05d}.parquet"
 
 
+def log_path(shard_dir: Path, rank: int) -> Path:
+    """Where a rank process's stdout and stderr go."""
+    return shard_dir / f"rank-{rank:05d}.log"
+
+
+def redirect_output(path: Path) -> None:
+    """Point this process's stdout and stderr file descriptors (C++ and Python alike) at ``path``."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
+def log_tail(path: Path, lines: int = 12) -> list[str]:
+    """The last non-empty lines of a rank log ([] when there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip()][-lines:]
+
+
 def _fault(cc: CaptureConfig, rank: int, cycle: int) -> None:
     if cc.fault is None or cc.fault[0] != rank or cc.fault[1] != cycle:
         return
@@ -112,12 +149,20 @@ def _fault(cc: CaptureConfig, rank: int, cycle: int) -> None:
     raise RuntimeError(f"injected failure at cycle {cycle}")
 
 
+# After every rank wrote its shard, teardown gets this long before the launcher ends the process.
+DONE_GRACE_S = 20.0
+
+
 def _rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: str, q: Any) -> None:
     """Body of one rank process; always ends in os._exit (NCCL threads must not keep it alive)."""
+    import sys
+
     code = 0
     try:
+        redirect_output(log_path(Path(shard_dir), rank))
         _rank_body(rank, world, kind, cc, port, Path(shard_dir), q)
     except BaseException as exc:
+        traceback.print_exc()  # the whole traceback goes to the rank's log
         tb = traceback.format_exc(limit=3).strip().splitlines()
         q.put(("error", rank, f"{exc.__class__.__name__}: {exc}"[:500], tb[-1] if tb else ""))
         code = 1
@@ -127,6 +172,9 @@ def _rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
             q.join_thread()
         except Exception:
             pass
+        for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's buffers
+            with contextlib.suppress(Exception):
+                stream.flush()
     os._exit(code)
 
 
@@ -210,9 +258,12 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     if session is not None:
         _write_shard(rank, world, cc, wl, session, sampler, counters, start, end, stats, done, aborted, device,
                      shard_dir, q)
-    if aborted is None:  # clean teardown so no peer's NCCL heartbeat outlives the TCPStore host (rank 0)
+    if aborted is None:  # every rank has written its shard before any exits (rank 0 hosts the TCPStore)
         dist.barrier()
-        dist.destroy_process_group()
+        if dist.get_backend() != "nccl":
+            dist.destroy_process_group()
+        # NCCL: destroy_process_group hung for minutes on 2x H200 (torch 2.11, NCCL 2.28.9) after the
+        # shards were written; the rank ends in os._exit instead (the brief's rule after NCCL work).
 
 
 def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
@@ -306,9 +357,15 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     errors: dict[int, str] = {}
     timed_out: dict[int, float] = {}
     cycling: set[int] = set()  # ranks past start-up (first cycle done)
+    finished: dict[int, float] = {}  # ranks whose shard is written -> when
     while any(p.is_alive() for p in procs.values()):
         now = time.monotonic()
         for r, p in procs.items():
+            if r in finished:  # its data is safe: only teardown is left; do not wait minutes for it
+                if p.is_alive() and now - finished[r] > DONE_GRACE_S and all(
+                        q_r in finished or not procs[q_r].is_alive() for q_r in procs):
+                    p.kill()
+                continue
             limit = cc.timeout_s if r in cycling else max(cc.timeout_s, cc.startup_timeout_s)
             if p.is_alive() and r not in timed_out and now - last[r] > limit:
                 p.kill()
@@ -327,6 +384,7 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
             errors[msg[1]] = msg[2]
             say(f"rank {msg[1]}: error: {msg[2]}")
         elif msg[0] == "done":
+            finished[msg[1]] = time.monotonic()
             say(f"rank {msg[1]}: shard written ({msg[2]} events)")
         else:
             say(f"rank {msg[1]}: {msg[2]}")
@@ -350,16 +408,28 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
         else:
             missing[str(r)] = f"process exited with code {procs[r].exitcode} before writing its shard"
         say(f"rank {r}: missing: {missing[str(r)]}")
+    for r in sorted(set(errors) | set(timed_out) | {int(k) for k in missing}):
+        tail = log_tail(log_path(shard_dir, r))
+        if tail:
+            say(f"rank {r}: last lines of {log_path(shard_dir, r)}:")
+            for line in tail:
+                say(f"  | {line}")
     if len(missing) == len(captured):
-        raise TracekitError("no rank produced data: " + "; ".join(f"rank {r}: {m}" for r, m in missing.items()),
-                            path=str(out))
+        raise TracekitError("no rank produced data: " + "; ".join(f"rank {r}: {m}" for r, m in missing.items())
+                            + f" (rank logs kept in {shard_dir})", path=str(out))
     extra: dict[str, Any] = {"source": "capture", "launcher": launcher, "world_size": world,
                              "capture": cc.to_dict(), "captured_ranks": captured}
     if missing:
         extra["missing_ranks"] = missing
     merge_shards(shard_dir, out, extra)
-    shutil.rmtree(shard_dir, ignore_errors=True)  # the merged file holds every shard
     man = read_manifest(out)
+    aborted = [r for r, sec in man.get("ranks", {}).items() if isinstance(sec, dict) and sec.get("aborted")]
+    if missing or errors or aborted or cc.keep_logs:  # the merged file holds every shard: keep only the logs
+        for r in range(world):
+            shard_path(shard_dir, r).unlink(missing_ok=True)
+        say(f"rank logs (stdout/stderr of every rank process) kept in {shard_dir}/")
+    else:
+        shutil.rmtree(shard_dir, ignore_errors=True)
     import pyarrow.parquet as pq
 
     n = pq.ParquetFile(out).metadata.num_rows

@@ -109,22 +109,36 @@ def test_keep_json_is_a_real_kineto_trace_matching_the_table(cap2: tuple[Any, Pa
     assert sorted(labels) == sorted(table["name"].to_list())
 
 
-def test_eight_ranks(tmp_path: Path) -> None:
+def test_eight_ranks(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     cc = CaptureConfig(out=str(tmp_path / "run8.parquet"), world=8, cycles=2, warmup=0, device="cpu",
                        workload=_wl(layers=1, dense_layers=0), timeout_s=150)
-    res = run_capture(cc)
+    said: list[str] = []
+    res = run_capture(cc, progress=said.append)
     run = load_run(res.out)
     assert run.ranks == list(range(8)) and res.missing == {}
+    # torch's C++ profiler notes (USDT ... profiler_start) went to the rank logs, removed on success
+    out = capfd.readouterr()
+    assert "USDT" not in out.out + out.err and "profiler_start" not in out.out + out.err
+    assert not Path(str(res.out) + ".d").exists()
+    assert sum("shard written" in m for m in said) == 8  # tracekit's own progress still reaches the launcher
     verify = run.events.filter(pl.col("kind") == "range", pl.col("phase") == "verify", pl.col("phase_id").is_not_null())
     per = verify.group_by("cycle").agg(pl.col("rank").n_unique().alias("ranks"), pl.col("accept_len").n_unique().alias("acc"))
     assert sorted(per["cycle"].to_list()) == [0, 1]
     assert per["ranks"].to_list() == [8, 8] and per["acc"].to_list() == [1, 1]  # one accept draw for all ranks
 
 
-def test_killed_rank_loses_only_its_shard(tmp_path: Path) -> None:
+def test_killed_rank_loses_only_its_shard(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     cc = CaptureConfig(out=str(tmp_path / "run.parquet"), world=2, cycles=3, warmup=1, device="cpu", workload=_wl(),
                        timeout_s=90, coll_timeout_s=30, fault=(1, 2, "exit"))
-    res = run_capture(cc)
+    said: list[str] = []
+    res = run_capture(cc, progress=said.append)
+    # a rank failed: the per-rank logs are kept (shards gone: merged), named, and the failed rank's tail printed
+    logs = Path(str(res.out) + ".d")
+    assert sorted(p.name for p in logs.iterdir()) == ["rank-00000.log", "rank-00001.log"]
+    assert "profiler_start" in (logs / "rank-00000.log").read_text()
+    assert any(f"kept in {logs}" in m for m in said)
+    out = capfd.readouterr()
+    assert "USDT" not in out.out + out.err
     run = load_run(res.out)
     assert run.ranks == [0]
     assert "exited with code 17" in run.manifest["missing_ranks"]["1"]
@@ -155,7 +169,11 @@ def test_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
 def test_hung_rank_is_killed_at_the_deadline_and_named(tmp_path: Path) -> None:
     cc = CaptureConfig(out=str(tmp_path / "run.parquet"), world=2, cycles=2, warmup=0, device="cpu", workload=_wl(),
                        timeout_s=12, coll_timeout_s=3, fault=(1, 1, "hang"))
-    res = run_capture(cc)
+    said: list[str] = []
+    res = run_capture(cc, progress=said.append)
+    # the killed rank's log tail reaches the launcher's output (its profiler note is the last thing it wrote)
+    i = said.index(f"rank 1: last lines of {Path(str(res.out) + '.d') / 'rank-00001.log'}:")
+    assert "profiler_start" in said[i + 1]
     man = load_run(res.out).manifest
     assert "no progress for 12 s (killed)" in man["missing_ranks"]["1"]
     assert man["ranks"]["0"]["aborted"]  # its collective timed out waiting for rank 1; what it had is kept
