@@ -216,3 +216,15 @@ def test_piped_console_is_wide() -> None:
 
     c = make_console()
     assert isinstance(c, Console) and (c.is_terminal or c.width >= 120)
+
+
+def test_cli_gap_host_mode_on_cpu_sample() -> None:
+    r = CliRunner().invoke(cli, ["gap", str(SAMPLE)])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("host mode:") and "verify vs decode: host time (CPU run" in r.output
+    j = CliRunner().invoke(cli, ["gap", str(SAMPLE), "--json"])
+    doc = json.loads(j.output)
+    assert doc["mode"] == "host" and doc["a"]["phase"] == "verify" and doc["b"]["phase"] == "decode"
+    deltas = sum(v["delta_ns"] for v in doc["buckets"].values())
+    assert deltas == pytest.approx(doc["a"]["host_ns"] - doc["b"]["host_ns"], abs=1e-3) == doc["total_delta_ns"]
+    assert doc["buckets"]["moe"]["a_ns"] > 0 and set(doc["buckets"]) == set(HOST_BUCKETS)

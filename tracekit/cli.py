@@ -331,17 +331,33 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
     from rich.console import Console
 
     from tracekit.analyzers.gap import gap_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.host_attribution import has_gpu_events  # type: ignore[import-not-found]
+    from tracekit.analyzers.host_gap import host_gap_report  # type: ignore[import-not-found]
     from tracekit.errors import AnalysisError
     from tracekit.render import gap as render_gap
+    from tracekit.render import host_attribute as render_host
     from tracekit.store import read_run
 
     ev_a = read_run(run)
     ev_b = read_run(b_run) if b_run is not None else None
+    sel = None if rank is None else [rank]
+    host_mode = not has_gpu_events(ev_a, sel) and not has_gpu_events(ev_b if ev_b is not None else ev_a, sel)
     try:
-        rep = gap_report(ev_a, ev_b, a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000))
+        if host_mode:  # CPU runs: compare the phases' host time instead of GPU windows
+            hrep = host_gap_report(ev_a, ev_b, a=a, b=b, rank=rank)
+        else:
+            rep = gap_report(ev_a, ev_b, a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000))
     except AnalysisError as exc:
         path = b_run if (b_run is not None and exc.message.startswith("B:")) else run
         raise _analysis_error(exc, path) from None
+    if host_mode:
+        if as_json:
+            click.echo(json.dumps(render_host.host_gap_json(hrep, run, b_run or run), indent=2, allow_nan=False))
+        else:
+            console = Console(width=max(Console().width, 120))
+            console.print(render_host.host_mode_line(sel).replace("phase time is attributed", "phases are compared"), soft_wrap=True)
+            render_host.render_host_gap(hrep, console)
+        return
     if as_json:
         doc = render_gap.to_json(rep, run, b_run or run, by_rank=by == "rank")
         click.echo(json.dumps(doc, indent=2, allow_nan=False))

@@ -194,4 +194,75 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         console.print()
 
 
-__all__ = ["HOST_BUCKETS", "HOST_HEADER", "HOST_LABELS", "host_mode_line", "host_summary", "host_to_json", "render_host"]
+def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> dict[str, Any]:
+    """``tracekit gap --json`` in host mode: the GPU document's keys, ``mode: host``, host-range buckets."""
+    def side(x: dict[str, Any], run: str | None) -> dict[str, Any]:
+        return {**x, "run": run, "gpu_window_ns": 0}
+
+    return {
+        "units": "ns, mean per phase instance (each instance of each selected rank counts once)",
+        "mode": "host",
+        "a": side(rep["a"], a_run),
+        "b": side(rep["b"], b_run),
+        "buckets": {
+            r["bucket"]: {"a_ns": r["a_ns"], "b_ns": r["b_ns"], "delta_ns": r["delta_ns"],
+                          "delta_per_token_ns": r["delta_per_token_ns"], "share_of_gap": r["share"]}
+            for r in rep["buckets"].iter_rows(named=True)
+            if r["bucket"] != "host_range"
+        },
+        "total_delta_ns": rep["total_delta_ns"],
+        "explanations": rep["explanations"],
+        "kernels": [],
+        "seq": [],
+        "warnings": rep["warnings"],
+        "definitions": HOST_DEFINITIONS,
+    }
+
+
+def render_host_gap(rep: dict[str, Any], console: Console) -> None:
+    """Print the host-mode gap table (means per instance) and its ranked explanations."""
+    a, b = rep["a"], rep["b"]
+    an, bn = (a["phase"], b["phase"]) if a["phase"] != b["phase"] else (f"A:{a['phase']}", f"B:{b['phase']}")
+
+    def desc(x: dict[str, Any]) -> str:
+        tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
+        return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens"
+
+    console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
+    t = Table(title=f"{an} vs {bn}: {HOST_HEADER}; mean per instance over all selected ranks")
+    t.add_column("bucket", no_wrap=True)
+    for c in (f"{an} per instance", f"{bn} per instance", "delta per instance", "delta per token", "share of gap"):
+        t.add_column(c, justify="right")
+    for r in rep["buckets"].iter_rows(named=True):
+        name = r["bucket"]
+        if name != "host_range" and r["a_ns"] == 0 and r["b_ns"] == 0:
+            continue
+        t.add_row(
+            "host range (= sum)" if name == "host_range" else HOST_LABELS[name],
+            ms(r["a_ns"]), ms(r["b_ns"]),
+            ("+" if r["delta_ns"] > 0 else "") + ms(r["delta_ns"]),
+            "n/a" if r["delta_per_token_ns"] is None else ms(r["delta_per_token_ns"]),
+            "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
+            style="bold" if name == "host_range" else None,
+        )
+    console.print(t)
+    total = rep["total_delta_ns"]
+    more = "more" if total >= 0 else "less"
+    console.print(f"{an} takes {ms(abs(total))} per instance {more} host time than {bn}; by bucket:")
+    for line in rep["explanations"]:
+        console.print(f"  {line}", soft_wrap=True)
+    for w in rep["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+
+
+__all__ = [
+    "HOST_BUCKETS",
+    "HOST_HEADER",
+    "HOST_LABELS",
+    "host_gap_json",
+    "host_mode_line",
+    "host_summary",
+    "host_to_json",
+    "render_host",
+    "render_host_gap",
+]

@@ -1,0 +1,96 @@
+"""``tracekit gap`` in host mode: phase A vs phase B on runs with no GPU events (CPU runs).
+
+Pure functions over polars frames. Both sides go through
+``analyzers.host_attribution`` (outermost CPU op per instant on the phase's
+thread; buckets sum to the host range). Per bucket: mean per instance on each
+side (every instance of every selected rank counts once), delta = A - B, delta
+per token (A's mean per token minus B's; tokens = ``num_tokens``, else
+``batch_size``), share of the total host-range gap. Explanations: one line per
+bucket with a material delta, ranked by |delta|.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from tracekit.errors import AnalysisError
+
+from .host_attribution import HOST_BUCKET_COLUMNS, HOST_BUCKETS, host_report
+
+
+def _side(events: pl.DataFrame, phase: str, rank: int | None, tag: str) -> pl.DataFrame:
+    try:
+        inst = host_report(events, phase, rank)["instances"]
+    except AnalysisError as exc:
+        raise AnalysisError(f"{tag}: {exc.message}", rank=exc.rank) from None
+    if inst.height == 0:
+        raise AnalysisError(f"{tag}: no {phase} instances with a host range")
+    return inst
+
+
+def _summary(inst: pl.DataFrame, phase: str) -> dict[str, Any]:
+    tokens = pl.coalesce(pl.col("num_tokens"), pl.col("batch_size"))
+    row = inst.select(
+        pl.len().alias("instances"),
+        pl.col("rank").n_unique().alias("ranks"),
+        *[pl.col(c).cast(pl.Float64).mean().alias(c) for c in ("host_ns", *HOST_BUCKET_COLUMNS, "ops", "outer_ops")],
+        tokens.cast(pl.Float64).mean().alias("mean_tokens"),
+        pl.col("seq_len").cast(pl.Float64).mean().alias("mean_seq_len"),
+    ).row(0, named=True)
+    return {"phase": phase, **row}
+
+
+def host_bucket_table(a: dict[str, Any], b: dict[str, Any]) -> pl.DataFrame:
+    """bucket, a_ns, b_ns, delta_ns, delta_per_token_ns, share (of the host-range gap); last row host_range."""
+    total = a["host_ns"] - b["host_ns"]
+    rows = []
+    for name, col in [*zip(HOST_BUCKETS, HOST_BUCKET_COLUMNS, strict=True), ("host_range", "host_ns")]:
+        va, vb = float(a[col]), float(b[col])
+        per_tok = (
+            va / a["mean_tokens"] - vb / b["mean_tokens"] if a["mean_tokens"] and b["mean_tokens"] else None
+        )
+        rows.append({
+            "bucket": name, "a_ns": va, "b_ns": vb, "delta_ns": va - vb, "delta_per_token_ns": per_tok,
+            "share": (va - vb) / total if total else None,
+        })
+    return pl.DataFrame(rows, schema={"bucket": pl.String, "a_ns": pl.Float64, "b_ns": pl.Float64, "delta_ns": pl.Float64,
+                                      "delta_per_token_ns": pl.Float64, "share": pl.Float64})
+
+
+def host_gap_report(
+    a_events: pl.DataFrame, b_events: pl.DataFrame | None = None, *, a: str = "verify", b: str = "decode",
+    rank: int | None = None,
+) -> dict[str, Any]:
+    """Keys: a, b (side summaries: means per instance), buckets, explanations, total_delta_ns, warnings.
+
+    AnalysisError messages start with ``A:`` or ``B:`` (as ``analyzers.gap``)."""
+    ia = _side(a_events, a, rank, "A")
+    ib = _side(b_events if b_events is not None else a_events, b, rank, "B")
+    sa, sb = _summary(ia, a), _summary(ib, b)
+    warnings = []
+    if sa["mean_seq_len"] and sb["mean_seq_len"]:
+        ratio = sa["mean_seq_len"] / sb["mean_seq_len"]
+        if ratio > 1.25 or ratio < 0.8:
+            warnings.append(f"sequence lengths differ: {sa['mean_seq_len']:,.0f} vs {sb['mean_seq_len']:,.0f} on average")
+    buckets = host_bucket_table(sa, sb)
+    total = sa["host_ns"] - sb["host_ns"]
+    ranked = buckets.filter(pl.col("bucket") != "host_range").sort(pl.col("delta_ns").abs(), descending=True)
+    explanations = [
+        f"{r['bucket']}: {'+' if r['delta_ns'] > 0 else ''}{r['delta_ns'] / 1e6:.3f} ms per instance"
+        + ("" if r["share"] is None else f" ({100 * r['share']:.0f}% of the host-range gap)")
+        for r in ranked.iter_rows(named=True)
+        if total and abs(r["delta_ns"]) >= 0.03 * abs(total)
+    ][:6]
+    return {
+        "a": sa,
+        "b": sb,
+        "buckets": buckets,
+        "explanations": explanations,
+        "total_delta_ns": total,
+        "warnings": warnings,
+    }
+
+
+__all__ = ["host_bucket_table", "host_gap_report"]
