@@ -85,19 +85,30 @@ _CODE: Final = {b: i for i, b in enumerate(BUCKETS)}
 # --- preparation ------------------------------------------------------------------------------
 
 
-def _has_phase_ids(events: pl.DataFrame) -> bool:
-    """True when phase ranges carry phase ids that are unique in the run.
-
-    Shards annotated one rank at a time and merged number their instances from 0
-    on every rank; such a table is annotated again (ids are then unique).
-    """
-    ranges = events.select("kind", "phase_id", "rank").filter(
+def _phase_ranges(events: pl.DataFrame) -> pl.DataFrame:
+    """The phase ranges (narrow: kind, phase_id, rank, phase) of a table."""
+    return events.select("kind", "phase_id", "rank", "phase").filter(
         pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()
     )
+
+
+def _ids_unique(ranges: pl.DataFrame) -> bool:
+    """True when the phase ranges carry phase ids that are unique in the run.
+
+    ``tracekit.store.read_run`` guarantees this for stored runs; shards annotated
+    one rank at a time and merged in memory number their instances from 0 on every
+    rank; such a table is annotated again (ids are then unique). Cost: one pass
+    over the kind column plus a group-by over the (few) ranges.
+    """
     if ranges.height == 0:
         return False
     shared = ranges.group_by("phase_id").agg(pl.col("rank").n_unique().alias("n")).get_column("n").max()
     return shared is not None and int(shared) <= 1  # type: ignore[arg-type]
+
+
+def _has_phase_ids(events: pl.DataFrame) -> bool:
+    """True when phase ranges carry phase ids that are unique in the run (``_ids_unique``)."""
+    return _ids_unique(_phase_ranges(events))
 
 
 def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFrame, list[str]]:
@@ -117,15 +128,13 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
     cm = comm_mask(base.select("kind", "category", "name"))  # narrow: never filter the wide table
     if cm.any() and base.get_column("coll_seq").filter(cm).null_count() > 0:
         base = annotate_collectives(base)
-    ev = base if _has_phase_ids(base) else annotate_phases(base)
-    present = sorted(
-        ev.select("kind", "phase_id", "phase")
-        .filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null())
-        .get_column("phase")
-        .drop_nulls()
-        .unique()
-        .to_list()
-    )
+    ranges = _phase_ranges(base)
+    if _ids_unique(ranges):
+        ev = base
+    else:
+        ev = annotate_phases(base)
+        ranges = _phase_ranges(ev)
+    present = sorted(ranges.get_column("phase").drop_nulls().unique().to_list())
     if phase is None:
         if not present:
             raise AnalysisError("no phase ranges found (no tracekit labels, no SGLang step[...] spans)")
@@ -238,28 +247,19 @@ def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], g_mem: npt.NDArra
     return codes
 
 
-def _allreduce_rows(events: pl.DataFrame) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]:
-    """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id;
-    the same numbers as ``matched(events)`` (match_collectives) without building its frame."""
-    sub = events.select("kind", "group", "coll_op", "coll_seq", "rank", "start_ns", "dur_ns", "phase_id").filter(
-        (pl.col("kind") == KERNEL) & pl.col("coll_seq").is_not_null()
-    )
+def _allreduce_rows(acc: _Acc) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]:
+    """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id, from
+    the collective kernels the chunks collected: the same numbers as ``matched(events)``
+    (match_collectives) without building its frame."""
+    sub = pl.concat(acc.coll_str) if len(acc.coll_str) > 1 else acc.coll_str[0]
+    num = [np.concatenate(c) for c in zip(*acc.coll_num, strict=True)]
+    seqn, rk, start, dur, pid = num
     codes = sub.select(
         pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
         pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
         (pl.col("coll_op") == "allreduce").fill_null(False).alias("ar"),
     )
-    start = _i64(sub.get_column("start_ns").to_numpy())
-    dur = _i64(_full(sub.get_column("dur_ns"), 0))
-    pid = _i64(_full(sub.get_column("phase_id"), -1))
-    wait, ok = match_arrays(
-        codes.get_column("g").to_numpy(),
-        codes.get_column("op").to_numpy(),
-        _i64(sub.get_column("coll_seq").to_numpy()),
-        _i64(_full(sub.get_column("rank"), -1)),
-        start,
-        dur,
-    )
+    wait, ok = match_arrays(codes.get_column("g").to_numpy(), codes.get_column("op").to_numpy(), seqn, rk, start, dur)
     keep = codes.get_column("ar").to_numpy() & (pid >= 0)
     return pid[keep], dur[keep], wait[keep], (dur - wait)[keep], ok[keep]
 
@@ -276,6 +276,10 @@ class _Acc:
         self.qd = np.zeros(K, dtype=np.int64)
         self.graph_l = np.zeros(K, dtype=np.int64)
         self.eager_l = np.zeros(K, dtype=np.int64)
+        # collective kernels (group, coll_op) and (coll_seq, rank, start, dur, phase_id), when wanted
+        self.collect = False
+        self.coll_str: list[pl.DataFrame] = []
+        self.coll_num: list[tuple[I64, I64, I64, I64, I64]] = []
 
 
 _CHUNK_ROWS: Final = 1 << 20
@@ -374,6 +378,15 @@ def _attribute_chunk(
     acc.graph_l += np.bincount(l_inst[ok & l_graph], minlength=K)[:K]
     acc.eager_l += np.bincount(l_inst[ok & ~l_graph], minlength=K)[:K]
 
+    if acc.collect:
+        seq_s = events.get_column("coll_seq")
+        coll = is_k & _bools(seq_s.is_not_null()) if seq_s.null_count() else is_k
+        rows = np.flatnonzero(coll)
+        acc.coll_str.append(events.select("group", "coll_op").filter(pl.Series(coll)))
+        acc.coll_num.append(
+            (_i64(_full(seq_s, 0))[rows], _i64(rank_raw[rows]), start_all[rows], dur_all[rows], pid_col[rows])
+        )
+
 
 # --- the instance table ------------------------------------------------------------------------
 
@@ -404,6 +417,7 @@ def attribute_instances(
     # rank by rank (a rank's rows are contiguous in the canonical order): temporaries stay
     # small enough for the allocator to reuse them, and per-rank lookups need no slicing
     acc = _Acc(K)
+    acc.collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
     for lo, hi in _rank_chunks(events):
         part = events if (lo, hi) == (0, events.height) else events.slice(lo, hi - lo)
         _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc)
@@ -429,8 +443,8 @@ def attribute_instances(
         m_pid = _i64(m.get_column("phase_id").to_numpy())
         m_vals = [_i64(_full(m.get_column(c), 0)) for c in ("dur_ns", "wait_ns", "transfer_ns")]
         m_ok = _bools(m.get_column("matched"))
-    elif events.get_column("coll_seq").null_count() < events.height:
-        m_pid, d, wt, tr, m_ok = _allreduce_rows(events)
+    elif acc.collect:
+        m_pid, d, wt, tr, m_ok = _allreduce_rows(acc)
         m_vals = [d, np.where(m_ok, wt, 0), np.where(m_ok, tr, 0)]
     else:
         m_pid = np.zeros(0, dtype=np.int64)
