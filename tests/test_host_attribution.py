@@ -167,7 +167,7 @@ def test_cli_attribute_on_cpu_sample_is_host_mode() -> None:
     assert "host time (CPU run: no GPU events; ops on the phase's thread)" in r.output
     assert "0 launches" not in r.output and "on the GPU" not in r.output
     # 8 ranks: min / median / max over ranks, never one squeezed column per rank
-    assert "median over ranks" in r.output and "rank 7 %" not in r.output and "…" not in r.output
+    assert "ranks: min %" in r.output and "rank 7 %" not in r.output and "…" not in r.output
     table = [line for line in r.output.splitlines() if "│" in line]
     assert table and max(len(line) for line in table) <= 120  # fits a 120-column pipe, nothing cut
     assert "allreduce (call + wait)" in r.output and "(rank " in r.output
@@ -207,7 +207,7 @@ def test_rank_columns_up_to_four_then_min_median_max() -> None:
     heads, vals = _cells(4)
     assert heads == ["rank 0 %", "rank 1 %", "rank 2 %", "rank 3 %"] and vals == ["10.0%", "20.0%", "30.0%", "40.0%"]
     heads, vals = _cells(8)
-    assert heads == ["min over ranks %", "median over ranks %", "max over ranks %"]
+    assert heads == ["ranks: min %", "median %", "max % (rank)"]
     assert vals == ["10.0%", "45.0%", "80.0% (rank 7)"]
 
 

@@ -106,9 +106,9 @@ def _rank_columns(t: Table, rrows: list[dict[str, Any]], what: str) -> Callable[
             return ["n/a" if (v := fn(r)) is None else f"{100 * v:.1f}%" for r in rrows]
 
         return cells
-    t.add_column(f"min over ranks {what}", justify="right")
-    t.add_column(f"median over ranks {what}", justify="right")
-    t.add_column(f"max over ranks {what}", justify="right")
+    t.add_column(f"ranks: min {what}", justify="right")
+    t.add_column(f"median {what}", justify="right")
+    t.add_column(f"max {what} (rank)", justify="right")
 
     def stats(fn: Callable[[dict[str, Any]], float | None]) -> list[str]:
         vals = [(v, r["rank"]) for r in rrows if (v := fn(r)) is not None]

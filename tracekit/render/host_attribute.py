@@ -114,9 +114,9 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
 def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
     n = max(int(row["instances"]), 1)
     host = row["host_ns"]
-    t = Table(title=f"{phase}: {HOST_HEADER}")
+    t = Table(title=f"{phase}: {HOST_HEADER}; mean over all ranks' instances")
     t.add_column("bucket", no_wrap=True)
-    t.add_column("mean per instance (all ranks)", justify="right")
+    t.add_column("mean per instance", justify="right")
     t.add_column("% of host range", justify="right")
     rrows = list(ranks.iter_rows(named=True))
     cells = _rank_columns(t, rrows, "%")
@@ -168,6 +168,9 @@ def host_summary(row: dict[str, Any]) -> str:
     parts = [f"{HOST_LABELS[b]} {100 * v / host:.0f}%" for v, b in shares[:4] if host > 0 and v / host >= 0.01]
     text = (f"{row['phase']} {ms(host / n)} per instance on the host ({n} instances on {row['ranks']} rank(s); "
             f"no GPU events, so no GPU window): " + ", ".join(parts) + ".")
+    if host > 0 and (row["allreduce_ns"] + row["comm_ns"]) / host >= 0.5:
+        text += (" Most of the range is spent inside collective calls, waiting for the slowest rank"
+                 " (on a CPU box with fewer cores than ranks, the ranks take turns on the cores).")
     return text
 
 
