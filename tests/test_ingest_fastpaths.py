@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import polars as pl
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from tracekit import schema
 from tracekit.ingest import _sort_part
 from tracekit.ingest.exact import us_text_to_ns
+from tracekit.ingest.kineto import _decode, _Event, parse_kineto
 
 _row = st.tuples(
     st.integers(0, 6),  # start: a small range, so (start, dur) ties are common
@@ -52,3 +54,30 @@ def test_us_text_to_ns_digit_exact(vals: list[tuple[int, int]]) -> None:
         ns = int((Decimal(t) * 1000).to_integral_value())
         want.append(ns if -(2**63) < ns < 2**63 else None)
     assert us_text_to_ns(texts).to_list() == want
+
+
+def _trace(extra: list[dict[str, object]]) -> bytes:
+    events: list[dict[str, object]] = [
+        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 5150227743625.066, "dur": 3.5,
+         "args": {"device": 0, "stream": 7, "correlation": 11}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 12, "tid": 12, "ts": 5150227743620.001,
+         "dur": 2.0, "args": {"correlation": 11}},
+        {"ph": "f", "id": 11, "pid": 0, "tid": 7, "ts": 5150227743625.066, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "mark", "pid": 12, "tid": 12, "ts": 5150227743621.5, "s": "t"},
+        *extra,
+    ]
+    return json.dumps({"traceEvents": events, "baseTimeNanoseconds": 0}).encode()
+
+
+def test_unknown_ph_falls_back_to_the_plain_decoder() -> None:
+    """A ph outside the tagged union (here "Z") decodes plainly: same events, one more dropped."""
+    plain = parse_kineto(_trace([]), "a.json")
+    odd = parse_kineto(_trace([{"ph": "Z", "name": "odd", "pid": 1, "tid": 1, "ts": 1.0}]), "b.json")
+    assert plain.events.height == 3
+    assert odd.events.equals(plain.events)
+    key = "non-events (metadata, flows, counters)"
+    assert odd.dropped[key] == plain.dropped[key] + 1 == 3
+    assert plain.events.get_column("start_ns").to_list()[0] == 5150227743625066  # digits float64 cannot hold
+    assert not isinstance(_decode(_trace([]), "a")[1][0], _Event)  # the tagged decoder took it
+    assert isinstance(_decode(_trace([{"ph": "Z"}]), "b")[1][0], _Event)

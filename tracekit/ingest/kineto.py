@@ -9,6 +9,8 @@ Exactness: numbers that are not integers reach us as their literal text
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +79,45 @@ class _Trace(msgspec.Struct):
 
 _TRACE_DECODER = msgspec.json.Decoder(_Trace, float_hook=str)
 _LIST_DECODER = msgspec.json.Decoder(list[_Event], float_hook=str)
+
+
+# The fast decoder: a union tagged by "ph". Complete events and instants decode to the fields
+# tracekit uses; flows, metadata, counters etc. to an empty Struct (their fields are parsed but
+# nothing is allocated for them). A ph value outside this list (or a missing ph) makes it fail,
+# and the file is decoded again with the plain decoders above.
+class _Kept(msgspec.Struct, tag_field="ph", gc=False):
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args = _NO_ARGS
+
+
+class _Complete(_Kept, tag="X"):
+    pass
+
+
+class _Instant(_Kept, tag="i"):
+    pass
+
+
+class _InstantOld(_Kept, tag="I"):
+    pass
+
+
+class _Other(msgspec.Struct, tag_field="ph", gc=False):
+    pass
+
+
+_OTHER_PH = ("s", "t", "f", "M", "C", "B", "E", "b", "n", "e", "P", "O", "N", "D", "R", "S", "T", "p", "c", "V", "v")
+_OTHERS: list[Any] = [msgspec.defstruct(f"_Other_{t}", [], bases=(_Other,), tag=t, gc=False) for t in _OTHER_PH]
+_TAGGED: Any = list[functools.reduce(operator.or_, [_Complete, _Instant, _InstantOld, *_OTHERS])]  # type: ignore[misc]
+_TAGGED_TRACE: Any = msgspec.defstruct("_TaggedTrace", [("traceEvents", _TAGGED, None)], bases=(_Trace,))
+_TAGGED_TRACE_DECODER = msgspec.json.Decoder(_TAGGED_TRACE, float_hook=str)
+_TAGGED_LIST_DECODER = msgspec.json.Decoder(_TAGGED, float_hook=str)
+_KEPT_TYPES = frozenset({_Complete, _Instant, _InstantOld})
 _PLAIN = msgspec.json.Decoder()
 _PLAIN_EXACT = msgspec.json.Decoder(float_hook=str)
 
@@ -175,9 +216,23 @@ def _int_or_none(x: Any) -> int | None:
     return None
 
 
-def _decode(data: bytes, path: str) -> tuple[_Trace, list[_Event]]:
+def _decode(data: bytes, path: str) -> tuple[_Trace, list[Any]]:
+    """The top-level object and its events: ``_Kept``/``_Other`` Structs from the tagged decoder,
+    or ``_Event`` Structs from the plain one when the tagged one cannot take the file."""
+    bare = data.lstrip()[:1] == b"["
     try:
-        if data.lstrip()[:1] == b"[":
+        if bare:
+            return _Trace(), _TAGGED_LIST_DECODER.decode(data)
+        top = _TAGGED_TRACE_DECODER.decode(data)
+    except msgspec.ValidationError:
+        pass  # an unexpected ph (or a shape error the plain decoder will name): decode plainly
+    else:
+        if top.traceEvents is not None:
+            tagged_events: list[Any] = top.traceEvents
+            top.traceEvents = None
+            return top, tagged_events
+    try:
+        if bare:
             return _Trace(), _LIST_DECODER.decode(data)
         top = _TRACE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
@@ -274,14 +329,16 @@ def _odd_positions(values: list[Any], base: int, into: list[int]) -> bool:
     return bool(types - _INT_TYPES - {bool})
 
 
-def _transpose(events: list[_Event]) -> tuple[dict[str, list[Any]], list[int], list[_Args]]:
+def _transpose(events: list[Any]) -> tuple[dict[str, list[Any]], list[int], list[_Args]]:
     """Kept events (ph X / i / I) as one Python list per field, built a chunk at a time: every
     field of a chunk is read while its Structs are still in the CPU cache (one pass per field
     over the whole list costs a cache miss per event per field). Also the positions and args
     of the few events with a ``Collective name``. Positions of pids / tids that are not ints are
     under ``"_odd_pid"`` / ``"_odd_tid"`` (empty when only bools: polars takes those as ints)."""
     keep = _KEEP_PH
-    names = ("ph", "cat", "name", "pid", "tid", "ts", "dur",
+    kept_types = _KEPT_TYPES
+    tagged = bool(events) and not isinstance(events[0], _Event)
+    names = ("instant", "cat", "name", "pid", "tid", "ts", "dur",
              "correlation", "external_id", "device", "stream", "bytes")
     out: dict[str, list[Any]] = {k: [] for k in names}
     ph, cat, name, pid, tid, ts, dur = (out[k] for k in names[:7])
@@ -292,9 +349,14 @@ def _transpose(events: list[_Event]) -> tuple[dict[str, list[Any]], list[int], l
     odd_tid: list[int] = []
     pid_str = tid_str = False
     for lo in range(0, len(events), _CHUNK):
-        ch = [e for e in events[lo:lo + _CHUNK] if e.ph in keep]
+        if tagged:
+            ch = [e for e in events[lo:lo + _CHUNK] if type(e) in kept_types]
+            inst = [type(e) is not _Complete for e in ch]
+        else:
+            ch = [e for e in events[lo:lo + _CHUNK] if e.ph in keep]
+            inst = [e.ph != "X" for e in ch]
         base = len(ph)
-        ph += [e.ph for e in ch]
+        ph += inst
         cat += [e.cat for e in ch]
         name += [e.name for e in ch]
         pc = [e.pid for e in ch]
@@ -322,11 +384,11 @@ def _transpose(events: list[_Event]) -> tuple[dict[str, list[Any]], list[int], l
     return out, cidx, cargs
 
 
-def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]) -> ParsedTrace:
+def _columns(events: list[Any], base_ns: int, path: str, meta: dict[str, Any]) -> ParsedTrace:
     n_all = len(events)
     cols, cidx, cargs = _transpose(events)
     del events
-    n = len(cols["ph"])
+    n = len(cols["instant"])
     skipped = n_all - n
     ts = us_text_to_ns(_series(cols.pop("ts"), pl.String()))
     if ts.null_count():
@@ -347,7 +409,7 @@ def _columns(events: list[_Event], base_ns: int, path: str, meta: dict[str, Any]
     frame = pl.DataFrame(
         {
             "cat": _series(cols.pop("cat"), pl.String()),
-            "instant": pl.Series(cols.pop("ph"), dtype=pl.String, strict=False) != "X",
+            "instant": pl.Series(cols.pop("instant"), dtype=pl.Boolean),
             "name": _series(cols.pop("name"), pl.String()),
             "pid_raw": pid_raw,
             "pid_int": pid_int,
