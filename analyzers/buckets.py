@@ -128,8 +128,9 @@ def walk(
     counts = np.diff(np.append(first_idx, n))
     # lay the instances end to end on one axis (instance k shifted so it starts where k-1's
     # span ends): one running maximum of ends then resets at instance boundaries
+    end = np.maximum(end, start)
     ws_per = np.minimum.reduceat(start, first_idx)
-    we_per = np.maximum.reduceat(np.maximum(end, start), first_idx)
+    we_per = np.maximum.reduceat(end, first_idx)
     spans = we_per - ws_per + 1
     base = np.zeros(first_idx.size, dtype=np.int64)
     np.cumsum(spans[:-1], out=base[1:])
@@ -143,12 +144,11 @@ def walk(
         if first_of_launch is not None:
             first_of_launch = first_of_launch[order]
         k_s = start + shift
-    end = np.maximum(end, start)
     k_e = end + shift
     runmax = np.maximum.accumulate(k_e)
     gap = np.empty(n, dtype=np.int64)
     np.subtract(k_s[1:], runmax[:-1], out=gap[1:])
-    gap[first] = 0  # > 0 below: nothing ran between the previous end and this start
+    gap[first_idx] = 0  # > 0 below: nothing ran between the previous end and this start
     new_block = gap >= 0
     # an event alone in its cluster starts a block and the next event starts another
     clean = new_block.copy()
