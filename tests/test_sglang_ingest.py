@@ -114,7 +114,9 @@ def test_cli_ingest_then_attribute_without_flags(dir_0523: Path, tmp_path: Path)
     res = CliRunner().invoke(cli, ["attribute", str(out)])
     assert res.exit_code == 0, res.output
     # SGLang's own spans became phase instances: 2 ranks x 3 cycles of verify, batch size from `bs=`
-    assert "verify 0 ns per instance on the GPU (6 instances on 2 rank(s)" in " ".join(res.output.split())
+    # (CPU traces: no GPU events, so attribute runs in host mode)
+    text = " ".join(res.output.split())
+    assert text.startswith("host mode:") and "per instance on the host (6 instances on 2 rank(s)" in text
     assert "draft_extend" in res.output and "batch size 4.0" in res.output
 
 
