@@ -228,7 +228,12 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, ma
 
 
 def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per phase: unprofiled and profiled mean (median over ranks) from the capture manifest."""
+    """Per phase: unprofiled and profiled time per instance from the capture manifest.
+
+    Each rank's median per instance (``median_ns``; its mean where an older capture has
+    no median), then the median over ranks. Medians, because one slow instance (a first
+    collective waiting for a late rank) moves a mean by a factor of two on real captures.
+    """
     import statistics
 
     per: dict[str, tuple[list[float], list[float]]] = {}
@@ -237,14 +242,18 @@ def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
             continue
         un, pr = sec.get("unprofiled") or {}, sec.get("profiled") or {}
         for ph, st in un.items():
-            if ph in pr and st.get("mean_ns") and pr[ph].get("mean_ns"):
+            if ph not in pr:
+                continue
+            u = st.get("median_ns") or st.get("mean_ns")
+            p = pr[ph].get("median_ns") or pr[ph].get("mean_ns")
+            if u and p:
                 a, b = per.setdefault(ph, ([], []))
-                a.append(float(st["mean_ns"]))
-                b.append(float(pr[ph]["mean_ns"]))
+                a.append(float(u))
+                b.append(float(p))
     out: dict[str, dict[str, float]] = {}
     for ph, (a, b) in per.items():
         u, p = statistics.median(a), statistics.median(b)
-        out[ph] = {"unprofiled_mean_ns": u, "profiled_mean_ns": p, "ratio": p / u if u > 0 else float("nan")}
+        out[ph] = {"unprofiled_ns": u, "profiled_ns": p, "ratio": p / u if u > 0 else float("nan")}
     return out
 
 
@@ -384,8 +393,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         if phase in dil:
             d = dil[phase]
             console.print(
-                f"  profiler dilation: {phase} {ms(d['unprofiled_mean_ns'])} unprofiled, "
-                f"{ms(d['profiled_mean_ns'])} profiled (x{d['ratio']:.2f}; capture timers, median over ranks)"
+                f"  profiler dilation: {phase} {ms(d['unprofiled_ns'])} unprofiled, "
+                f"{ms(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
             )
         s = strag.get(phase)
         if s is not None:

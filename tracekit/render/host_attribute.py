@@ -190,8 +190,8 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         if phase in dil:
             d = dil[phase]
             console.print(
-                f"  profiler dilation: {phase} {ms(d['unprofiled_mean_ns'])} unprofiled, "
-                f"{ms(d['profiled_mean_ns'])} profiled (x{d['ratio']:.2f}; capture timers, median over ranks)"
+                f"  profiler dilation: {phase} {ms(d['unprofiled_ns'])} unprofiled, "
+                f"{ms(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
             )
         console.print(host_summary(row), soft_wrap=True)
         console.print()
