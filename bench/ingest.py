@@ -126,7 +126,60 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+# Per-stage CPU seconds (--stages): (module, function, label); a stage's time includes the
+# stages nested in it. Private names: if one is renamed, the breakdown says so and skips it.
+_STAGES = (
+    ("tracekit.ingest", "read_trace_bytes", "read + gunzip"),
+    ("tracekit.ingest", "parse_kineto", "parse (decode + columns)"),
+    ("tracekit.ingest.kineto", "_decode", "  msgspec decode"),
+    ("tracekit.ingest.kineto", "_columns", "  columns (incl. the three below)"),
+    ("tracekit.ingest.kineto", "_transpose", "    transpose Structs -> lists"),
+    ("tracekit.ingest.kineto", "us_text_to_ns", "    ts/dur text -> int64 ns"),
+    ("tracekit.ingest.kineto", "_to_events", "    kinds / graph / collectives"),
+    ("tracekit.ingest", "_sort_part", "per-rank sort"),
+    ("tracekit.pipeline", "categorize", "finalize: categorize"),
+    ("tracekit.pipeline", "annotate_collectives", "finalize: annotate_collectives"),
+    ("tracekit.pipeline", "annotate_phases", "finalize: annotate_phases"),
+)
+
+
+def _stage_breakdown(data: Path, out: Path) -> dict[str, Any]:
+    import importlib
+
+    spent: dict[str, float] = {}
+    missing = []
+    for mod_name, attr, label in _STAGES:
+        mod = importlib.import_module(mod_name)
+        fn = getattr(mod, attr, None)
+        if fn is None:
+            missing.append(f"{mod_name}.{attr}")
+            continue
+
+        def timed(*a: Any, _fn: Any = fn, _label: str = label, **k: Any) -> Any:
+            c = time.process_time()
+            try:
+                return _fn(*a, **k)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + time.process_time() - c
+
+        setattr(mod, attr, timed)
+    from tracekit.ingest import ingest_traces
+    from tracekit.store import write_run
+
+    c0 = time.process_time()
+    run = ingest_traces([data])
+    spent["ingest_traces (all of the above)"] = time.process_time() - c0
+    c = time.process_time()
+    write_run(run.events, out, run.manifest)
+    spent["write_run"] = time.process_time() - c
+    spent["total"] = time.process_time() - c0
+    order = [label for _, _, label in _STAGES] + ["ingest_traces (all of the above)", "write_run", "total"]
+    return {"stages": {k: spent[k] for k in order if k in spent}, "missing": missing, "rss_mb": _rss_mb()}
+
+
 def worker(kind: str, data: Path, out: Path) -> dict[str, Any]:
+    if kind == "stages":
+        return _stage_breakdown(data, out)
     files = sorted(data.glob("*.json.gz"))
     t0 = time.perf_counter()
     c0 = time.process_time()
@@ -187,6 +240,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per tool; the best is kept")
     ap.add_argument("--source", type=Path, help="trace to replicate (default: samples/, else a CPU trace)")
     ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--stages", action="store_true", help="also print tracekit's CPU seconds per stage (one more run)")
     ap.add_argument("--worker", nargs=3, metavar=("KIND", "DATA", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -215,6 +269,17 @@ def main() -> None:
             else:
                 print(f"  {kind:9s} cpu {best['seconds']:7.2f} s (wall {best['wall']:7.2f} s)  {mb / best['seconds']:7.1f} MB/s"
                       f"  peak RSS {best['rss_mb']:7.1f} MB  events {best.get('events', 0):,}")
+    if a.stages:
+        with tempfile.TemporaryDirectory() as tmp:
+            st = run_one("stages", data, Path(tmp))
+        if isinstance(st, str):
+            print(f"stage breakdown {st}")
+        else:
+            print("tracekit CPU seconds per stage (one run; indented stages are part of the line above them):")
+            for label, sec in st["stages"].items():
+                print(f"  {label:38s} {sec:6.3f} s")
+            if st["missing"]:
+                print(f"  (not timed, renamed?: {', '.join(st['missing'])})")
     tk = results["tracekit"]
     if isinstance(tk, str):
         raise SystemExit(f"tracekit run {tk}")
@@ -223,7 +288,7 @@ def main() -> None:
     ref = results.get("orjson")
     if isinstance(ref, dict):
         print(f"  vs gunzip+orjson.loads: {ref['seconds'] / tk['seconds']:.2f}x (target >= 1.5x)")
-    hta = results.get("hta")
+    hta = results.get("hta", "not run (--no-hta)")
     if isinstance(hta, dict):
         print(f"  vs HTA 0.5 load_traces: {hta['seconds'] / tk['seconds']:.1f}x (target >= 12x); HTA {mb / hta['seconds']:.1f} MB/s")
     else:
