@@ -382,10 +382,10 @@ def _attribute_chunk(
         seq_s = events.get_column("coll_seq")
         coll = is_k & _bools(seq_s.is_not_null()) if seq_s.null_count() else is_k
         rows = np.flatnonzero(coll)
-        acc.coll_str.append(events.select("group", "coll_op").filter(pl.Series(coll)))
-        acc.coll_num.append(
-            (_i64(_full(seq_s, 0))[rows], _i64(rank_raw[rows]), start_all[rows], dur_all[rows], pid_col[rows])
-        )
+        sub = events.select("group", "coll_op", "coll_seq").filter(pl.Series(coll))
+        acc.coll_str.append(sub.select("group", "coll_op"))
+        seq = _i64(_full(sub.get_column("coll_seq"), 0))
+        acc.coll_num.append((seq, _i64(rank_raw[rows]), start_all[rows], dur_all[rows], pid_col[rows]))
 
 
 # --- the instance table ------------------------------------------------------------------------
