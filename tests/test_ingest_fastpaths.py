@@ -81,3 +81,19 @@ def test_unknown_ph_falls_back_to_the_plain_decoder() -> None:
     assert plain.events.get_column("start_ns").to_list()[0] == 5150227743625066  # digits float64 cannot hold
     assert not isinstance(_decode(_trace([]), "a")[1][0], _Event)  # the tagged decoder took it
     assert isinstance(_decode(_trace([{"ph": "Z"}]), "b")[1][0], _Event)
+
+
+def test_unknown_categories_counted_by_lowercased_cat() -> None:
+    extra: list[dict[str, object]] = [
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler", "ts": 1.0, "dur": 9.0},
+        {"ph": "X", "cat": "trace", "name": "again", "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0},
+        {"ph": "X", "name": "no cat", "pid": 1, "tid": 1, "ts": 3.0, "dur": 1.0},
+        {"ph": "X", "cat": "Kernel", "name": "old_spelling", "pid": 0, "tid": 7, "ts": 4.0, "dur": 1.0},
+        {"ph": "X", "cat": "cuda_runtime", "pid": 1, "tid": 1, "ts": 5.0, "dur": 1.0},  # no name
+    ]
+    p = parse_kineto(_trace(extra), "c.json")
+    assert p.dropped["cat=trace"] == 2 and p.dropped["cat=None"] == 1
+    kept_ph = 3 + len(extra)  # X and i events of the trace
+    unknown = sum(v for k, v in p.dropped.items() if k.startswith("cat="))
+    assert p.events.height + unknown == kept_ph
+    assert p.events.filter(pl.col("name") == "old_spelling").get_column("kind").to_list() == ["kernel"]
