@@ -89,6 +89,10 @@ def test_0512_draft_steps_labelled_decode(tmp_path: Path) -> None:
     fixed = phase_instances(annotate_phases(run.events, rules=rules_for(names)))
     # 3 draft steps per cycle, each its own instance (0.5.12 has no span around the draft stage)
     assert counts(fixed, 0) == {"verify": CYCLES, "draft": 3 * CYCLES, "draft_extend": CYCLES + 1, "prefill": 1}
+    # ingest itself applies the rule (finalize_events): no `decode` phase in a speculative trace
+    assert counts(phase_instances(run.events), 0) == counts(fixed, 0)
+    plain = phase_instances(annotate_phases(run.events))
+    assert counts(plain, 0).get("decode") == 3 * CYCLES  # what the span table alone would say
     assert rules_for(["step[DECODE bs=8]"]) == []  # no verify anywhere: a plain decode run
 
 

@@ -13,7 +13,7 @@ phases by SPAN_RULES, an ordered table of (regex, phase).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -101,8 +101,8 @@ def parse_label(name: str) -> Label | None:
 # SGLang (checked in the 0.5.2 / 0.5.9 / 0.5.12 / 0.5.23 sources):
 # - 0.5.12 ModelRunner.forward: `step[<ForwardMode.name> bs=N]`, `step[EXTEND bs=N toks=T]`
 #   (TARGET_VERIFY, DECODE, DRAFT_EXTEND(_V2), ...). With speculation on, an eager draft
-#   step on the draft runner is `step[DECODE bs=N]` too: see
-#   tracekit.collectors.sglang.spans.rules_for, which remaps it for spec traces.
+#   step on the draft runner is `step[DECODE bs=N]` too: see trace_rules below, which
+#   remaps it for spec traces (finalize_events applies it to every ingested trace).
 # - 0.5.23 profile_utils.build_step_span_name: `step[VERIFY bs=N]` on the target, every
 #   step of the draft runner `step[DRAFT bs=N]` (draft steps AND draft-extend forwards),
 #   always nested in the `draft` / `draft_extend` spans of spec_utils.spec_stage_span, so
@@ -138,3 +138,22 @@ def phase_of_span(name: str) -> tuple[str, dict[str, int | float | bool]] | None
                 return None
             return (m.expand(phase) if "\\" in phase else phase), facts
     return None
+
+
+# Trace-dependent rules: one SGLang case needs the trace as a whole. In 0.5.12 an eager
+# forward of the draft runner is `step[DECODE bs=N]`, like a plain decode step of a run
+# without speculation. A trace holding target-verify steps (`step[TARGET_VERIFY ...]`) or
+# tracekit verify ranges ran with speculation on, where the target never runs a plain
+# decode (reference/sglang.md): there, `step[DECODE ...]` is a draft step.
+_VERIFY_SPAN = re.compile(r"^(step\[(TARGET_)?VERIFY\b|tracekit:verify\b)")
+SPEC_DECODE_IS_DRAFT: Final[tuple[str, str]] = (r"^step\[DECODE\b", "draft")
+
+
+def is_speculative(names: Iterable[str]) -> bool:
+    """True when these range names show speculation on (a verify span or tracekit verify range)."""
+    return any(_VERIFY_SPAN.match(n) for n in names)
+
+
+def trace_rules(names: Iterable[str]) -> list[tuple[str, str]]:
+    """Extra ``(regex, phase)`` rules, tried before SPAN_RULES, for a trace with these range names."""
+    return [SPEC_DECODE_IS_DRAFT] if is_speculative(names) else []

@@ -7,8 +7,8 @@ speculation. A trace that holds target-verify steps (``step[TARGET_VERIFY ...]``
 or tracekit verify ranges ran with speculation on, where the target never runs a
 plain decode (reference/sglang.md): there, ``step[DECODE ...]`` is a draft step.
 
-``rules_for(names)`` returns the ``(regex, phase)`` rules to hand to
-``tracekit.membership.annotate_phases(events, rules=...)`` for such a trace, and
+``rules_for(names)`` (= ``tracekit.phases.trace_rules``, which ``finalize_events``
+applies to every trace) returns the ``(regex, phase)`` rules for such a trace, and
 ``describe(names)`` says which SGLang span generation the names come from.
 """
 
@@ -17,20 +17,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from tracekit.phases import SPEC_DECODE_IS_DRAFT, is_speculative, trace_rules
+
+__all__ = ["SPEC_DECODE_IS_DRAFT", "describe", "is_speculative", "rules_for"]
+
 Rule = tuple[str, str]
 
-_VERIFY = re.compile(r"^(step\[(TARGET_)?VERIFY\b|tracekit:verify\b)")
 _STEP = re.compile(r"^step\[([A-Z][A-Z0-9_]*)\b")
-SPEC_DECODE_IS_DRAFT: Rule = (r"^step\[DECODE\b", "draft")
-
-
-def is_speculative(names: Iterable[str]) -> bool:
-    return any(_VERIFY.match(n) for n in names)
 
 
 def rules_for(names: Iterable[str]) -> list[Rule]:
     """Trace-dependent phase rules (tried before SPAN_RULES) for these range names."""
-    return [SPEC_DECODE_IS_DRAFT] if is_speculative(names) else []
+    return trace_rules(names)
 
 
 def describe(names: Iterable[str]) -> dict[str, object]:
