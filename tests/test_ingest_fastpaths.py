@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import schema
-from tracekit.ingest import _sort_part
+from tracekit.errors import TracekitError
+from tracekit.ingest import _sort_part, ingest_traces
 from tracekit.ingest.exact import us_text_to_ns
 from tracekit.ingest.kineto import _decode, _Event, parse_kineto
 
@@ -97,3 +101,22 @@ def test_unknown_categories_counted_by_lowercased_cat() -> None:
     unknown = sum(v for k, v in p.dropped.items() if k.startswith("cat="))
     assert p.events.height + unknown == kept_ph
     assert p.events.filter(pl.col("name") == "old_spelling").get_column("kind").to_list() == ["kernel"]
+
+
+def test_ingest_restores_the_garbage_collector(tmp_path: Path) -> None:
+    good = tmp_path / "rank0.json"
+    good.write_bytes(_trace([]))
+    bad = tmp_path / "rank1.json"
+    bad.write_bytes(b"{not json")
+    assert gc.isenabled()
+    assert ingest_traces([good]).events.height == 3
+    assert gc.isenabled()
+    with pytest.raises(TracekitError):
+        ingest_traces([bad])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        ingest_traces([good])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -11,8 +11,10 @@ the combined table goes through :func:`tracekit.pipeline.finalize_events`
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -149,10 +151,33 @@ def ingest_traces(
     not traces at all, are always skipped and listed there; CPU-only traces are ingested and
     marked ``cpu_only`` in the manifest.
     ``rules`` are category rules placed before the built-in table (see tracekit.categories).
+    The cyclic garbage collector is paused meanwhile (restored after): ingest builds no cycles,
+    and its collections over the allocations of decoding cost ~10% of the time.
     """
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
-    paths = list(paths)
+    with _gc_paused():
+        return _ingest(list(paths), allow_missing_ranks, on_error, progress, rules)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _ingest(
+    paths: list[str | os.PathLike[str]],
+    allow_missing_ranks: bool,
+    on_error: OnError,
+    progress: Progress | None,
+    rules: Sequence[Any] | None,
+) -> Run:
     files = discover(paths)
     named = {str(Path(p)) for p in paths}
     sizes = {str(f): f.stat().st_size for f in files}
