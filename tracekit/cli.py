@@ -7,47 +7,13 @@ rank, no traceback unless --debug.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from tracekit import __version__
+from tracekit.cli_errors import _State, guarded
 from tracekit.errors import TracekitError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _State:
-    debug = False
-
-
-def _fail(msg: str) -> None:
-    click.echo(f"tracekit: error: {msg}", err=True)
-    sys.exit(1)
-
-
-def guarded(fn: F) -> F:
-    """Turn TracekitError (and OS errors on inputs) into one line and exit 1."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except TracekitError as exc:
-            if _State.debug:
-                raise
-            _fail(exc.one_line())
-        except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-            if _State.debug:
-                raise
-            _fail(f"{exc.filename}: {exc.strerror}")
-        except KeyboardInterrupt:
-            click.echo("tracekit: interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper  # type: ignore[return-value]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,9 +34,6 @@ def cli(debug: bool) -> None:
 # inside your own section only.
 
 # --- ingest / info (foundation) ---
-
-_PROGRESS_MIN_BYTES = 32 << 20  # show a progress bar from this much input on
-
 
 @cli.command()
 @click.argument("traces", nargs=-1, required=True)
@@ -96,60 +59,27 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     import time
 
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+    from tracekit.analyzers.align import align_events  # type: ignore[import-not-found]
     from tracekit.categories import load_rules
     from tracekit.ingest import ingest_traces
+    from tracekit.render.ingest import ByteProgress, print_ingest_summary
     from tracekit.store import write_run
 
     rules = load_rules(categories_file) if categories_file else None
     err = Console(stderr=True, soft_wrap=True)  # never break file paths
-    bar: dict[str, Any] = {}
-
-    def progress(done: int, total: int, current: str) -> None:
-        if quiet or total < _PROGRESS_MIN_BYTES:
-            return
-        if "p" not in bar:
-            p = Progress(TextColumn("ingest"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                         TextColumn("{task.fields[file]}"), console=err, transient=True)
-            p.start()
-            bar["p"], bar["t"] = p, p.add_task("ingest", total=total, file="")
-        bar["p"].update(bar["t"], completed=done, file=current.rsplit("/", 1)[-1][:40])
-
+    progress = ByteProgress(err, enabled=not quiet)
     t0 = time.perf_counter()
     try:
         run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks,
                             on_error=on_error,  # type: ignore[arg-type]
                             progress=progress, rules=rules)
     finally:
-        if "p" in bar:
-            bar["p"].stop()
-    from tracekit.analyzers.align import align_events  # type: ignore[import-not-found]
-
+        progress.stop()
     events, man = align_events(run.events, run.manifest, None if align_method == "auto" else align_method)
     out = write_run(events, output, man)
-    if quiet:
-        return
-    ranks = sorted(int(r) for r in man.get("ranks", {}))
-    size = sum(int(s.get("size", 0)) for s in man.get("sources", []))
-    err.print(f"wrote {out}: {events.height:,} events, ranks {', '.join(map(str, ranks))} of world size "
-              f"{man.get('world_size')}, from {len(man.get('sources', []))} file(s) ({size / 1e6:,.1f} MB) "
-              f"in {time.perf_counter() - t0:.2f} s")
-    clock = man.get("clock") or {}
-    if clock.get("align") == "collectives":
-        offs = ", ".join(f"rank {r} {int(v):+,} ns" for r, v in sorted(clock.get("offsets_ns", {}).items(), key=lambda kv: int(kv[0])))
-        res = clock.get("residual_ns", {})
-        err.print(f"clocks aligned on {clock.get('collectives', 0)} collective ends (offset added per rank; raw = start_ns - offset): "
-                  f"{offs}; residual median {res.get('median', '?')} ns, max {res.get('max', '?')} ns")
-    for r, why in (man.get("missing_ranks") or {}).items():
-        err.print(f"[yellow]missing rank {r}: {why}[/yellow]")
-    for note in man.get("ingest", {}).get("notes", []):
-        err.print(f"[yellow]{note}[/yellow]")
-    skipped = man.get("ingest", {}).get("skipped", [])
-    if skipped:
-        err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
-        for s in skipped:
-            err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
+    if not quiet:
+        print_ingest_summary(err, out, events.height, man, time.perf_counter() - t0)
 
 
 @cli.command()
@@ -231,7 +161,9 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
     if sglang_url is not None:
         if ranks_opt != "all":
             raise click.UsageError("--sglang captures every rank: use --ranks all (and --world N to name the rank count)")
-        _sglang_capture(sglang_url, out, requests=requests, input_len=input_len, output_len=output_len,
+        from tracekit.collectors.sglang.commands import sglang_capture  # type: ignore[import-not-found]
+
+        sglang_capture(sglang_url, out, requests=requests, input_len=input_len, output_len=output_len,
                         concurrency=concurrency, cycles=cycles, world=world, trace_dir=None, manifest_dir=None,
                         timeout_s=timeout_s, allow_no_hooks=False)
         return
@@ -528,16 +460,10 @@ def align_cmd(run: str, output: str, method: str) -> None:
     except AnalysisError as exc:
         raise AnalysisError(exc.message, path=run, rank=exc.rank) from None
     write_run(events, output, man)
-    clock = man["clock"]
-    if clock.get("align") == "collectives":
-        offs = ", ".join(f"rank {k}: {int(v):+d} ns" for k, v in clock["offsets_ns"].items())
-        res = clock["residual_ns"]
-        click.echo(
-            f"aligned {len(clock['offsets_ns'])} ranks on {clock['collectives']} collectives "
-            f"({clock['rejected']} rejected): {offs}; residual median {res['median']} ns, max {res['max']} ns -> {output}"
-        )
-    else:
-        click.echo(f"no alignment (ranks share one host clock) -> {output}")
+    from tracekit.render.ingest import alignment_line
+
+    line = alignment_line(man["clock"])
+    click.echo(f"{line} -> {output}" if line else f"no alignment (ranks share one host clock) -> {output}")
 
 
 @cli.command("diff")
@@ -595,124 +521,12 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
         render_ranks.render(view, state, Console())
 
 # --- sglang (integration) ---
-# collectors/ ships as tracekit.collectors through package-dir: mypy (tracekit/, analyzers/) cannot see it.
+# The integration's commands (sglang-capture, sglang-launch, sglang-bootstrap, sglang-check)
+# live beside it in tracekit.collectors.sglang.commands (no torch or sglang import at load).
+from tracekit.collectors.sglang.commands import COMMANDS as _SGLANG_COMMANDS  # type: ignore[import-not-found]  # noqa: E402
 
-
-@cli.command("sglang-capture")
-@click.argument("url")
-@click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
-@click.option("--requests", type=click.IntRange(1), default=64, show_default=True, help="Most /generate requests to send.")
-@click.option("--input-len", type=click.IntRange(1), default=512, show_default=True, help="Prompt tokens per request (synthetic ids).")
-@click.option("--output-len", type=click.IntRange(1), default=256, show_default=True, help="max_new_tokens per request.")
-@click.option("--concurrency", type=click.IntRange(1), default=8, show_default=True, help="Requests in flight.")
-@click.option("--cycles", type=click.IntRange(1), default=20, show_default=True,
-              help="Scheduler iterations to profile on every rank (/start_profile num_steps; one speculative cycle each).")
-@click.option("--ranks", "world", type=click.IntRange(1), default=None, help="Rank files to expect [default: tp_size x pp_size from the server].")
-@click.option("--trace-dir", type=click.Path(file_okay=False), default=None,
-              help="Where the server writes rank traces (same host) [default: <out>-sglang-traces].")
-@click.option("--manifest-dir", type=click.Path(file_okay=False), default=None,
-              help="The ranks' TRACEKIT_SGLANG_DIR [default: $TRACEKIT_SGLANG_DIR or <tmp>/tracekit-sglang].")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
-              help="Seconds to wait for every rank's trace file.")
-@click.option("--allow-no-hooks", is_flag=True, help="Accept ranks without tracekit hooks (SGLang's own spans only).")
-@guarded
-def sglang_capture_cmd(url: str, out: str, requests: int, input_len: int, output_len: int, concurrency: int,
-                       cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
-                       timeout_s: float, allow_no_hooks: bool) -> None:
-    """Capture every rank of a live SGLang server at URL (http://HOST:PORT) into one run.parquet."""
-    _sglang_capture(url, out, requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                    cycles=cycles, world=world, trace_dir=trace_dir, manifest_dir=manifest_dir, timeout_s=timeout_s,
-                    allow_no_hooks=allow_no_hooks)
-
-
-def _sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_len: int, concurrency: int,
-                    cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
-                    timeout_s: float, allow_no_hooks: bool) -> None:
-    from tracekit.collectors.sglang.live import (  # type: ignore[import-not-found]
-        LoadConfig,
-        run_live_capture,
-    )
-
-    load = LoadConfig(requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency)
-    res = run_live_capture(url, out, load=load, num_steps=cycles, ranks=world, trace_dir=trace_dir,
-                           manifest_dir=manifest_dir, timeout_s=timeout_s, require_hooks=not allow_no_hooks,
-                           log=lambda m: click.echo(m, err=True))
-    for note in res.notes:
-        click.echo(f"note: {note}", err=True)
-    click.echo(f"wrote {res.path}: ranks {', '.join(str(r) for r in res.ranks)}; "
-               f"{res.load.ok} request(s) done, {res.load.failed} failed; rank traces in {res.trace_dir}")
-
-
-@cli.command("sglang-launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-@guarded
-def sglang_launch_cmd(server_args: tuple[str, ...]) -> None:
-    """Start SGLang's HTTP server with tracekit's hooks in every rank (sglang 0.5.8+).
-
-    \b
-    tracekit sglang-launch -- --model-path M --tp 8 --speculative-algorithm EAGLE3 ...
-    """
-    import importlib.util
-
-    if importlib.util.find_spec("sglang") is None:
-        raise TracekitError("sglang is not installed in this Python environment (pip install 'tracekit[sglang]')")
-    from tracekit.collectors.sglang.launch import launch  # type: ignore[import-not-found]
-
-    launch(list(server_args))
-
-
-@cli.command("sglang-bootstrap")
-@click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--pth", is_flag=True, help="Write tracekit-sglang.pth for a site-packages directory instead of sitecustomize.py.")
-@guarded
-def sglang_bootstrap_cmd(directory: str, pth: bool) -> None:
-    """Write the opt-in bootstrap that hooks SGLang in every process (any version; TRACEKIT_SGLANG=1)."""
-    from tracekit.collectors.sglang.autoload import (  # type: ignore[import-not-found]
-        write_pth,
-        write_sitecustomize,
-    )
-
-    path = write_pth(directory) if pth else write_sitecustomize(directory)
-    click.echo(f"wrote {path}")
-    if pth:
-        click.echo("active for this interpreter's processes when TRACEKIT_SGLANG=1 is set")
-    else:
-        import os.path
-
-        click.echo(f"start the server with: TRACEKIT_SGLANG=1 PYTHONPATH={os.path.abspath(directory)}${{PYTHONPATH:+:$PYTHONPATH}} "
-                   "python -m sglang.launch_server ...")
-
-
-@cli.command("sglang-check")
-@click.option("--version", "version", default=None, help="SGLang version [default: the installed one].")
-@click.option("--source", type=click.Path(file_okay=False, exists=True), default=None,
-              help="A directory holding an sglang package (e.g. an unpacked wheel) to check the hook table against.")
-@guarded
-def sglang_check_cmd(version: str | None, source: str | None) -> None:
-    """Show which SGLang functions tracekit hooks in a version (and check them against its source)."""
-    from tracekit.collectors.sglang.contract import check_source  # type: ignore[import-not-found]
-    from tracekit.collectors.sglang.hooktable import (  # type: ignore[import-not-found]
-        installed_version,
-        specs_for,
-    )
-
-    ver = version or installed_version()
-    if ver is None:
-        raise click.UsageError("sglang is not installed here: pass --version")
-    try:
-        rows = specs_for(ver)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--version") from None
-    click.echo(f"sglang {ver}: {len(rows)} hook target(s)")
-    for s in rows:
-        click.echo(f"  {s.role:<13} {s.target}")
-    if source is not None:
-        problems = check_source(source, ver)
-        for p in problems:
-            click.echo(f"  MISSING {p}")
-        if problems:
-            raise TracekitError(f"{len(problems)} hook target(s) do not match the source", path=source)
-        click.echo(f"all targets and fields found in {source}")
+for _cmd in _SGLANG_COMMANDS:
+    cli.add_command(_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,133 @@
+"""The SGLang integration's commands, registered on the main CLI by tracekit/cli.py.
+
+``sglang-capture URL`` (also reached as ``tracekit capture --ranks all --sglang URL``),
+``sglang-launch -- ARGS``, ``sglang-bootstrap DIR``, ``sglang-check``. Importing this
+module imports click only; torch and sglang are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tracekit.cli_errors import guarded
+from tracekit.errors import TracekitError
+
+
+@click.command("sglang-capture")
+@click.argument("url")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
+@click.option("--requests", type=click.IntRange(1), default=64, show_default=True, help="Most /generate requests to send.")
+@click.option("--input-len", type=click.IntRange(1), default=512, show_default=True, help="Prompt tokens per request (synthetic ids).")
+@click.option("--output-len", type=click.IntRange(1), default=256, show_default=True, help="max_new_tokens per request.")
+@click.option("--concurrency", type=click.IntRange(1), default=8, show_default=True, help="Requests in flight.")
+@click.option("--cycles", type=click.IntRange(1), default=20, show_default=True,
+              help="Scheduler iterations to profile on every rank (/start_profile num_steps; one speculative cycle each).")
+@click.option("--ranks", "world", type=click.IntRange(1), default=None, help="Rank files to expect [default: tp_size x pp_size from the server].")
+@click.option("--trace-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the server writes rank traces (same host) [default: <out>-sglang-traces].")
+@click.option("--manifest-dir", type=click.Path(file_okay=False), default=None,
+              help="The ranks' TRACEKIT_SGLANG_DIR [default: $TRACEKIT_SGLANG_DIR or <tmp>/tracekit-sglang].")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
+              help="Seconds to wait for every rank's trace file.")
+@click.option("--allow-no-hooks", is_flag=True, help="Accept ranks without tracekit hooks (SGLang's own spans only).")
+@guarded
+def sglang_capture_cmd(url: str, out: str, requests: int, input_len: int, output_len: int, concurrency: int,
+                       cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
+                       timeout_s: float, allow_no_hooks: bool) -> None:
+    """Capture every rank of a live SGLang server at URL (http://HOST:PORT) into one run.parquet."""
+    sglang_capture(url, out, requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                    cycles=cycles, world=world, trace_dir=trace_dir, manifest_dir=manifest_dir, timeout_s=timeout_s,
+                    allow_no_hooks=allow_no_hooks)
+
+
+def sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_len: int, concurrency: int,
+                    cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
+                    timeout_s: float, allow_no_hooks: bool) -> None:
+    from tracekit.collectors.sglang.live import (  # type: ignore[import-not-found]
+        LoadConfig,
+        run_live_capture,
+    )
+
+    load = LoadConfig(requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency)
+    res = run_live_capture(url, out, load=load, num_steps=cycles, ranks=world, trace_dir=trace_dir,
+                           manifest_dir=manifest_dir, timeout_s=timeout_s, require_hooks=not allow_no_hooks,
+                           log=lambda m: click.echo(m, err=True))
+    for note in res.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"wrote {res.path}: ranks {', '.join(str(r) for r in res.ranks)}; "
+               f"{res.load.ok} request(s) done, {res.load.failed} failed; rank traces in {res.trace_dir}")
+
+
+@click.command("sglang-launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+@guarded
+def sglang_launch_cmd(server_args: tuple[str, ...]) -> None:
+    """Start SGLang's HTTP server with tracekit's hooks in every rank (sglang 0.5.8+).
+
+    \b
+    tracekit sglang-launch -- --model-path M --tp 8 --speculative-algorithm EAGLE3 ...
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        raise TracekitError("sglang is not installed in this Python environment (pip install 'tracekit[sglang]')")
+    from tracekit.collectors.sglang.launch import launch  # type: ignore[import-not-found]
+
+    launch(list(server_args))
+
+
+@click.command("sglang-bootstrap")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--pth", is_flag=True, help="Write tracekit-sglang.pth for a site-packages directory instead of sitecustomize.py.")
+@guarded
+def sglang_bootstrap_cmd(directory: str, pth: bool) -> None:
+    """Write the opt-in bootstrap that hooks SGLang in every process (any version; TRACEKIT_SGLANG=1)."""
+    from tracekit.collectors.sglang.autoload import (  # type: ignore[import-not-found]
+        write_pth,
+        write_sitecustomize,
+    )
+
+    path = write_pth(directory) if pth else write_sitecustomize(directory)
+    click.echo(f"wrote {path}")
+    if pth:
+        click.echo("active for this interpreter's processes when TRACEKIT_SGLANG=1 is set")
+    else:
+        import os.path
+
+        click.echo(f"start the server with: TRACEKIT_SGLANG=1 PYTHONPATH={os.path.abspath(directory)}${{PYTHONPATH:+:$PYTHONPATH}} "
+                   "python -m sglang.launch_server ...")
+
+
+@click.command("sglang-check")
+@click.option("--version", "version", default=None, help="SGLang version [default: the installed one].")
+@click.option("--source", type=click.Path(file_okay=False, exists=True), default=None,
+              help="A directory holding an sglang package (e.g. an unpacked wheel) to check the hook table against.")
+@guarded
+def sglang_check_cmd(version: str | None, source: str | None) -> None:
+    """Show which SGLang functions tracekit hooks in a version (and check them against its source)."""
+    from tracekit.collectors.sglang.contract import check_source  # type: ignore[import-not-found]
+    from tracekit.collectors.sglang.hooktable import (  # type: ignore[import-not-found]
+        installed_version,
+        specs_for,
+    )
+
+    ver = version or installed_version()
+    if ver is None:
+        raise click.UsageError("sglang is not installed here: pass --version")
+    try:
+        rows = specs_for(ver)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--version") from None
+    click.echo(f"sglang {ver}: {len(rows)} hook target(s)")
+    for s in rows:
+        click.echo(f"  {s.role:<13} {s.target}")
+    if source is not None:
+        problems = check_source(source, ver)
+        for p in problems:
+            click.echo(f"  MISSING {p}")
+        if problems:
+            raise TracekitError(f"{len(problems)} hook target(s) do not match the source", path=source)
+        click.echo(f"all targets and fields found in {source}")
+
+
+COMMANDS = [sglang_capture_cmd, sglang_launch_cmd, sglang_bootstrap_cmd, sglang_check_cmd]

@@ -1,0 +1,78 @@
+"""What `tracekit ingest` and `tracekit align` print: progress bar, summary, clock alignment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+PROGRESS_MIN_BYTES = 32 << 20  # show a progress bar from this much input on
+
+
+class ByteProgress:
+    """A transient rich progress bar over input bytes, shown only for large inputs."""
+
+    def __init__(self, console: Console, *, enabled: bool = True, min_bytes: int = PROGRESS_MIN_BYTES) -> None:
+        self.console, self.enabled, self.min_bytes = console, enabled, min_bytes
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int, current: str) -> None:
+        if not self.enabled or total < self.min_bytes:
+            return
+        if self._bar is None:
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TransferSpeedColumn,
+            )
+
+            self._bar = Progress(TextColumn("ingest"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                 TextColumn("{task.fields[file]}"), console=self.console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("ingest", total=total, file="")
+        self._bar.update(self._task, completed=done, file=current.rsplit("/", 1)[-1][:40])
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def alignment_line(clock: dict[str, Any]) -> str | None:
+    """One line on a fitted clock alignment, or None when the run was not aligned on collectives."""
+    if clock.get("align") != "collectives":
+        return None
+    offs = ", ".join(f"rank {r} {int(v):+,} ns"
+                     for r, v in sorted(clock.get("offsets_ns", {}).items(), key=lambda kv: int(kv[0])))
+    res = clock.get("residual_ns", {})
+    return (f"clocks aligned on {clock.get('collectives', 0)} collective ends ({clock.get('rejected', 0)} rejected; "
+            f"offset added per rank, raw = start_ns - offset): {offs}; "
+            f"residual median {res.get('median', '?')} ns, max {res.get('max', '?')} ns")
+
+
+def print_ingest_summary(err: Console, out: object, height: int, man: dict[str, Any], seconds: float) -> None:
+    """The lines after a successful ingest: what was written, alignment, missing ranks, notes, skipped files."""
+    ranks = sorted(int(r) for r in man.get("ranks", {}))
+    size = sum(int(s.get("size", 0)) for s in man.get("sources", []))
+    err.print(f"wrote {out}: {height:,} events, ranks {', '.join(map(str, ranks))} of world size "
+              f"{man.get('world_size')}, from {len(man.get('sources', []))} file(s) ({size / 1e6:,.1f} MB) "
+              f"in {seconds:.2f} s")
+    line = alignment_line(man.get("clock") or {})
+    if line:
+        err.print(line)
+    for r, why in (man.get("missing_ranks") or {}).items():
+        err.print(f"[yellow]missing rank {r}: {why}[/yellow]")
+    for note in man.get("ingest", {}).get("notes", []):
+        err.print(f"[yellow]{note}[/yellow]")
+    skipped = man.get("ingest", {}).get("skipped", [])
+    if skipped:
+        err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
+        for s in skipped:
+            err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
+
+
+__all__ = ["PROGRESS_MIN_BYTES", "ByteProgress", "alignment_line", "print_ingest_summary"]
+
