@@ -39,23 +39,11 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from tracekit.buckets import BUCKETS
+
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
 
-BUCKETS: Final = (
-    "attention",
-    "moe",
-    "gemm",
-    "norm",
-    "elementwise",
-    "sampling",
-    "other",
-    "memory",
-    "allreduce",
-    "comm",
-    "launch_overhead",
-    "idle",
-)
 COMPUTE: Final = BUCKETS[:7]
 NB: Final = len(BUCKETS)
 N_WORK: Final = 8  # codes 0..7: compute + memory

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracekit.buckets import HOST_BUCKETS
 from tracekit.errors import AnalysisError, TracekitError
 from tracekit.membership import innermost, phase_instances
 from tracekit.schema import GPU_KINDS, OP, RANGE
@@ -50,19 +51,6 @@ else:  # pragma: no cover
 
 I64 = npt.NDArray[np.int64]
 
-HOST_BUCKETS: Final = (
-    "attention",
-    "moe",
-    "gemm",
-    "norm",
-    "elementwise",
-    "sampling",
-    "other",
-    "memory",
-    "allreduce",
-    "comm",
-    "host_overhead",
-)
 HOST_BUCKET_COLUMNS: Final = tuple(f"{b}_ns" for b in HOST_BUCKETS)
 OP_CATEGORIES: Final = HOST_BUCKETS[:-1]
 OVERHEAD: Final = len(HOST_BUCKETS) - 1

@@ -17,20 +17,8 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-BUCKETS: Final = (
-    "attention",
-    "moe",
-    "gemm",
-    "norm",
-    "elementwise",
-    "sampling",
-    "other",
-    "memory",
-    "allreduce",
-    "comm",
-    "launch_overhead",
-    "idle",
-)
+from tracekit.buckets import BUCKETS
+
 LABELS: Final = {
     "attention": "attention",
     "moe": "MoE",

@@ -14,6 +14,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.buckets import HOST_BUCKETS
 from tracekit.render.attribute import (
     _facts_line,
     _int,
@@ -27,19 +28,6 @@ from tracekit.render.attribute import (
     phase_item,
 )
 
-HOST_BUCKETS: Final = (
-    "attention",
-    "moe",
-    "gemm",
-    "norm",
-    "elementwise",
-    "sampling",
-    "other",
-    "memory",
-    "allreduce",
-    "comm",
-    "host_overhead",
-)
 HOST_LABELS: Final = {
     "attention": "attention",
     "moe": "MoE",
