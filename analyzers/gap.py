@@ -29,7 +29,8 @@ from tracekit.errors import AnalysisError
 from tracekit.names import normalize_names
 from tracekit.schema import GPU_KINDS
 
-from .attribution import BUCKET_COLUMNS, attribute_instances, prepare, seq_bucket_edges
+from .attribution import attribute_instances, prepare
+from .attribution_views import BUCKET_COLUMNS, seq_bucket_edges
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS
 
 SIDE_MEANS: Final = (
