@@ -157,23 +157,38 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
 
     ``rules``: extra ``(regex, phase)`` pairs tried before the built-in span
     mapping (``regex.search`` on range names), e.g. ``[(r"^step\\[TARGET_VERIFY", "verify")]``.
+
+    Speed: the wide table is only read through a few boolean masks and narrow
+    row subsets (range rows, host member rows, GPU/launch rows); results are
+    written back with one ``with_columns`` (phase_id, phase, cycle, and only the
+    fact columns whose phase range rows actually change).
     """
-    ev = conform(events).with_row_index("_row")
+    ev = conform(events)
     n = ev.height
-    kinds = ev.get_column("kind")
-    is_range = kinds.is_in([RANGE, INSTANT, GPU_RANGE]).to_numpy()
-    names_tbl = _name_table(ev.get_column("name").filter(pl.Series(is_range)), rules)
+    kind = pl.col("kind")
+    masks = ev.select(
+        kind.is_in([RANGE, INSTANT, GPU_RANGE]).fill_null(False).alias("r"),
+        (kind.is_in(HOST_MEMBER_KINDS) & pl.col("tid").is_not_null()).fill_null(False).alias("h"),
+        (kind.is_in(list(GPU_KINDS)) & pl.col("correlation").is_not_null()).fill_null(False).alias("gc"),
+        (kind == LAUNCH).fill_null(False).alias("l"),
+        ((kind == LAUNCH) & pl.col("correlation").is_not_null()).fill_null(False).alias("lc"),
+        kind.is_in(list(GPU_KINDS)).fill_null(False).alias("g"),
+    )
+    range_mask = masks.get_column("r")
+    range_rows = np.flatnonzero(range_mask.to_numpy())
+    rsub = ev.select(["rank", "kind", "name", "pid", "tid", "stream", "start_ns", "dur_ns", *FACT_COLUMNS]).filter(
+        range_mask
+    )
+    rsub = rsub.with_columns(pl.Series("_row", range_rows, dtype=pl.Int64))
+    names_tbl = _name_table(rsub.get_column("name"), rules)
 
     # --- phase range rows and facts markers -------------------------------------------
-    cand = (
-        ev.select(["_row", "rank", "kind", "name", "pid", "tid", "stream", "start_ns", "dur_ns", *FACT_COLUMNS])
-        .filter(pl.Series(is_range))
-        .join(names_tbl, on="name", how="inner", suffix="_lab")
-    )
-    for c in FACT_COLUMNS:  # label facts win over values already in the row
-        cand = cand.with_columns(pl.coalesce(pl.col(f"{c}_lab"), pl.col(c)).alias(c)).drop(f"{c}_lab")
+    cand = rsub.join(names_tbl, on="name", how="inner", suffix="_lab", maintain_order="left")
+    cand = cand.with_columns([pl.coalesce(pl.col(f"{c}_lab"), pl.col(c)).alias(c) for c in FACT_COLUMNS]).drop(
+        [f"{c}_lab" for c in FACT_COLUMNS]
+    )  # label facts win over values already in the row
     markers = cand.filter(pl.col("_is_facts"))
-    launch_ranks = ev.get_column("rank").filter(kinds == LAUNCH).unique().drop_nulls()
+    launch_ranks = ev.select("rank").filter(masks.get_column("l")).get_column("rank").unique().drop_nulls()
     host = cand.filter(~pl.col("_is_facts") & (pl.col("kind") == RANGE) & (pl.col("dur_ns") > 0))
     gpu_gr = cand.filter(
         ~pl.col("_is_facts")
@@ -186,8 +201,78 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     n_host = int(inst_host.get_column("_id").n_unique()) if inst_host.height else 0
     inst_gpu = _instances(gpu_gr, ["rank", "stream"], n_host)
     inst_rows = pl.concat([inst_host, inst_gpu])  # one row per phase range row: _row, _id, _phase, facts
+    inst = _instance_table(inst_rows, markers)
 
-    # instance table: one row per instance, facts coalesced over merged rows (outer first)
+    # --- membership ----------------------------------------------------------------------
+    pid_arr = np.full(n, -1, dtype=np.int64)
+    own = np.zeros(n, dtype=bool)
+    own_rows = np.zeros(0, dtype=np.int64)
+    if inst_rows.height:
+        own_rows = inst_rows.get_column("_row").to_numpy().astype(np.int64)
+        pid_arr[own_rows] = inst_rows.get_column("_id").to_numpy()
+        own[own_rows] = True
+
+    # host rows: innermost host phase range open on the same (rank, pid, tid)
+    if inst_host.height:
+        hmask = masks.get_column("h").to_numpy() & ~own
+        hrows = np.flatnonzero(hmask)
+        hsub = ev.select("rank", "pid", "tid", "start_ns").filter(pl.Series(hmask))
+        both = pl.concat([inst_host.select("rank", "pid", "tid"), hsub.select("rank", "pid", "tid")])
+        keys = _thread_key(both)
+        del both
+        ni = inst_host.height
+        i_key, h_key = keys[:ni], keys[ni:]
+        h_start = _i64(hsub.get_column("start_ns"))
+        del hsub
+        i_s = _i64(inst_host["start_ns"])
+        i_e = i_s + _i64(inst_host["dur_ns"])
+        i_id = inst_host["_id"].to_numpy().astype(np.int64)
+        for k, sel_h in _groups(h_key, np.unique(i_key)):
+            sel = i_key == k
+            pid_arr[hrows[sel_h]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], h_start[sel_h])
+
+    # GPU rows: via (rank, correlation) from the launch row (first launch row per correlation)
+    lc = masks.get_column("lc")
+    gc = masks.get_column("gc")
+    if gc.any() and lc.any():
+        lrows = np.flatnonzero(lc.to_numpy())
+        grows = np.flatnonzero(gc.to_numpy())
+        lsub = ev.select("rank", "correlation").filter(lc)
+        gsub = ev.select("rank", "correlation").filter(gc)
+        l_rank, l_corr = _i64(lsub.get_column("rank"), -1), _i64(lsub.get_column("correlation"))
+        g_rank, g_corr = _i64(gsub.get_column("rank"), -1), _i64(gsub.get_column("correlation"))
+        del lsub, gsub
+        l_val = pid_arr[lrows]
+        for r, sel_g in _groups(g_rank, np.unique(l_rank)):
+            sel_l = l_rank == r
+            pid_arr[grows[sel_g]] = _lookup(l_corr[sel_l], l_val[sel_l], g_corr[sel_g])
+    # fallback: ranks without launch rows, via projected phase gpu ranges on the same stream
+    gmask = masks.get_column("g")
+    if inst_gpu.height and gmask.any():
+        fb = gmask & ~ev.get_column("rank").is_in(launch_ranks.implode()).fill_null(False)
+        frows = np.flatnonzero(fb.to_numpy())
+        fsub = ev.select("rank", "stream", "start_ns").filter(fb)
+        f_rank, f_stream = _i64(fsub.get_column("rank"), -1), _i64(fsub.get_column("stream"), -1)
+        f_start = _i64(fsub.get_column("start_ns"))
+        gr, gs = _i64(inst_gpu["rank"], -1), _i64(inst_gpu["stream"], -1)
+        g_s = _i64(inst_gpu["start_ns"])
+        g_e = g_s + _i64(inst_gpu["dur_ns"])
+        g_id = inst_gpu["_id"].to_numpy().astype(np.int64)
+        pairs = inst_gpu.select(pl.col("rank").fill_null(-1), pl.col("stream").fill_null(-1)).unique(
+            maintain_order=True
+        )
+        for r, st in pairs.iter_rows():
+            m = (f_rank == r) & (f_stream == st)
+            if not m.any():
+                continue
+            sel = (gr == r) & (gs == st)
+            pid_arr[frows[m]] = _assign_one(g_s[sel], g_e[sel], g_id[sel], f_start[m])
+    del masks
+    return _write_back(ev, inst.sort("_id"), pid_arr, own_rows)
+
+
+def _instance_table(inst_rows: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """One row per instance: facts coalesced over merged rows (outer first), then late markers."""
     inst = (
         inst_rows.sort(["_id", "start_ns", "dur_ns"], descending=[False, False, True])
         .group_by("_id", maintain_order=True)
@@ -209,112 +294,61 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
         inst = inst.with_columns(
             [pl.coalesce(pl.col(c), pl.col(f"{c}_mk")).alias(c) for c in FACT_COLUMNS if c != "cycle"]
         ).drop([f"{c}_mk" for c in FACT_COLUMNS if c != "cycle"])
+    return inst
 
-    # --- membership ----------------------------------------------------------------------
-    pid_arr = np.full(n, -1, dtype=np.int64)
-    own = np.zeros(n, dtype=bool)
-    if inst_rows.height:
-        rr = inst_rows.get_column("_row").to_numpy().astype(np.int64)
-        pid_arr[rr] = inst_rows.get_column("_id").to_numpy()
-        own[rr] = True
-    rank = _i64(ev.get_column("rank"), -1)
-    start = _i64(ev.get_column("start_ns"))
 
-    # host rows: innermost host phase range open on the same (rank, pid, tid)
-    if inst_host.height:
-        hmask = kinds.is_in(HOST_MEMBER_KINDS).to_numpy() & ev.get_column("tid").is_not_null().to_numpy()
-        hmask &= ~own
-        hrows = np.flatnonzero(hmask)
-        ir, ip, it = (_i64(inst_host[c], -1) for c in ("rank", "pid", "tid"))
-        keys = _thread_key(
-            np.concatenate([ir, rank[hrows]]),
-            np.concatenate([ip, _i64(ev.get_column("pid"), -1)[hrows]]),
-            np.concatenate([it, _i64(ev.get_column("tid"), -1)[hrows]]),
-        )
-        i_key, h_key = keys[: ir.size], keys[ir.size :]
-        i_s = _i64(inst_host["start_ns"])
-        i_e = i_s + _i64(inst_host["dur_ns"])
-        i_id = inst_host["_id"].to_numpy().astype(np.int64)
-        for k in np.unique(i_key).tolist():
-            sub = hrows[h_key == k]
-            if sub.size == 0:
-                continue
-            sel = i_key == k
-            pid_arr[sub] = _assign_one(i_s[sel], i_e[sel], i_id[sel], start[sub])
-
-    # GPU rows: via (rank, correlation) from the launch row (first launch row per correlation)
-    gpu_mask = kinds.is_in(list(GPU_KINDS)).to_numpy()
-    launch_mask = (kinds == LAUNCH).to_numpy()
-    corr_null = ev.get_column("correlation").is_null().to_numpy()
-    corr = _i64(ev.get_column("correlation"))
-    if gpu_mask.any() and launch_mask.any():
-        lrows_all = np.flatnonzero(launch_mask & ~corr_null)
-        grows_all = np.flatnonzero(gpu_mask & ~corr_null)
-        l_rank, g_rank = rank[lrows_all], rank[grows_all]
-        for r in _distinct(l_rank):
-            lrows = lrows_all[l_rank == r]
-            grows = grows_all[g_rank == r]
-            if grows.size == 0:
-                continue
-            pid_arr[grows] = _lookup(corr[lrows], pid_arr[lrows], corr[grows])
-    # fallback: ranks without launch rows, via projected phase gpu ranges on the same stream
-    if gpu_mask.any() and inst_gpu.height:
-        stream = _i64(ev.get_column("stream"), -1)
-        gr, gs = _i64(inst_gpu["rank"], -1), _i64(inst_gpu["stream"], -1)
-        g_s = _i64(inst_gpu["start_ns"])
-        g_e = g_s + _i64(inst_gpu["dur_ns"])
-        g_id = inst_gpu["_id"].to_numpy().astype(np.int64)
-        pairs = inst_gpu.select(pl.col("rank").fill_null(-1), pl.col("stream").fill_null(-1)).unique(
-            maintain_order=True
-        )
-        for r, st in pairs.iter_rows():
-            rows = np.flatnonzero(gpu_mask & (rank == r) & (stream == st))
-            if rows.size == 0:
-                continue
-            sel = (gr == r) & (gs == st)
-            pid_arr[rows] = _assign_one(g_s[sel], g_e[sel], g_id[sel], start[rows])
-
-    # --- write back (instance ids are 0..K-1: gather by id) ------------------------------------
-    inst = inst.sort("_id")
-    member = pid_arr >= 0
-    idx = pl.Series("phase_id", pid_arr).set(pl.Series(~member), None)  # type: ignore[arg-type]
-    own_idx = pl.Series("_own_idx", np.where(own, pid_arr, -1)).set(pl.Series(~own), None)  # type: ignore[arg-type]
+def _write_back(ev: pl.DataFrame, inst: pl.DataFrame, pid_arr: I64, own_rows: I64) -> pl.DataFrame:
+    """phase_id/phase/cycle on member rows; instance facts on phase range rows (instance ids are 0..K-1)."""
+    n = ev.height
+    idx = pl.Series("phase_id", pid_arr)
+    idx = idx.set(pl.Series(pid_arr < 0), None)  # type: ignore[arg-type]
+    new: list[pl.Series] = [idx, inst.get_column("_phase").gather(idx).alias("phase")]
+    cyc = inst.get_column("cycle").gather(idx).alias("cycle")
+    old_cyc = ev.get_column("cycle")
+    if old_cyc.null_count() < n:
+        cyc = cyc.zip_with(cyc.is_not_null(), old_cyc).alias("cycle")
+    new.append(cyc)
     # facts on phase range rows: the instance's value (an instance's fact is null only when
     # all its range rows had none, so coalescing with the row's own value is exact)
-    ev = ev.with_columns(idx, own_idx).with_columns(
-        pl.lit(inst.get_column("_phase")).gather(pl.col("phase_id")).alias("phase"),
-        pl.coalesce(pl.lit(inst.get_column("cycle")).gather(pl.col("phase_id")), pl.col("cycle")).alias("cycle"),
-        *[
-            pl.coalesce(pl.lit(inst.get_column(c)).gather(pl.col("_own_idx")), pl.col(c)).alias(c)
-            for c in FACT_COLUMNS
-            if c != "cycle"
-        ],
-    )
-    return ev.drop("_row", "_own_idx")
+    if own_rows.size:
+        own_ids = pl.Series(pid_arr[own_rows])
+        rows = pl.Series(own_rows)
+        for c in FACT_COLUMNS:
+            if c == "cycle":
+                continue
+            col = ev.get_column(c)
+            old = col.gather(rows)
+            val = inst.get_column(c).gather(own_ids)
+            val = val.zip_with(val.is_not_null(), old)
+            if not bool(val.eq_missing(old).all()):
+                new.append(col.scatter(own_rows, val))
+    return ev.with_columns(new)
 
 
-def _distinct(a: I64) -> list[int]:
-    """Distinct values of a small-range int array (ranks), without sorting it."""
-    if a.size == 0:
-        return []
-    lo, hi = int(a.min()), int(a.max())
-    if hi - lo < (1 << 20):
-        return (np.flatnonzero(np.bincount(a - lo)) + lo).tolist()
-    return [int(x) for x in np.unique(a)]
+def _groups(keys: I64, wanted: I64) -> list[tuple[int, I64]]:
+    """(key, positions in ``keys``) for each value of ``wanted`` present in ``keys``."""
+    out: list[tuple[int, I64]] = []
+    if keys.size == 0:
+        return out
+    for k in wanted.tolist():
+        pos = np.flatnonzero(keys == k)
+        if pos.size:
+            out.append((int(k), pos))
+    return out
 
 
-def _thread_key(rank: I64, pid: I64, tid: I64) -> I64:
-    """One int64 per (rank, pid, tid): packed when the parts fit, else a dense code."""
-    if rank.size == 0:
-        return rank.astype(np.int64)
+def _thread_key(threads: pl.DataFrame) -> I64:
+    """One int64 per (rank, pid, tid) row: packed when the parts fit, else a dense code."""
+    if threads.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    rank, pid, tid = (_i64(threads.get_column(c), -1) for c in ("rank", "pid", "tid"))
     if (
         rank.min() >= -1 and rank.max() < (1 << 14)
         and pid.min() >= -1 and pid.max() < (1 << 24)
         and tid.min() >= -1 and tid.max() < (1 << 24)
     ):
         return ((rank + 1) << 50) | ((pid + 1) << 25) | (tid + 1)
-    _, inv = np.unique(np.stack([rank, pid, tid], axis=1), axis=0, return_inverse=True)
-    return inv.astype(np.int64).reshape(-1)
+    return _key(threads, ["rank", "pid", "tid"])
 
 
 def _lookup(keys: I64, vals: I64, queries: I64) -> I64:
