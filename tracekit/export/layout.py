@@ -135,12 +135,17 @@ def display_names(names: Sequence[str]) -> dict[str, str]:
 def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[int]) -> dict[int, tuple[str, int, tuple[str, ...]]]:
     """rank -> (process name, pid used in the export, labels: GPU model, real pid)."""
     man_ranks: Mapping[str, Any] = manifest.get("ranks", {}) or {}
+    # lazy: only the columns used are read (an eager filter would copy every column)
     gpu_dev = (
-        events.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("device").is_not_null())
-        .group_by("rank").agg(pl.col("device").mode().min().alias("d"))
+        events.lazy().select("rank", "kind", "device")
+        .filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("device").is_not_null())
+        .group_by("rank").agg(pl.col("device").mode().min().alias("d")).collect()
     )
     dev = {int(r): int(d) for r, d in gpu_dev.iter_rows()}
-    ev_pid = events.filter(pl.col("pid").is_not_null()).group_by("rank").agg(pl.col("pid").mode().min().alias("p"))
+    ev_pid = (
+        events.lazy().select("rank", "pid").filter(pl.col("pid").is_not_null())
+        .group_by("rank").agg(pl.col("pid").mode().min().alias("p")).collect()
+    )
     pids = {int(r): int(p) for r, p in ev_pid.iter_rows()}
     info: dict[int, tuple[str, int, tuple[str, ...]]] = {}
     raw_pids: dict[int, int | None] = {}
@@ -187,13 +192,15 @@ def _phase_slices(ev: pl.DataFrame) -> pl.DataFrame:
     host = host.unique(["rank", "phase_id"], keep="first", maintain_order=True)
     fact_tab = host.select("rank", "phase_id", *facts)
     gpu = (
-        ev.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("phase_id").is_not_null())
+        ev.lazy().select("rank", "kind", "phase", "phase_id", "start_ns", "dur_ns")
+        .filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("phase_id").is_not_null())
         .group_by("rank", "phase_id")
         .agg(
             pl.col("phase").first(),
             pl.col("start_ns").min().alias("start_ns"),
             ((pl.col("start_ns") + pl.col("dur_ns")).max() - pl.col("start_ns").min()).alias("dur_ns"),
         )
+        .collect()
         .join(fact_tab, on=["rank", "phase_id"], how="left")
         .sort("rank", "start_ns", "phase_id")
     )
@@ -205,7 +212,7 @@ def _phase_slices(ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _base_slices(ev: pl.DataFrame) -> pl.DataFrame:
+def _base_slices(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Run rows shown as slices, with their group (thread / stream / GPU annotation track)."""
     rows = ev.filter(pl.col("kind") != COUNTER)
     is_gpu = pl.col("kind").is_in(list(GPU_KINDS))
@@ -254,7 +261,7 @@ def build_layout(
     ev = events.with_row_index("_row")
     ranks = sorted(int(r) for r in ev["rank"].unique().drop_nulls().to_list())
     info = _rank_info(manifest, ev, ranks)
-    base = _base_slices(ev)
+    base = _base_slices(ev.lazy())
     phases = _phase_slices(ev)
     cols = ["rank", "_g", "kind", "name", "category", "start_ns", "dur_ns", "pid", "tid", "device", "stream",
             "args", "graph", "coll_op", "group", "window", "phase",
@@ -267,13 +274,13 @@ def build_layout(
         [pl.lit(None).alias(c) for c in cols if c not in phases.columns]
         + [pl.lit(None, pl.Int64()).alias("_a"), pl.lit(None, pl.Int64()).alias("_b"), pl.lit(None, pl.UInt32()).alias("_row")]
     ).select([*cols, "_a", "_b", "_row"])
-    sl = pl.concat([ph_sel, base_sel], how="vertical_relaxed").with_columns(
+    sl = pl.concat([ph_sel.lazy(), base_sel], how="vertical_relaxed").with_columns(
         pl.col("dur_ns").fill_null(0).clip(lower_bound=0)
-    )
+    ).collect()
     # group key and display names
     multi = (
-        sl.filter(pl.col("_g").is_in([G_THREAD, G_STREAM, G_GPU_RANGE]))
-        .group_by("rank", "_g").agg(pl.col("_a").n_unique().alias("n"))
+        sl.lazy().select("rank", "_g", "_a").filter(pl.col("_g").is_in([G_THREAD, G_STREAM, G_GPU_RANGE]))
+        .group_by("rank", "_g").agg(pl.col("_a").n_unique().alias("n")).collect()
     )
     multi_set = {(int(r), int(g)) for r, g, n in multi.iter_rows() if n > 1}
     groups = sl.select("rank", "_g", "_a", "_b").unique().sort(["rank", "_g", "_a", "_b"], nulls_last=False)
@@ -284,11 +291,15 @@ def build_layout(
     seq = np.arange(sl.height, dtype=np.int64)
     by_group = np.lexsort((seq, -durs, starts, keys))
     lanes = np.zeros(sl.height, dtype=np.int64)
-    for chunk in np.split(by_group, np.flatnonzero(np.diff(keys[by_group])) + 1):
-        lanes[chunk] = assign_lanes(starts[chunk], starts[chunk] + durs[chunk])
-    sl = sl.with_columns(pl.Series("_lane", lanes), pl.Series("_seq", seq))
+    s_sorted, e_sorted = starts[by_group], starts[by_group] + durs[by_group]
+    bounds = np.r_[0, np.flatnonzero(np.diff(keys[by_group])) + 1, by_group.size]
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        # by_group is (start, longer first, input order) inside each group: the nesting order
+        lanes[by_group[lo:hi]] = assign_lanes(s_sorted[lo:hi], e_sorted[lo:hi], in_order=True)
+    sl = sl.with_columns(pl.Series("_lane", lanes))
     # tracks
-    max_lane = sl.group_by("rank", "_g", "_a", "_b").agg(pl.col("_lane").max().alias("m"))
+    max_lane = sl.lazy().select("rank", "_g", "_a", "_b", "_lane").group_by("rank", "_g", "_a", "_b").agg(
+        pl.col("_lane").max().alias("m")).collect()
     lane_n = {(r, g, a, b): int(m) for r, g, a, b, m in max_lane.iter_rows()}
     ctr = ev.filter(pl.col("kind") == COUNTER)
     ctr_names = ctr.select("rank", "name").unique().sort("rank", "name")
@@ -326,11 +337,13 @@ def build_layout(
     )
     sl = sl.with_columns(pl.col("rank").cast(pl.Int32), pl.col("_g").cast(pl.Int32), pl.col("_a").cast(pl.Int64),
                          pl.col("_b").cast(pl.Int64))
-    track_col = sl.join(tk, on=["rank", "_g", "_a", "_b", "_lane"], how="left", nulls_equal=True,
-                        maintain_order="left")["_track"].to_numpy().astype(np.int64)
-    # final slice order: start, longer first, track, then input order
+    key_cols = ["rank", "_g", "_a", "_b", "_lane"]
+    track_col = sl.select(key_cols).join(tk, on=key_cols, how="left", nulls_equal=True,
+                                         maintain_order="left")["_track"].to_numpy().astype(np.int64)
+    # final slice order: start, longer first, track, then input order (only the columns used below)
     final = np.lexsort((seq, track_col, -durs, starts))
-    sl = sl.with_columns(pl.Series("_track", track_col))[final]
+    sl = sl.drop("pid", "tid", "device", "stream", "_g", "_a", "_b", "_lane", "_row").with_columns(
+        pl.Series("_track", track_col))[final]
     # display names
     gpu_mask = sl["kind"].is_in(list(GPU_KINDS))
     sl = sl.with_columns(pl.col("name").fill_null(""))
@@ -347,10 +360,16 @@ def build_layout(
         pl.when(gpu_mask & (pl.col("name") != pl.col("_disp"))).then(pl.col("name")).otherwise(None).alias("name"),
         *[pl.col(c) for c in SET_ARGS if c != "name"],
     )
-    uniq = argf.unique(maintain_order=True).with_row_index("_aid")
-    aid = argf.join(uniq, on=list(SET_ARGS), how="left", nulls_equal=True, maintain_order="left")["_aid"].to_numpy()
+    # distinct arg rows numbered in order of first appearance: one dense rank, then numpy
+    dense = argf.select(pl.struct(argf.columns).rank("dense").alias("d"))["d"].to_numpy().astype(np.int64)
+    _, first = np.unique(dense, return_index=True)  # first row of each dense id (ids 1..k in order)
+    by_first = np.argsort(first, kind="stable")
+    remap = np.empty(first.size + 1, dtype=np.int64)
+    remap[by_first + 1] = np.arange(first.size, dtype=np.int64)
+    aid = remap[dense] if dense.size else np.zeros(0, dtype=np.int64)
+    uniq = argf[first[by_first]]
     argsets: list[ArgSet] = []
-    for row in uniq.drop("_aid").iter_rows(named=True):
+    for row in uniq.iter_rows(named=True):
         items: list[tuple[str, ArgValue]] = [(k, v) for k, v in row.items() if v is not None]
         argsets.append(tuple(items))
     ints = {}

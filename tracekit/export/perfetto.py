@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from tracekit.errors import AnalysisError
 from tracekit.export import pbenc as pe
-from tracekit.export.layout import INT_ARGS, Layout, Track
+from tracekit.export.layout import INT_ARGS, ArgValue, Layout, Track
 
 I64 = npt.NDArray[np.int64]
 
@@ -87,23 +87,33 @@ class _Strings:
 def _encode_argsets(lay: Layout, ann_iid: dict[str, int], strings: _Strings) -> tuple[pe.BlobTable, list[list[int]]]:
     blobs: list[bytes] = []
     deps: list[list[int]] = []
+    # one encoding per distinct (name, type, value): arg sets repeat most of their pairs
+    memo: dict[tuple[str, type, ArgValue], tuple[bytes, int]] = {}
     for aset in lay.argsets:
-        out = bytearray()
+        parts: list[bytes] = []
         dep: list[int] = []
         for k, v in aset:
-            body = pe.field_varint(A_NAME_IID, ann_iid[k])
-            if isinstance(v, bool):
-                body += pe.field_varint(A_BOOL, int(v))
-            elif isinstance(v, int):
-                body += pe.field_varint(A_INT, v)
-            elif isinstance(v, float):
-                body += pe.field_double(A_DOUBLE, v)
-            else:
-                sid = strings.get(str(v))
-                dep.append(sid)
-                body += pe.field_varint(A_STRING_IID, sid)
-            out += pe.field_bytes(E_DEBUG, body)
-        blobs.append(bytes(out))
+            mk = (k, type(v), v)
+            hit = memo.get(mk)
+            if hit is None:
+                sid = 0
+                body = pe.field_varint(A_NAME_IID, ann_iid[k])
+                if isinstance(v, bool):
+                    body += pe.field_varint(A_BOOL, int(v))
+                elif isinstance(v, int):
+                    body += pe.field_varint(A_INT, v)
+                elif isinstance(v, float):
+                    body += pe.field_double(A_DOUBLE, v)
+                else:
+                    sid = strings.get(str(v))
+                    body += pe.field_varint(A_STRING_IID, sid)
+                hit = (pe.field_bytes(E_DEBUG, body), sid)
+                if not isinstance(v, float):  # 0.0 == -0.0 and nan != nan: floats are not memoised
+                    memo[mk] = hit
+            parts.append(hit[0])
+            if hit[1]:
+                dep.append(hit[1])
+        blobs.append(b"".join(parts))
         deps.append(dep)
     return pe.BlobTable.build(blobs), deps
 
