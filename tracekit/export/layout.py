@@ -360,14 +360,7 @@ def build_layout(
         pl.when(gpu_mask & (pl.col("name") != pl.col("_disp"))).then(pl.col("name")).otherwise(None).alias("name"),
         *[pl.col(c) for c in SET_ARGS if c != "name"],
     )
-    # distinct arg rows numbered in order of first appearance: one dense rank, then numpy
-    dense = argf.select(pl.struct(argf.columns).rank("dense").alias("d"))["d"].to_numpy().astype(np.int64)
-    _, first = np.unique(dense, return_index=True)  # first row of each dense id (ids 1..k in order)
-    by_first = np.argsort(first, kind="stable")
-    remap = np.empty(first.size + 1, dtype=np.int64)
-    remap[by_first + 1] = np.arange(first.size, dtype=np.int64)
-    aid = remap[dense] if dense.size else np.zeros(0, dtype=np.int64)
-    uniq = argf[first[by_first]]
+    aid, uniq = _first_seen_ids(argf)
     argsets: list[ArgSet] = []
     for row in uniq.iter_rows(named=True):
         items: list[tuple[str, ArgValue]] = [(k, v) for k, v in row.items() if v is not None]
@@ -379,13 +372,15 @@ def build_layout(
     # attribution buckets on GPU-window phase slices: extend their arg sets (one per phase instance)
     argset_arr = aid.astype(np.int64)
     if buckets:
-        win = sl["window"].to_numpy()
-        rank_vals = sl["rank"].to_numpy()
         pid_vals, pid_ok = ints["phase_id"]
-        for i in np.flatnonzero((win == "gpu") & pid_ok):
-            b = buckets.get((int(rank_vals[i]), int(pid_vals[i])))
+        rows = np.flatnonzero((sl["window"] == "gpu").fill_null(False).to_numpy() & pid_ok)
+        rank_l = sl["rank"].to_numpy()[rows].tolist()
+        label: dict[str, str] = {}
+        for i, r, p, a in zip(rows.tolist(), rank_l, pid_vals[rows].tolist(), argset_arr[rows].tolist(), strict=True):
+            b = buckets.get((int(r), int(p)))
             if b:
-                argsets.append(argsets[int(argset_arr[i])] + tuple((f"bucket.{k}", int(v)) for k, v in b.items()))
+                extra = tuple((label.get(k) or label.setdefault(k, f"bucket.{k}"), int(v)) for k, v in b.items())
+                argsets.append(argsets[a] + extra)
                 argset_arr[i] = len(argsets) - 1
     argset_arr = np.where(np.array([len(a) > 0 for a in argsets], dtype=bool)[argset_arr], argset_arr, -1)
     track_arr = sl["_track"].to_numpy().astype(np.int64)
@@ -429,6 +424,28 @@ def build_layout(
         c_ts=cdf["ts"].to_numpy().astype(np.int64), c_track=cdf["track"].to_numpy().astype(np.int64),
         c_value=cdf["value"].to_numpy().astype(np.float64), c_is_int=cdf["is_int"].to_numpy(), ranks=ranks,
     )
+
+
+def _first_seen_ids(df: pl.DataFrame) -> tuple[I64, pl.DataFrame]:
+    """Per row, the index of its distinct row in order of first appearance; and the distinct rows.
+
+    Same result as ``df.unique(maintain_order=True)`` joined back, from one row hash and one
+    numpy sort; checked against the rows themselves (a hash collision falls back to the join).
+    """
+    if df.height == 0:
+        return np.zeros(0, dtype=np.int64), df
+    h = df.hash_rows(seed=0).to_numpy()
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    remap = np.empty(first.size, dtype=np.int64)
+    remap[by_first] = np.arange(first.size, dtype=np.int64)
+    aid = remap[inv.reshape(-1)]
+    uniq = df[first[by_first]]
+    if uniq[aid].equals(df, null_equal=True):
+        return aid, uniq
+    uniq = df.unique(maintain_order=True).with_row_index("_aid")
+    aid = df.join(uniq, on=df.columns, how="left", nulls_equal=True, maintain_order="left")["_aid"].to_numpy()
+    return aid.astype(np.int64), uniq.drop("_aid")
 
 
 def launch_edges(sl: pl.DataFrame) -> tuple[I64, I64]:
