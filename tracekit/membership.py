@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
 from tracekit.phases import parse_label, phase_of_span
-from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, LAUNCH, RANGE, conform
+from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, KINDS, LAUNCH, RANGE, conform
 
 I64 = npt.NDArray[np.int64]
 
@@ -149,7 +149,41 @@ def _key(df: pl.DataFrame, cols: Sequence[str]) -> I64:
 
 
 def _i64(s: pl.Series, fill: int = 0) -> I64:
-    return s.fill_null(fill).cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
+    if s.null_count():
+        s = s.fill_null(fill)
+    return s.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
+
+
+def _ints(s: pl.Series, fill: int = -1) -> npt.NDArray[np.signedinteger[Any]]:
+    """Integer column as numpy in its own width (no int64 widening copy), nulls filled."""
+    if s.null_count():
+        s = s.fill_null(fill)
+    if not s.dtype.is_signed_integer():
+        s = s.cast(pl.Int64)
+    a: npt.NDArray[np.signedinteger[Any]] = s.to_numpy()
+    return a
+
+
+# kind bits: phase range candidates, host member rows, GPU rows, launch rows
+_R, _H, _G, _L = 1, 2, 4, 8
+_KIND_BITS: Final = np.array(
+    [
+        (_R if k in (RANGE, INSTANT, GPU_RANGE) else 0)
+        | (_H if k in HOST_MEMBER_KINDS else 0)
+        | (_G if k in GPU_KINDS else 0)
+        | (_L if k == LAUNCH else 0)
+        for k in KINDS
+    ]
+    + [0],  # null or unknown kind
+    dtype=np.uint8,
+)
+
+
+def _kind_bits(kind: pl.Series) -> npt.NDArray[np.uint8]:
+    """One pass over the kind strings: a bit set per row (see _KIND_BITS)."""
+    codes = kind.cast(pl.Enum(list(KINDS)), strict=False).to_physical().fill_null(len(KINDS)).cast(pl.UInt8)
+    out: npt.NDArray[np.uint8] = _KIND_BITS[codes.to_numpy()]
+    return out
 
 
 def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.DataFrame:
@@ -165,17 +199,10 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     """
     ev = conform(events)
     n = ev.height
-    kind = pl.col("kind")
-    masks = ev.select(
-        kind.is_in([RANGE, INSTANT, GPU_RANGE]).fill_null(False).alias("r"),
-        (kind.is_in(HOST_MEMBER_KINDS) & pl.col("tid").is_not_null()).fill_null(False).alias("h"),
-        (kind.is_in(list(GPU_KINDS)) & pl.col("correlation").is_not_null()).fill_null(False).alias("gc"),
-        (kind == LAUNCH).fill_null(False).alias("l"),
-        ((kind == LAUNCH) & pl.col("correlation").is_not_null()).fill_null(False).alias("lc"),
-        kind.is_in(list(GPU_KINDS)).fill_null(False).alias("g"),
-    )
-    range_mask = masks.get_column("r")
-    range_rows = np.flatnonzero(range_mask.to_numpy())
+    bits = _kind_bits(ev.get_column("kind"))
+    range_np = (bits & _R) > 0
+    range_rows = np.flatnonzero(range_np)
+    range_mask = pl.Series(range_np)
     rsub = ev.select(["rank", "kind", "name", "pid", "tid", "stream", "start_ns", "dur_ns", *FACT_COLUMNS]).filter(
         range_mask
     )
@@ -188,7 +215,8 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
         [f"{c}_lab" for c in FACT_COLUMNS]
     )  # label facts win over values already in the row
     markers = cand.filter(pl.col("_is_facts"))
-    launch_ranks = ev.select("rank").filter(masks.get_column("l")).get_column("rank").unique().drop_nulls()
+    launch_np = (bits & _L) > 0
+    launch_ranks = ev.select("rank").filter(pl.Series(launch_np)).get_column("rank").unique().drop_nulls()
     host = cand.filter(~pl.col("_is_facts") & (pl.col("kind") == RANGE) & (pl.col("dur_ns") > 0))
     gpu_gr = cand.filter(
         ~pl.col("_is_facts")
@@ -214,7 +242,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
 
     # host rows: innermost host phase range open on the same (rank, pid, tid)
     if inst_host.height:
-        hmask = masks.get_column("h").to_numpy() & ~own
+        hmask = ((bits & _H) > 0) & ev.get_column("tid").is_not_null().to_numpy() & ~own
         hrows = np.flatnonzero(hmask)
         hsub = ev.select("rank", "pid", "tid", "start_ns").filter(pl.Series(hmask))
         both = pl.concat([inst_host.select("rank", "pid", "tid"), hsub.select("rank", "pid", "tid")])
@@ -232,24 +260,27 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
             pid_arr[hrows[sel_h]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], h_start[sel_h])
 
     # GPU rows: via (rank, correlation) from the launch row (first launch row per correlation)
-    lc = masks.get_column("lc")
-    gc = masks.get_column("gc")
-    if gc.any() and lc.any():
-        lrows = np.flatnonzero(lc.to_numpy())
-        grows = np.flatnonzero(gc.to_numpy())
-        lsub = ev.select("rank", "correlation").filter(lc)
-        gsub = ev.select("rank", "correlation").filter(gc)
-        l_rank, l_corr = _i64(lsub.get_column("rank"), -1), _i64(lsub.get_column("correlation"))
-        g_rank, g_corr = _i64(gsub.get_column("rank"), -1), _i64(gsub.get_column("correlation"))
+    gpu_np = (bits & _G) > 0
+    if gpu_np.any() and launch_np.any():
+        has_corr = ev.get_column("correlation").is_not_null().to_numpy()
+        lc_np = launch_np & has_corr
+        gc_np = gpu_np & has_corr
+        del has_corr
+        lrows = np.flatnonzero(lc_np)
+        grows = np.flatnonzero(gc_np)
+        lsub = ev.select("rank", "correlation").filter(pl.Series(lc_np))
+        gsub = ev.select("rank", "correlation").filter(pl.Series(gc_np))
+        del lc_np, gc_np
+        l_rank, l_corr = _ints(lsub.get_column("rank"), -1), _i64(lsub.get_column("correlation"))
+        g_rank, g_corr = _ints(gsub.get_column("rank"), -1), _i64(gsub.get_column("correlation"))
         del lsub, gsub
         l_val = pid_arr[lrows]
         for r, sel_g in _groups(g_rank, np.unique(l_rank)):
             sel_l = l_rank == r
             pid_arr[grows[sel_g]] = _lookup(l_corr[sel_l], l_val[sel_l], g_corr[sel_g])
     # fallback: ranks without launch rows, via projected phase gpu ranges on the same stream
-    gmask = masks.get_column("g")
-    if inst_gpu.height and gmask.any():
-        fb = gmask & ~ev.get_column("rank").is_in(launch_ranks.implode()).fill_null(False)
+    if inst_gpu.height and gpu_np.any():
+        fb = pl.Series(gpu_np) & ~ev.get_column("rank").is_in(launch_ranks.implode()).fill_null(False)
         frows = np.flatnonzero(fb.to_numpy())
         fsub = ev.select("rank", "stream", "start_ns").filter(fb)
         f_rank, f_stream = _i64(fsub.get_column("rank"), -1), _i64(fsub.get_column("stream"), -1)
@@ -267,7 +298,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
                 continue
             sel = (gr == r) & (gs == st)
             pid_arr[frows[m]] = _assign_one(g_s[sel], g_e[sel], g_id[sel], f_start[m])
-    del masks
+    del bits
     return _write_back(ev, inst.sort("_id"), pid_arr, own_rows)
 
 
