@@ -372,13 +372,14 @@ def _thread_key(threads: pl.DataFrame) -> I64:
     """One int64 per (rank, pid, tid) row: packed when the parts fit, else a dense code."""
     if threads.height == 0:
         return np.zeros(0, dtype=np.int64)
-    rank, pid, tid = (_i64(threads.get_column(c), -1) for c in ("rank", "pid", "tid"))
-    if (
-        rank.min() >= -1 and rank.max() < (1 << 14)
-        and pid.min() >= -1 and pid.max() < (1 << 24)
-        and tid.min() >= -1 and tid.max() < (1 << 24)
-    ):
-        return ((rank + 1) << 50) | ((pid + 1) << 25) | (tid + 1)
+    parts = [pl.col(c).cast(pl.Int64).fill_null(-1) for c in ("rank", "pid", "tid")]
+    lo_hi = threads.select(*[p.min().alias(f"lo{i}") for i, p in enumerate(parts)],
+                           *[p.max().alias(f"hi{i}") for i, p in enumerate(parts)]).row(0)
+    bits = (14, 24, 24)
+    if all(lo_hi[i] >= -1 and lo_hi[3 + i] < (1 << bits[i]) for i in range(3)):
+        packed = (parts[0] + 1) * (1 << 50) + (parts[1] + 1) * (1 << 25) + (parts[2] + 1)
+        out: I64 = threads.select(packed.alias("k")).get_column("k").to_numpy()
+        return out
     return _key(threads, ["rank", "pid", "tid"])
 
 
