@@ -283,9 +283,13 @@ def build_layout(
         .group_by("rank", "_g").agg(pl.col("_a").n_unique().alias("n")).collect()
     )
     multi_set = {(int(r), int(g)) for r, g, n in multi.iter_rows() if n > 1}
-    groups = sl.select("rank", "_g", "_a", "_b").unique().sort(["rank", "_g", "_a", "_b"], nulls_last=False)
     # lanes per group (group key = dense rank of rank, group, pid/device, tid/stream); no frame sorts
-    keys = sl.select(pl.struct("rank", "_g", "_a", "_b").rank("dense").alias("k"))["k"].to_numpy().astype(np.int64)
+    dense = sl.select(pl.struct("rank", "_g", "_a", "_b").rank("dense").alias("k"))["k"].to_numpy()
+    _, key_first, key_inv = np.unique(dense, return_index=True, return_inverse=True)
+    keys = key_inv.reshape(-1).astype(np.int64)  # 0..K-1
+    gtab = sl.select("rank", "_g", "_a", "_b")[key_first]  # row j: the group of key j
+    group_of_key = list(gtab.iter_rows())
+    groups = gtab.sort(["rank", "_g", "_a", "_b"], nulls_last=False)
     starts = sl["start_ns"].to_numpy().astype(np.int64)
     durs = sl["dur_ns"].to_numpy().astype(np.int64)
     seq = np.arange(sl.height, dtype=np.int64)
@@ -293,14 +297,15 @@ def build_layout(
     lanes = np.zeros(sl.height, dtype=np.int64)
     s_sorted, e_sorted = starts[by_group], starts[by_group] + durs[by_group]
     bounds = np.r_[0, np.flatnonzero(np.diff(keys[by_group])) + 1, by_group.size]
+    lane_n: dict[tuple[Any, ...], int] = {}
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if hi == lo:  # no slices at all
+            continue
         # by_group is (start, longer first, input order) inside each group: the nesting order
-        lanes[by_group[lo:hi]] = assign_lanes(s_sorted[lo:hi], e_sorted[lo:hi], in_order=True)
-    sl = sl.with_columns(pl.Series("_lane", lanes))
+        chunk_lanes = assign_lanes(s_sorted[lo:hi], e_sorted[lo:hi], in_order=True)
+        lanes[by_group[lo:hi]] = chunk_lanes
+        lane_n[group_of_key[int(keys[by_group[lo]])]] = int(chunk_lanes.max())
     # tracks
-    max_lane = sl.lazy().select("rank", "_g", "_a", "_b", "_lane").group_by("rank", "_g", "_a", "_b").agg(
-        pl.col("_lane").max().alias("m")).collect()
-    lane_n = {(r, g, a, b): int(m) for r, g, a, b, m in max_lane.iter_rows()}
     ctr = ev.filter(pl.col("kind") == COUNTER)
     ctr_names = ctr.select("rank", "name").unique().sort("rank", "name")
     ph_names = phases.filter(pl.col("_g") == G_PHASE_GPU).select("rank", "phase").unique().sort("rank", "phase")
@@ -330,19 +335,12 @@ def build_layout(
                     tb.add(Track(0, proc, nm if lane == 0 else f"{nm} (overlap {lane})", "slice", r, 0,
                                  gpu=g == G_STREAM), (r, g, a, b, lane))
     tracks, track_of = tb.tracks, tb.track_of
-    tk = pl.DataFrame(
-        [(k[0], k[1], k[2], k[3], k[4], v) for k, v in track_of.items() if len(k) == 5],
-        schema={"rank": pl.Int32(), "_g": pl.Int32(), "_a": pl.Int64(), "_b": pl.Int64(), "_lane": pl.Int64(), "_track": pl.Int64()},
-        orient="row",
-    )
-    sl = sl.with_columns(pl.col("rank").cast(pl.Int32), pl.col("_g").cast(pl.Int32), pl.col("_a").cast(pl.Int64),
-                         pl.col("_b").cast(pl.Int64))
-    key_cols = ["rank", "_g", "_a", "_b", "_lane"]
-    track_col = sl.select(key_cols).join(tk, on=key_cols, how="left", nulls_equal=True,
-                                         maintain_order="left")["_track"].to_numpy().astype(np.int64)
+    # the lanes of a group are consecutive tracks: track = the group's lane-0 track + lane
+    lane0 = np.array([track_of[(*grp, 0)] for grp in group_of_key], dtype=np.int64)
+    track_col = lane0[keys] + lanes
     # final slice order: start, longer first, track, then input order (only the columns used below)
     final = np.lexsort((seq, track_col, -durs, starts))
-    sl = sl.drop("pid", "tid", "device", "stream", "_g", "_a", "_b", "_lane", "_row").with_columns(
+    sl = sl.drop("pid", "tid", "device", "stream", "_g", "_a", "_b", "_row").with_columns(
         pl.Series("_track", track_col))[final]
     # display names
     gpu_mask = sl["kind"].is_in(list(GPU_KINDS))
