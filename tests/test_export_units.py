@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit.export import pbenc as pe
 from tracekit.export.lanes import assign_lanes, nesting_order
+from tracekit.export.layout import _first_seen_ids
 from tracekit.export.validate import validate_trace
 
 pb2 = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -77,6 +79,19 @@ def test_lanes_nest_strictly(iv: list[tuple[int, int]]) -> None:
         assert _nests(s[m], e[m])
     if _nests(s, e):
         assert not lanes.any()  # properly nested input stays on one track
+    o = nesting_order(s, e)  # the layout's presorted path gives the same lanes
+    assert assign_lanes(s[o], e[o], in_order=True).tolist() == lanes[o].tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, "a", "b"]), st.sampled_from([None, 1, 2]),
+                          st.sampled_from([None, True, False])), min_size=0, max_size=30))
+def test_first_seen_ids_match_unique_join(rows: list[tuple[str | None, int | None, bool | None]]) -> None:
+    df = pl.DataFrame(rows, schema={"s": pl.String(), "i": pl.Int64(), "b": pl.Boolean()}, orient="row")
+    aid, uniq = _first_seen_ids(df)
+    ref = df.unique(maintain_order=True)
+    assert uniq.equals(ref)
+    assert uniq[aid].equals(df)  # every row maps to its own distinct row
 
 
 def test_lanes_pdl_chain_alternates() -> None:
