@@ -373,11 +373,13 @@ def build_layout(
         pid_vals, pid_ok = ints["phase_id"]
         rows = np.flatnonzero((sl["window"] == "gpu").fill_null(False).to_numpy() & pid_ok)
         rank_l = sl["rank"].to_numpy()[rows].tolist()
-        label: dict[str, str] = {}
+        label: dict[tuple[str, ...], tuple[str, ...]] = {}
         for i, r, p, a in zip(rows.tolist(), rank_l, pid_vals[rows].tolist(), argset_arr[rows].tolist(), strict=True):
             b = buckets.get((int(r), int(p)))
             if b:
-                extra = tuple((label.get(k) or label.setdefault(k, f"bucket.{k}"), int(v)) for k, v in b.items())
+                ks = tuple(b)
+                labs = label.get(ks) or label.setdefault(ks, tuple(f"bucket.{k}" for k in ks))
+                extra = tuple(zip(labs, map(int, b.values()), strict=True))
                 argsets.append(argsets[a] + extra)
                 argset_arr[i] = len(argsets) - 1
     argset_arr = np.where(np.array([len(a) > 0 for a in argsets], dtype=bool)[argset_arr], argset_arr, -1)
