@@ -92,3 +92,13 @@ def test_phase_ids_repeated_across_shards_become_unique(tmp_path: Path) -> None:
     # already-unique ids stay as they are
     again = read_run(tmp_path / "run.parquet")
     assert again["phase_id"].to_list() == merged["phase_id"].to_list()
+
+
+def test_written_files_get_umask_permissions(tmp_path: Path) -> None:
+    """mkstemp makes 0600 files; a run written by tracekit reads like any file the user writes."""
+    old = os.umask(0o022)
+    try:
+        p = write_run(_events(0), tmp_path / "run.parquet", new_manifest())
+    finally:
+        os.umask(old)
+    assert (p.stat().st_mode & 0o777) == 0o644

@@ -99,7 +99,7 @@ def write_run(
             row_group_size=1 << 20,
             metadata=meta,
         )
-        os.replace(tmp, out)
+        publish(tmp, out)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -119,6 +119,15 @@ def is_canonical_order(df: pl.DataFrame) -> bool:
     rp, sp, dp, kp, np_ = (pl.col(c).shift(1) for c in keys)
     ok = (r > rp) | ((r == rp) & ((s > sp) | ((s == sp) & ((d < dp) | ((d == dp) & ((k > kp) | ((k == kp) & (n >= np_))))))))
     return bool(df.select(ok.slice(1).all()).item())
+
+
+def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Give a finished temp file the permissions a plain ``open(dest, "w")`` would (mkstemp makes
+    it 0600), then rename it over ``dest`` atomically."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, dest)
 
 
 def _shards(path: Path) -> list[Path]:
@@ -255,6 +264,7 @@ __all__ = [
     "merge_manifests",
     "merge_shards",
     "new_manifest",
+    "publish",
     "read_manifest",
     "read_run",
     "scan_run",

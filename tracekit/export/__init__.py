@@ -21,6 +21,7 @@ import polars as pl
 from tracekit.errors import TracekitError
 from tracekit.export.select import Selection, select_events
 from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, RANGE
+from tracekit.store import publish
 
 WARN_BYTES: Final = 500_000_000
 PERFETTO_SUFFIXES: Final = (".pftrace", ".perfetto-trace", ".perfetto", ".pb", ".proto")
@@ -157,7 +158,7 @@ def export_events(
             else:
                 meta = {"selection": sel.describe(), "source": source or ""}
                 written = chrome.write_chrome(lay, fh, gz=str(dest).lower().endswith(".gz"), meta=meta)
-        os.replace(tmp, dest)
+        publish(tmp, dest)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
