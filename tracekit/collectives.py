@@ -35,9 +35,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracekit.categories import COMM_CATEGORIES
 from tracekit.schema import KERNEL, conform
-
-COMM_CATEGORIES: Final = ("allreduce", "comm")
 
 _COMM_RE: Final = re.compile(
     r"nccl(Dev)?Kernel|^nccl|cross_device_reduce|AllReduceKernel|all_reduce_\w*(shot|kernel)"
