@@ -102,3 +102,14 @@ def test_written_files_get_umask_permissions(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert (p.stat().st_mode & 0o777) == 0o644
+
+
+def test_top_level_api_is_lazy_and_light() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, tracekit; assert 'polars' not in sys.modules; "
+            "tracekit.export_run, tracekit.ingest_traces, tracekit.read_run; "
+            "print(sorted(m for m in ('torch', 'sglang', 'nvtx', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -17,10 +17,16 @@ _LAZY = {
     "write_run": "tracekit.store",
     "read_manifest": "tracekit.store",
     "TracekitError": "tracekit.errors",
+    "ingest_traces": "tracekit.ingest",
+    "export_run": "tracekit.export",
+    "finalize_events": "tracekit.pipeline",
 }
 
 if TYPE_CHECKING:
     from tracekit.errors import TracekitError
+    from tracekit.export import export_run
+    from tracekit.ingest import ingest_traces
+    from tracekit.pipeline import finalize_events
     from tracekit.store import Run, load_run, read_manifest, read_run, scan_run, write_run
 
 
@@ -33,4 +39,16 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(mod), name)
 
 
-__all__ = ["Run", "TracekitError", "__version__", "load_run", "read_manifest", "read_run", "scan_run", "write_run"]
+__all__ = [
+    "Run",
+    "TracekitError",
+    "__version__",
+    "export_run",
+    "finalize_events",
+    "ingest_traces",
+    "load_run",
+    "read_manifest",
+    "read_run",
+    "scan_run",
+    "write_run",
+]
