@@ -13,40 +13,35 @@ Prints, each against a reference measured in the same run:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 from types import ModuleType
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
-CLASS_MAP = {
-    "sglang.srt.speculative.eagle_worker.EAGLEWorker": "EAGLEWorker",
-    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2": "EAGLEWorkerV2",
-    "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker": "EagleDraftWorker",
-    "sglang.srt.model_executor.model_runner.ModelRunner": "ModelRunner",
-}
+
+
+def _shapes_module() -> ModuleType:
+    """tests/sglang_shapes.py, loaded by path (it is not an installed module)."""
+    spec = importlib.util.spec_from_file_location("bench_sglang_shapes", TESTS / "sglang_shapes.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def load_shapes() -> ModuleType:
-    name = f"bench_shapes_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, TESTS / "sglang_shapes.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return _shapes_module().fresh_copy("bench_shapes")
 
 
 def hook_all(mod: ModuleType, version: str) -> None:
     from tracekit.collectors.sglang import runtime
     from tracekit.collectors.sglang.hooktable import specs_for
 
-    rows = [dataclasses.replace(s, target=f"{mod.__name__}.{CLASS_MAP[s.target.rpartition('.')[0]]}.{s.target.rpartition('.')[2]}")
-            for s in specs_for(version)]
+    rows = mod.retarget(specs_for(version), mod)
     rep = runtime.install_direct(specs=rows, rec=runtime.Recorder())
     assert not rep.skipped
 

@@ -13,10 +13,7 @@ writes its environment manifest into TRACEKIT_SGLANG_DIR.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import sys
-import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -25,32 +22,16 @@ sys.path.insert(0, str(HERE))
 
 import sglang_shapes as S  # noqa: E402
 
-CLASS_MAP = {
-    "sglang.srt.speculative.eagle_worker.EAGLEWorker": "EAGLEWorker",
-    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2": "EAGLEWorkerV2",
-    "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker": "EagleDraftWorker",
-    "sglang.srt.model_executor.model_runner.ModelRunner": "ModelRunner",
-}
-
 
 def fresh_shapes() -> ModuleType:
-    name = f"sglang_shapes_rank_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, HERE / "sglang_shapes.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return S.fresh_copy("sglang_shapes_rank")
 
 
 def install(mod: ModuleType, version: str) -> None:
     from tracekit.collectors.sglang import rankinfo, runtime
     from tracekit.collectors.sglang.hooktable import specs_for
 
-    rows = []
-    for s in specs_for(version):
-        cls, _, method = s.target.rpartition(".")
-        rows.append(dataclasses.replace(s, target=f"{mod.__name__}.{CLASS_MAP[cls]}.{method}"))
+    rows = S.retarget(specs_for(version), mod)
     rec = runtime.Recorder(on_first_call=rankinfo.on_first_call("test-server"))
     rep = runtime.install_direct(specs=rows, rec=rec, entry="test-server")
     assert not rep.skipped, rep.skipped

@@ -292,3 +292,41 @@ def trace_names(path: str) -> list[str]:
     with opener(path, "rt") as fh:
         doc = json.load(fh)
     return [e.get("name", "") for e in doc.get("traceEvents", []) if e.get("cat") == "user_annotation"]
+
+
+# --- private copies of these classes with tracekit's hook table pointed at them ---------------
+
+# SGLang class (hook-table target) -> the class here with the same call shape
+CLASS_MAP = {
+    "sglang.srt.speculative.eagle_worker.EAGLEWorker": "EAGLEWorker",
+    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2": "EAGLEWorkerV2",
+    "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker": "EagleDraftWorker",
+    "sglang.srt.model_executor.model_runner.ModelRunner": "ModelRunner",
+}
+
+
+def fresh_copy(prefix: str = "sglang_shapes"):  # type: ignore[no-untyped-def]
+    """A private copy of this module (patching it leaves every other copy's classes alone)."""
+    import importlib.util
+    import sys
+    import uuid
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, __file__)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def retarget(specs, mod):  # type: ignore[no-untyped-def]
+    """The hook-table rows ``specs`` with each SGLang class replaced by ``mod``'s counterpart."""
+    import dataclasses
+
+    out = []
+    for s in specs:
+        cls, _, method = s.target.rpartition(".")
+        out.append(dataclasses.replace(s, target=f"{mod.__name__}.{CLASS_MAP[cls]}.{method}"))
+    return out
+

@@ -7,11 +7,8 @@ them through SGLang's own HookRegistry, loaded from the real 0.5.23 wheel.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import logging
-import sys
-import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -27,31 +24,13 @@ from tracekit.collectors.sglang.hooktable import HookSpec, specs_for  # noqa: E4
 from tracekit.phases import parse_label  # noqa: E402
 
 HERE = Path(__file__).parent
-CLASS_MAP = {
-    "sglang.srt.speculative.eagle_worker.EAGLEWorker": "EAGLEWorker",
-    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2": "EAGLEWorkerV2",
-    "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker": "EagleDraftWorker",
-    "sglang.srt.model_executor.model_runner.ModelRunner": "ModelRunner",
-}
-
-
 def fresh_shapes() -> ModuleType:
     """A private copy of sglang_shapes (patching it leaves other tests' classes alone)."""
-    name = f"sglang_shapes_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, HERE / "sglang_shapes.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return S.fresh_copy()
 
 
 def mapped(version: str, mod: ModuleType) -> list[HookSpec]:
-    out = []
-    for s in specs_for(version):
-        cls, _, method = s.target.rpartition(".")
-        out.append(dataclasses.replace(s, target=f"{mod.__name__}.{CLASS_MAP[cls]}.{method}"))
-    return out
+    return S.retarget(specs_for(version), mod)
 
 
 def labels(path: Path) -> list:
