@@ -41,7 +41,7 @@ import polars as pl
 
 from tracekit.buckets import HOST_BUCKETS
 from tracekit.errors import AnalysisError, TracekitError
-from tracekit.membership import innermost, phase_instances
+from tracekit.membership import innermost, phase_instances, range_parents
 from tracekit.schema import GPU_KINDS, OP, RANGE
 
 if sys.version_info >= (3, 11):
@@ -137,20 +137,6 @@ def has_gpu_events(events: pl.DataFrame, ranks: Sequence[int] | None = None) -> 
 # --- the walk ------------------------------------------------------------------------------------
 
 
-def _parents(starts: I64, ends: I64) -> I64:
-    """Enclosing range of each range (sorted by start, longer first), or -1."""
-    parent = np.full(starts.size, -1, dtype=np.int64)
-    stack: list[int] = []
-    e_list = ends.tolist()
-    for i, s in enumerate(starts.tolist()):
-        while stack and e_list[stack[-1]] <= s:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
-
-
 def _first_match(names: list[str], rules: Sequence[OpRule | ScopeRule]) -> list[int]:
     """Index of the first rule whose pattern is found in each name, or -1."""
     compiled = [re.compile(r.pattern) for r in rules]
@@ -188,7 +174,7 @@ def _thread_codes(ops: pl.DataFrame, scopes: pl.DataFrame, hr: HostRules) -> tup
     so = np.lexsort((-(s_e - s_s), s_s))
     s_s, s_e, s_rule = s_s[so], s_e[so], s_rule[so]
     if s_s.size:
-        enc = innermost(s_s, s_e, _parents(s_s, s_e), o_s)
+        enc = innermost(s_s, s_e, range_parents(s_s, s_e), o_s)
     else:
         enc = np.full(o_s.size, -1, dtype=np.int64)
     scope_cat = [hr.scopes[int(s_rule[i])].category if i >= 0 else None for i in enc.tolist()]

@@ -143,14 +143,14 @@ def test_empty_and_rangeless_tables() -> None:
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 100)), min_size=1, max_size=25), st.lists(st.integers(0, 320), max_size=40))
 def test_innermost_matches_brute_force(ranges: list[tuple[int, int]], queries: list[int]) -> None:
     """Latest-started open range, for arbitrary (also partially overlapping) ranges."""
-    from tracekit.membership import _parents
+    from tracekit.membership import range_parents
 
     s = np.array([a for a, _ in ranges], dtype=np.int64)
     e = s + np.array([d for _, d in ranges], dtype=np.int64)
     order = np.lexsort((-(e - s), s))
     s, e = s[order], e[order]
     t = np.array(queries, dtype=np.int64)
-    got = innermost(s, e, _parents(s, e), t)
+    got = innermost(s, e, range_parents(s, e), t)
     for q, g in zip(t.tolist(), got.tolist(), strict=True):
         open_ = [i for i in range(s.size) if s[i] <= q < e[i]]
         assert g == (max(open_) if open_ else -1)

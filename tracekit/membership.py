@@ -97,7 +97,7 @@ def _name_table(names: pl.Series, rules: Sequence[Rule]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def _parents(starts: I64, ends: I64) -> I64:
+def range_parents(starts: I64, ends: I64) -> I64:
     """Parent of each range (sorted by start, longer first): the range on top of the open stack."""
     n = starts.size
     parent = np.full(n, -1, dtype=np.int64)
@@ -400,7 +400,7 @@ def _assign_one(s: I64, e: I64, ids: I64, t: I64) -> I64:
     """Instance id of the innermost range (s, e) open at each t, else -1."""
     order = np.lexsort((-(e - s), s))
     s, e, ids = s[order], e[order], ids[order]
-    idx = innermost(s, e, _parents(s, e), t)
+    idx = innermost(s, e, range_parents(s, e), t)
     return np.where(idx >= 0, ids[np.maximum(idx, 0)], -1)
 
 
@@ -427,7 +427,7 @@ def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.D
     _, lo, hi = _group_bounds(key[order])
     for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
         idx = order[a:b]
-        par = _parents(s[idx], e[idx])
+        par = range_parents(s[idx], e[idx])
         for j in range(idx.size):  # parents come first, so their root is final
             p = int(par[j])
             # walk up to the nearest enclosing range of the same phase
@@ -473,4 +473,10 @@ def phase_instances(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-__all__ = ["FACT_COLUMNS", "annotate_phases", "innermost", "phase_instances"]
+__all__ = [
+    "FACT_COLUMNS",
+    "annotate_phases",
+    "innermost",
+    "phase_instances",
+    "range_parents",
+]
