@@ -88,6 +88,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
+
     from tracekit.collectors.session import ProfilerSession
     from tracekit.collectors.timing import dilation
     from tracekit.collectors.workload.config import make_config

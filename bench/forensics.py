@@ -20,6 +20,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from forensic_frames import Spec, build
+
 from tracekit.analyzers.align import estimate_offsets
 from tracekit.analyzers.diff import diff_runs
 from tracekit.analyzers.spec import cycles

@@ -194,6 +194,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
 
     import torch
     import torch.distributed as dist
+
     from tracekit.collectors.manifest import NvmlSampler, rank_section
     from tracekit.collectors.session import ProfilerSession
     from tracekit.collectors.workload.runner import Workload
@@ -271,10 +272,10 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
                  aborted: str | None, device: Any, shard_dir: Path, q: Any) -> None:
     import polars as pl
     import torch.distributed as dist
+
     from tracekit.collectors.manifest import versions
     from tracekit.collectors.session import finalize
     from tracekit.collectors.timing import dilation
-
     from tracekit.store import new_manifest, write_run
 
     events = session.events()
@@ -321,7 +322,6 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     import multiprocessing as mp
 
     from tracekit.collectors.manifest import launcher_section
-
     from tracekit.errors import TracekitError
     from tracekit.store import merge_shards, read_manifest
 

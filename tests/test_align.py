@@ -5,13 +5,13 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from forensic_frames import Spec, build, manifest
+
 from tracekit.analyzers.align import (
     align_events,
     default_method,
     estimate_offsets,
     raw_times,
 )
-
 from tracekit.errors import AnalysisError
 
 

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 from kineto_synth import gpu_rank
+
 from tracekit.analyzers.attribution import (
     BUCKET_COLUMNS,
     attribute_instances,
@@ -20,7 +21,6 @@ from tracekit.analyzers.attribution import (
     prepare,
 )
 from tracekit.analyzers.buckets import BUCKETS
-
 from tracekit.cli import cli
 from tracekit.errors import AnalysisError
 from tracekit.ingest import ingest_traces

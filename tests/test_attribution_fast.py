@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+
 from tracekit.analyzers.attribution import (
     BUCKET_COLUMNS,
     attribute_instances,
@@ -24,7 +25,6 @@ from tracekit.analyzers.attribution import (
     prepare,
 )
 from tracekit.analyzers.buckets import UNKNOWN_LAUNCH, walk
-
 from tracekit.collectives import annotate_collectives, match_arrays, match_collectives
 from tracekit.phases import format_label
 from tracekit.schema import conform

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from tracekit.analyzers.attribution import CATEGORY_BUCKET, attribute_report, prepare
 from tracekit.analyzers.buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS
-
 from tracekit.store import read_run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "h200x2-builtin"

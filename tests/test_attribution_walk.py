@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tracekit.analyzers.buckets import BUCKETS, IDLE, LAUNCH, N_WORK, UNKNOWN_LAUNCH, walk
 
 C = {b: i for i, b in enumerate(BUCKETS)}

@@ -15,11 +15,10 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
+from tracekit.cli import cli
 from tracekit.collectors.capture import CaptureConfig, run_capture
 from tracekit.collectors.workload.config import make_config
 from tracekit.collectors.workload.runner import accept_lengths
-
-from tracekit.cli import cli
 from tracekit.store import load_run
 from tracekit.summary import manifest_differences
 

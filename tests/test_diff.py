@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 from forensic_frames import Spec, build, manifest
+
 from tracekit.analyzers.diff import diff_runs, nice_width
 from tracekit.analyzers.manifest_diff import collapse, manifest_diff
-
 from tracekit.cli import cli
 from tracekit.errors import AnalysisError
 from tracekit.render import diff as render_diff

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from tracekit.analyzers.align import align_events, estimate_offsets, raw_times
 from tracekit.analyzers.coll_match import matched_collectives
 from tracekit.analyzers.diff import diff_runs
 from tracekit.analyzers.spec import cycles, spec_report
 from tracekit.analyzers.stragglers import segments, stragglers
-
 from tracekit.store import Run, load_run
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "h200x2-forensics" / "run.parquet"
@@ -108,7 +108,6 @@ BUILTIN = SAMPLE.parent.parent / "h200x2-builtin"
 def test_real_diff_graphed_vs_eager_verify() -> None:
     """The collectors' 2-rank H200 captures: verify from a CUDA graph vs eager (SGLang's fallback)."""
     from tracekit.analyzers.manifest_diff import manifest_diff
-
     from tracekit.render.diff import explanation
 
     old, new = load_run(BUILTIN / "graphed.parquet"), load_run(BUILTIN / "eager.parquet")

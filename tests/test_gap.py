@@ -9,9 +9,9 @@ from typing import Any
 import polars as pl
 import pytest
 from click.testing import CliRunner
+
 from tracekit.analyzers.buckets import BUCKETS
 from tracekit.analyzers.gap import gap_report
-
 from tracekit.cli import cli
 from tracekit.errors import AnalysisError
 from tracekit.phases import format_label

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
 from tracekit.collectors import hooks  # noqa: E402
 from tracekit.collectors.hooks import emit_facts, install_hook, phase, phase_hook  # noqa: E402
-
 from tracekit.phases import parse_label  # noqa: E402
 
 

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 from rich.table import Table
+
 from tracekit.analyzers.host_attribution import (
     HOST_BUCKET_COLUMNS,
     HOST_BUCKETS,
@@ -24,7 +25,6 @@ from tracekit.analyzers.host_attribution import (
     host_report,
     parse_host_rules,
 )
-
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
 from tracekit.intervals import union_ns

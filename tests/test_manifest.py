@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from tracekit.collectors import manifest as mf
 
+from tracekit.collectors import manifest as mf
 from tracekit.schema import COLUMNS
 
 

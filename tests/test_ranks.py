@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 from forensic_frames import Spec, build, manifest
-from tracekit.analyzers.stragglers import _covered, rank_state, stragglers
 
+from tracekit.analyzers.stragglers import _covered, rank_state, stragglers
 from tracekit.cli import cli
 from tracekit.schema import conform
 from tracekit.store import write_run

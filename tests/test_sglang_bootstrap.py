@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from tracekit.collectors.sglang import autoload, launch, plugin, runtime
 from tracekit.collectors.sglang.hooktable import HookSpec
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import sglang_wheels
+
 from tracekit.collectors.sglang import plugin
 from tracekit.collectors.sglang.contract import check_source, find_class, find_method, parameters
 from tracekit.collectors.sglang.hooktable import SUPPORTED_VERSIONS, specs_for

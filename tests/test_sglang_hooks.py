@@ -18,9 +18,9 @@ torch = pytest.importorskip("torch")
 
 import sglang_shapes as S  # noqa: E402
 import sglang_wheels  # noqa: E402
+
 from tracekit.collectors.sglang import plugin, runtime  # noqa: E402
 from tracekit.collectors.sglang.hooktable import HookSpec, specs_for  # noqa: E402
-
 from tracekit.phases import parse_label  # noqa: E402
 
 HERE = Path(__file__).parent

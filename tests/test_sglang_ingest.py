@@ -20,9 +20,9 @@ pytest.importorskip("torch")
 import sglang_shapes as S
 import sglang_wheels
 from click.testing import CliRunner
-from tracekit.collectors.sglang.spans import describe, rules_for
 
 from tracekit.cli import cli
+from tracekit.collectors.sglang.spans import describe, rules_for
 from tracekit.ingest import ingest_traces
 from tracekit.membership import annotate_phases, phase_instances
 from tracekit.store import load_run

@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("torch")
 
 import sglang_shapes as S
-from tracekit.collectors.sglang.live import LoadConfig, run_live_capture
 
+from tracekit.collectors.sglang.live import LoadConfig, run_live_capture
 from tracekit.errors import TracekitError
 from tracekit.membership import phase_instances
 from tracekit.store import load_run

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import sglang_wheels
-from tracekit.collectors.sglang.spans import describe, is_speculative, rules_for
 
+from tracekit.collectors.sglang.spans import describe, is_speculative, rules_for
 from tracekit.phases import phase_of_span
 
 BUILDERS = {

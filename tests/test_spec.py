@@ -8,8 +8,8 @@ import math
 import polars as pl
 import pytest
 from forensic_frames import Spec, build
-from tracekit.analyzers import spec as sp
 
+from tracekit.analyzers import spec as sp
 from tracekit.errors import AnalysisError
 
 

@@ -60,7 +60,7 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
 
     from rich.console import Console
 
-    from tracekit.analyzers.align import align_events  # type: ignore[import-not-found]
+    from tracekit.analyzers.align import align_events
     from tracekit.categories import load_rules
     from tracekit.ingest import ingest_traces
     from tracekit.render.ingest import ByteProgress, print_ingest_summary
@@ -161,7 +161,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
     if sglang_url is not None:
         if ranks_opt != "all":
             raise click.UsageError("--sglang captures every rank: use --ranks all (and --world N to name the rank count)")
-        from tracekit.collectors.sglang.commands import sglang_capture  # type: ignore[import-not-found]
+        from tracekit.collectors.sglang.commands import sglang_capture
 
         sglang_capture(sglang_url, out, requests=requests, input_len=input_len, output_len=output_len,
                         concurrency=concurrency, cycles=cycles, world=world, trace_dir=None, manifest_dir=None,
@@ -173,12 +173,12 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
     except ValueError:
         raise click.BadParameter(f"not a list of numbers: {accept_probs!r}", param_hint="--accept-probs") from None
     # collectors/ ships as tracekit.collectors through package-dir: mypy (tracekit/, analyzers/) cannot see it
-    from tracekit.collectors.capture import (  # type: ignore[import-not-found]
+    from tracekit.collectors.capture import (
         CaptureConfig,
         resolve_device,
         run_capture,
     )
-    from tracekit.collectors.workload.config import make_config  # type: ignore[import-not-found]
+    from tracekit.collectors.workload.config import make_config
     from tracekit.render.capture import render_capture_summary
 
     try:
@@ -217,12 +217,12 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
     """Where phase time went on every rank: exclusive GPU buckets, launch overhead, allreduce wait."""
     import json
 
-    from tracekit.analyzers.attribution import attribute_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.attribution import attribute_report
     from tracekit.render import attribute as render_attribute
     from tracekit.store import load_run
 
     r = load_run(run)
-    from tracekit.analyzers.host_attribution import has_gpu_events, host_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.host_attribution import has_gpu_events, host_report
     from tracekit.render import host_attribute as render_host
 
     host_mode = not has_gpu_events(r.events, None if rank is None else [rank])
@@ -262,9 +262,9 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
 
     from rich.console import Console
 
-    from tracekit.analyzers.gap import gap_report  # type: ignore[import-not-found]
-    from tracekit.analyzers.host_attribution import has_gpu_events  # type: ignore[import-not-found]
-    from tracekit.analyzers.host_gap import host_gap_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.gap import gap_report
+    from tracekit.analyzers.host_attribution import has_gpu_events
+    from tracekit.analyzers.host_gap import host_gap_report
     from tracekit.errors import AnalysisError
     from tracekit.render import gap as render_gap
     from tracekit.render import host_attribute as render_host
@@ -413,7 +413,7 @@ def spec_cmd(
     """What speculation pays: tokens/cycle, tok/s, break-even accept length, accept rate for a target."""
     from rich.console import Console
 
-    from tracekit.analyzers.spec import spec_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.spec import spec_report
     from tracekit.errors import AnalysisError
     from tracekit.render import spec as render_spec
     from tracekit.store import read_run
@@ -450,7 +450,7 @@ def spec_cmd(
 @guarded
 def align_cmd(run: str, output: str, method: str) -> None:
     """Put every rank on rank 0's clock (offsets and residual go to the manifest; raw times stay recoverable)."""
-    from tracekit.analyzers.align import align_events  # type: ignore[import-not-found]
+    from tracekit.analyzers.align import align_events
     from tracekit.errors import AnalysisError
     from tracekit.store import load_run, write_run
 
@@ -477,8 +477,8 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
     """What changed between two runs: time at matched sequence length, buckets, kernels, manifests."""
     from rich.console import Console
 
-    from tracekit.analyzers.diff import diff_runs  # type: ignore[import-not-found]
-    from tracekit.analyzers.manifest_diff import manifest_diff  # type: ignore[import-not-found]
+    from tracekit.analyzers.diff import diff_runs
+    from tracekit.analyzers.manifest_diff import manifest_diff
     from tracekit.errors import AnalysisError
     from tracekit.render import diff as render_diff
     from tracekit.store import load_run
@@ -508,7 +508,7 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
     """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why."""
     from rich.console import Console
 
-    from tracekit.analyzers.stragglers import rank_state, stragglers  # type: ignore[import-not-found]
+    from tracekit.analyzers.stragglers import rank_state, stragglers
     from tracekit.render import ranks as render_ranks
     from tracekit.store import load_run
 
@@ -523,7 +523,7 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
 # --- sglang (integration) ---
 # The integration's commands (sglang-capture, sglang-launch, sglang-bootstrap, sglang-check)
 # live beside it in tracekit.collectors.sglang.commands (no torch or sglang import at load).
-from tracekit.collectors.sglang.commands import COMMANDS as _SGLANG_COMMANDS  # type: ignore[import-not-found]  # noqa: E402
+from tracekit.collectors.sglang.commands import COMMANDS as _SGLANG_COMMANDS  # noqa: E402
 
 for _cmd in _SGLANG_COMMANDS:
     cli.add_command(_cmd)

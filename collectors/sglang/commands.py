@@ -43,7 +43,7 @@ def sglang_capture_cmd(url: str, out: str, requests: int, input_len: int, output
 def sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_len: int, concurrency: int,
                     cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
                     timeout_s: float, allow_no_hooks: bool) -> None:
-    from tracekit.collectors.sglang.live import (  # type: ignore[import-not-found]
+    from tracekit.collectors.sglang.live import (
         LoadConfig,
         run_live_capture,
     )
@@ -71,7 +71,7 @@ def sglang_launch_cmd(server_args: tuple[str, ...]) -> None:
 
     if importlib.util.find_spec("sglang") is None:
         raise TracekitError("sglang is not installed in this Python environment (pip install 'tracekit[sglang]')")
-    from tracekit.collectors.sglang.launch import launch  # type: ignore[import-not-found]
+    from tracekit.collectors.sglang.launch import launch
 
     launch(list(server_args))
 
@@ -82,7 +82,7 @@ def sglang_launch_cmd(server_args: tuple[str, ...]) -> None:
 @guarded
 def sglang_bootstrap_cmd(directory: str, pth: bool) -> None:
     """Write the opt-in bootstrap that hooks SGLang in every process (any version; TRACEKIT_SGLANG=1)."""
-    from tracekit.collectors.sglang.autoload import (  # type: ignore[import-not-found]
+    from tracekit.collectors.sglang.autoload import (
         write_pth,
         write_sitecustomize,
     )
@@ -105,8 +105,8 @@ def sglang_bootstrap_cmd(directory: str, pth: bool) -> None:
 @guarded
 def sglang_check_cmd(version: str | None, source: str | None) -> None:
     """Show which SGLang functions tracekit hooks in a version (and check them against its source)."""
-    from tracekit.collectors.sglang.contract import check_source  # type: ignore[import-not-found]
-    from tracekit.collectors.sglang.hooktable import (  # type: ignore[import-not-found]
+    from tracekit.collectors.sglang.contract import check_source
+    from tracekit.collectors.sglang.hooktable import (
         installed_version,
         specs_for,
     )

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.sglang import rankinfo
-
 from tracekit.errors import TracekitError
 
 RANK_FILE = re.compile(r"(?<![A-Za-z])TP-(\d+)(?![0-9]).*\.trace\.json(\.gz)?$")

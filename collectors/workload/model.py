@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
 from tracekit.collectors.workload.config import WorkloadConfig
 
 

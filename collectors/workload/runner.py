@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+
 from tracekit.collectors.hooks import emit_facts, phase
 from tracekit.collectors.timing import PhaseTimer
 from tracekit.collectors.workload.config import WorkloadConfig

@@ -9,7 +9,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.analyzers.manifest_diff import collapse  # type: ignore[import-not-found]
+from tracekit.analyzers.manifest_diff import collapse
 
 SUB_BUCKETS: Final = ("allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm")
 KERNEL_LINES: Final = 5
