@@ -520,6 +520,26 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
     else:
         render_ranks.render(view, state, Console())
 
+# --- report ---
+
+
+@cli.command("report")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", default="report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="HTML file to write (self-contained: opens offline).")
+@click.option("--b-run", type=click.Path(dir_okay=True), default=None, help="Compare with this run: plots side by side and the diff table.")
+@click.option("--png-dir", type=click.Path(file_okay=False), default=None, help="Also write every plot as PNG here (needs Chrome or Chromium).")
+@click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence for the speculation plot.")
+@guarded
+def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, target_tps: float | None) -> None:
+    """One HTML page of plots of RUN: buckets, time vs sequence length, cycles, skew, gap, speculation, facts."""
+    from tracekit.render.report import build_report
+    from tracekit.render.report.summary import report_lines
+
+    for line in report_lines(build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)):
+        click.echo(line)
+
+
 # --- sglang (integration) ---
 # The integration's commands (sglang-capture, sglang-launch, sglang-bootstrap, sglang-check)
 # live beside it in tracekit.collectors.sglang.commands (no torch or sglang import at load).

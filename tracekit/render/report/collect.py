@@ -1,0 +1,153 @@
+"""Gather what the report draws: the analyzers' results, as the commands' ``--json`` documents.
+
+The report computes nothing of its own: every figure on the page comes from the same
+analyzer call and the same ``to_json`` as ``tracekit attribute / gap / spec / ranks /
+info / diff --json`` (plus the matched collectives behind ``ranks`` and the cycle table
+behind ``spec``, for the per-collective and per-cycle plots). An analysis a run cannot
+support leaves its error message as the reason its plots are missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import polars as pl
+
+from tracekit.errors import TracekitError
+from tracekit.store import load_run
+
+T = TypeVar("T")
+
+# collectors/ and analyzers/ ship through package-dir: mypy (tracekit/, analyzers/) cannot see them
+from tracekit.analyzers.coll_match import matched_collectives  # type: ignore[import-not-found]  # noqa: E402
+from tracekit.analyzers.composition import cycle_composition  # type: ignore[import-not-found]  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Got(Generic[T]):
+    """An analysis result, or why the run could not give it."""
+
+    value: T | None
+    why: str | None = None
+
+
+def _try(fn: Any, *args: Any, **kwargs: Any) -> Got[Any]:
+    try:
+        return Got(fn(*args, **kwargs))
+    except TracekitError as exc:
+        return Got(None, exc.message)
+
+
+@dataclass
+class RunDocs:
+    """One run's documents (each the matching command's ``--json``) and tables."""
+
+    path: str
+    manifest: dict[str, Any]
+    info: dict[str, Any]
+    attribute: Got[dict[str, Any]]
+    gap: Got[dict[str, Any]]
+    spec: Got[dict[str, Any]]
+    ranks: Got[dict[str, Any]]
+    arrivals: pl.DataFrame  # matched collectives: one row per (collective, rank), wait_ns
+    composition: Got[pl.DataFrame]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def attribute_doc(events: pl.DataFrame, manifest: dict[str, Any], path: str) -> dict[str, Any]:
+    """``tracekit attribute RUN --by cycle --json`` (GPU mode, or host mode for a CPU run)."""
+    from tracekit.analyzers.attribution import attribute_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.host_attribution import has_gpu_events, host_report  # type: ignore[import-not-found]
+    from tracekit.render import attribute as render_attribute
+    from tracekit.render import host_attribute as render_host
+
+    if not has_gpu_events(events, None):
+        return render_host.host_to_json(host_report(events), "cycle", path, manifest)
+    return render_attribute.to_json(attribute_report(events), "cycle", path, manifest)
+
+
+def gap_doc(a: pl.DataFrame, b: pl.DataFrame | None, a_path: str, b_path: str | None,
+            phase_a: str, phase_b: str) -> dict[str, Any]:
+    """``tracekit gap A [--b-run B] --a phase_a --b phase_b --json``."""
+    from tracekit.analyzers.gap import gap_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.host_attribution import has_gpu_events  # type: ignore[import-not-found]
+    from tracekit.analyzers.host_gap import host_gap_report  # type: ignore[import-not-found]
+    from tracekit.render import gap as render_gap
+    from tracekit.render import host_attribute as render_host
+
+    if not has_gpu_events(a, None) and not has_gpu_events(b if b is not None else a, None):
+        return render_host.host_gap_json(host_gap_report(a, b, a=phase_a, b=phase_b), a_path, b_path or a_path)
+    return render_gap.to_json(gap_report(a, b, a=phase_a, b=phase_b), a_path, b_path or a_path)
+
+
+def spec_doc(events: pl.DataFrame, baseline: pl.DataFrame | None, target_tps: float | None) -> dict[str, Any]:
+    """``tracekit spec RUN [--baseline B] [--target-tps T] --json``."""
+    from tracekit.analyzers.spec import spec_report  # type: ignore[import-not-found]
+    from tracekit.render import spec as render_spec
+
+    table, ctx = spec_report(events, baseline=baseline, target_tps=target_tps)
+    return render_spec.to_json(table, ctx)
+
+
+def ranks_doc(events: pl.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``tracekit ranks RUN --json``."""
+    from tracekit.analyzers.stragglers import rank_state, stragglers  # type: ignore[import-not-found]
+    from tracekit.render import ranks as render_ranks
+
+    return render_ranks.to_json(stragglers(events), rank_state(manifest))  # type: ignore[no-any-return]
+
+
+def diff_doc(a: RunDocs, a_events: pl.DataFrame, b: RunDocs, b_events: pl.DataFrame) -> dict[str, Any]:
+    """``tracekit diff A B --phase all --json`` (A = the report's run, B = --b-run)."""
+    from tracekit.analyzers.diff import diff_runs  # type: ignore[import-not-found]
+    from tracekit.analyzers.manifest_diff import manifest_diff  # type: ignore[import-not-found]
+    from tracekit.render import diff as render_diff
+
+    view = diff_runs(a_events, b_events, None, None)
+    return render_diff.to_json(view, manifest_diff(a.manifest, b.manifest), a.path, b.path)
+
+
+def _phases(doc: Got[dict[str, Any]]) -> set[str]:
+    return set() if doc.value is None else {p["phase"] for p in doc.value["phases"]}
+
+
+def collect(path: str, *, b_path: str | None = None, target_tps: float | None = None) -> tuple[RunDocs, RunDocs | None, Got[dict[str, Any]]]:
+    """Every document of the run (and of ``b_path``), and their diff (``why`` set without ``b_path``)."""
+    from tracekit.summary import run_summary
+
+    ra = load_run(path)
+    rb = load_run(b_path) if b_path is not None else None
+
+    def one(run_path: str, r: Any, other: Any | None) -> RunDocs:
+        att = _try(attribute_doc, r.events, r.manifest, run_path)
+        present = _phases(att)
+        if "verify" in present and "decode" in present:
+            gap = _try(gap_doc, r.events, None, run_path, None, "verify", "decode")
+        else:
+            gap = Got(None, f"gap verify vs decode needs both phases in the run (phases here: {', '.join(sorted(present)) or 'none'})")
+        return RunDocs(
+            path=run_path,
+            manifest=r.manifest,
+            info=run_summary(r.events, r.manifest),
+            attribute=att,
+            gap=gap,
+            spec=_try(spec_doc, r.events, None, target_tps),
+            ranks=_try(ranks_doc, r.events, r.manifest),
+            arrivals=matched_collectives(r.events),
+            composition=_try(cycle_composition, r.events),
+        )
+
+    a = one(path, ra, rb)
+    if rb is None or b_path is None:
+        return a, None, Got(None, "no --b-run given")
+    b = one(b_path, rb, ra)
+    # A's verify against B: B's decode when B runs without speculation, else B's verify
+    pb = _phases(b.attribute)
+    phase_b = "verify" if "verify" in pb else "decode"
+    a.extra["gap_b_run"] = _try(gap_doc, ra.events, rb.events, path, b_path, "verify", phase_b)
+    if a.attribute.value is None or b.attribute.value is None:
+        diff: Got[dict[str, Any]] = Got(None, "diff needs phase instances in both runs")
+    else:
+        diff = _try(diff_doc, a, ra.events, b, rb.events)
+    return a, b, diff

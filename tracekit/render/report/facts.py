@@ -1,0 +1,136 @@
+"""The run's facts and the ``diff`` table as HTML: ranks, devices, versions, profile mode,
+dilation per phase, environment differences between ranks, outliers, collective issues.
+Every value comes from the ``info`` / ``attribute`` / ``diff`` documents or the manifest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+from tracekit.render.diff import dur
+
+from .collect import Got, RunDocs
+from .common import short_name
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
+    h = "".join(f"<th>{escape(str(c))}</th>" for c in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape('' if v is None else str(v))}</td>" for v in r) + "</tr>" for r in rows
+    )
+    return f'<table class="{cls}"><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _ns(v: Any) -> str:
+    return "n/a" if v is None else f"{int(v):,d} ns ({dur(v)})"
+
+
+def find_key(obj: Any, key: str) -> Any:
+    """The first value stored under ``key`` anywhere in a manifest (profile_mode lives in the capture config)."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            got = find_key(v, key)
+            if got is not None:
+                return got
+    return None
+
+
+def _outliers(doc: dict[str, Any]) -> tuple[list[list[Any]], bool]:
+    """Rows of every ``outliers`` list in ``attribute``'s (phase, rank) items; False when the
+    document has no such key (an attribute without outlier detection)."""
+    rows: list[list[Any]] = []
+    seen = False
+    for p in doc["phases"]:
+        if "outliers" not in p:
+            continue
+        seen = True
+        for o in p["outliers"] or []:
+            t = o.get("gpu_window_ns", o.get("host_ns"))
+            rows.append([p["phase"], o.get("rank", p["rank"]), o.get("cycle"), _ns(t), o.get("reason", "")])
+    return rows, seen
+
+
+def run_facts(side: RunDocs, tag: str) -> str:
+    info = side.info
+    out = [f"<h3>{escape(tag)}: {escape(side.path)}</h3>"]
+    mode = find_key(side.manifest, "profile_mode")
+    missing = info.get("missing_ranks") or {}
+    summary: list[list[Any]] = [
+        ["source", info.get("source")],
+        ["world size", info.get("world_size")],
+        ["ranks present", ", ".join(str(r) for r in info["ranks_present"])],
+        ["missing ranks", "; ".join(f"rank {k}: {v}" for k, v in missing.items()) or "none"],
+        ["profile mode", mode if mode is not None else "not recorded (capture before profile modes, or ingested trace)"],
+        ["events", f"{info['events']:,d}"],
+        ["span", _ns(info["span_ns"])],
+        ["attribution mode", "n/a" if side.attribute.value is None else side.attribute.value["mode"]],
+    ]
+    out.append(table(["fact", "value"], summary, "facts"))
+    out.append("<h4>Ranks (from <code>tracekit info</code>)</h4>")
+    out.append(table(
+        ["rank", "devices", "kernels", "kernel time", "GPU busy", "GPU span", "comm"],
+        [[r["rank"], ", ".join(r["devices"]) or ("CPU only" if r["cpu_only"] else "unknown"), f"{r['kernels']:,d}",
+          _ns(r["kernel_ns"]), _ns(r["busy_ns"]), _ns(r["span_ns"]), _ns(r["comm_ns"])] for r in info["ranks"]]))
+    vers = info.get("versions") or {}
+    if vers:
+        out.append("<h4>Versions</h4>")
+        out.append(table(["what", "per rank"], [[k, "; ".join(f"rank {r}: {v}" for r, v in per.items())]
+                                                 for k, per in vers.items()]))
+    att = side.attribute.value
+    dil = (att or {}).get("dilation") or {}
+    out.append("<h4>Profiler dilation per phase (capture timers: median per instance, median over ranks)</h4>")
+    if dil:
+        out.append(table(["phase", "unprofiled", "profiled", "ratio"],
+                         [[ph, _ns(d["unprofiled_ns"]), _ns(d["profiled_ns"]), f"x{d['ratio']:.3f}"] for ph, d in dil.items()]))
+    else:
+        out.append('<p class="missing">no unprofiled phase timers in this run\'s manifest (an ingested trace, or a capture without warm-up timing): dilation unknown</p>')
+    diffs = info.get("differences") or []
+    out.append("<h4>Environment and manifest differences between ranks (and the launcher)</h4>")
+    if diffs:
+        out.append(table(["key", "kind", "values"], [
+            [d["key"], d["kind"] + (" (NCCL variable a rank did not see)" if d.get("loud") else ""),
+             "; ".join(f"{k}: {v}" for k, v in d["values"].items())] for d in diffs]))
+    else:
+        out.append("<p>none: every rank saw the same environment and versions</p>")
+    out.append("<h4>Outliers</h4>")
+    if att is None:
+        out.append(f'<p class="missing">attribute: {escape(str(side.attribute.why))}</p>')
+    else:
+        rows, seen = _outliers(att)
+        if not seen:
+            out.append('<p class="missing">this tracekit\'s attribute results carry no outlier list</p>')
+        elif rows:
+            out.append(table(["phase", "rank", "cycle", "time", "reason"], rows))
+        else:
+            out.append("<p>no instance past the outlier threshold</p>")
+        issues = att.get("issues") or []
+        if issues:
+            out.append("<h4>Collective issues</h4><ul>" + "".join(f"<li>{escape(i)}</li>" for i in issues) + "</ul>")
+    return "\n".join(out)
+
+
+def diff_section(diff: Got[dict[str, Any]]) -> str:
+    """Group 8's table: ``tracekit diff A B --phase all``."""
+    if diff.value is None:
+        return f'<p class="missing">diff: {escape(str(diff.why))}</p>'
+    d = diff.value
+    out = [f"<p>old = A ({escape(short_name(d['old']))}), new = B ({escape(short_name(d['new']))})</p>"]
+    out.append(table(
+        ["phase", "time basis", "A instances", "B instances", "A mean", "B mean", "delta", "at matched seq len"],
+        [[p["phase"], p["time_basis"], p["old_instances"], p["new_instances"], _ns(p["old_mean_ns"]), _ns(p["new_mean_ns"]),
+          dur(p["delta_ns"], True), dur(p.get("matched_delta_ns"), True)] for p in d["phases"]], "diff"))
+    for ph, buckets in (d.get("buckets_by_phase") or {}).items():
+        out.append(f"<h4>{escape(ph)}: buckets, mean per instance</h4>")
+        out.append(table(["bucket", "A", "B", "delta", "basis"],
+                         [[k, _ns(v["old_ns"]), _ns(v["new_ns"]), dur(v["delta_ns"], True), v["basis"]]
+                          for k, v in buckets.items() if v["old_ns"] or v["new_ns"]], "diff"))
+    if d.get("manifest_diff"):
+        out.append("<h4>Manifest differences (A -> B)</h4>")
+        out.append(table(["scope", "section", "key", "status", "A", "B"],
+                         [[m["scope"], m["section"], m["key"], m["status"], m["old"], m["new"]] for m in d["manifest_diff"]]))
+    if d.get("explanation"):
+        out.append("<h4>What changed (diff's own words)</h4><ul>" + "".join(f"<li>{escape(str(x))}</li>" for x in d["explanation"]) + "</ul>")
+    return "\n".join(out)

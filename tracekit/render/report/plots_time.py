@@ -1,0 +1,159 @@
+"""Where the time goes: exclusive buckets per rank and phase, phase time against sequence
+length, and the cycle composition (median and p90 per rank). Drawn from ``attribute``'s
+document and ``analyzers.composition``; nothing is recomputed here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from .collect import RunDocs
+from .common import (
+    BUCKET_COLORS,
+    NS_PER_MS,
+    PART_LABELS,
+    Plot,
+    base_layout,
+    bucket_label,
+    figure,
+    ordered_phases,
+    phase_color,
+    short_name,
+)
+
+
+def _side_by_side(n: int, titles: list[str]) -> Any:
+    from plotly.subplots import make_subplots
+
+    return make_subplots(rows=1, cols=n, shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.06)
+
+
+def _bucket_traces(doc: dict[str, Any], phase: str, col: int, show_legend: bool, tag: str) -> list[tuple[Any, int]]:
+    import plotly.graph_objects as go
+
+    mode = doc["mode"]
+    rows = sorted((p for p in doc["phases"] if p["phase"] == phase), key=lambda p: p["rank"])
+    xs = [f"rank {p['rank']}" for p in rows]
+    out = []
+    for b in doc["bucket_order"]:
+        tot = [int(p["buckets_ns"][b]) for p in rows]
+        if not any(tot):
+            continue
+        n = [int(p["instances"]) for p in rows]
+        out.append((go.Bar(
+            name=bucket_label(b, mode), x=xs, y=[t / max(k, 1) / NS_PER_MS for t, k in zip(tot, n, strict=True)],
+            marker_color=BUCKET_COLORS.get(b), legendgroup=b, showlegend=show_legend,
+            customdata=[[t, k, p["rank"], b, tag] for t, k, p in zip(tot, n, rows, strict=True)],
+            hovertemplate=(f"<b>{bucket_label(b, mode)}</b> · %{{x}}<br>%{{y:.4f}} ms per instance (mean)"
+                           "<br>%{customdata[0]:,d} ns over %{customdata[1]} instances<extra></extra>"),
+        ), col))
+    return out
+
+
+def bucket_plots(a: RunDocs, b: RunDocs | None) -> list[Plot]:
+    """Group 1: per phase, a stacked bar per rank of the exclusive buckets (mean per instance)."""
+    if a.attribute.value is None:
+        return [Plot("buckets", "Exclusive buckets per rank", None, f"attribute: {a.attribute.why}")]
+    docs = [a.attribute.value] + ([b.attribute.value] if b is not None and b.attribute.value is not None else [])
+    names = [short_name(a.path)] + ([short_name(b.path)] if b is not None else [])
+    phases = ordered_phases(sorted({p["phase"] for d in docs for p in d["phases"]}))
+    plots = []
+    for ph in phases:
+        host = docs[0]["mode"] == "host"
+        what = "host range (CPU run: ops on the phase's thread)" if host else "GPU window"
+        title = f"{ph}: where each rank's {what} went — exclusive buckets, mean per instance"
+        fig = _side_by_side(len(docs), [f"{'AB'[i]}: {n}" for i, n in enumerate(names)] if len(docs) > 1 else [])
+        for i, d in enumerate(docs):
+            if not any(p["phase"] == ph for p in d["phases"]):
+                fig.add_annotation(text=f"no {ph} instances in this run", showarrow=False,
+                                   xref=f"x{i + 1 if i else ''} domain", yref="y domain", x=0.5, y=0.5)
+            for tr, col in _bucket_traces(d, ph, i + 1, show_legend=i == 0, tag="AB"[i]):
+                fig.add_trace(tr, row=1, col=col)
+        fig.update_layout(**base_layout(title, "rank", "ms per instance (mean)", barmode="stack"))
+        fig.update_yaxes(title_text="ms per instance (mean)", col=1)
+        plots.append(Plot(f"buckets-{ph}", title, fig))
+    return plots
+
+
+def _time_key(doc: dict[str, Any]) -> tuple[str, str]:
+    return ("host_ns", "host range") if doc["mode"] == "host" else ("gpu_window_ns", "GPU window")
+
+
+def seq_plot(a: RunDocs, b: RunDocs | None) -> Plot:
+    """Group 2: phase time per instance against sequence length, one colour per phase; decode is the baseline."""
+    import plotly.graph_objects as go
+
+    key = "seq-scatter"
+    if a.attribute.value is None:
+        return Plot(key, "Phase time vs sequence length", None, f"attribute: {a.attribute.why}")
+    sides = [("A", a)] + ([("B", b)] if b is not None and b.attribute.value is not None else [])
+    data = []
+    seen_seq = False
+    has_decode = False
+    field, what = _time_key(a.attribute.value)
+    for tag, side in sides:
+        doc = side.attribute.value
+        assert doc is not None
+        cyc = doc.get("cycles") or []
+        for i, ph in enumerate(ordered_phases(sorted({c["phase"] for c in cyc}))):
+            pts = [c for c in cyc if c["phase"] == ph and c["seq_len"] is not None]
+            if not pts:
+                continue
+            seen_seq = True
+            has_decode |= ph == "decode"
+            name = f"{ph} (decode baseline)" if ph == "decode" else ph
+            data.append(go.Scatter(
+                x=[c["seq_len"] for c in pts], y=[c[field] / NS_PER_MS for c in pts], mode="markers",
+                name=f"{tag}: {name}" if len(sides) > 1 else name,
+                marker={"color": phase_color(ph, i), "symbol": "circle" if tag == "A" else "diamond-open", "size": 8,
+                        "opacity": 0.8},
+                customdata=[[c[field], c["rank"], c["cycle"], c["batch_size"]] for c in pts],
+                hovertemplate=(f"<b>{tag}: {ph}</b><br>seq len %{{x:,d}} tokens<br>%{{y:.4f}} ms {what}"
+                               "<br>%{customdata[0]:,d} ns · rank %{customdata[1]} · cycle %{customdata[2]}"
+                               " · batch %{customdata[3]}<extra></extra>"),
+            ))
+    title = f"Phase time per instance vs sequence length ({what} of each instance)"
+    if not seen_seq:
+        return Plot(key, title, None, "no phase instance in the run records a sequence length (seq_len fact)")
+    layout = base_layout(title, "sequence length (tokens)", f"{what} per instance (ms)")
+    if not has_decode:
+        layout["title"]["text"] += "<br><sup>no decode baseline: the run has no decode phase (give --b-run with speculation off)</sup>"
+    return Plot(key, title, figure(data, layout))
+
+
+def composition_plot(a: RunDocs, b: RunDocs | None) -> Plot:
+    """Group 3: the cycle composition per rank, median and p90 over cycles (host time)."""
+    import plotly.graph_objects as go
+
+    key = "cycle-composition"
+    title = "Speculative cycle composition per rank: median and p90 over cycles (host time)"
+    sides = [(t, s) for t, s in [("A", a), ("B", b)] if s is not None and s.composition.value is not None]
+    if not sides:
+        return Plot(key, title, None, f"cycle composition: {a.composition.why}")
+    fig = _side_by_side(len(sides), [f"{t}: {short_name(s.path)}" for t, s in sides] if b is not None else [])
+    for i, (_, side) in enumerate(sides):
+        comp: pl.DataFrame = side.composition.value  # type: ignore[assignment]
+        ranks = sorted(set(comp.get_column("rank").to_list()))
+        for part, label in PART_LABELS.items():
+            rows = {r["rank"]: r for r in comp.filter(pl.col("part") == part).iter_rows(named=True)}
+            x0, x1, y, cd = [], [], [], []
+            for r in ranks:
+                for stat in ("median", "p90"):
+                    row = rows.get(r)
+                    if row is None:
+                        continue
+                    x0.append(f"rank {r}")
+                    x1.append(stat)
+                    y.append(row[f"{stat}_ns"] / NS_PER_MS)
+                    cd.append([row[f"{stat}_ns"], row["cycles"], row[f"cycle_{stat}_ns"]])
+            fig.add_trace(go.Bar(
+                name=label, x=[x0, x1], y=y, marker_color=phase_color(part), legendgroup=part, showlegend=i == 0,
+                customdata=cd,
+                hovertemplate=(f"<b>{label}</b> · %{{x}}<br>%{{y:.4f}} ms<br>%{{customdata[0]:,d}} ns over "
+                               "%{customdata[1]} cycles<br>whole cycle at this statistic: %{customdata[2]:,d} ns<extra></extra>"),
+            ), row=1, col=i + 1)
+    fig.update_layout(**base_layout(
+        title + "<br><sup>each part's own median / p90 (observed values), so a bar's parts need not add up to the cycle's</sup>",
+        "rank · statistic", "ms per cycle", barmode="stack"))
+    return Plot(key, title, fig)
