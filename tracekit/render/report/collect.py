@@ -14,14 +14,12 @@ from typing import Any, Generic, TypeVar
 
 import polars as pl
 
+from tracekit.analyzers.coll_match import matched_collectives
+from tracekit.analyzers.composition import cycle_composition
 from tracekit.errors import TracekitError
 from tracekit.store import load_run
 
 T = TypeVar("T")
-
-# collectors/ and analyzers/ ship through package-dir: mypy (tracekit/, analyzers/) cannot see them
-from tracekit.analyzers.coll_match import matched_collectives  # type: ignore[import-not-found]  # noqa: E402
-from tracekit.analyzers.composition import cycle_composition  # type: ignore[import-not-found]  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -57,8 +55,8 @@ class RunDocs:
 
 def attribute_doc(events: pl.DataFrame, manifest: dict[str, Any], path: str) -> dict[str, Any]:
     """``tracekit attribute RUN --by cycle --json`` (GPU mode, or host mode for a CPU run)."""
-    from tracekit.analyzers.attribution import attribute_report  # type: ignore[import-not-found]
-    from tracekit.analyzers.host_attribution import has_gpu_events, host_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.attribution import attribute_report
+    from tracekit.analyzers.host_attribution import has_gpu_events, host_report
     from tracekit.render import attribute as render_attribute
     from tracekit.render import host_attribute as render_host
 
@@ -70,9 +68,9 @@ def attribute_doc(events: pl.DataFrame, manifest: dict[str, Any], path: str) -> 
 def gap_doc(a: pl.DataFrame, b: pl.DataFrame | None, a_path: str, b_path: str | None,
             phase_a: str, phase_b: str) -> dict[str, Any]:
     """``tracekit gap A [--b-run B] --a phase_a --b phase_b --json``."""
-    from tracekit.analyzers.gap import gap_report  # type: ignore[import-not-found]
-    from tracekit.analyzers.host_attribution import has_gpu_events  # type: ignore[import-not-found]
-    from tracekit.analyzers.host_gap import host_gap_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.gap import gap_report
+    from tracekit.analyzers.host_attribution import has_gpu_events
+    from tracekit.analyzers.host_gap import host_gap_report
     from tracekit.render import gap as render_gap
     from tracekit.render import host_attribute as render_host
 
@@ -83,7 +81,7 @@ def gap_doc(a: pl.DataFrame, b: pl.DataFrame | None, a_path: str, b_path: str | 
 
 def spec_doc(events: pl.DataFrame, baseline: pl.DataFrame | None, target_tps: float | None) -> dict[str, Any]:
     """``tracekit spec RUN [--baseline B] [--target-tps T] --json``."""
-    from tracekit.analyzers.spec import spec_report  # type: ignore[import-not-found]
+    from tracekit.analyzers.spec import spec_report
     from tracekit.render import spec as render_spec
 
     table, ctx = spec_report(events, baseline=baseline, target_tps=target_tps)
@@ -92,16 +90,16 @@ def spec_doc(events: pl.DataFrame, baseline: pl.DataFrame | None, target_tps: fl
 
 def ranks_doc(events: pl.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
     """``tracekit ranks RUN --json``."""
-    from tracekit.analyzers.stragglers import rank_state, stragglers  # type: ignore[import-not-found]
+    from tracekit.analyzers.stragglers import rank_state, stragglers
     from tracekit.render import ranks as render_ranks
 
-    return render_ranks.to_json(stragglers(events), rank_state(manifest))  # type: ignore[no-any-return]
+    return render_ranks.to_json(stragglers(events), rank_state(manifest))
 
 
 def diff_doc(a: RunDocs, a_events: pl.DataFrame, b: RunDocs, b_events: pl.DataFrame) -> dict[str, Any]:
     """``tracekit diff A B --phase all --json`` (A = the report's run, B = --b-run)."""
-    from tracekit.analyzers.diff import diff_runs  # type: ignore[import-not-found]
-    from tracekit.analyzers.manifest_diff import manifest_diff  # type: ignore[import-not-found]
+    from tracekit.analyzers.diff import diff_runs
+    from tracekit.analyzers.manifest_diff import manifest_diff
     from tracekit.render import diff as render_diff
 
     view = diff_runs(a_events, b_events, None, None)
