@@ -291,17 +291,17 @@ def diff_runs(
     """The run diff (module doc): frames ``phases``, ``buckets``, ``seq_buckets``, ``kernels``,
     ``presence`` (every selected phase and whether each run has it).
 
-    ``phase`` None compares every phase present in both runs. Raises AnalysisError
-    (message starting "old run:" / "new run:") when a run lacks the phase.
+    ``phase`` None compares every phase present in both runs. Raises AnalysisError with
+    ``side`` "A" (old run) or "B" (new run) when a run lacks the phase.
     """
     try:
         ev_o, inst_o = run_instances(old, phase)
     except AnalysisError as exc:
-        raise AnalysisError(f"old run: {exc.message}") from None
+        raise exc.located(side="A") from None
     try:
         ev_n, inst_n = run_instances(new, phase)
     except AnalysisError as exc:
-        raise AnalysisError(f"new run: {exc.message}") from None
+        raise exc.located(side="B") from None
     phases = sorted(set(inst_o.get_column("phase").to_list()) & set(inst_n.get_column("phase").to_list()))
     if not phases:
         raise AnalysisError(

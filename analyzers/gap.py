@@ -247,17 +247,17 @@ def gap_report(
 
     Keys: a, b (side summaries: dicts of means per instance), buckets, kernels,
     seq, by_rank (bucket means per side and rank), explanations (list of str),
-    total_delta_ns, warnings (list of str). AnalysisError messages start with
-    ``A:`` or ``B:`` so the caller can name the right file.
+    total_delta_ns, warnings (list of str). An AnalysisError carries
+    ``side`` "A" or "B" so the caller can name the right file.
     """
     try:
         inst_a, ev_a = side(a_events, a, rank, launch_latency_ns)
     except AnalysisError as exc:
-        raise AnalysisError(f"A: {exc.message}", rank=exc.rank) from None
+        raise exc.located(side="A") from None
     try:
         inst_b, ev_b = side(b_events if b_events is not None else a_events, b, rank, launch_latency_ns)
     except AnalysisError as exc:
-        raise AnalysisError(f"B: {exc.message}", rank=exc.rank) from None
+        raise exc.located(side="B") from None
     sa, sb = side_summary(inst_a), side_summary(inst_b)
     sa["phase"], sb["phase"] = a, b
     buckets = bucket_table(sa, sb)

@@ -15,18 +15,18 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.errors import AnalysisError
+from tracekit.errors import AnalysisError, Side
 
 from .host_attribution import HOST_BUCKET_COLUMNS, HOST_BUCKETS, host_report
 
 
-def _side(events: pl.DataFrame, phase: str, rank: int | None, tag: str) -> pl.DataFrame:
+def _side(events: pl.DataFrame, phase: str, rank: int | None, tag: Side) -> pl.DataFrame:
     try:
         inst = host_report(events, phase, rank)["instances"]
     except AnalysisError as exc:
-        raise AnalysisError(f"{tag}: {exc.message}", rank=exc.rank) from None
+        raise exc.located(side=tag) from None
     if inst.height == 0:
-        raise AnalysisError(f"{tag}: no {phase} instances with a host range")
+        raise AnalysisError(f"no {phase} instances with a host range", side=tag)
     return inst
 
 

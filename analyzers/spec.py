@@ -429,7 +429,7 @@ def spec_report(
     elif baseline is not None:
         decode = decode_step_by_bs(baseline)
         if not decode:
-            raise AnalysisError("the baseline run has no decode phase")
+            raise AnalysisError("the baseline run has no decode phase", side="B")
         source = f"baseline run: {_decode_basis(baseline)}"
     else:
         own = decode_step_by_bs(events)

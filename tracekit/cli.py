@@ -196,13 +196,6 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
 # --- attribute / gap (analyzers) ---
 
 
-def _analysis_error(exc: TracekitError, path: str) -> TracekitError:
-    """Name the run file in an analysis error that lacks a path."""
-    if exc.path is None:
-        return type(exc)(exc.message, path=path, rank=exc.rank)
-    return exc
-
-
 @cli.command("attribute")
 @click.argument("run", type=click.Path(dir_okay=True))
 @click.option("--phase", default=None, help="Phase name (verify, draft, ...), regex over phase names, or regex over range names. Default: every phase.")
@@ -232,7 +225,7 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
         else:
             report = attribute_report(r.events, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
     except TracekitError as exc:
-        raise _analysis_error(exc, run) from None
+        raise exc.located(path=run) from None
     if as_json:
         doc = (render_host.host_to_json if host_mode else render_attribute.to_json)(report, by, run, r.manifest)
         click.echo(json.dumps(doc, indent=2, allow_nan=False))
@@ -265,7 +258,7 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
     from tracekit.analyzers.gap import gap_report
     from tracekit.analyzers.host_attribution import has_gpu_events
     from tracekit.analyzers.host_gap import host_gap_report
-    from tracekit.errors import AnalysisError
+    from tracekit.errors import AnalysisError, side_path
     from tracekit.render import gap as render_gap
     from tracekit.render import host_attribute as render_host
     from tracekit.store import read_run
@@ -280,8 +273,7 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
         else:
             rep = gap_report(ev_a, ev_b, a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000))
     except AnalysisError as exc:
-        path = b_run if (b_run is not None and exc.message.startswith("B:")) else run
-        raise _analysis_error(exc, path) from None
+        raise exc.located(path=side_path(exc, run, b_run)) from None
     if host_mode:
         if as_json:
             click.echo(json.dumps(render_host.host_gap_json(hrep, run, b_run or run), indent=2, allow_nan=False))
@@ -414,7 +406,7 @@ def spec_cmd(
     from rich.console import Console
 
     from tracekit.analyzers.spec import spec_report
-    from tracekit.errors import AnalysisError
+    from tracekit.errors import AnalysisError, side_path
     from tracekit.render import spec as render_spec
     from tracekit.store import read_run
 
@@ -433,9 +425,7 @@ def spec_cmd(
             accept_len=accept_len,
         )
     except AnalysisError as exc:
-        if exc.path is None:
-            exc.path = baseline if "baseline" in exc.message else run
-        raise type(exc)(exc.message, path=exc.path, rank=exc.rank) from None
+        raise exc.located(path=side_path(exc, run, baseline)) from None
     if as_json:
         _forensic_json(render_spec.to_json(table, ctx))
     else:
@@ -458,7 +448,7 @@ def align_cmd(run: str, output: str, method: str) -> None:
     try:
         events, man = align_events(r.events, r.manifest, None if method == "auto" else method)
     except AnalysisError as exc:
-        raise AnalysisError(exc.message, path=run, rank=exc.rank) from None
+        raise exc.located(path=run) from None
     write_run(events, output, man)
     from tracekit.render.ingest import alignment_line
 
@@ -479,7 +469,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
 
     from tracekit.analyzers.diff import diff_runs
     from tracekit.analyzers.manifest_diff import manifest_diff
-    from tracekit.errors import AnalysisError
+    from tracekit.errors import AnalysisError, side_path
     from tracekit.render import diff as render_diff
     from tracekit.store import load_run
 
@@ -488,9 +478,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
     try:
         view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width)
     except AnalysisError as exc:
-        msg = exc.message
-        path = old if msg.startswith("old run: ") else new if msg.startswith("new run: ") else f"{old}, {new}"
-        raise AnalysisError(msg.removeprefix("old run: ").removeprefix("new run: "), path=path) from None
+        raise exc.located(path=side_path(exc, old, new, both=f"{old}, {new}")) from None
     md = manifest_diff(a.manifest, b.manifest)
     if as_json:
         _forensic_json(render_diff.to_json(view, md, old, new))

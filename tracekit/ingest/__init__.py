@@ -22,7 +22,7 @@ from typing import Any, Literal
 import polars as pl
 
 from tracekit import schema
-from tracekit.errors import BadTraceError, TracekitError
+from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError, TracekitError
 from tracekit.ingest.discover import Source, discover, read_trace_bytes
 from tracekit.ingest.kineto import ParsedTrace, parse_kineto
 from tracekit.ingest.ranks import MERGED_LABEL, RankHint, Unit, assign_ranks, hint_from_name
@@ -86,7 +86,7 @@ def _read_parts(path: str) -> list[_Part]:
     parsed = parse_kineto(data, path)
     del data
     if parsed.events.height == 0:
-        raise BadTraceError("metadata only: the trace holds no events", path=path)
+        raise EmptyTraceError("metadata only: the trace holds no events", path=path)
     dist = parsed.meta.get("distributedInfo")
     dist_rank = dist.get("rank") if isinstance(dist, dict) else None
     world = dist.get("world_size") if isinstance(dist, dict) else None
@@ -192,9 +192,9 @@ def _ingest(
         try:
             parts.extend(_read_parts(name))
         except BadTraceError as exc:
-            metadata_only = exc.message.startswith("metadata only")
+            metadata_only = isinstance(exc, EmptyTraceError)
             # JSON found by walking a directory that is no trace at all (a manifest, bench output)
-            foreign = name not in named and exc.message.startswith("valid JSON but not a")
+            foreign = name not in named and isinstance(exc, NotATraceError)
             if on_error == "fail" and not (metadata_only or foreign):
                 raise
             skipped.append({"path": name, "reason": exc.message})

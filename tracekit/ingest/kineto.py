@@ -19,7 +19,7 @@ import msgspec
 import polars as pl
 
 from tracekit import schema
-from tracekit.errors import BadTraceError
+from tracekit.errors import BadTraceError, NotATraceError
 from tracekit.ingest.exact import us_text_to_ns
 
 
@@ -236,9 +236,9 @@ def _decode(data: bytes, path: str) -> tuple[_Trace, list[Any]]:
             return _Trace(), _LIST_DECODER.decode(data)
         top = _TRACE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
-        raise BadTraceError(f"valid JSON but not a Kineto trace ({exc})", path=path) from None
+        raise NotATraceError(f"valid JSON but not a Kineto trace ({exc})", path=path) from None
     if top.traceEvents is None:
-        raise BadTraceError("valid JSON but not a trace (no traceEvents list)", path=path)
+        raise NotATraceError("valid JSON but not a trace (no traceEvents list)", path=path)
     events = top.traceEvents
     top.traceEvents = None
     return top, events
