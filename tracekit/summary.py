@@ -23,6 +23,7 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.categories import COMM_CATEGORIES, Rule, unmatched_kernels
+from tracekit.documents import INFO
 from tracekit.intervals import union_ns
 
 # Manifest leaves that identify a rank or sample a moving quantity: never "differences".
@@ -189,8 +190,8 @@ def run_summary(
     start, end = _bounds(events)
     unmatched = unmatched_kernels(events, rules).head(top)
     present = [int(r) for r in ranks.get_column("rank").to_list()]
-    return {
-        "schema_version": manifest.get("schema_version"),
+    return INFO.make({
+        "run_schema_version": manifest.get("schema_version"),
         "tracekit_version": manifest.get("tracekit_version"),
         "source": manifest.get("source"),
         "world_size": manifest.get("world_size", len(present)),
@@ -207,7 +208,7 @@ def run_summary(
         "differences": [asdict(d) for d in manifest_differences(manifest)],
         "notes": list((manifest.get("ingest") or {}).get("notes", [])),
         "skipped": list((manifest.get("ingest") or {}).get("skipped", [])),
-    }
+    })
 
 
 def device_names(sec: Mapping[str, Any]) -> list[str]:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.buckets import BUCKETS
+from tracekit.documents import ATTRIBUTE
 
 LABELS: Final = {
     "attention": "attention",
@@ -212,7 +213,7 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, ma
         ]
     if manifest is not None:
         doc["dilation"] = dilation(manifest)
-    return doc
+    return ATTRIBUTE.make(doc)
 
 
 def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:

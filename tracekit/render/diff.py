@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.analyzers.manifest_diff import collapse
+from tracekit.documents import DIFF
 
 SUB_BUCKETS: Final = ("allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm")
 KERNEL_LINES: Final = 5
@@ -223,7 +224,7 @@ def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str)
             "overall_delta_ns": r["overall_delta_ns"],
         }
     phases = view["phases"].get_column("phase").to_list()
-    return {
+    return DIFF.make({
         "old": old,
         "new": new,
         "phase": phases[0] if phases else None,
@@ -235,7 +236,7 @@ def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str)
         "kernels": view["kernels"].to_dicts(),
         "manifest_diff": md.to_dicts(),
         "explanation": explanation(view, md),
-    }
+    })
 
 
 def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console) -> None:

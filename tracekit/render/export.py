@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracekit.documents import VALIDATE_TRACE
 from tracekit.export import ExportResult
 from tracekit.export.validate import TraceCheck
 
@@ -41,7 +42,8 @@ def check_lines(chk: TraceCheck) -> list[str]:
 
 
 def check_doc(chk: TraceCheck) -> dict[str, Any]:
-    return {
+    """The ``validate-trace --json`` document."""
+    return VALIDATE_TRACE.make({
         "path": chk.path,
         "format": chk.format,
         "ok": chk.ok,
@@ -51,7 +53,7 @@ def check_doc(chk: TraceCheck) -> dict[str, Any]:
         "slices": chk.n_slices,
         "counter_values": chk.n_counters,
         "flows": chk.n_flows,
-    }
+    })
 
 
 __all__ = ["check_doc", "check_lines", "export_summary", "open_hint"]

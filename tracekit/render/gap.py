@@ -8,6 +8,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.documents import GAP
 from tracekit.render.attribute import LABELS, ms
 
 
@@ -48,7 +49,7 @@ def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: 
     }
     if by_rank:
         doc["by_rank"] = rep["by_rank"].to_dicts()
-    return doc
+    return GAP.make(doc)
 
 
 def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None:

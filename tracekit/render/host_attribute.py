@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.buckets import HOST_BUCKETS
+from tracekit.documents import ATTRIBUTE, GAP
 from tracekit.render.attribute import (
     _facts_line,
     _int,
@@ -96,7 +97,7 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
         ]
     if manifest is not None:
         doc["dilation"] = dilation(manifest)
-    return doc
+    return ATTRIBUTE.make(doc)
 
 
 def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
@@ -190,7 +191,7 @@ def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> 
     def side(x: dict[str, Any], run: str | None) -> dict[str, Any]:
         return {**x, "run": run, "gpu_window_ns": 0}
 
-    return {
+    return GAP.make({
         "units": "ns, mean per phase instance (each instance of each selected rank counts once)",
         "mode": "host",
         "a": side(rep["a"], a_run),
@@ -207,7 +208,7 @@ def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> 
         "seq": [],
         "warnings": rep["warnings"],
         "definitions": HOST_DEFINITIONS,
-    }
+    })
 
 
 def render_host_gap(rep: dict[str, Any], console: Console) -> None:

@@ -8,6 +8,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.documents import RANKS
 from tracekit.render.diff import dur
 
 
@@ -108,7 +109,7 @@ def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[st
 
 def to_json(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> dict[str, Any]:
     coll = view["collectives"]
-    return {
+    return RANKS.make({
         "ranks": view["ranks"].to_dicts(),
         "kernels": view["kernels"].to_dicts(),
         "collectives": {
@@ -119,7 +120,7 @@ def to_json(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> dict[str, Any
         },
         "state": {str(k): v for k, v in state_by_rank(state).items()},
         "summary": summary_lines(view, state),
-    }
+    })
 
 
 def render(view: dict[str, pl.DataFrame], state: pl.DataFrame, console: Console) -> None:

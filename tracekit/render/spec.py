@@ -9,6 +9,8 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.documents import SPEC
+
 PART_LABELS: Final = {
     "draft_ns": "draft",
     "verify_ns": "verify",
@@ -100,7 +102,7 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
 
 def to_json(table: pl.DataFrame, ctx: dict[str, Any]) -> dict[str, Any]:
     """The stable ``--json`` document."""
-    return {
+    return SPEC.make({
         "rank": ctx["rank"],
         "rank_choice": ctx["rank_choice"],
         "decode_source": ctx["decode_source"],
@@ -109,7 +111,7 @@ def to_json(table: pl.DataFrame, ctx: dict[str, Any]) -> dict[str, Any]:
         "conventions": CONVENTIONS,
         "buckets": table.to_dicts(),
         "summary": summary_lines(table, ctx),
-    }
+    })
 
 
 def render(table: pl.DataFrame, ctx: dict[str, Any], console: Console) -> None:

@@ -1,0 +1,95 @@
+"""The ``--json`` documents tracekit prints: one declared type per document, each versioned.
+
+Every ``--json`` output is a JSON object whose first two keys are ``"document"`` (its name
+below) and ``"schema_version"`` (its version). A document type declares the top-level keys it
+always has (``keys``) and those present only with some options (``optional``);
+``tests/test_documents.py`` runs every command and checks the output against its type.
+
+Change a document (add, remove or rename a key, change a value's meaning or unit) -> bump its
+``version`` here and in ``docs/documents.md`` (the page lists every document and its keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DocumentType:
+    name: str
+    version: int
+    command: str
+    keys: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+    def make(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The document: ``document`` and ``schema_version`` first, then ``body``'s keys."""
+        return {"document": self.name, "schema_version": self.version, **body}
+
+    def problems(self, doc: Mapping[str, Any]) -> list[str]:
+        """What makes ``doc`` not a document of this type (empty when it is one)."""
+        out = []
+        if doc.get("document") != self.name:
+            out.append(f"document is {doc.get('document')!r}, not {self.name!r}")
+        if doc.get("schema_version") != self.version:
+            out.append(f"schema_version is {doc.get('schema_version')!r}, not {self.version}")
+        have = set(doc) - {"document", "schema_version"}
+        missing = [k for k in self.keys if k not in have]
+        extra = sorted(have - set(self.keys) - set(self.optional))
+        if missing:
+            out.append(f"missing keys {missing}")
+        if extra:
+            out.append(f"undeclared keys {extra}")
+        return out
+
+
+INFO = DocumentType(
+    "info", 2, "tracekit info --json",
+    keys=("run_schema_version", "tracekit_version", "source", "world_size", "ranks_present",
+          "missing_ranks", "start_ns", "end_ns", "span_ns", "events", "events_by_kind", "ranks",
+          "versions", "unmatched_kernels", "differences", "notes", "skipped"),
+)
+ATTRIBUTE = DocumentType(
+    "attribute", 1, "tracekit attribute --json",
+    keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
+          "issues", "definitions"),
+    optional=("cycles", "seq", "dilation"),
+)
+GAP = DocumentType(
+    "gap", 1, "tracekit gap --json",
+    keys=("units", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
+          "warnings"),
+    optional=("by_rank", "mode", "definitions"),
+)
+RANKS = DocumentType(
+    "ranks", 1, "tracekit ranks --json",
+    keys=("ranks", "kernels", "collectives", "state", "summary"),
+)
+SPEC = DocumentType(
+    "spec", 1, "tracekit spec --json",
+    keys=("rank", "rank_choice", "decode_source", "target_tps", "cycles_by_rank", "conventions",
+          "buckets", "summary"),
+)
+DIFF = DocumentType(
+    "diff", 1, "tracekit diff --json",
+    keys=("old", "new", "phase", "phases", "presence", "buckets", "buckets_by_phase",
+          "seq_buckets", "kernels", "manifest_diff", "explanation"),
+)
+VALIDATE_TRACE = DocumentType(
+    "validate-trace", 1, "tracekit validate-trace --json",
+    keys=("path", "format", "ok", "problems", "n_problems", "processes", "slices",
+          "counter_values", "flows"),
+)
+
+DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE)
+
+
+def document_type(doc: Mapping[str, Any]) -> DocumentType:
+    """The declared type of a printed document (KeyError for an unknown name)."""
+    return {d.name: d for d in DOCUMENTS}[str(doc.get("document"))]
+
+
+__all__ = ["ATTRIBUTE", "DIFF", "DOCUMENTS", "GAP", "INFO", "RANKS", "SPEC", "VALIDATE_TRACE",
+           "DocumentType", "document_type"]
