@@ -24,6 +24,7 @@ get an error from their next collective and still write what they recorded
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import queue
 import shutil
@@ -57,6 +58,7 @@ class CaptureConfig:
     rank_env: dict[int, dict[str, str | None]] = field(default_factory=dict)  # per-rank env edits (None: unset)
     fault: tuple[int, int, str] | None = None  # (rank, cycle, "exit" | "hang" | "raise"): failure injection
     keep_logs: bool = False  # keep <out>.d/rank-*.log even when every rank succeeded
+    profile: str = "auto"  # full | lite | timing | auto (resolve_profile: lite on GPU, full on CPU)
 
     def captured(self, world: int) -> list[int]:
         return list(range(world)) if self.ranks is None else sorted(set(self.ranks))
@@ -73,6 +75,7 @@ class CaptureConfig:
             "coll_timeout_s": self.coll_timeout_s,
             "startup_timeout_s": self.startup_timeout_s,
             "nvml_interval_s": self.nvml_interval_s,
+            "profile_mode": self.profile,
             "workload": "builtin",
         }
 
@@ -103,6 +106,23 @@ def resolve_device(device: str) -> tuple[str, int]:
     if device == "cuda" and n == 0:
         raise ValueError("--device cuda asked for, but torch sees no GPU")
     return ("cuda" if n > 0 else "cpu"), n
+
+
+def resolve_profile(profile: str, kind: str) -> str:
+    """The profile mode a capture runs in: ``auto`` is lite on GPU (measured: docs/capture.md, "Profile
+    modes"), full on CPU (a CPU rank has no CUDA activity: its CPU ops are all a profiler can show)."""
+    from tracekit.collectors.session import PROFILE_MODES
+
+    if profile == "auto":
+        return "lite" if kind == "cuda" else "full"
+    if profile not in PROFILE_MODES:
+        raise ValueError(f"--profile must be one of auto, {', '.join(PROFILE_MODES)}, not {profile!r}")
+    return profile
+
+
+def window_label(mode: str) -> str:
+    """The PhaseTimer window (and manifest key) of the captured window: ``timed`` when no profiler runs."""
+    return "timed" if mode == "timing" else "profiled"
 
 
 def shard_path(shard_dir: Path, rank: int) -> Path:
@@ -227,7 +247,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     me = rank in cc.captured(world)
     dev_index = rank if cuda else None
     start = rank_section(rank, world, dev_index, "start")
-    session = ProfilerSession(rank, cuda) if me else None
+    session = ProfilerSession(rank, cuda, mode=cc.profile) if me else None
     sampler = NvmlSampler(rank, rank, cc.nvml_interval_s) if (me and cuda and cc.nvml_interval_s > 0) else None
     if sampler is not None:
         sampler.start()
@@ -237,7 +257,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     # this barrier the first profiled collective would wait that long and pollute the window.
     dist.barrier()
     wl.sync()
-    wl.timer.window = "profiled"
+    wl.timer.window = window_label(cc.profile)
     aborted: str | None = None
     done = 0
     try:
@@ -275,11 +295,11 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
 
     from tracekit.collectors.manifest import versions
     from tracekit.collectors.session import finalize
-    from tracekit.collectors.timing import dilation
+    from tracekit.collectors.timing import dilation, split_cycle
     from tracekit.store import new_manifest, write_run
 
     events = session.events()
-    if keep := cc.keep_json:
+    if (keep := cc.keep_json) and session.prof is not None:
         session.export_json(Path(keep) / f"rank-{rank:05d}.trace.json.gz")
     if counters is not None and counters.height:
         events = pl.concat([events, counters], how="vertical_relaxed")
@@ -289,7 +309,9 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
     except Exception as exc:  # keep the raw events: analyzers can finalize again; say why in the manifest
         session.info["finalize_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
     session.info["finalize_ns"] = time.perf_counter_ns() - t0
-    unprof, prof = stats.get("unprofiled", {}), stats.get("profiled", {})
+    label = window_label(cc.profile)
+    unprof, cyc_u = split_cycle(stats.get("unprofiled", {}))
+    prof, cyc_p = split_cycle(stats.get(label, {}))
     section = {
         **start,
         "end": {"taken_unix_ns": end["taken_unix_ns"], "env": end["env"], "gpu": end["gpu"]},
@@ -297,8 +319,11 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
         "device": str(device),
         "backend": dist.get_backend(),
         "window": {"first_cycle": cc.warmup, "cycles": done, "requested": cc.cycles},
+        "profile_mode": cc.profile,
+        "profile_note": session.info.get("note", ""),
         "unprofiled": unprof,
-        "profiled": prof,
+        label: prof,
+        "cycle_time": {k: v for k, v in (("unprofiled", cyc_u), (label, cyc_p)) if v is not None},
         "dilation": dilation(unprof, prof),
         "aborted": aborted,
         "session": session.info,
@@ -334,6 +359,7 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     if any(r < 0 or r >= world for r in captured):
         raise ValueError(f"--ranks {captured} outside 0..{world - 1}")
     cc.workload.validate(world)
+    cc = dataclasses.replace(cc, profile=resolve_profile(cc.profile, kind))
     out = Path(cc.out)
     shard_dir = Path(str(out) + ".d")
     if shard_dir.exists():
@@ -348,7 +374,7 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     q = ctx.Queue()
     port = free_port()
     say(f"capture: {world} ranks ({'NCCL on GPU' if kind == 'cuda' else 'gloo on CPU'}), capturing {captured}, "
-        f"{cc.warmup} warm-up + {cc.cycles} profiled cycles")
+        f"{cc.warmup} warm-up + {cc.cycles} cycles in profile mode {cc.profile}")
     procs = {r: ctx.Process(target=_rank_main, args=(r, world, kind, cc, port, str(shard_dir), q), name=f"tracekit-rank{r}")
              for r in range(world)}
     for p in procs.values():

@@ -7,6 +7,11 @@ A phase is emitted as
 - an NVTX range (package ``nvtx``, for Nsight Systems), only when an NVTX tool is
   attached (``NVTX_INJECTION64_PATH`` set, as nsys does) or ``TRACEKIT_NVTX=1``;
   ``TRACEKIT_NVTX=0`` turns it off.
+- a host range in a ``RangeRecorder`` (``collectors/ranges.py``), only while one is
+  installed by ``start_recording`` (profile modes ``lite`` and ``timing``, where the
+  profiler records no ``record_function`` ranges or does not run);
+  ``start_recording(rec, record_function=False)`` also stops the
+  ``record_function`` ranges while it lasts.
 The label is ``tracekit.phases.format_label(phase, cycle=.., bs=.., tok=.., seq=..,
 graphed=..)``; facts known only afterwards (accept length) go into a zero-length
 range named ``tracekit.phases.format_facts(...)`` emitted right after the phase.
@@ -79,6 +84,8 @@ class _Backend:
     enabled: Callable[[], bool] | None = None
     nvtx: Any = None
     resolved = False
+    recorder: Any = None  # a RangeRecorder while start_recording is in force
+    record_function = True  # False: no record_function ranges (lite mode: the profiler would not keep them)
 
     @classmethod
     def resolve(cls) -> None:
@@ -93,6 +100,19 @@ class _Backend:
         cls.resolved = False
 
 
+def start_recording(recorder: Any, record_function: bool = True) -> None:
+    """Record every phase range and facts marker of this process into ``recorder`` from now on."""
+    _Backend.resolve()
+    _Backend.recorder = recorder
+    _Backend.record_function = record_function
+
+
+def stop_recording() -> None:
+    """End ``start_recording``: back to record_function (when a profiler records) and NVTX only."""
+    _Backend.recorder = None
+    _Backend.record_function = True
+
+
 def _record_function(label: str) -> Any:
     import torch
 
@@ -100,13 +120,18 @@ def _record_function(label: str) -> Any:
 
 
 class _Range:
-    """One open phase range (record_function and/or NVTX)."""
+    """One open phase range (record_function, NVTX and/or a recorder range)."""
 
-    __slots__ = ("_nv", "_rf")
+    __slots__ = ("_nv", "_rec", "_rf", "_tok")
 
-    def __init__(self, label: str, torch_on: bool, nv: Any) -> None:
+    def __init__(self, label: str, torch_on: bool, nv: Any, rec: Any = None) -> None:
         self._rf: Any = None
         self._nv: Any = None
+        self._rec: Any = None
+        self._tok: Any = None
+        if rec is not None:
+            self._tok = rec.open(label)
+            self._rec = rec
         if torch_on:
             rf = _record_function(label)
             rf.__enter__()
@@ -122,21 +147,28 @@ class _Range:
         if self._rf is not None:
             rf, self._rf = self._rf, None
             rf.__exit__(None, None, None)
+        if self._rec is not None:
+            rec, self._rec = self._rec, None
+            rec.close(self._tok)
 
 
 def _open(label_fn: Callable[[], str]) -> _Range | None:
     _Backend.resolve()
-    on = _Backend.enabled() if _Backend.enabled is not None else False
-    if not on and _Backend.nvtx is None:
+    on = _Backend.record_function and (_Backend.enabled() if _Backend.enabled is not None else False)
+    rec = _Backend.recorder
+    if not on and _Backend.nvtx is None and rec is None:
         return None
-    return _Range(label_fn(), on, _Backend.nvtx)
+    return _Range(label_fn(), on, _Backend.nvtx, rec)
 
 
 def emit_facts(phase_name: str, cycle: int, **facts: int | float | bool | None) -> None:
     """Zero-length facts marker (e.g. accept length) for a phase instance; silent when nothing records."""
     try:
         _Backend.resolve()
-        if _Backend.enabled is not None and _Backend.enabled():
+        rec = _Backend.recorder
+        if rec is not None:
+            rec.marker(format_facts(phase_name, cycle, **facts))
+        if _Backend.record_function and _Backend.enabled is not None and _Backend.enabled():
             with _record_function(format_facts(phase_name, cycle, **facts)):
                 pass
     except Exception as exc:
@@ -164,7 +196,7 @@ class phase:
 
     def __enter__(self) -> phase:
         en = _Backend.enabled
-        if en is not None and _Backend.nvtx is None and not en():
+        if en is not None and _Backend.nvtx is None and _Backend.recorder is None and not en():
             return self  # fast path: nothing records
         try:
             self._range = _open(lambda: format_label(self._name, **self._facts))
@@ -214,7 +246,7 @@ class PhaseHook(Generic[R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         en = _Backend.enabled
-        if self.disabled or (en is not None and _Backend.nvtx is None and not en()):
+        if self.disabled or (en is not None and _Backend.nvtx is None and _Backend.recorder is None and not en()):
             return self.fn(*args, **kwargs)  # fast path: nothing records
         rng: _Range | None = None
         try:
@@ -283,4 +315,4 @@ def install_hook(
     return hook
 
 
-__all__ = ["PhaseHook", "emit_facts", "install_hook", "phase", "phase_hook"]
+__all__ = ["PhaseHook", "emit_facts", "install_hook", "phase", "phase_hook", "start_recording", "stop_recording"]

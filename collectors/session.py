@@ -190,37 +190,93 @@ def finalize(events: pl.DataFrame) -> pl.DataFrame:
     return finalize_events(events)
 
 
-class ProfilerSession:
-    """torch.profiler (CPU + CUDA activities) over one bounded window of one rank."""
+PROFILE_MODES = ("full", "lite", "timing")
 
-    def __init__(self, rank: int, cuda: bool, *, record_shapes: bool = False, with_stack: bool = False) -> None:
+# What each mode records, and what it cannot give (printed by capture, kept in the manifest).
+MODE_NOTES: dict[str, str] = {
+    "full": "torch.profiler CPU + CUDA activities: CPU ops, launches, kernels, record_function phase ranges",
+    "lite": "torch.profiler CUDA activity only (launches, kernels); phase ranges recorded by tracekit's hooks on "
+            "the host clock; no CPU ops, so no op-scope category fallback and no host-op attribution",
+    "timing": "no profiler: phase ranges (host clock) and CUDA events per phase for every cycle; "
+              "no kernels, so no kernel buckets",
+}
+
+
+class ProfilerSession:
+    """One bounded window of one rank in a profile mode (module doc of collectors/ranges.py for lite/timing).
+
+    ``full``: torch.profiler with CPU + CUDA activities. ``lite``: CUDA activity only (none on a CPU
+    rank: no profiler runs there) plus the hooks' own phase ranges. ``timing``: no profiler; the hooks'
+    phase ranges with CUDA events per phase on GPU.
+    """
+
+    def __init__(self, rank: int, cuda: bool, *, mode: str = "full", record_shapes: bool = False,
+                 with_stack: bool = False) -> None:
+        if mode not in PROFILE_MODES:
+            raise ValueError(f"profile mode must be one of {PROFILE_MODES}, not {mode!r}")
         self.rank = rank
         self.cuda = cuda
+        self.mode = mode
         self.record_shapes = record_shapes
         self.with_stack = with_stack
         self.prof: Any = None
-        self.info: dict[str, Any] = {}
+        self.recorder: Any = None
+        self.info: dict[str, Any] = {"profile_mode": mode}
 
     def start(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
+        acts: list[Any] = []
+        if self.mode != "timing":
+            from torch.profiler import ProfilerActivity
 
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        self.prof = profile(activities=acts, record_shapes=self.record_shapes, with_stack=self.with_stack)
+            acts = ([ProfilerActivity.CPU] if self.mode == "full" else []) + (
+                [ProfilerActivity.CUDA] if self.cuda else [])
+        if self.mode != "full":
+            from tracekit.collectors.hooks import start_recording
+            from tracekit.collectors.ranges import RangeRecorder
+
+            self.recorder = RangeRecorder(cuda_events=self.cuda and self.mode == "timing")
+            start_recording(self.recorder, record_function=False)
+        self.info["activities"] = [str(a).rsplit(".", 1)[-1] for a in acts]
+        self.info["note"] = MODE_NOTES[self.mode] + (
+            "; a CPU rank has no CUDA activity: no profiler ran, phase ranges only" if self.mode == "lite" and not acts
+            else "")
         self.info["window_start_unix_ns"] = time.time_ns()
-        self.prof.__enter__()
+        if acts:
+            from torch.profiler import profile
+
+            self.prof = profile(activities=acts, record_shapes=self.record_shapes, with_stack=self.with_stack)
+            self.prof.__enter__()
 
     def stop(self) -> None:
-        if self.prof is None:
+        if self.prof is None and self.recorder is None:
             raise RuntimeError("profiler session was not started")
         if self.cuda:
             import torch
 
             torch.cuda.synchronize()
-        self.prof.__exit__(None, None, None)
+        if self.prof is not None:
+            self.prof.__exit__(None, None, None)
+        if self.recorder is not None:
+            from tracekit.collectors.hooks import stop_recording
+
+            stop_recording()
         self.info["window_end_unix_ns"] = time.time_ns()
 
     def events(self) -> pl.DataFrame:
         """The recorded window as an event frame (schema columns, not finalized)."""
+        parts: list[pl.DataFrame] = []
+        if self.prof is not None:
+            parts.append(self._kineto_events())
+        if self.recorder is not None:
+            parts.append(self.recorder.frame(self.rank, os.getpid()))
+            self.info["recorded_ranges"] = len(self.recorder)
+        if not parts:
+            return schema.empty_events()
+        df = parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
+        self.info["events"] = df.height
+        return df
+
+    def _kineto_events(self) -> pl.DataFrame:
         t0 = time.perf_counter_ns()
         kr = self.prof.profiler.kineto_results
         kev = kr.events()
@@ -246,6 +302,8 @@ class ProfilerSession:
 
     def export_json(self, path: str | os.PathLike[str]) -> Path:
         """Write the raw Kineto Chrome-trace JSON of the window (gzipped when ``path`` ends in .gz)."""
+        if self.prof is None:
+            raise RuntimeError(f"profile mode {self.mode!r} on this rank ran no torch profiler: no Kineto JSON")
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter_ns()

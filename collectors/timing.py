@@ -4,7 +4,10 @@ GPU: a CUDA event is recorded on the current stream before and after each phase
 (``elapsed_time`` = GPU time between the two points, which includes any queue
 the phase waits behind); the host time (``perf_counter_ns``) is kept too.  CPU:
 host time only.  Each measurement belongs to a window label (``unprofiled``
-before the profiled window, ``profiled`` inside it).
+before the window, ``profiled`` inside it; ``timed`` inside a timing-mode window,
+where no profiler runs). Besides the phases, the workload times its whole
+speculative cycle (draft start to draft_extend end) under the name ``cycle``
+(``split_cycle`` separates it).
 
 ``PhaseTimer.stats()`` gives, per window and phase::
 
@@ -56,25 +59,38 @@ class PhaseTimer:
         """Per window and phase statistics (synchronises the device first on GPU)."""
         if self.cuda:
             self._torch.cuda.synchronize()
-        host: dict[tuple[str, str], list[int]] = {}
-        dev: dict[tuple[str, str], list[int]] = {}
+        host: dict[str, dict[str, list[int]]] = {}
+        dev: dict[str, dict[str, list[int]]] = {}
         for window, phase, h, ev0, ev1 in self._records:
-            host.setdefault((window, phase), []).append(h)
+            host.setdefault(window, {}).setdefault(phase, []).append(h)
             if ev0 is not None and ev1 is not None:
-                dev.setdefault((window, phase), []).append(round(ev0.elapsed_time(ev1) * 1e6))
-        out: dict[str, dict[str, dict[str, Any]]] = {}
-        for key, hs in host.items():
-            window, phase = key
-            main = dev.get(key, hs)
-            out.setdefault(window, {})[phase] = {
-                "count": len(hs),
-                "mean_ns": round(statistics.fmean(main)),
-                "median_ns": int(statistics.median(main)),
-                "host_mean_ns": round(statistics.fmean(hs)),
-                "host_median_ns": int(statistics.median(hs)),
-                "clock": "cuda_event" if key in dev else "perf_counter",
-            }
-        return out
+                dev.setdefault(window, {}).setdefault(phase, []).append(round(ev0.elapsed_time(ev1) * 1e6))
+        return {window: summarize(hs, dev.get(window, {})) for window, hs in host.items()}
+
+
+def summarize(host: dict[str, list[int]], dev: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
+    """Per phase: count, mean/median of the GPU times where ``dev`` has them (else the host times), host mean/median."""
+    out: dict[str, dict[str, Any]] = {}
+    for phase, hs in host.items():
+        main = dev.get(phase) or hs
+        out[phase] = {
+            "count": len(hs),
+            "mean_ns": round(statistics.fmean(main)),
+            "median_ns": int(statistics.median(main)),
+            "host_mean_ns": round(statistics.fmean(hs)),
+            "host_median_ns": int(statistics.median(hs)),
+            "clock": "cuda_event" if dev.get(phase) else "perf_counter",
+        }
+    return out
+
+
+CYCLE = "cycle"  # the timer's whole-cycle entry (draft start to draft_extend end), not a phase
+
+
+def split_cycle(window: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """(phase stats, the whole-cycle entry or None) of one window of ``PhaseTimer.stats``."""
+    phases = {p: st for p, st in window.items() if p != CYCLE}
+    return phases, window.get(CYCLE)
 
 
 def dilation(unprofiled: dict[str, dict[str, Any]], profiled: dict[str, dict[str, Any]]) -> dict[str, float]:

@@ -143,6 +143,9 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--accept-probs", default=None, help="Per-position accept probabilities, e.g. 0.8,0.6,0.45 (modelled).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--keep-json", type=click.Path(file_okay=False), default=None, help="Also keep each rank's raw Kineto JSON here.")
+@click.option("--profile", "profile", type=click.Choice(["auto", "full", "lite", "timing"]), default="auto", show_default=True,
+              help="full: CPU+CUDA profiler; lite: CUDA activity + tracekit's own phase ranges (no CPU ops); timing: no "
+                   "profiler, phase times per cycle by CUDA events (no kernels). auto: lite on GPU, full on CPU.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds a rank may go without progress before it is killed.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
 @click.option("--sglang", "sglang_url", default=None, metavar="URL",
@@ -155,7 +158,7 @@ def _parse_ranks(value: str) -> list[int] | None:
 def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, workload: str, preset: str | None,
                 verify_graph: str, batch_size: int | None, draft_steps: int | None, ctx_start: int | None,
                 layers: int | None, hidden: int | None, experts: int | None, top_k: int | None,
-                accept_probs: str | None, device: str, keep_json: str | None, timeout_s: float, out: str,
+                accept_probs: str | None, device: str, keep_json: str | None, profile: str, timeout_s: float, out: str,
                 sglang_url: str | None, requests: int, input_len: int, output_len: int, concurrency: int) -> None:
     """Capture the built-in speculative-decoding workload (or, with --sglang URL, a live server) on every rank into one run.parquet."""
     if sglang_url is not None:
@@ -187,7 +190,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
                          batch_size=batch_size, draft_steps=draft_steps, ctx_start=ctx_start, layers=layers,
                          hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
         cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, device=device,
-                           workload=wl, keep_json=keep_json, timeout_s=timeout_s)
+                           workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile)
         result = run_capture(cc, progress=lambda m: click.echo(m, err=True))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -216,8 +219,21 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
 
     r = load_run(run)
     from tracekit.analyzers.host_attribution import has_gpu_events, host_report
+    from tracekit.analyzers.timing_view import is_timing_run, timing_report
     from tracekit.render import host_attribute as render_host
 
+    if is_timing_run(r.manifest):  # no profiler ran: phase times per instance, no buckets
+        from tracekit.render import timing as render_timing
+
+        try:
+            trep = timing_report(r.events, phase, rank)
+        except TracekitError as exc:
+            raise exc.located(path=run) from None
+        if as_json:
+            click.echo(json.dumps(render_timing.to_json(trep, by, run, r.manifest), indent=2, allow_nan=False))
+        else:
+            render_timing.render(trep, by, render_attribute.make_console(150), r.manifest)
+        return
     host_mode = not has_gpu_events(r.events, None if rank is None else [rank])
     try:
         if host_mode:  # a CPU run: no GPU window to walk; attribute the phases' host time instead
@@ -226,11 +242,17 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
             report = attribute_report(r.events, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
     except TracekitError as exc:
         raise exc.located(path=run) from None
+    from tracekit.render.capture import profile_line
+
+    mode_line = profile_line(r.manifest)
     if as_json:
         doc = (render_host.host_to_json if host_mode else render_attribute.to_json)(report, by, run, r.manifest)
+        doc["profile"] = mode_line
         click.echo(json.dumps(doc, indent=2, allow_nan=False))
         return
     console = render_attribute.make_console(150 if by != "rank" else 120)
+    if mode_line:
+        console.print(mode_line, highlight=False, markup=False, soft_wrap=True)
     if host_mode:
         console.print(render_host.host_mode_line(None if rank is None else [rank]), soft_wrap=True)
         render_host.render_host(report, by, console, r.manifest)

@@ -19,6 +19,8 @@ from typing import Final
 
 PREFIX: Final = "tracekit:"
 FACTS: Final = "facts"
+# args key of a phase range recorded with CUDA events (profile mode timing): GPU ns between them
+CUDA_EVENT_ARG: Final = "cuda_event_ns"
 
 # label key -> event-table column
 FACT_KEYS: Final[dict[str, str]] = {

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from tracekit.collectors.hooks import emit_facts, phase
-from tracekit.collectors.timing import PhaseTimer
+from tracekit.collectors.timing import CYCLE, PhaseTimer
 from tracekit.collectors.workload.config import WorkloadConfig
 from tracekit.collectors.workload.model import (
     Comm,
@@ -177,6 +177,7 @@ class Workload:
         b, k = cfg.batch_size, cfg.draft_steps
         if max(self.seq) + 2 * (k + 1) > self.max_ctx:
             raise RuntimeError(f"KV cache full at cycle {cycle} (max_ctx={self.max_ctx})")
+        cyc = self.timer.begin(CYCLE)
         g = self.graphed("draft", cycle)
         with self._phase("draft", cycle, b * k, g):
             if g:
@@ -212,6 +213,7 @@ class Workload:
             self.feat.copy_(feats[rows, idx])
             self.seq_t.add_(idx + 1)
             self.seq = [s + a + 1 for s, a in zip(self.seq, acc, strict=True)]
+        self.timer.end(cyc)
         if cfg.decode_every and cycle % cfg.decode_every == 0:
             g = self.graphed("decode", cycle)
             with self._phase("decode", cycle, b, g):

@@ -27,7 +27,7 @@ def dilation_lines(manifest: dict[str, Any]) -> list[str]:
     ranks = manifest.get("ranks", {})
     per_phase: dict[str, tuple[list[float], list[float], str]] = {}
     for sec in ranks.values():
-        un, pr = sec.get("unprofiled", {}), sec.get("profiled", {})
+        un, pr = sec.get("unprofiled", {}), sec.get("profiled", sec.get("timed", {}))
         for ph, st in un.items():
             if ph in pr:
                 a, b, _ = per_phase.setdefault(ph, ([], [], st.get("clock", "?")))
@@ -38,8 +38,20 @@ def dilation_lines(manifest: dict[str, Any]) -> list[str]:
         a, b, clock = per_phase[ph]
         u, p = statistics.median(a), statistics.median(b)
         ratio = f"x{p / u:.2f}" if u > 0 else "n/a"
-        lines.append(f"  {ph:<13} {_ms(u)} unprofiled, {_ms(p)} profiled ({ratio}; {clock}, median over {len(a)} rank(s))")
+        lines.append(f"  {ph:<13} {_ms(u)} unprofiled, {_ms(p)} in the window ({ratio}; {clock}, median over {len(a)} rank(s))")
     return lines
+
+
+def profile_line(manifest: dict[str, Any] | None) -> str | None:
+    """'profile mode lite: <what it records and cannot give>' from a capture manifest, else None."""
+    if not manifest:
+        return None
+    mode = (manifest.get("capture") or {}).get("profile_mode")
+    if not mode:
+        return None
+    notes = sorted({sec["profile_note"] for sec in (manifest.get("ranks") or {}).values()
+                    if isinstance(sec, dict) and sec.get("profile_note")})
+    return f"profile mode {mode}: " + (" / ".join(notes) if notes else "(no rank recorded a note)")
 
 
 def render_capture_summary(result: _Result) -> str:
@@ -57,9 +69,15 @@ def render_capture_summary(result: _Result) -> str:
     for r, sec in sorted(man.get("ranks", {}).items(), key=lambda kv: int(kv[0])):
         if sec.get("aborted"):
             lines.append(f"  rank {r} window ended early: {sec['aborted']}")
+    mode = cap.get("profile_mode")
+    pl_line = profile_line(man)
+    if pl_line:
+        lines.append(pl_line)
     dl = dilation_lines(man)
     if dl:
-        lines.append("profiler dilation per phase (median time per phase instance):")
+        word = "timing-mode cost" if mode == "timing" else "profiler dilation"
+        lines.append(f"{word} per phase (median time per phase instance, {'timed' if mode == 'timing' else 'profiled'} "
+                     "vs unprofiled warm-up):")
         lines.extend(dl)
     lines.append(f"next: tracekit attribute {result.out}")
     return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""Phase ranges recorded by tracekit's own hooks (profile modes ``lite`` and ``timing``).
+
+In ``lite`` the profiler records CUDA activity only, so ``record_function``
+ranges are gone; in ``timing`` no profiler runs at all. In both, the hooks
+(``tracekit.collectors.hooks``) record each phase range themselves into a
+``RangeRecorder``: ``time.time_ns()`` at open and close (Unix-epoch ns, the
+clock Kineto stamps its events with: docs/capture.md), the native thread id
+(what Kineto reports as a host event's ``device_resource_id``), the label.
+Facts markers (``format_facts``) become zero-length ranges, as with
+``record_function``.
+
+With ``cuda_events=True`` (timing mode on a GPU) a CUDA event is also recorded
+on the current stream at open and close; the GPU time between the two
+(``elapsed_time``, the queue ahead of the phase included, like
+``collectors/timing.py``) goes into the range row's ``args`` as
+``{"cuda_event_ns": N}``.
+
+``frame(rank, pid)`` gives ``range`` rows in the schema's columns: the same
+rows a ``record_function`` range gives, so ``tracekit.membership`` joins host
+launches to them by (rank, pid, tid) and time unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.phases import CUDA_EVENT_ARG
+
+Token = tuple[str, int, int, Any]
+
+
+class RangeRecorder:
+    """Collects phase ranges (label, thread, start, end, optional CUDA events); appends are thread-safe."""
+
+    def __init__(self, cuda_events: bool = False) -> None:
+        self.cuda_events = cuda_events
+        self._rows: list[tuple[str, int, int, int, Any, Any]] = []
+        self._event: Any = None
+        if cuda_events:
+            import torch
+
+            self._event = torch.cuda.Event
+
+    def open(self, label: str) -> Token:
+        t0 = time.time_ns()
+        ev = None
+        if self._event is not None:
+            ev = self._event(enable_timing=True)
+            ev.record()
+        return (label, threading.get_native_id(), t0, ev)
+
+    def close(self, token: Token) -> None:
+        label, tid, t0, ev0 = token
+        ev1 = None
+        if ev0 is not None:
+            ev1 = self._event(enable_timing=True)
+            ev1.record()
+        self._rows.append((label, tid, t0, time.time_ns(), ev0, ev1))
+
+    def marker(self, label: str) -> None:
+        t = time.time_ns()
+        self._rows.append((label, threading.get_native_id(), t, t, None, None))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _gpu_ns(self) -> list[int | None]:
+        if self._event is not None and any(r[4] is not None for r in self._rows):
+            import torch
+
+            torch.cuda.synchronize()
+        return [None if e0 is None else round(e0.elapsed_time(e1) * 1e6) for *_, e0, e1 in self._rows]
+
+    def frame(self, rank: int, pid: int) -> pl.DataFrame:
+        """The recorded ranges as ``range`` rows (schema columns, conformed, not finalized)."""
+        gpu = self._gpu_ns()
+        rows = self._rows
+        return schema.conform(
+            pl.DataFrame(
+                {
+                    "rank": pl.Series([rank] * len(rows), dtype=pl.Int32),
+                    "kind": pl.Series([schema.RANGE] * len(rows), dtype=pl.String),
+                    "name": pl.Series([r[0] for r in rows], dtype=pl.String),
+                    "device": pl.Series([-1] * len(rows), dtype=pl.Int16),
+                    "pid": pl.Series([pid] * len(rows), dtype=pl.Int64),
+                    "tid": pl.Series([r[1] for r in rows], dtype=pl.Int64),
+                    "start_ns": pl.Series([r[2] for r in rows], dtype=pl.Int64),
+                    "dur_ns": pl.Series([r[3] - r[2] for r in rows], dtype=pl.Int64),
+                    "args": pl.Series([None if g is None else json.dumps({CUDA_EVENT_ARG: g}) for g in gpu],
+                                      dtype=pl.String),
+                }
+            )
+        )
