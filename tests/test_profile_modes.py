@@ -13,14 +13,13 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
+from tracekit.cli import cli  # noqa: E402
 from tracekit.collectors import hooks  # noqa: E402
 from tracekit.collectors.capture import CaptureConfig, resolve_profile, run_capture  # noqa: E402
 from tracekit.collectors.hooks import emit_facts, phase, phase_hook, start_recording, stop_recording  # noqa: E402
 from tracekit.collectors.ranges import RangeRecorder  # noqa: E402
 from tracekit.collectors.session import ProfilerSession  # noqa: E402
 from tracekit.collectors.workload.config import make_config  # noqa: E402
-
-from tracekit.cli import cli  # noqa: E402
 from tracekit.pipeline import finalize_events  # noqa: E402
 from tracekit.store import load_run  # noqa: E402
 
