@@ -20,6 +20,7 @@ from tracekit.collectors.hooks import emit_facts, phase, phase_hook, start_recor
 from tracekit.collectors.ranges import RangeRecorder  # noqa: E402
 from tracekit.collectors.session import ProfilerSession  # noqa: E402
 from tracekit.collectors.workload.config import make_config  # noqa: E402
+from tracekit.documents import document_type  # noqa: E402
 from tracekit.pipeline import finalize_events  # noqa: E402
 from tracekit.store import load_run  # noqa: E402
 
@@ -138,6 +139,7 @@ def test_attribute_and_spec_on_a_timing_run(timing_run: tuple[Any, Path]) -> Non
     js = CliRunner().invoke(cli, ["attribute", str(res.out), "--json", "--by", "cycle", "--phase", "verify"])
     assert js.exit_code == 0, js.output
     doc = json.loads(js.output)
+    assert doc["document"] == "attribute-timing" and document_type(doc).problems(doc) == []
     assert doc["mode"] == "timing" and doc["timing_source"] == "unprofiled" and "no kernel buckets" in doc["cannot"]
     assert [c["cycle"] for c in doc["cycles"] if c["rank"] == 0] == [3, 4, 5, 6]
     assert all(c["host_ns"] > 0 and c["gpu_ns"] is None for c in doc["cycles"])  # CPU ranks: no CUDA events

@@ -52,10 +52,15 @@ INFO = DocumentType(
           "versions", "unmatched_kernels", "differences", "notes", "skipped"),
 )
 ATTRIBUTE = DocumentType(
-    "attribute", 1, "tracekit attribute --json",
+    "attribute", 2, "tracekit attribute --json",
     keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
           "issues", "definitions"),
-    optional=("cycles", "seq", "dilation"),
+    optional=("cycles", "seq", "dilation", "profile"),
+)
+ATTRIBUTE_TIMING = DocumentType(
+    "attribute-timing", 1, "tracekit attribute --json (a run captured with --profile timing)",
+    keys=("run", "mode", "timing_source", "cannot", "by", "units", "phases", "definitions"),
+    optional=("cycles", "profile"),
 )
 GAP = DocumentType(
     "gap", 1, "tracekit gap --json",
@@ -83,7 +88,7 @@ VALIDATE_TRACE = DocumentType(
           "counter_values", "flows"),
 )
 
-DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE)
+DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE)
 
 
 def document_type(doc: Mapping[str, Any]) -> DocumentType:
@@ -91,5 +96,5 @@ def document_type(doc: Mapping[str, Any]) -> DocumentType:
     return {d.name: d for d in DOCUMENTS}[str(doc.get("document"))]
 
 
-__all__ = ["ATTRIBUTE", "DIFF", "DOCUMENTS", "GAP", "INFO", "RANKS", "SPEC", "VALIDATE_TRACE",
+__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "RANKS", "SPEC", "VALIDATE_TRACE",
            "DocumentType", "document_type"]

@@ -8,6 +8,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.documents import ATTRIBUTE_TIMING
 from tracekit.render.attribute import PHASE_ORDER, ms
 from tracekit.render.capture import profile_line
 
@@ -59,7 +60,7 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None, manifest:
         ]
     if manifest is not None:
         doc["profile"] = profile_line(manifest)
-    return doc
+    return ATTRIBUTE_TIMING.make(doc)
 
 
 def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest: dict[str, Any] | None) -> None:
