@@ -44,11 +44,10 @@ def _bucket_values(verdict: dict[str, Any]) -> dict[tuple[str, str, str, int, st
     """(run tag, phase, bucket label, rank, bucket) -> (total ns, instances), as drawn on the page."""
     out = {}
     for p in verdict["plots"]:
-        if not p["id"].startswith("buckets-"):
+        if p["id"] != "buckets":
             continue
-        phase = p["id"].removeprefix("buckets-")
         for t in p["customdata"]:
-            for total, n, rank, bucket, tag in t["customdata"]:
+            for total, n, rank, bucket, tag, phase in t["customdata"]:
                 out[(tag, phase, t["name"], rank, bucket)] = (total, n)
     return out
 
@@ -90,7 +89,7 @@ def test_ab_report_in_chromium(ab_report: Path, tmp_path: Path) -> None:
     v = browser.check_page(ab_report, tmp_path)
     _assert_rendered(v, expect_missing=set())
     ids = {p["id"] for p in v["plots"]}
-    assert {"buckets-verify", "seq-scatter", "cycle-composition", "collective-skew-A", "collective-skew-B",
+    assert {"buckets", "seq-scatter", "cycle-composition", "collective-skew-A", "collective-skew-B",
             "gap-verify-decode", "gap-a-vs-b", "spec-economics-A", "spec-economics-B"} <= ids
     _assert_numbers_equal(v, _attribute(EAGER), "A")
     _assert_numbers_equal(v, _attribute(GRAPHED), "B")
@@ -141,7 +140,7 @@ def test_sglang_trace_without_tracekit_labels(tmp_path: Path) -> None:
     _cli("report", str(run), "-o", str(out))
     v = browser.check_page(out, tmp_path)
     missing = {m["key"] for m in v["missing"]}
-    assert "buckets-verify" in {p["id"] for p in v["plots"]}
+    assert "buckets" in {p["id"] for p in v["plots"]}
     assert "gap-verify-decode" in missing  # SGLang's spec worker runs no plain decode step here
     _assert_rendered(v, expect_missing=missing)
     _assert_numbers_equal(v, _attribute(run), "A")

@@ -123,7 +123,7 @@ def collect(path: str, *, b_path: str | None = None, target_tps: float | None = 
         if "verify" in present and "decode" in present:
             gap = _try(gap_doc, r.events, None, run_path, None, "verify", "decode")
         else:
-            gap = Got(None, f"gap verify vs decode needs both phases in the run (phases here: {', '.join(sorted(present)) or 'none'})")
+            gap = Got(None, f"verify vs decode needs both phases in the run (phases here: {', '.join(sorted(present)) or 'none'})")
         return RunDocs(
             path=run_path,
             manifest=r.manifest,

@@ -14,11 +14,12 @@ from tracekit import __version__
 
 from .common import Plot
 
+DEFAULT_HEIGHT: Final = 480
 CSS: Final = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;max-width:1280px;padding:0 24px 48px;color:#222}
 h1{font-size:22px;margin:20px 0 4px}h2{font-size:18px;margin:32px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:16px}h4{font-size:14px;margin:16px 0 6px}nav a{margin-right:14px}
-.tk-plot{width:100%;height:480px;margin:8px 0}.missing{color:#8a4b00;background:#fff6e5;padding:8px 12px;border-left:3px solid #e8a33d}
+.tk-plot{width:100%;margin:8px 0}.missing{color:#8a4b00;background:#fff6e5;padding:8px 12px;border-left:3px solid #e8a33d}
 .notes{font-size:13px;color:#444;margin:0 0 12px 0;padding-left:18px}.notes li{margin:2px 0;white-space:pre-wrap}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 12px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f4f4f4}td{max-width:720px;overflow-wrap:anywhere}.meta{color:#555;font-size:13px}
@@ -54,13 +55,19 @@ def _json_in_html(obj: Any) -> str:
     return json.dumps(obj, default=str, allow_nan=False).replace("</", "<\\/")
 
 
+def height(p: Plot) -> int:
+    """The figure's own height (layout.height), else the page default."""
+    h = getattr(p.figure.layout, "height", None) if p.figure is not None else None
+    return int(h) if h else DEFAULT_HEIGHT
+
+
 def _plot_html(p: Plot) -> str:
     if p.figure is None:
         return f'<h3>{escape(p.title)}</h3><p class="missing" data-missing="{escape(p.key)}">not shown: {escape(str(p.why))}</p>'
     spec = p.figure.to_json(validate=False, pretty=False).replace("</", "<\\/")
     notes = "".join(f"<li>{escape(n)}</li>" for n in p.notes)
     return (
-        f'<div class="tk-plot" id="{escape(p.key)}" data-title="{escape(p.title)}"></div>'
+        f'<div class="tk-plot" id="{escape(p.key)}" style="height:{height(p)}px" data-title="{escape(p.title)}"></div>'
         f'<script type="application/json" id="{escape(p.key)}-spec">{spec}</script>'
         + (f'<ul class="notes">{notes}</ul>' if notes else "")
     )

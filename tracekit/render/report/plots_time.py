@@ -29,7 +29,7 @@ def _side_by_side(n: int, titles: list[str]) -> Any:
     return make_subplots(rows=1, cols=n, shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.06)
 
 
-def _bucket_traces(doc: dict[str, Any], phase: str, col: int, show_legend: bool, tag: str) -> list[tuple[Any, int]]:
+def _bucket_traces(doc: dict[str, Any], phase: str, show_legend: bool, tag: str, seen: set[str]) -> list[Any]:
     import plotly.graph_objects as go
 
     mode = doc["mode"]
@@ -41,39 +41,44 @@ def _bucket_traces(doc: dict[str, Any], phase: str, col: int, show_legend: bool,
         if not any(tot):
             continue
         n = [int(p["instances"]) for p in rows]
-        out.append((go.Bar(
+        out.append(go.Bar(
             name=bucket_label(b, mode), x=xs, y=[t / max(k, 1) / NS_PER_MS for t, k in zip(tot, n, strict=True)],
-            marker_color=BUCKET_COLORS.get(b), legendgroup=b, showlegend=show_legend,
-            customdata=[[t, k, p["rank"], b, tag] for t, k, p in zip(tot, n, rows, strict=True)],
-            hovertemplate=(f"<b>{bucket_label(b, mode)}</b> · %{{x}}<br>%{{y:.4f}} ms per instance (mean)"
+            marker_color=BUCKET_COLORS.get(b), legendgroup=b, showlegend=show_legend and b not in seen,
+            customdata=[[t, k, p["rank"], b, tag, phase] for t, k, p in zip(tot, n, rows, strict=True)],
+            hovertemplate=(f"<b>{bucket_label(b, mode)}</b> · {tag}: {phase} · %{{x}}<br>%{{y:.4f}} ms per instance (mean)"
                            "<br>%{customdata[0]:,d} ns over %{customdata[1]} instances<extra></extra>"),
-        ), col))
+        ))
+        seen.add(b)
     return out
 
 
 def bucket_plots(a: RunDocs, b: RunDocs | None) -> list[Plot]:
-    """Group 1: per phase, a stacked bar per rank of the exclusive buckets (mean per instance)."""
+    """Group 1: per phase (one column each), a stacked bar per rank of the exclusive buckets,
+    mean per instance; with ``b``, B's run in a second row."""
+    from plotly.subplots import make_subplots
+
     if a.attribute.value is None:
-        return [Plot("buckets", "Exclusive buckets per rank", None, f"attribute: {a.attribute.why}")]
-    docs = [a.attribute.value] + ([b.attribute.value] if b is not None and b.attribute.value is not None else [])
-    names = [short_name(a.path)] + ([short_name(b.path)] if b is not None else [])
-    phases = ordered_phases(sorted({p["phase"] for d in docs for p in d["phases"]}))
-    plots = []
-    for ph in phases:
-        host = docs[0]["mode"] == "host"
-        what = "host range (CPU run: ops on the phase's thread)" if host else "GPU window"
-        title = f"{ph}: where each rank's {what} went — exclusive buckets, mean per instance"
-        fig = _side_by_side(len(docs), [f"{'AB'[i]}: {n}" for i, n in enumerate(names)] if len(docs) > 1 else [])
-        for i, d in enumerate(docs):
-            if not any(p["phase"] == ph for p in d["phases"]):
-                fig.add_annotation(text=f"no {ph} instances in this run", showarrow=False,
-                                   xref=f"x{i + 1 if i else ''} domain", yref="y domain", x=0.5, y=0.5)
-            for tr, col in _bucket_traces(d, ph, i + 1, show_legend=i == 0, tag="AB"[i]):
-                fig.add_trace(tr, row=1, col=col)
-        fig.update_layout(**base_layout(title, "rank", "ms per instance (mean)", barmode="stack"))
-        fig.update_yaxes(title_text="ms per instance (mean)", col=1)
-        plots.append(Plot(f"buckets-{ph}", title, fig))
-    return plots
+        return [Plot("buckets", "Exclusive buckets per rank and phase", None, f"attribute: {a.attribute.why}")]
+    sides = [("A", a.path, a.attribute.value)]
+    if b is not None and b.attribute.value is not None:
+        sides.append(("B", b.path, b.attribute.value))
+    phases = ordered_phases(sorted({p["phase"] for _, _, d in sides for p in d["phases"]}))
+    host = sides[0][2]["mode"] == "host"
+    what = "host range (CPU run: ops on the phase's thread)" if host else "GPU window"
+    title = f"Where each rank's {what} went, per phase — exclusive buckets, mean per instance (ms)"
+    titles = [f"{t}: {ph}" if len(sides) > 1 else ph for t, _, _ in sides for ph in phases]
+    fig = make_subplots(rows=len(sides), cols=len(phases), subplot_titles=titles, horizontal_spacing=0.04,
+                        vertical_spacing=0.14)
+    runs = "; ".join(f"{t} = {short_name(p)}" for t, p, _ in sides)
+    fig.update_layout(**base_layout(f"{title}<br><sup>{runs}; hover a segment for the exact ns</sup>", "", "",
+                                    barmode="stack", height=480 * len(sides)))
+    seen: set[str] = set()
+    for r, (tag, _, doc) in enumerate(sides, start=1):
+        for c, ph in enumerate(phases, start=1):
+            for tr in _bucket_traces(doc, ph, True, tag, seen):
+                fig.add_trace(tr, row=r, col=c)
+        fig.update_yaxes(title_text=f"{tag + ': ' if len(sides) > 1 else ''}ms per instance", row=r, col=1)
+    return [Plot("buckets", title, fig)]
 
 
 def _time_key(doc: dict[str, Any]) -> tuple[str, str]:

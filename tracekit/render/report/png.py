@@ -9,8 +9,9 @@ from pathlib import Path
 from tracekit.errors import TracekitError
 
 from .common import Plot
+from .page import height
 
-WIDTH, HEIGHT, SCALE = 1100, 520, 1
+WIDTH, SCALE = 1100, 1
 
 
 def write_pngs(plots: list[Plot], out_dir: str) -> list[str]:
@@ -22,7 +23,7 @@ def write_pngs(plots: list[Plot], out_dir: str) -> list[str]:
     drawn = [p for p in plots if p.figure is not None]
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     jobs = [{"fig": p.figure, "path": os.path.join(out_dir, f"{p.key}.png"),
-             "opts": {"format": "png", "width": WIDTH, "height": HEIGHT, "scale": SCALE}} for p in drawn]
+             "opts": {"format": "png", "width": WIDTH, "height": height(p), "scale": SCALE}} for p in drawn]
     try:
         errors = kaleido.write_fig_from_object_sync(jobs, kopts={"mathjax": False})
     except Exception as exc:  # kaleido / choreographer: no browser, browser crashed
