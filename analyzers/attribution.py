@@ -25,16 +25,15 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.collectives import (
-    annotate_collectives,
+from tracekit.errors import AnalysisError
+from tracekit.finalize.collectives import (
     comm_mask,
     match_arrays,
     match_collectives,
     op_of_name,
 )
-from tracekit.errors import AnalysisError
-from tracekit.membership import annotate_phases, phase_instances
-from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
+from tracekit.finalize.membership import phase_instances
+from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
 from .attribution_views import (
     BUCKET_COLUMNS,
@@ -84,63 +83,33 @@ def _phase_ranges(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _ids_unique(ranges: pl.DataFrame) -> bool:
-    """True when the phase ranges carry phase ids that are unique in the run.
-
-    ``tracekit.store.read_run`` guarantees this for stored runs; shards annotated
-    one rank at a time and merged in memory number their instances from 0 on every
-    rank; such a table is annotated again (ids are then unique). Cost: one pass
-    over the kind column plus a group-by over the (few) ranges.
-    """
-    if ranges.height == 0:
-        return False
-    shared = ranges.group_by("phase_id").agg(pl.col("rank").n_unique().alias("n")).get_column("n").max()
-    return shared is not None and int(shared) <= 1  # type: ignore[arg-type]
-
-
-def _has_phase_ids(events: pl.DataFrame) -> bool:
-    """True when phase ranges carry phase ids that are unique in the run (``_ids_unique``)."""
-    return _ids_unique(_phase_ranges(events))
-
-
 def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFrame, list[str]]:
-    """Annotate phases and collectives when not done yet; resolve the phase selection.
+    """Resolve the phase selection over a finalized table (``tracekit.finalize``: a run as
+    ``tracekit.store.load_run`` gives it; readers never re-annotate).
 
     ``phase``: None (every phase), a phase name, a regex over phase names, or a
     regex over range names (those ranges then become the instances of a phase
-    named by the regex). Returns (annotated events, selected phase names).
-    Raises AnalysisError when nothing matches.
+    named by the regex, ``tracekit.finalize.pipeline.rephase``). Returns (events,
+    selected phase names). Raises AnalysisError when nothing matches.
     """
-    base = events
-    if base.select((pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("category").is_null()).any()).item():
-        from tracekit.categories import categorize
-
-        kept = base.get_column("category")
-        base = categorize(base).with_columns(pl.coalesce(kept, pl.col("category")).alias("category"))
-    cm = comm_mask(base.select("kind", "category", "name"))  # narrow: never filter the wide table
-    if cm.any() and base.get_column("coll_seq").filter(cm).null_count() > 0:
-        base = annotate_collectives(base)
-    ranges = _phase_ranges(base)
-    if _ids_unique(ranges):
-        ev = base
-    else:
-        ev = annotate_phases(base)
-        ranges = _phase_ranges(ev)
+    ranges = _phase_ranges(events)
     present = sorted(ranges.get_column("phase").drop_nulls().unique().to_list())
     if phase is None:
         if not present:
             raise AnalysisError("no phase ranges found (no tracekit labels, no SGLang step[...] spans)")
-        return ev, present
+        return events, present
     if phase in present:
-        return ev, [phase]
+        return events, [phase]
     try:
         pat = re.compile(phase)
     except re.error as exc:
         raise AnalysisError(f"--phase {phase!r} is neither a phase name nor a valid regex ({exc})") from None
     hits = [p for p in present if pat.fullmatch(p)]
     if hits:
-        return ev, hits
-    ev2 = annotate_phases(base, rules=[(pat, phase)])
+        return events, hits
+    from tracekit.finalize.pipeline import rephase
+
+    ev2 = rephase(events, [(pat, phase)])
     if not ev2.filter((pl.col("kind") == RANGE) & (pl.col("phase") == phase)).height:
         found = ", ".join(present) if present else "none"
         raise AnalysisError(f"no phase or range name matches {phase!r} (phases found: {found})")
@@ -519,7 +488,7 @@ def attribute_report(
             raise AnalysisError(f"no {'/'.join(phases)} instances on this rank (ranks with instances: {ranks})", rank=rank)
         inst = inst.filter(pl.col("rank") == rank)
     strag = stragglers(ev, inst, collectives=coll)
-    from tracekit.collectives import collective_issues
+    from tracekit.finalize.collectives import collective_issues
 
     issues = collective_issues(coll)
     return {

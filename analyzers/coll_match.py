@@ -1,8 +1,7 @@
 """Collective instances matched across ranks, as the forensic analyzers need them.
 
-A thin adapter over ``tracekit.collectives``: tables whose communication kernels
-carry no ``coll_seq`` yet go through ``annotate_collectives`` first; then
-``match_collectives`` pairs the k-th collective of each communicator across
+A thin adapter over ``tracekit.finalize.collectives`` on a finalized table
+(group/coll_seq set once, when the run was written): ``match_collectives`` pairs the k-th collective of each communicator across
 ranks. Only collectives matched on every rank of the run, exactly once each,
 are kept (a partial match says nothing about skew or clock offsets).
 
@@ -15,21 +14,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.collectives import MATCH_SCHEMA, annotate_collectives, comm_mask, match_collectives
+from tracekit.finalize.collectives import MATCH_SCHEMA, match_collectives
 
 OUT_SCHEMA: dict[str, pl.DataType] = {"key": pl.String(), **MATCH_SCHEMA}
-
-
-def with_collectives(events: pl.DataFrame) -> pl.DataFrame:
-    """``events`` with group/coll_seq on every communication kernel (annotated if needed)."""
-    kern = events.filter(pl.col("kind") == schema.KERNEL)
-    mask = comm_mask(kern)
-    if not mask.any():
-        return events
-    if kern.filter(mask).get_column("coll_seq").null_count() == 0:
-        return events
-    return annotate_collectives(events)
 
 
 def matched_collectives(events: pl.DataFrame) -> pl.DataFrame:
@@ -37,7 +24,7 @@ def matched_collectives(events: pl.DataFrame) -> pl.DataFrame:
     n_ranks = events.get_column("rank").drop_nulls().n_unique()
     if n_ranks < 2:
         return pl.DataFrame(schema=OUT_SCHEMA)
-    m = match_collectives(with_collectives(events)).filter(pl.col("matched"))
+    m = match_collectives(events).filter(pl.col("matched"))
     m = m.with_columns(
         pl.concat_str([pl.col("group").fill_null(""), pl.col("coll_seq").cast(pl.String())], separator="#").alias("key")
     )

@@ -24,7 +24,7 @@ instance over all ranks (each instance of each rank counts once), in ns.
 - **Buckets**: the attribution buckets (analyzers.attribution) plus allreduce
   wait / transfer, queue delay and overlapped communication, on the matched
   basis when there are matched buckets, else overall (``basis`` says which).
-- **Kernels**: per kernel family (tracekit.names): count per instance, mean
+- **Kernels**: per kernel family (tracekit.finalize.names): count per instance, mean
   duration, time per instance, on the same basis as the buckets (matched:
   instance weights reproduce the matched means); ``status`` both / appeared /
   vanished.
@@ -49,7 +49,6 @@ from tracekit.schema import KERNEL
 
 from .attribution import BUCKET_COLUMNS, attribute_instances, prepare
 from .families import family_column
-from .phase_rows import annotated
 
 EXTRA_TIME: Final = ("allreduce_wait_ns", "allreduce_transfer_ns", "queue_delay_ns", "overlapped_comm_ns")
 TIME_COLUMNS: Final = ("host_ns", "gpu_window_ns", *BUCKET_COLUMNS, *EXTRA_TIME)
@@ -69,8 +68,8 @@ def nice_width(lo: float, hi: float, target: int = TARGET_BUCKETS) -> int:
 
 
 def run_instances(events: pl.DataFrame, phase: str | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(annotated events, attribution instance table) of the selected phase(s)."""
-    ev, phases = prepare(annotated(events), phase)
+    """(events, attribution instance table) of the selected phase(s)."""
+    ev, phases = prepare(events, phase)
     return ev, attribute_instances(ev, phases)
 
 

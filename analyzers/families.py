@@ -1,10 +1,10 @@
-"""Kernel family names for grouping (diff, stragglers): ``tracekit.names.normalize_names``."""
+"""Kernel family names for grouping (diff, stragglers): ``tracekit.finalize.names.normalize_names``."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from tracekit.names import normalize_names
+from tracekit.finalize.names import normalize_names
 
 
 def family_column(names: pl.Series) -> pl.Series:

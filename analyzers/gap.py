@@ -10,7 +10,7 @@ comes from a spec-off run).
   B's; tokens = the ``num_tokens`` fact, for decode ``batch_size`` when
   ``num_tokens`` is missing), share of the total gap (delta / total delta of
   the GPU window; can be negative or above 1 for one bucket).
-- Kernels: normalised kernel families (``tracekit.names.normalize_names``), count
+- Kernels: normalised kernel families (``tracekit.finalize.names.normalize_names``), count
   per instance and mean duration per side, time per instance and its delta,
   which side a family appears on only.
 - Launches and graph use per side; mean sequence length per side and the gap
@@ -26,7 +26,7 @@ from typing import Any, Final
 import polars as pl
 
 from tracekit.errors import AnalysisError
-from tracekit.names import normalize_names
+from tracekit.finalize.names import normalize_names
 from tracekit.schema import GPU_KINDS
 
 from .attribution import attribute_instances, prepare

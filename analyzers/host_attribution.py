@@ -1,7 +1,7 @@
 """Host-mode attribution: where phase time went on ranks with no GPU events (CPU runs).
 
 Pure functions over polars frames (no printing). For every phase instance with a
-host range (``tracekit.membership.phase_instances``), the range [start, end) is
+host range (``tracekit.finalize.membership.phase_instances``), the range [start, end) is
 walked over the CPU ops (``kind == "op"``) recorded on the range's thread
 (rank, pid, tid). At each instant the *outermost* op owns the time (ops nest:
 ``aten::linear`` owns the ``aten::mm`` it calls; an op that starts inside an
@@ -41,7 +41,7 @@ import polars as pl
 
 from tracekit.buckets import HOST_BUCKETS
 from tracekit.errors import AnalysisError, TracekitError
-from tracekit.membership import innermost, phase_instances, range_parents
+from tracekit.finalize.membership import innermost, phase_instances, range_parents
 from tracekit.schema import GPU_KINDS, OP, RANGE
 
 if sys.version_info >= (3, 11):

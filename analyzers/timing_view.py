@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.errors import AnalysisError
-from tracekit.phases import CUDA_EVENT_ARG
+from tracekit.finalize.phases import CUDA_EVENT_ARG
 from tracekit.schema import RANGE
 
 

@@ -137,9 +137,9 @@ _STAGES = (
     ("tracekit.ingest.kineto", "us_text_to_ns", "    ts/dur text -> int64 ns"),
     ("tracekit.ingest.kineto", "_to_events", "    kinds / graph / collectives"),
     ("tracekit.ingest", "_sort_part", "per-rank sort"),
-    ("tracekit.pipeline", "categorize", "finalize: categorize"),
-    ("tracekit.pipeline", "annotate_collectives", "finalize: annotate_collectives"),
-    ("tracekit.pipeline", "annotate_phases", "finalize: annotate_phases"),
+    ("tracekit.finalize.pipeline", "categorize", "finalize: categorize"),
+    ("tracekit.finalize.pipeline", "annotate_collectives", "finalize: annotate_collectives"),
+    ("tracekit.finalize.pipeline", "annotate_phases", "finalize: annotate_phases"),
 )
 
 

@@ -296,6 +296,7 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
     from tracekit.collectors.manifest import versions
     from tracekit.collectors.session import finalize
     from tracekit.collectors.timing import dilation, split_cycle
+    from tracekit.finalize.pipeline import stamp
     from tracekit.store import new_manifest, write_run
 
     events = session.events()
@@ -304,9 +305,11 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
     if counters is not None and counters.height:
         events = pl.concat([events, counters], how="vertical_relaxed")
     t0 = time.perf_counter_ns()
+    finalized = False
     try:
         events = finalize(events)
-    except Exception as exc:  # keep the raw events: analyzers can finalize again; say why in the manifest
+        finalized = True
+    except Exception as exc:  # keep the raw events: the merge refinalizes them; say why in the manifest
         session.info["finalize_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
     session.info["finalize_ns"] = time.perf_counter_ns() - t0
     label = window_label(cc.profile)
@@ -338,7 +341,7 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
         ranks={str(rank): section},
         clock={"align": "none", "note": "ranks share one host's system clock", "offsets_ns": {str(rank): 0}},
     )
-    write_run(events, shard_path(shard_dir, rank), man)
+    write_run(events, shard_path(shard_dir, rank), stamp(man) if finalized else man)
     q.put(("done", rank, events.height))
 
 

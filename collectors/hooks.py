@@ -12,9 +12,9 @@ A phase is emitted as
   profiler records no ``record_function`` ranges or does not run);
   ``start_recording(rec, record_function=False)`` also stops the
   ``record_function`` ranges while it lasts.
-The label is ``tracekit.phases.format_label(phase, cycle=.., bs=.., tok=.., seq=..,
+The label is ``tracekit.finalize.phases.format_label(phase, cycle=.., bs=.., tok=.., seq=..,
 graphed=..)``; facts known only afterwards (accept length) go into a zero-length
-range named ``tracekit.phases.format_facts(...)`` emitted right after the phase.
+range named ``tracekit.finalize.phases.format_facts(...)`` emitted right after the phase.
 
 Public API (reused by the SGLang integration):
 
@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from tracekit.phases import format_facts, format_label
+from tracekit.finalize.phases import format_facts, format_label
 
 log = logging.getLogger("tracekit.collectors.hooks")
 

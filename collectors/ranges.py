@@ -16,7 +16,7 @@ on the current stream at open and close; the GPU time between the two
 ``{"cuda_event_ns": N}``.
 
 ``frame(rank, pid)`` gives ``range`` rows in the schema's columns: the same
-rows a ``record_function`` range gives, so ``tracekit.membership`` joins host
+rows a ``record_function`` range gives, so ``tracekit.finalize.membership`` joins host
 launches to them by (rank, pid, tid) and time unchanged.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import schema
-from tracekit.phases import CUDA_EVENT_ARG
+from tracekit.finalize.phases import CUDA_EVENT_ARG
 
 Token = tuple[str, int, int, Any]
 

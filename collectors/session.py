@@ -184,8 +184,8 @@ def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) 
 
 
 def finalize(events: pl.DataFrame) -> pl.DataFrame:
-    """Categorise, annotate collectives and phase membership (tracekit.pipeline.finalize_events)."""
-    from tracekit.pipeline import finalize_events
+    """Categorise, annotate collectives and phase membership (tracekit.finalize.pipeline.finalize_events)."""
+    from tracekit.finalize.pipeline import finalize_events
 
     return finalize_events(events)
 

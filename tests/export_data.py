@@ -9,6 +9,7 @@ import polars as pl
 
 from tracekit.export.synth import make_events, make_manifest
 from tracekit.export.validate import Slice
+from tracekit.finalize import finalize_events, stamp
 from tracekit.schema import GPU_KINDS
 from tracekit.store import write_run
 
@@ -16,7 +17,7 @@ RANK = re.compile(r"\brank (\d+)\b")
 
 
 def synth_run(tmp: Path, ranks: int = 3, cycles: int = 5, kernels: int = 12, name: str = "run.parquet") -> Path:
-    return write_run(make_events(ranks, cycles, kernels), tmp / name, make_manifest(ranks))
+    return write_run(finalize_events(make_events(ranks, cycles, kernels)), tmp / name, stamp(make_manifest(ranks)))
 
 
 def gpu_rows(events: pl.DataFrame) -> list[tuple[int, str, int, int]]:

@@ -1,6 +1,6 @@
 """Hand-built multi-rank event tables for the forensic tests (diff, spec, align, ranks).
 
-A speculative run: per rank and cycle a ``draft`` range, a ``verify`` range and a
+A speculative run, finalized as a writer stores it (``build``): per rank and cycle a ``draft`` range, a ``verify`` range and a
 ``draft_extend`` range on the host, each with its launches and kernels (phase
 and phase_id set as membership would), and allreduce kernels with
 group/coll_seq. Times are int64 ns with per-kernel jitter drawn from a seeded
@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from tracekit.phases import format_label
+from tracekit.finalize import FINALIZE_VERSION, finalize_events
+from tracekit.finalize.phases import format_label
 from tracekit.schema import conform
 
 BASE = 1_764_000_000_000_000_000  # an absolute epoch in ns, as Kineto gives
@@ -148,13 +149,15 @@ def build(spec: Spec) -> pl.DataFrame:
             add(r, kind="range", name=format_label("decode", bs=spec.batch_size), start_ns=t, dur_ns=spec.decode_ns,
                 phase="decode", phase_id=pid_id * 100 + r, batch_size=spec.batch_size, graphed=True)
         t += spec.decode_ns + spec.host_between_ns
-    return conform(pl.DataFrame(rows, infer_schema_length=None))
+    # what a writer stores: the finalized table (tracekit.finalize)
+    return finalize_events(conform(pl.DataFrame(rows, infer_schema_length=None)))
 
 
 def manifest(ranks: int, **rank_overrides: dict[str, object]) -> dict[str, object]:
     """A manifest shaped like the collectors' (env, versions, gpu) for ``ranks`` ranks."""
     out: dict[str, object] = {
         "schema_version": 1,
+        "finalize_version": FINALIZE_VERSION,
         "world_size": ranks,
         "capture": {"cycles": 12, "workload": "builtin"},
         "launcher": {"env": {"NCCL_PROTO": "LL"}},

@@ -13,6 +13,7 @@ from tracekit.analyzers.align import (
     raw_times,
 )
 from tracekit.errors import AnalysisError
+from tracekit.finalize import finalize_events
 
 
 def test_recovers_known_offsets_within_residual() -> None:
@@ -90,7 +91,7 @@ def test_no_collectives_is_a_clear_error() -> None:
         align_events(ev, {}, "ntp")
 
 
-def test_recognises_collectives_by_name_when_unannotated() -> None:
+def test_collectives_recognised_by_name_when_finalized() -> None:
     ev = build(Spec(ranks=3, cycles=5, clock_offset_ns={2: 250_000}, jitter_ns=400))
     bare = ev.with_columns(
         pl.lit(None, dtype=pl.Int64).alias("coll_seq"),
@@ -98,6 +99,9 @@ def test_recognises_collectives_by_name_when_unannotated() -> None:
         pl.lit(None, dtype=pl.String).alias("category"),
         pl.lit(None, dtype=pl.String).alias("coll_op"),
     )
-    fit = estimate_offsets(bare)
+    # readers never annotate: a table without collectives annotated has none to match
+    with pytest.raises(AnalysisError, match="no collective matched"):
+        estimate_offsets(bare)
+    fit = estimate_offsets(finalize_events(bare))
     assert fit.collectives == 5 * 4
     assert abs(fit.offsets_ns[2] - 250_000) <= fit.residual_max_ns

@@ -23,8 +23,9 @@ from tracekit.analyzers.attribution import (
 from tracekit.analyzers.buckets import BUCKETS
 from tracekit.cli import cli
 from tracekit.errors import AnalysisError
+from tracekit.finalize import finalize_events
+from tracekit.finalize.phases import format_label
 from tracekit.ingest import ingest_traces
-from tracekit.phases import format_label
 from tracekit.render import attribute as render_attribute
 from tracekit.schema import conform
 from tracekit.store import new_manifest, write_run
@@ -47,7 +48,7 @@ def kl(name: str, cat: str | None, launch_end: int, start: int, dur: int, corr: 
 
 
 def instances(rows: list[dict[str, Any]], phase: str | None = None, **kw: Any) -> pl.DataFrame:
-    ev, phases = prepare(conform(pl.DataFrame(rows)), phase)
+    ev, phases = prepare(finalize_events(conform(pl.DataFrame(rows))), phase)
     inst = attribute_instances(ev, phases, **kw)
     check_sums(inst)
     return inst
@@ -119,7 +120,7 @@ def test_allreduce_wait_transfer_and_straggler() -> None:
         rows.append(rng(format_label("verify", cycle=0), 0, 20_000, rank=rank))
         rows += kl("g", "gemm", 10, 20, 1000 + late, 1, rank=rank)
         rows += kl(AR, None, 30, 1020 + late, 5_000 - late, 2, rank=rank, stream=20)
-    ev, _phases = prepare(conform(pl.DataFrame(rows)))
+    ev, _phases = prepare(finalize_events(conform(pl.DataFrame(rows))))
     rep = attribute_report(ev)
     inst = rep["instances"]
     check_sums(inst)
@@ -136,7 +137,7 @@ def test_unmatched_collectives_are_reported_and_wait_left_unknown() -> None:
         rows.append(rng(format_label("verify", cycle=0), 0, 20_000, rank=rank))
         rows += kl(AR, None, 30, 100, 500, 2, rank=rank, stream=20)
     rows += kl(AR, None, 1000, 1100, 500, 3, rank=0, stream=20)  # rank 0 has one more
-    rep = attribute_report(conform(pl.DataFrame(rows)))
+    rep = attribute_report(finalize_events(conform(pl.DataFrame(rows))))
     assert rep["instances"].get_column("allreduce_wait_ns").null_count() == 2
     assert "count differs" in rep["issues"].get_column("issue")[0]
     item = render_attribute.to_json(rep, "rank")["phases"][0]
@@ -174,7 +175,7 @@ def test_render_buckets_match_analyzer_buckets() -> None:
 
 def test_no_phases_is_an_analysis_error() -> None:
     with pytest.raises(AnalysisError, match="no phase ranges"):
-        attribute_report(conform(pl.DataFrame(kl("g", "gemm", 10, 20, 80, 1))))
+        attribute_report(finalize_events(conform(pl.DataFrame(kl("g", "gemm", 10, 20, 80, 1)))))
 
 
 @pytest.fixture
@@ -233,8 +234,9 @@ def test_cli_json_keys_and_errors(kineto_run: Path) -> None:
 
 
 def test_phase_ids_repeated_across_ranks_are_renumbered() -> None:
-    """Shards annotated one rank at a time (ids from 0 on each) and then concatenated."""
-    from tracekit.membership import annotate_phases
+    """Shards finalized one rank at a time (ids from 0 on each), then merged: the merge's
+    unique_phase_ids (what load_run does for a shard directory) renumbers them."""
+    from tracekit.finalize.membership import annotate_phases, unique_phase_ids
 
     shards = []
     for rank in (0, 1):
@@ -243,7 +245,7 @@ def test_phase_ids_repeated_across_ranks_are_renumbered() -> None:
         shards.append(annotate_phases(conform(pl.DataFrame(rows))))
     merged = pl.concat(shards)
     assert merged.filter(pl.col("kind") == "range").get_column("phase_id").to_list() == [0, 0]
-    inst = attribute_report(merged)["instances"].sort("rank")
+    inst = attribute_report(unique_phase_ids(merged))["instances"].sort("rank")
     assert inst.get_column("phase_id").n_unique() == 2
     assert inst.get_column("gemm_ns").to_list() == [100, 200]
 

@@ -25,8 +25,11 @@ from tracekit.analyzers.attribution import (
     prepare,
 )
 from tracekit.analyzers.buckets import UNKNOWN_LAUNCH, walk
-from tracekit.collectives import annotate_collectives, match_arrays, match_collectives
-from tracekit.phases import format_label
+
+from tracekit.finalize import finalize_events
+from tracekit.finalize.collectives import match_arrays, match_collectives
+from tracekit.finalize.phases import format_label
+from tracekit.finalize.collectives import annotate_collectives, match_arrays, match_collectives
 from tracekit.schema import conform
 
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
@@ -127,7 +130,7 @@ def reference(ev: pl.DataFrame, lat: int = 20_000) -> dict[int, dict[str, Any]]:
 
 @pytest.mark.parametrize(("seed", "mismatch"), [(0, False), (1, False), (2, True), (3, False)])
 def test_fast_path_matches_reference(seed: int, mismatch: bool) -> None:
-    ev, _ = prepare(annotate_collectives(random_run(seed, mismatch=mismatch)))
+    ev, _ = prepare(finalize_events(random_run(seed, mismatch=mismatch)))
     inst = attribute_instances(ev)
     check_sums(inst)
     ref = reference(ev)
@@ -147,7 +150,7 @@ def test_fast_path_matches_reference(seed: int, mismatch: bool) -> None:
 
 @pytest.mark.parametrize("seed", [0, 2])
 def test_numpy_matching_equals_the_match_frame(seed: int) -> None:
-    ev, _ = prepare(annotate_collectives(random_run(seed, mismatch=seed == 2)))
+    ev, _ = prepare(finalize_events(random_run(seed, mismatch=seed == 2)))
     assert_frame_equal(attribute_instances(ev), attribute_instances(ev, collectives=matched(ev)))
     m = match_collectives(ev.filter(pl.col("coll_seq").is_not_null()))
     codes = m.select(pl.col("group").rank("dense").cast(pl.Int64), pl.col("coll_op").rank("dense").cast(pl.Int64))
@@ -163,7 +166,7 @@ def test_numpy_matching_equals_the_match_frame(seed: int) -> None:
 def test_rank_chunks_give_the_same_instances(monkeypatch: pytest.MonkeyPatch) -> None:
     import tracekit.analyzers.attribution as attribution
 
-    ev, _ = prepare(annotate_collectives(random_run(4, ranks=4)))
+    ev, _ = prepare(finalize_events(random_run(4, ranks=4)))
     whole = attribute_instances(ev)
     monkeypatch.setattr(attribution, "_CHUNK_ROWS", 1)  # one chunk per rank
     assert len(attribution._rank_chunks(ev)) == 4

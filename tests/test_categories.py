@@ -7,9 +7,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.categories import categorize, default_rules, load_rules, match_name, unmatched_kernels
 from tracekit.errors import TracekitError
-from tracekit.names import normalize_kernel_name
+from tracekit.finalize.categories import (
+    categorize,
+    default_rules,
+    load_rules,
+    match_name,
+    unmatched_kernels,
+)
+from tracekit.finalize.names import normalize_kernel_name
 
 CASES = [
     # allreduce: NCCL and every custom family

@@ -1,4 +1,4 @@
-"""Collective recognition, grouping, ordering and cross-rank matching (tracekit.collectives)."""
+"""Collective recognition, grouping, ordering and cross-rank matching (tracekit.finalize.collectives)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tracekit.collectives import (
+from tracekit.finalize.collectives import (
     annotate_collectives,
     collective_issues,
     is_comm_name,

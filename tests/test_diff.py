@@ -14,6 +14,8 @@ from tracekit.analyzers.diff import diff_runs, nice_width
 from tracekit.analyzers.manifest_diff import collapse, manifest_diff
 from tracekit.cli import cli
 from tracekit.errors import AnalysisError
+from tracekit.finalize import finalize_events
+from tracekit.finalize.membership import unique_phase_ids
 from tracekit.render import diff as render_diff
 from tracekit.store import write_run
 
@@ -113,10 +115,12 @@ def test_graph_change_and_unknown_seq_len() -> None:
 
 
 def test_phase_ids_colliding_across_ranks_are_renumbered() -> None:
-    # per-rank shards annotated one by one number their instances from 0 on every rank
+    # per-rank shards finalized one by one number their instances from 0 on every rank; the
+    # merge (tracekit.store.load_run of a shard directory) makes them unique
     ev = build(Spec(ranks=2, cycles=4, seq_step=30))
-    merged = ev.with_columns((pl.col("phase_id") // 100).alias("phase_id"))
-    assert merged.filter(pl.col("kind") == "range").group_by("phase_id").agg(pl.col("rank").n_unique()).get_column("rank").max() == 2
+    shards = pl.concat([finalize_events(ev.filter(pl.col("rank") == r)) for r in (0, 1)])
+    assert shards.filter(pl.col("kind") == "range").group_by("phase_id").agg(pl.col("rank").n_unique()).get_column("rank").max() == 2
+    merged = unique_phase_ids(shards)
     a = diff_runs(ev, ev)
     b = diff_runs(merged, ev)
     assert b["phases"].get_column("old_instances").to_list() == [8]

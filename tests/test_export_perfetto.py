@@ -174,7 +174,8 @@ def test_size_warning(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_run_without_membership_is_annotated(tmp_path: Path) -> None:
-    """A run whose rows lack phase/phase_id still gets phase tracks (membership runs on export)."""
+    """A run of an older tracekit (no finalize_version, rows without phase/phase_id) still gets phase
+    tracks: reading it finalizes it again (tracekit.store.load_run)."""
     ev = make_events(2, 2, 6).with_columns(
         pl.lit(None, pl.String).alias("phase"), pl.lit(None, pl.Int64).alias("phase_id"))
     from tracekit.store import write_run
@@ -187,9 +188,9 @@ def test_run_without_membership_is_annotated(tmp_path: Path) -> None:
 
 
 def test_phase_ids_numbered_per_rank(tmp_path: Path) -> None:
-    """Runs merged from shards can number phase instances per rank: reading the run makes the ids
-    unique (tracekit.store.unique_phase_ids), so phase tracks stay per rank and every GPU window
-    carries its attribution buckets."""
+    """Old runs merged from shards can number phase instances per rank: reading the run finalizes it
+    again (ids unique in the run, tracekit.finalize.membership.unique_phase_ids), so phase tracks stay
+    per rank and every GPU window carries its attribution buckets."""
     ev = make_events(2, 3, 6)
     first = ev.group_by("rank").agg(pl.col("phase_id").min().alias("_m"))
     ev = ev.join(first, on="rank").with_columns(pl.col("phase_id") - pl.col("_m")).drop("_m")

@@ -14,7 +14,8 @@ from tracekit.analyzers.buckets import BUCKETS
 from tracekit.analyzers.gap import gap_report
 from tracekit.cli import cli
 from tracekit.errors import AnalysisError
-from tracekit.phases import format_label
+from tracekit.finalize import finalize_events, stamp
+from tracekit.finalize.phases import format_label
 from tracekit.schema import conform
 from tracekit.store import new_manifest, write_run
 
@@ -50,7 +51,7 @@ def frame(builder: Any, n: int = 3, ranks: int = 2, seq: int = 1000) -> pl.DataF
     for r in range(ranks):
         for c in range(n):
             rows += builder(r, c, 1_000_000 * c, seq)
-    return conform(pl.DataFrame(rows))
+    return finalize_events(conform(pl.DataFrame(rows)))
 
 
 def test_gap_terms_by_hand() -> None:
@@ -108,8 +109,8 @@ def test_rank_filter_and_missing_side() -> None:
 
 
 def test_cli_gap_two_runs_json(tmp_path: Path) -> None:
-    a = write_run(frame(verify_eager), tmp_path / "spec.parquet", new_manifest())
-    b = write_run(frame(decode_graphed), tmp_path / "nospec.parquet", new_manifest())
+    a = write_run(frame(verify_eager), tmp_path / "spec.parquet", stamp(new_manifest()))
+    b = write_run(frame(decode_graphed), tmp_path / "nospec.parquet", stamp(new_manifest()))
     res = CliRunner().invoke(cli, ["gap", str(a), "--b-run", str(b), "--json", "--by", "rank"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)

@@ -27,6 +27,7 @@ from tracekit.analyzers.host_attribution import (
 )
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
+from tracekit.finalize import finalize_events
 from tracekit.intervals import union_ns
 from tracekit.render.attribute import _rank_columns
 from tracekit.schema import conform
@@ -65,7 +66,7 @@ def hand_run() -> pl.DataFrame:
         row("op", "aten::mm", 100, 500, tid=2),
         row("op", "aten::mm", 1200, 50),
     ]
-    return conform(pl.DataFrame(rows))
+    return finalize_events(conform(pl.DataFrame(rows)))
 
 
 EXPECTED = {
@@ -161,22 +162,22 @@ def test_cpu_sample_buckets_sum_and_categories(sample: pl.DataFrame) -> None:
 
 def test_cli_attribute_on_cpu_sample_is_host_mode() -> None:
     r = CliRunner().invoke(cli, ["attribute", str(SAMPLE)])
-    assert r.exit_code == 0, r.output
-    first = r.output.splitlines()[0]
+    assert r.exit_code == 0, r.stdout
+    first = r.stdout.splitlines()[0]
     assert first.startswith("host mode:") and "no GPU events" in first
-    assert "host time (CPU run: no GPU events; ops on the phase's thread)" in r.output
-    assert "0 launches" not in r.output and "on the GPU" not in r.output
+    assert "host time (CPU run: no GPU events; ops on the phase's thread)" in r.stdout
+    assert "0 launches" not in r.stdout and "on the GPU" not in r.stdout
     # 8 ranks: min / median / max over ranks, never one squeezed column per rank
-    assert "ranks: min %" in r.output and "rank 7 %" not in r.output and "…" not in r.output
-    table = [line for line in r.output.splitlines() if "│" in line]
+    assert "ranks: min %" in r.stdout and "rank 7 %" not in r.stdout and "…" not in r.stdout
+    table = [line for line in r.stdout.splitlines() if "│" in line]
     assert table and max(len(line) for line in table) <= 120  # fits a 120-column pipe, nothing cut
-    assert "allreduce (call + wait)" in r.output and "(rank " in r.output
+    assert "allreduce (call + wait)" in r.stdout and "(rank " in r.stdout
 
 
 def test_cli_attribute_json_host_mode() -> None:
     r = CliRunner().invoke(cli, ["attribute", str(SAMPLE), "--json", "--by", "cycle", "--phase", "verify"])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    assert r.exit_code == 0, r.stdout
+    doc = json.loads(r.stdout)
     assert doc["mode"] == "host" and doc["bucket_order"] == list(HOST_BUCKETS)
     assert {"run", "by", "units", "phases", "all_ranks", "stragglers", "issues", "definitions", "cycles"} <= set(doc)
     assert len(doc["cycles"]) == 24 and len(doc["phases"]) == 8
@@ -186,14 +187,14 @@ def test_cli_attribute_json_host_mode() -> None:
     allr = doc["all_ranks"][0]
     assert allr["buckets_ns"]["moe"] > 0 and allr["buckets_ns"]["attention"] > 0
     g = CliRunner().invoke(cli, ["attribute", str(SAMPLE.parents[1] / "h200x2-builtin" / "eager.parquet"), "--json", "--phase", "verify"])
-    assert g.exit_code == 0 and json.loads(g.output)["mode"] == "gpu"
+    assert g.exit_code == 0 and json.loads(g.stdout)["mode"] == "gpu"
 
 
 def test_cli_attribute_by_seq_and_rank_host_mode() -> None:
     r = CliRunner().invoke(cli, ["attribute", str(SAMPLE), "--by", "seq", "--rank", "3", "--phase", "decode"])
-    assert r.exit_code == 0, r.output
-    assert r.output.startswith("host mode: rank 3 has no GPU events")
-    assert "by sequence length" in r.output
+    assert r.exit_code == 0, r.stdout
+    assert r.stdout.startswith("host mode: rank 3 has no GPU events")
+    assert "by sequence length" in r.stdout
 
 
 def _cells(rows: int) -> tuple[list[str], list[str]]:
@@ -220,10 +221,10 @@ def test_piped_console_is_wide() -> None:
 
 def test_cli_gap_host_mode_on_cpu_sample() -> None:
     r = CliRunner().invoke(cli, ["gap", str(SAMPLE)])
-    assert r.exit_code == 0, r.output
-    assert r.output.startswith("host mode:") and "verify vs decode: host time (CPU run" in r.output
+    assert r.exit_code == 0, r.stdout
+    assert r.stdout.startswith("host mode:") and "verify vs decode: host time (CPU run" in r.stdout
     j = CliRunner().invoke(cli, ["gap", str(SAMPLE), "--json"])
-    doc = json.loads(j.output)
+    doc = json.loads(j.stdout)
     assert doc["mode"] == "host" and doc["a"]["phase"] == "verify" and doc["b"]["phase"] == "decode"
     deltas = sum(v["delta_ns"] for v in doc["buckets"].values())
     assert deltas == pytest.approx(doc["a"]["host_ns"] - doc["b"]["host_ns"], abs=1e-3) == doc["total_delta_ns"]

@@ -13,6 +13,7 @@ from kineto_synth import gpu_rank
 from rich.console import Console
 
 from tracekit.cli import cli
+from tracekit.finalize import stamp
 from tracekit.render.info import render_info
 from tracekit.store import new_manifest, write_run
 from tracekit.summary import manifest_differences, run_summary
@@ -92,7 +93,7 @@ def test_info_reports_missing_ranks_and_unmatched(tmp_path: Path) -> None:
     ev = pl.DataFrame({"rank": [0, 0, 2], "kind": ["kernel"] * 3, "name": ["mystery_kernel", "nvjet_a", "mystery_kernel"],
                        "category": ["other", "gemm", "other"], "start_ns": [0, 10, 0], "dur_ns": [5, 5, 9]})
     man = new_manifest(source="ingest", world_size=3, ranks={"0": {}, "2": {}}, missing_ranks={"1": "no trace for this rank among the inputs"})
-    path = write_run(ev, tmp_path / "run.parquet", man)
+    path = write_run(ev, tmp_path / "run.parquet", stamp(man))
     res = CliRunner().invoke(cli, ["info", str(path), "--json"])
     doc = json.loads(res.output)
     assert doc["missing_ranks"] == {"1": "no trace for this rank among the inputs"}

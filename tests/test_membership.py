@@ -1,4 +1,4 @@
-"""Phase instances and membership (tracekit.membership)."""
+"""Phase instances and membership (tracekit.finalize.membership)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.membership import annotate_phases, innermost, phase_instances
-from tracekit.phases import format_facts, format_label
+from tracekit.finalize.membership import annotate_phases, innermost, phase_instances
+from tracekit.finalize.phases import format_facts, format_label
 from tracekit.schema import conform, empty_events
 
 
@@ -143,7 +143,7 @@ def test_empty_and_rangeless_tables() -> None:
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 100)), min_size=1, max_size=25), st.lists(st.integers(0, 320), max_size=40))
 def test_innermost_matches_brute_force(ranges: list[tuple[int, int]], queries: list[int]) -> None:
     """Latest-started open range, for arbitrary (also partially overlapping) ranges."""
-    from tracekit.membership import range_parents
+    from tracekit.finalize.membership import range_parents
 
     s = np.array([a for a, _ in ranges], dtype=np.int64)
     e = s + np.array([d for _, d in ranges], dtype=np.int64)

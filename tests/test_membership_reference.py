@@ -14,8 +14,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit.membership import FACT_COLUMNS, annotate_phases
-from tracekit.phases import format_facts, format_label, parse_label, phase_of_span
+from tracekit.finalize.membership import FACT_COLUMNS, annotate_phases
+from tracekit.finalize.phases import format_facts, format_label, parse_label, phase_of_span
 from tracekit.schema import conform
 
 PHASES = ("verify", "draft", "draft_extend", "decode")

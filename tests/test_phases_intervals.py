@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracekit.finalize.phases import format_facts, format_label, parse_label, phase_of_span
 from tracekit.intervals import merge, union_ns
-from tracekit.phases import format_facts, format_label, parse_label, phase_of_span
 
 
 def test_label_roundtrip() -> None:

@@ -21,7 +21,7 @@ from tracekit.collectors.ranges import RangeRecorder  # noqa: E402
 from tracekit.collectors.session import ProfilerSession  # noqa: E402
 from tracekit.collectors.workload.config import make_config  # noqa: E402
 from tracekit.documents import document_type  # noqa: E402
-from tracekit.pipeline import finalize_events  # noqa: E402
+from tracekit.finalize.pipeline import finalize_events  # noqa: E402
 from tracekit.store import load_run  # noqa: E402
 
 

@@ -106,7 +106,7 @@ def test_cli_ranks(tmp_path: Path) -> None:
     text = CliRunner().invoke(cli, ["ranks", str(path)])
     assert text.exit_code == 0 and "HW_SLOWDOWN" in text.output
     one = tmp_path / "one.parquet"
-    write_run(ev.filter(pl.col("rank") == 0), one)
+    write_run(ev.filter(pl.col("rank") == 0), one, manifest(1))
     res1 = CliRunner().invoke(cli, ["ranks", str(one), "--json"])
     assert res1.exit_code == 0
     assert "no collective matched" in json.loads(res1.output)["summary"][0]

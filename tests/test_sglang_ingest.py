@@ -22,9 +22,9 @@ import sglang_wheels
 from click.testing import CliRunner
 
 from tracekit.cli import cli
+from tracekit.finalize.membership import annotate_phases, phase_instances
 from tracekit.collectors.sglang.spans import describe, rules_for
 from tracekit.ingest import ingest_traces
-from tracekit.membership import annotate_phases, phase_instances
 from tracekit.store import load_run
 
 PROFILE_ID = "1764470000.1234567"

@@ -19,7 +19,7 @@ import sglang_shapes as S
 
 from tracekit.collectors.sglang.live import LoadConfig, run_live_capture
 from tracekit.errors import TracekitError
-from tracekit.membership import phase_instances
+from tracekit.finalize.membership import phase_instances
 from tracekit.store import load_run
 
 HERE = Path(__file__).parent

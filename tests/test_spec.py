@@ -7,6 +7,8 @@ import math
 
 import polars as pl
 import pytest
+from forensic_frames import Spec, build, manifest
+from tracekit.analyzers import spec as sp
 from forensic_frames import Spec, build
 
 from tracekit.analyzers import spec as sp
@@ -162,7 +164,7 @@ def test_cli_spec_json_and_errors(tmp_path) -> None:  # type: ignore[no-untyped-
 
     ev = build(Spec(ranks=2, cycles=6, accept_len=0.8, draft_tokens=3))
     path = tmp_path / "run.parquet"
-    write_run(ev, path)
+    write_run(ev, path, manifest(2))
     res = CliRunner().invoke(cli, ["spec", str(path), "--baseline-tps", "82", "--target-tps", "150", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)

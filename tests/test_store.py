@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from tracekit.errors import RunError
+from tracekit.finalize import FINALIZE_VERSION, stamp
 from tracekit.schema import COLUMNS, SCHEMA_VERSION, conform
 from tracekit.store import load_run, merge_shards, new_manifest, read_manifest, read_run, write_run
 
@@ -84,7 +85,7 @@ def test_phase_ids_repeated_across_shards_become_unique(tmp_path: Path) -> None:
                 "phase_id": [0, 0, 0],  # every shard numbers its instances from 0
             }
         )
-        write_run(ev, d / f"rank-{r:05d}.parquet", new_manifest(ranks={str(r): {}}))
+        write_run(ev, d / f"rank-{r:05d}.parquet", stamp(new_manifest(ranks={str(r): {}})))
     merged = read_run(merge_shards(d, tmp_path / "run.parquet"))
     per_rank = merged.group_by("rank").agg(pl.col("phase_id").unique())
     ids = {row[0]: row[1] for row in per_rank.iter_rows()}
@@ -113,3 +114,57 @@ def test_top_level_api_is_lazy_and_light() -> None:
             "print(sorted(m for m in ('torch', 'sglang', 'nvtx', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _raw_phase_run(rank: int = 0) -> pl.DataFrame:
+    """What a writer hands to finalize: a verify range, its launch and kernel, nothing annotated."""
+    return pl.DataFrame(
+        {
+            "rank": [rank] * 3,
+            "kind": ["range", "launch", "kernel"],
+            "name": ["tracekit:verify|cycle=0", "cudaLaunchKernel", "fused_moe_kernel"],
+            "tid": [1, 1, None],
+            "pid": [1, 1, None],
+            "start_ns": [0, 10, 20],
+            "dur_ns": [100, 5, 30],
+            "correlation": [None, 7, 7],
+        }
+    )
+
+
+def test_old_run_is_finalized_again_on_read_and_says_so(tmp_path: Path) -> None:
+    old = write_run(_raw_phase_run(), tmp_path / "old.parquet", new_manifest())  # no finalize_version
+    run = load_run(old)
+    assert run.refinalized is not None
+    assert (run.refinalized.from_version, run.refinalized.to_version) == (None, FINALIZE_VERSION)
+    assert run.manifest["finalize_version"] == FINALIZE_VERSION
+    k = run.events.filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert k["phase"] == "verify" and k["category"] == "moe"
+    # a column subset is taken after finalizing (membership needs every column)
+    sub = load_run(old, columns=["kind", "phase"])
+    assert sub.events.columns == ["kind", "phase"] and sub.events.get_column("phase").null_count() == 0
+    # an older version is finalized again too
+    older = write_run(_raw_phase_run(), tmp_path / "older.parquet", {**new_manifest(), "finalize_version": 0})
+    assert load_run(older).refinalized.from_version == 0  # type: ignore[union-attr]
+
+
+def test_finalized_run_is_read_as_written(tmp_path: Path) -> None:
+    """Readers never annotate: a run that says it is finalized is taken as it is."""
+    p = write_run(_raw_phase_run(), tmp_path / "new.parquet", stamp(new_manifest()))
+    run = load_run(p)
+    assert run.refinalized is None
+    assert run.events.get_column("phase").null_count() == 3 and run.events.get_column("category").null_count() == 3
+
+
+def test_shard_directory_is_as_finalized_as_its_least_finalized_shard(tmp_path: Path) -> None:
+    d = tmp_path / "run.parquet.d"
+    write_run(_raw_phase_run(0), d / "rank-00000.parquet", stamp(new_manifest(ranks={"0": {}})))
+    write_run(_raw_phase_run(1), d / "rank-00001.parquet", new_manifest(ranks={"1": {}}))  # its finalize failed
+    assert "finalize_version" not in read_manifest(d)
+    run = load_run(d)
+    assert run.refinalized is not None
+    kernels = run.events.filter(pl.col("kind") == "kernel")
+    assert kernels.get_column("phase").to_list() == ["verify", "verify"]
+    assert kernels.get_column("phase_id").n_unique() == 2
+    out = merge_shards(d, tmp_path / "run.parquet")
+    assert read_manifest(out)["finalize_version"] == FINALIZE_VERSION and load_run(out).refinalized is None

@@ -19,14 +19,14 @@ _LAZY = {
     "TracekitError": "tracekit.errors",
     "ingest_traces": "tracekit.ingest",
     "export_run": "tracekit.export",
-    "finalize_events": "tracekit.pipeline",
+    "finalize_events": "tracekit.finalize.pipeline",
 }
 
 if TYPE_CHECKING:
     from tracekit.errors import TracekitError
     from tracekit.export import export_run
+    from tracekit.finalize.pipeline import finalize_events
     from tracekit.ingest import ingest_traces
-    from tracekit.pipeline import finalize_events
     from tracekit.store import Run, load_run, read_manifest, read_run, scan_run, write_run
 
 

@@ -7,13 +7,16 @@ rank, no traceback unless --debug.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tracekit import __version__
 from tracekit.cli_errors import _State, guarded
 from tracekit.errors import TracekitError
+
+if TYPE_CHECKING:
+    from tracekit.store import Run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,6 +31,17 @@ def cli(debug: bool) -> None:
     tracekit export run.parquet -o run.pftrace    # open in ui.perfetto.dev
     """
     _State.debug = debug
+
+
+def _load(path: str, columns: list[str] | None = None) -> Run:
+    """``tracekit.store.load_run``; one line on stderr when the run was finalized again on read."""
+    from tracekit.render.store import refinalized_line
+    from tracekit.store import load_run
+
+    run = load_run(path, columns)
+    if run.refinalized is not None:
+        click.echo(refinalized_line(run.refinalized), err=True)
+    return run
 
 
 # Each command section below belongs to one part of the project; add commands
@@ -61,7 +75,7 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     from rich.console import Console
 
     from tracekit.analyzers.align import align_events
-    from tracekit.categories import load_rules
+    from tracekit.finalize.categories import load_rules
     from tracekit.ingest import ingest_traces
     from tracekit.render.ingest import ByteProgress, print_ingest_summary
     from tracekit.store import write_run
@@ -91,11 +105,10 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
 @guarded
 def info(run_path: str, as_json: bool, top: int, categories_file: str | None) -> None:
     """Ranks, devices, versions, per-rank kernel/busy/span/comm time, manifest differences."""
-    from tracekit.categories import load_rules
-    from tracekit.store import load_run
+    from tracekit.finalize.categories import load_rules
     from tracekit.summary import run_summary
 
-    run = load_run(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns"])
+    run = _load(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns"])
     rules = load_rules(categories_file) if categories_file else None
     doc = run_summary(run.events, run.manifest, rules=rules, top=top)
     if as_json:
@@ -215,9 +228,8 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
 
     from tracekit.analyzers.attribution import attribute_report
     from tracekit.render import attribute as render_attribute
-    from tracekit.store import load_run
 
-    r = load_run(run)
+    r = _load(run)
     from tracekit.analyzers.host_attribution import has_gpu_events, host_report
     from tracekit.analyzers.timing_view import is_timing_run, timing_report
     from tracekit.render import host_attribute as render_host
@@ -283,10 +295,9 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
     from tracekit.errors import AnalysisError, side_path
     from tracekit.render import gap as render_gap
     from tracekit.render import host_attribute as render_host
-    from tracekit.store import read_run
 
-    ev_a = read_run(run)
-    ev_b = read_run(b_run) if b_run is not None else None
+    ev_a = _load(run).events
+    ev_b = _load(b_run).events if b_run is not None else None
     sel = None if rank is None else [rank]
     host_mode = not has_gpu_events(ev_a, sel) and not has_gpu_events(ev_b if ev_b is not None else ev_a, sel)
     try:
@@ -350,7 +361,7 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
     tracekit export run.parquet -o verify.pftrace --phase verify --cycles 10-20 --ranks 0,5
     tracekit export run.parquet -o run.json.gz --window 0:50ms
     """
-    from tracekit.export import export_run, format_of
+    from tracekit.export import export_events, format_of
     from tracekit.export.select import Selection, parse_cycles, parse_ranks, parse_window
     from tracekit.render.export import export_summary, open_hint
 
@@ -366,8 +377,9 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
         raise click.UsageError(str(exc)) from None
     if cycles is not None and phase is None:
         raise click.UsageError("--cycles needs --phase")
-    res = export_run(run_path, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt), buckets=not no_buckets,
-                     outstanding=outstanding)
+    r = _load(run_path)
+    res = export_events(r.events, r.manifest, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt),
+                        buckets=not no_buckets, outstanding=outstanding, source=run_path)
     for w in res.warnings:
         click.echo(f"tracekit: warning: {w}", err=True)
     click.echo(export_summary(res))
@@ -430,12 +442,11 @@ def spec_cmd(
     from tracekit.analyzers.spec import spec_report
     from tracekit.errors import AnalysisError, side_path
     from tracekit.render import spec as render_spec
-    from tracekit.store import read_run
 
     if baseline is not None and baseline_tps is not None:
         raise click.UsageError("give --baseline or --baseline-tps, not both")
-    events = read_run(run)
-    base = read_run(baseline) if baseline is not None else None
+    events = _load(run).events
+    base = _load(baseline).events if baseline is not None else None
     try:
         table, ctx = spec_report(
             events,
@@ -464,9 +475,9 @@ def align_cmd(run: str, output: str, method: str) -> None:
     """Put every rank on rank 0's clock (offsets and residual go to the manifest; raw times stay recoverable)."""
     from tracekit.analyzers.align import align_events
     from tracekit.errors import AnalysisError
-    from tracekit.store import load_run, write_run
+    from tracekit.store import write_run
 
-    r = load_run(run)
+    r = _load(run)
     try:
         events, man = align_events(r.events, r.manifest, None if method == "auto" else method)
     except AnalysisError as exc:
@@ -493,10 +504,9 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
     from tracekit.analyzers.manifest_diff import manifest_diff
     from tracekit.errors import AnalysisError, side_path
     from tracekit.render import diff as render_diff
-    from tracekit.store import load_run
 
-    a = load_run(old)
-    b = load_run(new)
+    a = _load(old)
+    b = _load(new)
     try:
         view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width)
     except AnalysisError as exc:
@@ -520,9 +530,8 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
 
     from tracekit.analyzers.stragglers import rank_state, stragglers
     from tracekit.render import ranks as render_ranks
-    from tracekit.store import load_run
 
-    r = load_run(run)
+    r = _load(run)
     view = stragglers(r.events, round(min_skew_us * 1000))
     state = rank_state(r.manifest)
     if as_json:

@@ -18,6 +18,7 @@ Manifest layout (all keys optional except ``schema_version``):
       "world_size": 8,
       "sources": [{"path": ..., "size": ..., "sha256": ..., "rank": ...}],
       "clock": {"align": "none", "offsets_ns": {"0": 0, ...}},
+      "finalize_version": 1,       # tracekit.finalize.FINALIZE_VERSION of the writer
       ...
     }
 """
@@ -46,6 +47,15 @@ SHARD_GLOB = "rank-*.parquet"
 Manifest = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Refinalized:
+    """A run read with an older (or no) ``finalize_version``: finalized again on read."""
+
+    path: str
+    from_version: int | None  # what its manifest recorded (None: nothing)
+    to_version: int
+
+
 @dataclass
 class Run:
     """A loaded run: the event table and its manifest."""
@@ -53,6 +63,7 @@ class Run:
     events: pl.DataFrame
     manifest: Manifest = field(default_factory=dict)
     path: str | None = None
+    refinalized: Refinalized | None = None  # set by load_run for a run of an older pipeline
 
     @property
     def ranks(self) -> list[int]:
@@ -165,9 +176,11 @@ def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
     missing: dict[str, Any] = {}
     sources: list[Any] = []
     offsets: dict[str, Any] = {}
+    versions: list[Any] = []
     for m in manifests:
+        versions.append(m.get("finalize_version"))
         for k, v in m.items():
-            if k in ("ranks", "missing_ranks", "sources", "clock"):
+            if k in ("ranks", "missing_ranks", "sources", "clock", "finalize_version"):
                 continue
             out.setdefault(k, v)
         ranks.update(m.get("ranks", {}))
@@ -177,6 +190,9 @@ def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
         offsets.update(clock.get("offsets_ns", {}))
         if "clock" in m:
             out.setdefault("clock", {k: v for k, v in clock.items() if k != "offsets_ns"})
+    # finalized only as far as the least finalized shard (a shard without the key: not at all)
+    if versions and all(isinstance(v, int) for v in versions):
+        out["finalize_version"] = min(versions)
     for r in ranks:
         missing.pop(r, None)
     out["ranks"] = ranks
@@ -208,45 +224,46 @@ def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
     return pl.scan_parquet([str(f) for f in files], schema=SCHEMA)
 
 
-def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
-    """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
-
-    Shards are annotated rank by rank, so two ranks can both hold instance 0.
-    Ids are then remapped to ``rank * (max_id + 1) + id``: unique, deterministic,
-    ordered as before within each rank. A table whose ids are already unique
-    across ranks is returned unchanged.
-    """
-    if "phase_id" not in events.columns or "rank" not in events.columns:
-        return events
-    ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()
-    shared = ids.group_by("phase_id").agg(pl.len().alias("n")).select(pl.col("n").max()).collect()
-    if shared.height == 0 or (shared.item() or 0) <= 1:
-        return events
-    top = int(events.get_column("phase_id").max() or 0) + 1  # type: ignore[arg-type]
-    return events.with_columns(
-        (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
-    )
-
-
-def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
-    """The events of a run file or shard directory as a DataFrame (phase ids unique in the run)."""
-    lf = scan_run(path)
-    if columns is not None:
-        lf = lf.select(columns)
+def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str]) -> pl.DataFrame:
     try:
-        df = lf.collect()
+        return lf.collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise RunError(f"cannot read events ({exc.__class__.__name__}: {exc})", path=str(path)) from None
-    return unique_phase_ids(df)
 
 
 def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> Run:
-    """Events and manifest together."""
-    return Run(events=read_run(path, columns), manifest=read_manifest(path), path=str(path))
+    """Events and manifest of a run file or shard directory: a finalized run.
+
+    A shard directory is merged on the fly (phase ids made unique in the run). A run
+    whose manifest records an older ``finalize_version`` (or none) is finalized again
+    here (``tracekit.finalize.finalize_events``), all columns read for it; ``Run.refinalized``
+    then says so and the returned manifest records the current version.
+    """
+    from tracekit.finalize.membership import unique_phase_ids
+    from tracekit.finalize.pipeline import finalize_events, finalize_version, is_finalized, stamp
+
+    man = read_manifest(path)
+    lf = scan_run(path)
+    note: Refinalized | None = None
+    if is_finalized(man):
+        df = unique_phase_ids(_collect(lf if columns is None else lf.select(columns), path))
+    else:
+        df = finalize_events(_collect(lf, path))
+        if columns is not None:
+            df = df.select(columns)
+        old = finalize_version(man)
+        man = stamp(man)
+        note = Refinalized(path=str(path), from_version=old, to_version=int(man["finalize_version"]))
+    return Run(events=df, manifest=man, path=str(path), refinalized=note)
+
+
+def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
+    """The events of ``load_run`` (a finalized run; see there)."""
+    return load_run(path, columns).events
 
 
 def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> Path:
-    """Merge a directory of per-rank shards into one run file (atomically)."""
+    """Merge a directory of per-rank shards into one run file (atomically; finalized, see load_run)."""
     run = load_run(shard_dir)
     man = dict(run.manifest)
     man["source"] = man.get("source", "merge")
@@ -257,6 +274,7 @@ def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str],
 
 __all__ = [
     "Manifest",
+    "Refinalized",
     "Run",
     "empty_events",
     "is_canonical_order",
@@ -268,6 +286,5 @@ __all__ = [
     "read_manifest",
     "read_run",
     "scan_run",
-    "unique_phase_ids",
     "write_run",
 ]

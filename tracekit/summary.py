@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from tracekit import schema
-from tracekit.categories import COMM_CATEGORIES, Rule, unmatched_kernels
+from tracekit.finalize.categories import COMM_CATEGORIES, Rule, unmatched_kernels
 from tracekit.documents import INFO
 from tracekit.intervals import union_ns
 

@@ -1,13 +1,13 @@
 """SGLang's own span names in a trace -> extra phase rules that depend on the whole trace.
 
-``tracekit.phases.SPAN_RULES`` maps one span name at a time. One SGLang case needs
+``tracekit.finalize.phases.SPAN_RULES`` maps one span name at a time. One SGLang case needs
 the trace as a whole: in 0.5.12 an eager forward of the *draft* runner is labelled
 ``step[DECODE bs=N]``, exactly like a plain decode step of a run without
 speculation. A trace that holds target-verify steps (``step[TARGET_VERIFY ...]``)
 or tracekit verify ranges ran with speculation on, where the target never runs a
 plain decode (reference/sglang.md): there, ``step[DECODE ...]`` is a draft step.
 
-``rules_for(names)`` (= ``tracekit.phases.trace_rules``, which ``finalize_events``
+``rules_for(names)`` (= ``tracekit.finalize.phases.trace_rules``, which ``finalize_events``
 applies to every trace) returns the ``(regex, phase)`` rules for such a trace, and
 ``describe(names)`` says which SGLang span generation the names come from.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tracekit.phases import SPEC_DECODE_IS_DRAFT, is_speculative, trace_rules
+from tracekit.finalize.phases import SPEC_DECODE_IS_DRAFT, is_speculative, trace_rules
 
 __all__ = ["SPEC_DECODE_IS_DRAFT", "describe", "is_speculative", "rules_for"]
 

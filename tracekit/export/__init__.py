@@ -20,7 +20,7 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.export.select import Selection, select_events
-from tracekit.schema import GPU_KINDS, GPU_RANGE, KERNEL, RANGE
+from tracekit.schema import GPU_KINDS, GPU_RANGE, RANGE
 from tracekit.store import publish
 
 WARN_BYTES: Final = 500_000_000
@@ -56,26 +56,6 @@ def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     if name.endswith(PERFETTO_SUFFIXES):
         return "perfetto"
     raise ValueError(f"cannot tell the format from {str(path)!r}: use .pftrace, .json or .json.gz, or --format")
-
-
-def prepare_events(events: pl.DataFrame, *, collectives: bool) -> pl.DataFrame:
-    """Annotate phases (and collectives, for collective flows) when the run lacks them."""
-    ev = events
-    has_ids = ev.select(
-        (pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()).any()
-    ).item()
-    if not has_ids:
-        from tracekit.membership import annotate_phases
-
-        ev = annotate_phases(ev)
-    if collectives:
-        kern = ev.filter(pl.col("kind") == KERNEL)
-        from tracekit.collectives import annotate_collectives, comm_mask
-
-        cm = comm_mask(kern)
-        if cm.any() and kern.filter(cm).get_column("coll_seq").null_count() > 0:
-            ev = annotate_collectives(ev)
-    return ev
 
 
 def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> dict[tuple[int, int], dict[str, int]] | None:
@@ -136,7 +116,7 @@ def export_events(
         events = events.filter(pl.col("start_ns").is_not_null() & pl.col("rank").is_not_null())
     if bad[1]:
         warnings.append(f"{bad[1]} event(s) with a negative duration shown with duration 0")
-    ev = prepare_events(events, collectives="collectives" in flows)
+    ev = events  # a finalized table (tracekit.finalize): phases and collectives are set
     picked = select_events(ev, sel, path=source)
     if sel.ranks is not None:
         ev = ev.filter(pl.col("rank").is_in(list(sel.ranks)))
@@ -188,4 +168,4 @@ def export_run(
                          outstanding=outstanding, source=str(run))
 
 
-__all__ = ["ExportResult", "Selection", "attribution_buckets", "export_events", "export_run", "format_of", "prepare_events"]
+__all__ = ["ExportResult", "Selection", "attribution_buckets", "export_events", "export_run", "format_of"]

@@ -111,14 +111,14 @@ class Layout:
 
 def _normalizer() -> Any:
     try:
-        from tracekit.names import normalize_kernel_name
+        from tracekit.finalize.names import normalize_kernel_name
     except ImportError:
         return None
     return normalize_kernel_name
 
 
 def display_names(names: Sequence[str]) -> dict[str, str]:
-    """Full kernel name -> display name (``tracekit.names`` when present, else the full name)."""
+    """Full kernel name -> display name (``tracekit.finalize.names`` when present, else the full name)."""
     norm = _normalizer()
     out: dict[str, str] = {}
     for n in names:

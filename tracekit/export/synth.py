@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tracekit.phases import format_facts, format_label
+from tracekit.finalize.phases import format_facts, format_label
 from tracekit.schema import conform
 
 KERNELS: list[tuple[str, str]] = [

@@ -5,7 +5,7 @@
 
 Every input file is read, decoded and turned into columns one at a time (peak
 memory is about one file), ranks are resolved (``tracekit.ingest.ranks``), and
-the combined table goes through :func:`tracekit.pipeline.finalize_events`
+the combined table goes through :func:`tracekit.finalize.pipeline.finalize_events`
 (categories, collectives, phase membership).
 """
 
@@ -150,7 +150,7 @@ def ingest_traces(
     Metadata-only files (no events), and JSON files met while walking a directory that are
     not traces at all, are always skipped and listed there; CPU-only traces are ingested and
     marked ``cpu_only`` in the manifest.
-    ``rules`` are category rules placed before the built-in table (see tracekit.categories).
+    ``rules`` are category rules placed before the built-in table (see tracekit.finalize.categories).
     The cyclic garbage collector is paused meanwhile (restored after): ingest builds no cycles,
     and its collections over the allocations of decoding cost ~10% of the time.
     """
@@ -215,10 +215,10 @@ def _ingest(
         p.events = _EMPTY
     events = pl.concat(frames, how="vertical", rechunk=False)
     del frames
-    from tracekit.pipeline import finalize_events
+    from tracekit.finalize.pipeline import finalize_events, stamp
 
     events = finalize_events(events, rules=rules)
-    return Run(events=events, manifest=manifest, path=None)
+    return Run(events=events, manifest=stamp(manifest), path=None)
 
 
 def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: list[dict[str, str]]) -> dict[str, Any]:

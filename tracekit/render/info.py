@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracekit.categories import CATEGORIES
+from tracekit.finalize.categories import CATEGORIES
 
 
 def ms(ns: int | None) -> str:

@@ -3,7 +3,7 @@
 DESIGN.md section 4. ``annotate_phases`` is one pass over the event table:
 
 1. Phase ranges are ``range`` rows whose name maps to a phase
-   (``tracekit.phases.phase_of_span``: tracekit labels and SGLang spans, plus
+   (``tracekit.finalize.phases.phase_of_span``: tracekit labels and SGLang spans, plus
    caller-supplied ``(regex, phase)`` rules that are tried first).
 2. A phase range nested directly or indirectly inside a range of the *same*
    phase on the same thread (tracekit's ``tracekit:verify|...`` around SGLang's
@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.phases import parse_label, phase_of_span
+from tracekit.finalize.phases import parse_label, phase_of_span
 from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, KINDS, LAUNCH, RANGE, conform
 
 I64 = npt.NDArray[np.int64]
@@ -473,10 +473,32 @@ def phase_instances(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
+    """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
+
+    Shards are annotated rank by rank, so two ranks can both hold instance 0.
+    Ids are then remapped to ``rank * (max_id + 1) + id``: unique, deterministic,
+    ordered as before within each rank. A table whose ids are already unique
+    across ranks is returned unchanged.
+    """
+    if "phase_id" not in events.columns or "rank" not in events.columns:
+        return events
+    ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()
+    shared = ids.group_by("phase_id").agg(pl.len().alias("n")).select(pl.col("n").max()).collect()
+    if shared.height == 0 or (shared.item() or 0) <= 1:
+        return events
+    top = int(events.get_column("phase_id").max() or 0) + 1  # type: ignore[arg-type]
+    return events.with_columns(
+        (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
+    )
+
+
+
 __all__ = [
     "FACT_COLUMNS",
     "annotate_phases",
     "innermost",
     "phase_instances",
     "range_parents",
+    "unique_phase_ids",
 ]

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.categories import COMM_CATEGORIES
+from tracekit.finalize.categories import COMM_CATEGORIES
 from tracekit.schema import KERNEL, conform
 
 _COMM_RE: Final = re.compile(

@@ -24,7 +24,7 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.errors import TracekitError
-from tracekit.names import normalize_names
+from tracekit.finalize.names import normalize_names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -151,8 +151,9 @@ def _name_table(names: list[str], rules: list[Rule] | tuple[Rule, ...]) -> pl.Da
 
 
 def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
-    """Fill ``category`` on kernel / memcpy / memset rows; set ``coll_op`` on collectives recognised
-    by name where the trace gave none. Host rows keep a null category. Pure: returns a new frame."""
+    """Fill ``category`` on kernel / memcpy / memset rows that have none (a category already set is
+    kept); set ``coll_op`` on collectives recognised by name where the trace gave none. Host rows keep
+    a null category. Pure: returns a new frame."""
     use = rules if rules is not None else default_rules()
     kind = pl.col("kind")
     is_kernel = kind == schema.KERNEL
@@ -163,7 +164,8 @@ def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None
     op_map = dict(zip(ops["name"].to_list(), ops["_op"].to_list(), strict=True))
     name = pl.col("name")
     cols = [
-        pl.when(is_kernel).then(name.replace_strict(cat_map, default=OTHER, return_dtype=pl.String))
+        pl.when(pl.col("category").is_not_null()).then(pl.col("category"))  # set by the writer: kept
+        .when(is_kernel).then(name.replace_strict(cat_map, default=OTHER, return_dtype=pl.String))
         .when(kind.is_in([schema.MEMCPY, schema.MEMSET])).then(pl.lit(MEMORY))
         .otherwise(pl.col("category"))
         .alias("category"),

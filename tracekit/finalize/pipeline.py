@@ -1,0 +1,87 @@
+"""The one post-processing chain every event table goes through before it is written.
+
+``finalize_events`` = categorize (kernel categories, collectives by name), then
+``tracekit.finalize.collectives.annotate_collectives`` (communicator and order of
+every collective), then ``tracekit.finalize.membership.annotate_phases`` (phase
+ranges and their member events, with the trace-dependent span rules of
+``tracekit.finalize.phases.trace_rules``), then phase ids made unique in the run
+(``membership.unique_phase_ids``). Every writer (capture, ingest, align, merge)
+writes a finalized table and records ``FINALIZE_VERSION`` in the manifest
+(``stamp``); ``tracekit.store.load_run`` finalizes again a run whose manifest
+records an older version (or none); categories the writer set are kept
+(``categorize`` only fills missing ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import polars as pl
+
+from tracekit.finalize.categories import Rule, categorize
+from tracekit.finalize.collectives import annotate_collectives
+from tracekit.finalize.membership import Rule as SpanRule
+from tracekit.finalize.membership import annotate_phases, unique_phase_ids
+from tracekit.finalize.phases import trace_rules
+from tracekit.schema import RANGE
+
+# Bump when a change to the chain changes what it writes for the same input: runs
+# recorded with a lower version are refinalized on read.
+# 1: categories, collectives, phase membership with trace_rules, unique phase ids.
+FINALIZE_VERSION: Final = 1
+MANIFEST_KEY: Final = "finalize_version"
+
+
+def _range_names(events: pl.DataFrame) -> list[str]:
+    names = events.lazy().filter(pl.col("kind") == RANGE).select(pl.col("name").unique()).collect().to_series()
+    return [str(n) for n in names.drop_nulls().to_list()]
+
+
+def span_rules(events: pl.DataFrame, extra: Iterable[SpanRule] = ()) -> list[SpanRule]:
+    """The phase rules of this trace: ``extra`` first, then its trace-dependent rules
+    (``phases.trace_rules``: SGLang 0.5.12 labels eager draft steps `step[DECODE]` in spec traces)."""
+    return [*extra, *trace_rules(_range_names(events))]
+
+
+def finalize_events(events: pl.DataFrame, *, rules: Sequence[Rule] | None = None) -> pl.DataFrame:
+    """Categorize, annotate collectives, annotate phases, unique phase ids. Pure: returns a new frame."""
+    out = categorize(events, list(rules) if rules is not None else None)
+    out = annotate_collectives(out)
+    out = annotate_phases(out, rules=span_rules(out))
+    return unique_phase_ids(out)
+
+
+def rephase(events: pl.DataFrame, extra: Sequence[SpanRule]) -> pl.DataFrame:
+    """Phase membership again with caller rules tried first (``attribute --phase REGEX`` over range
+    names defines a phase of its own), the trace's own rules after them."""
+    return unique_phase_ids(annotate_phases(events, rules=span_rules(events, extra)))
+
+
+def finalize_version(manifest: Mapping[str, Any]) -> int | None:
+    """The finalize version a manifest records, None when it records none."""
+    v = manifest.get(MANIFEST_KEY)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def is_finalized(manifest: Mapping[str, Any]) -> bool:
+    """True when the run was finalized by this pipeline version (or a newer one)."""
+    v = finalize_version(manifest)
+    return v is not None and v >= FINALIZE_VERSION
+
+
+def stamp(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``manifest`` recording that its events went through this version of the chain."""
+    return {**manifest, MANIFEST_KEY: FINALIZE_VERSION}
+
+
+__all__ = [
+    "FINALIZE_VERSION",
+    "MANIFEST_KEY",
+    "finalize_events",
+    "finalize_version",
+    "is_finalized",
+    "rephase",
+    "span_rules",
+    "stamp",
+]
