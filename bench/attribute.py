@@ -152,7 +152,6 @@ def main() -> int:
     args = ap.parse_args()
 
     from tracekit.analyzers.attribution import attribute_instances, attribute_report, check_sums
-
     from tracekit.finalize.collectives import annotate_collectives
     from tracekit.finalize.membership import annotate_phases
     from tracekit.schema import conform, sort_events

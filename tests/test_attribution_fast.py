@@ -25,11 +25,9 @@ from tracekit.analyzers.attribution import (
     prepare,
 )
 from tracekit.analyzers.buckets import UNKNOWN_LAUNCH, walk
-
 from tracekit.finalize import finalize_events
 from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import format_label
-from tracekit.finalize.collectives import annotate_collectives, match_arrays, match_collectives
 from tracekit.schema import conform
 
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"

@@ -34,7 +34,7 @@ COMMANDS = {
 def _doc(args: list[str]) -> dict[str, object]:
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # stdout: an old sample run adds a line on stderr
     assert isinstance(doc, dict)
     return doc
 

@@ -13,7 +13,6 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from tracekit.collectors import hooks  # noqa: E402
 from tracekit.collectors.hooks import emit_facts, install_hook, phase, phase_hook  # noqa: E402
-
 from tracekit.finalize.phases import parse_label  # noqa: E402
 
 

@@ -21,7 +21,6 @@ import sglang_wheels  # noqa: E402
 
 from tracekit.collectors.sglang import plugin, runtime  # noqa: E402
 from tracekit.collectors.sglang.hooktable import HookSpec, specs_for  # noqa: E402
-
 from tracekit.finalize.phases import parse_label  # noqa: E402
 
 HERE = Path(__file__).parent

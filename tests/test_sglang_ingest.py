@@ -22,8 +22,8 @@ import sglang_wheels
 from click.testing import CliRunner
 
 from tracekit.cli import cli
-from tracekit.finalize.membership import annotate_phases, phase_instances
 from tracekit.collectors.sglang.spans import describe, rules_for
+from tracekit.finalize.membership import annotate_phases, phase_instances
 from tracekit.ingest import ingest_traces
 from tracekit.store import load_run
 

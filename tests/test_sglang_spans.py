@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import sglang_wheels
 
-from tracekit.finalize.phases import phase_of_span
 from tracekit.collectors.sglang.spans import describe, is_speculative, rules_for
+from tracekit.finalize.phases import phase_of_span
 
 BUILDERS = {
     "0.5.12": ("sglang/srt/model_executor/model_runner.py", "_build_step_span_name"),

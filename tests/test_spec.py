@@ -8,8 +8,6 @@ import math
 import polars as pl
 import pytest
 from forensic_frames import Spec, build, manifest
-from tracekit.analyzers import spec as sp
-from forensic_frames import Spec, build
 
 from tracekit.analyzers import spec as sp
 from tracekit.errors import AnalysisError

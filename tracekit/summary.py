@@ -22,8 +22,8 @@ import numpy as np
 import polars as pl
 
 from tracekit import schema
-from tracekit.finalize.categories import COMM_CATEGORIES, Rule, unmatched_kernels
 from tracekit.documents import INFO
+from tracekit.finalize.categories import COMM_CATEGORIES, Rule, unmatched_kernels
 from tracekit.intervals import union_ns
 
 # Manifest leaves that identify a rank or sample a moving quantity: never "differences".
