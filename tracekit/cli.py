@@ -226,46 +226,31 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
     """Where phase time went on every rank: exclusive GPU buckets, launch overhead, allreduce wait."""
     import json
 
-    from tracekit.analyzers.attribution import attribute_report
     from tracekit.render import attribute as render_attribute
 
     r = _load(run)
-    from tracekit.analyzers.host_attribution import has_gpu_events, host_report
-    from tracekit.analyzers.timing_view import is_timing_run, timing_report
+    from tracekit.render import attribute_doc
     from tracekit.render import host_attribute as render_host
 
-    if is_timing_run(r.manifest):  # no profiler ran: phase times per instance, no buckets
-        from tracekit.render import timing as render_timing
-
-        try:
-            trep = timing_report(r.events, phase, rank)
-        except TracekitError as exc:
-            raise exc.located(path=run) from None
-        if as_json:
-            click.echo(json.dumps(render_timing.to_json(trep, by, run, r.manifest), indent=2, allow_nan=False))
-        else:
-            render_timing.render(trep, by, render_attribute.make_console(150), r.manifest)
-        return
-    host_mode = not has_gpu_events(r.events, None if rank is None else [rank])
     try:
-        if host_mode:  # a CPU run: no GPU window to walk; attribute the phases' host time instead
-            report = host_report(r.events, phase, rank)
-        else:
-            report = attribute_report(r.events, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
+        mode, report = attribute_doc.analysis(r.events, r.manifest, phase, rank, round(launch_latency_us * 1000))
     except TracekitError as exc:
         raise exc.located(path=run) from None
+    if as_json:
+        click.echo(json.dumps(attribute_doc.document(mode, report, by, run, r.manifest), indent=2, allow_nan=False))
+        return
+    if mode == "timing":  # no profiler ran: phase times per instance, no buckets
+        from tracekit.render import timing as render_timing
+
+        render_timing.render(report, by, render_attribute.make_console(150), r.manifest)
+        return
     from tracekit.render.capture import profile_line
 
     mode_line = profile_line(r.manifest)
-    if as_json:
-        doc = (render_host.host_to_json if host_mode else render_attribute.to_json)(report, by, run, r.manifest)
-        doc["profile"] = mode_line
-        click.echo(json.dumps(doc, indent=2, allow_nan=False))
-        return
     console = render_attribute.make_console(150 if by != "rank" else 120)
     if mode_line:
         console.print(mode_line, highlight=False, markup=False, soft_wrap=True)
-    if host_mode:
+    if mode == "host":
         console.print(render_host.host_mode_line(None if rank is None else [rank]), soft_wrap=True)
         render_host.render_host(report, by, console, r.manifest)
     else:
@@ -554,8 +539,12 @@ def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, ta
     """One HTML page of plots of RUN: buckets, time vs sequence length, cycles, skew, gap, speculation, facts."""
     from tracekit.render.report import build_report
     from tracekit.render.report.summary import report_lines
+    from tracekit.render.store import refinalized_line
 
-    for line in report_lines(build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)):
+    res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)
+    for note in res.refinalized:
+        click.echo(refinalized_line(note), err=True)
+    for line in report_lines(res):
         click.echo(line)
 
 

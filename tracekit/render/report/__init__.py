@@ -22,6 +22,7 @@ class ReportResult:
     missing: dict[str, str]  # plot key -> why not
     pngs: list[str] = field(default_factory=list)
     bytes: int = 0
+    refinalized: list[Any] = field(default_factory=list)  # tracekit.store.Refinalized of each run read that way
 
 
 def _documents(a: Any, b: Any, diff: Any) -> dict[str, Any]:
@@ -89,7 +90,8 @@ def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str
         f.write(html)
     publish(tmp, out)
     res = ReportResult(out, [p.key for p in plots if p.figure is not None],
-                       {p.key: str(p.why) for p in plots if p.figure is None}, bytes=len(html.encode()))
+                       {p.key: str(p.why) for p in plots if p.figure is None}, bytes=len(html.encode()),
+                       refinalized=[s.refinalized for _, s in sides if s.refinalized is not None])
     if png_dir is not None:
         from .png import write_pngs
 

@@ -50,19 +50,16 @@ class RunDocs:
     ranks: Got[dict[str, Any]]
     arrivals: pl.DataFrame  # matched collectives: one row per (collective, rank), wait_ns
     composition: Got[pl.DataFrame]
+    refinalized: Any = None  # tracekit.store.Refinalized when an older run was finalized again on read
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def attribute_doc(events: pl.DataFrame, manifest: dict[str, Any], path: str) -> dict[str, Any]:
-    """``tracekit attribute RUN --by cycle --json`` (GPU mode, or host mode for a CPU run)."""
-    from tracekit.analyzers.attribution import attribute_report
-    from tracekit.analyzers.host_attribution import has_gpu_events, host_report
-    from tracekit.render import attribute as render_attribute
-    from tracekit.render import host_attribute as render_host
+    """``tracekit attribute RUN --by cycle --json`` (GPU, host or timing mode, as the command picks)."""
+    from tracekit.render import attribute_doc as ad
 
-    if not has_gpu_events(events, None):
-        return render_host.host_to_json(host_report(events), "cycle", path, manifest)
-    return render_attribute.to_json(attribute_report(events), "cycle", path, manifest)
+    mode, report = ad.analysis(events, manifest)
+    return ad.document(mode, report, "cycle", path, manifest)
 
 
 def gap_doc(a: pl.DataFrame, b: pl.DataFrame | None, a_path: str, b_path: str | None,
@@ -134,6 +131,7 @@ def collect(path: str, *, b_path: str | None = None, target_tps: float | None = 
             ranks=_try(ranks_doc, r.events, r.manifest),
             arrivals=matched_collectives(r.events),
             composition=_try(cycle_composition, r.events),
+            refinalized=r.refinalized,
         )
 
     a = one(path, ra, rb)

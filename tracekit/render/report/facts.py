@@ -64,6 +64,7 @@ def run_facts(side: RunDocs, tag: str) -> str:
         ["ranks present", ", ".join(str(r) for r in info["ranks_present"])],
         ["missing ranks", "; ".join(f"rank {k}: {v}" for k, v in missing.items()) or "none"],
         ["profile mode", mode if mode is not None else "not recorded (capture before profile modes, or ingested trace)"],
+        ["what the mode records", (side.attribute.value or {}).get("profile") or "n/a"],
         ["events", f"{info['events']:,d}"],
         ["span", _ns(info["span_ns"])],
         ["attribution mode", "n/a" if side.attribute.value is None else side.attribute.value["mode"]],

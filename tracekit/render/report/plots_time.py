@@ -59,8 +59,11 @@ def bucket_plots(a: RunDocs, b: RunDocs | None) -> list[Plot]:
 
     if a.attribute.value is None:
         return [Plot("buckets", "Exclusive buckets per rank and phase", None, f"attribute: {a.attribute.why}")]
+    if a.attribute.value["mode"] == "timing":
+        return [Plot("buckets", "Exclusive buckets per rank and phase", None,
+                     f"a timing-mode capture: {a.attribute.value['cannot']}")]
     sides = [("A", a.path, a.attribute.value)]
-    if b is not None and b.attribute.value is not None:
+    if b is not None and b.attribute.value is not None and b.attribute.value["mode"] == a.attribute.value["mode"]:
         sides.append(("B", b.path, b.attribute.value))
     phases = ordered_phases(sorted({p["phase"] for _, _, d in sides for p in d["phases"]}))
     host = sides[0][2]["mode"] == "host"
@@ -82,6 +85,10 @@ def bucket_plots(a: RunDocs, b: RunDocs | None) -> list[Plot]:
 
 
 def _time_key(doc: dict[str, Any]) -> tuple[str, str]:
+    if doc["mode"] == "timing":  # no profiler: CUDA-event GPU time where the ranks have it
+        if any(c.get("gpu_ns") is not None for c in doc.get("cycles") or []):
+            return "gpu_ns", "GPU time between CUDA events (unprofiled)"
+        return "host_ns", "host range (unprofiled)"
     return ("host_ns", "host range") if doc["mode"] == "host" else ("gpu_window_ns", "GPU window")
 
 
@@ -102,7 +109,7 @@ def seq_plot(a: RunDocs, b: RunDocs | None) -> Plot:
         assert doc is not None
         cyc = doc.get("cycles") or []
         for i, ph in enumerate(ordered_phases(sorted({c["phase"] for c in cyc}))):
-            pts = [c for c in cyc if c["phase"] == ph and c["seq_len"] is not None]
+            pts = [c for c in cyc if c["phase"] == ph and c["seq_len"] is not None and c.get(field) is not None]
             if not pts:
                 continue
             seen_seq = True
