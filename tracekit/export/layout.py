@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.export.lanes import assign_lanes
+from tracekit.export.lanes import assign_lanes_grouped
 from tracekit.schema import COUNTER, GPU_KINDS, GPU_RANGE, LAUNCH, RANGE
 
 I64 = npt.NDArray[np.int64]
@@ -294,17 +294,16 @@ def build_layout(
     durs = sl["dur_ns"].to_numpy().astype(np.int64)
     seq = np.arange(sl.height, dtype=np.int64)
     by_group = np.lexsort((seq, -durs, starts, keys))
-    lanes = np.zeros(sl.height, dtype=np.int64)
     s_sorted, e_sorted = starts[by_group], starts[by_group] + durs[by_group]
-    bounds = np.r_[0, np.flatnonzero(np.diff(keys[by_group])) + 1, by_group.size]
+    bounds = np.r_[0, np.flatnonzero(np.diff(keys[by_group])) + 1, by_group.size].astype(np.int64)
+    # by_group is (start, longer first, input order) inside each group: the nesting order
+    sorted_lanes, lane_max = assign_lanes_grouped(s_sorted, e_sorted, bounds)
+    lanes = np.zeros(sl.height, dtype=np.int64)
+    lanes[by_group] = sorted_lanes
     lane_n: dict[tuple[Any, ...], int] = {}
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        if hi == lo:  # no slices at all
-            continue
-        # by_group is (start, longer first, input order) inside each group: the nesting order
-        chunk_lanes = assign_lanes(s_sorted[lo:hi], e_sorted[lo:hi], in_order=True)
-        lanes[by_group[lo:hi]] = chunk_lanes
-        lane_n[group_of_key[int(keys[by_group[lo]])]] = int(chunk_lanes.max())
+    if by_group.size:
+        for gi, key in enumerate(keys[by_group[bounds[:-1]]].tolist()):
+            lane_n[group_of_key[key]] = int(lane_max[gi])
     # tracks
     ctr = ev.filter(pl.col("kind") == COUNTER)
     ctr_names = ctr.select("rank", "name").unique().sort("rank", "name")

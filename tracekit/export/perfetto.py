@@ -18,6 +18,7 @@ from typing import IO, Final
 import numpy as np
 import numpy.typing as npt
 
+from tracekit._native import core
 from tracekit.errors import AnalysisError
 from tracekit.export import pbenc as pe
 from tracekit.export.layout import INT_ARGS, ArgValue, Layout, Track
@@ -85,6 +86,22 @@ class _Strings:
 
 
 def _encode_argsets(lay: Layout, ann_iid: dict[str, int], strings: _Strings) -> tuple[pe.BlobTable, list[list[int]]]:
+    if core is not None:
+        try:
+            flat, sizes, counts, ids = core.encode_argsets(lay.argsets, ann_iid, strings.iid)
+        except OverflowError:  # an integer annotation outside int64/uint64: the reference path says so
+            pass
+        else:
+            sz = np.frombuffer(sizes, dtype=np.int64)
+            c = np.frombuffer(counts, dtype=np.int64)
+            dep_ids = np.frombuffer(ids, dtype=np.int64).tolist()
+            ends = np.cumsum(c).tolist()
+            deps = [dep_ids[e - k:e] for e, k in zip(ends, c.tolist(), strict=True)]
+            return pe.BlobTable(flat=np.frombuffer(flat, dtype=np.uint8), offsets=np.cumsum(sz) - sz, sizes=sz), deps
+    return _encode_argsets_reference(lay, ann_iid, strings)
+
+
+def _encode_argsets_reference(lay: Layout, ann_iid: dict[str, int], strings: _Strings) -> tuple[pe.BlobTable, list[list[int]]]:
     blobs: list[bytes] = []
     deps: list[list[int]] = []
     # one encoding per distinct (name, type, value): arg sets repeat most of their pairs
@@ -134,6 +151,26 @@ def _gather(counts: I64, offsets: I64, flat: I64, rows: I64) -> tuple[I64, I64]:
 
 def records(lay: Layout) -> tuple[I64, I64, I64]:
     """All events in write order: (ts, type, index into slices or counters)."""
+    if core is not None and _nondecreasing(lay.start) and _nondecreasing(lay.c_ts):
+        # compiled: a merge of three sorted streams (slice ends sorted here, by end then latest
+        # opened first; counter samples and slice opens are already in order)
+        nz = np.flatnonzero(lay.dur != 0)
+        rev = nz[::-1]
+        end_idx = np.ascontiguousarray(rev[np.argsort((lay.start[rev] + lay.dur[rev]), kind="stable")])
+        total = lay.n_slices + end_idx.size + lay.n_counters
+        ts, typ, idx = (np.empty(total, dtype=np.int64) for _ in range(3))
+        core.merge_records(np.ascontiguousarray(lay.start), np.ascontiguousarray(lay.dur), end_idx,
+                           np.ascontiguousarray(lay.c_ts), ts, typ, idx)
+        return ts, typ, idx
+    return records_reference(lay)
+
+
+def _nondecreasing(a: I64) -> bool:
+    return a.size < 2 or bool((a[1:] >= a[:-1]).all())
+
+
+def records_reference(lay: Layout) -> tuple[I64, I64, I64]:
+    """``records`` with one numpy lexsort (the reference of the compiled merge)."""
     n = lay.n_slices
     i = np.arange(n, dtype=np.int64)
     zero = lay.dur == 0
@@ -177,9 +214,13 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
     yield b"".join(head)
     out_c, out_o, out_f = _csr(lay.flow_src, lay.flow_id, lay.n_slices)
     in_c, in_o, in_f = _csr(lay.flow_dst, lay.flow_id, lay.n_slices)
+    ann_tag = {k: pe.field_varint(A_NAME_IID, ann_iid[k]) for k in INT_ARGS}
+    if core is not None:
+        yield from _core_batches(lay, (ts, typ, idx), batch, blob_tab, (dep_counts, dep_off, dep_flat), str_list,
+                                 (out_c, out_o, out_f, in_c, in_o, in_f), ann_tag)
+        return
     name_done = np.zeros(len(lay.names), dtype=bool)
     str_done = np.zeros(len(str_list) + 1, dtype=bool)
-    ann_tag = {k: pe.field_varint(A_NAME_IID, ann_iid[k]) for k in INT_ARGS}
     for lo in range(0, ts.size, batch):
         bts, btyp, bidx = ts[lo:lo + batch], typ[lo:lo + batch], idx[lo:lo + batch]
         n = bts.size
@@ -246,6 +287,36 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
             segs = [pe.Varint(P_TIMESTAMP, bts[rows]), pe.Const(seq_flags), pe.Msg(P_TRACK_EVENT, ev)]
             groups.append((rows, segs))
         yield chunk + pe.encode_groups(n, groups).tobytes()
+
+
+def _core_batches(lay: Layout, rec: tuple[I64, I64, I64], batch: int, blob_tab: pe.BlobTable,
+                  deps: tuple[I64, I64, I64], str_list: list[str], flows: tuple[I64, ...],
+                  ann_tag: dict[str, bytes]) -> Iterator[bytes]:
+    """The event batches of ``iter_packets`` encoded by the compiled core (same bytes)."""
+    assert core is not None
+    ts, typ, idx = rec
+    ints = [np.ascontiguousarray(lay.ints[k][0], dtype=np.int64) for k in INT_ARGS] + \
+        [np.ascontiguousarray(lay.ints[k][1], dtype=np.bool_) for k in INT_ARGS]
+    prefixes = [ann_tag[k] + pe.key(A_INT, pe.WIRE_VARINT) for k in INT_ARGS]
+    plen = np.array([len(p) for p in prefixes], dtype=np.int64)
+    names = pe.BlobTable.build([pe.field_bytes(I_NAMES, _iid_entry(i + 1, 2, nm)) for i, nm in enumerate(lay.names)])
+    strs = pe.BlobTable.build([b""] + [pe.field_bytes(I_STRINGS, pe.field_varint(1, s) + pe.field_str(2, str_list[s - 1]))
+                                        for s in range(1, len(str_list) + 1)])
+    name_done = np.zeros(len(lay.names), dtype=np.uint8)
+    str_done = np.zeros(len(str_list) + 1, dtype=np.uint8)
+    per_slice = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (lay.track, lay.name_id, lay.cat_id, lay.argset))
+    blobs = (np.ascontiguousarray(blob_tab.flat, dtype=np.uint8), np.ascontiguousarray(blob_tab.offsets, dtype=np.int64),
+             np.ascontiguousarray(blob_tab.sizes, dtype=np.int64))
+    fl = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in flows)
+    ctr = (np.ascontiguousarray(lay.c_track, dtype=np.int64), np.ascontiguousarray(lay.c_value, dtype=np.float64),
+           np.ascontiguousarray(lay.c_is_int, dtype=np.uint8))
+    dep = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in deps)
+    prefix = b"".join(prefixes)
+    for lo in range(0, ts.size, batch):
+        arrays = (ts[lo:lo + batch], typ[lo:lo + batch], idx[lo:lo + batch], *per_slice, *blobs, *ints, plen,
+                  *fl, *ctr, names.flat, names.offsets, names.sizes, name_done, *dep, strs.flat, strs.offsets, strs.sizes,
+                  str_done)
+        yield core.encode_batch(arrays, prefix)
 
 
 def write_perfetto(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:

@@ -1,0 +1,14 @@
+"""Build of tracekit's compiled core (``tracekit._core``); everything else is in pyproject.toml.
+
+The extension is plain C over the CPython buffer protocol (no numpy headers, no third-party
+build requirement). It is optional: without a C compiler the package still installs and
+runs the numpy reference paths (``tracekit._native``); CI checks it was built.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension("tracekit._core", ["tracekit/_core.c"], extra_compile_args=["-O2", "-std=c99"], optional=True),
+    ]
+)

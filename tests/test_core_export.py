@@ -1,0 +1,124 @@
+"""The compiled core of the export (``tracekit._core``) against the numpy reference paths:
+same lanes, same record order, same arg-set encodings, byte-identical .pftrace."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracekit._native import core
+from tracekit.export import attribution_buckets, lanes, perfetto
+from tracekit.export.layout import build_layout
+from tracekit.export.synth import make_events, make_manifest
+from tracekit.store import load_run
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = [ROOT / "samples" / p for p in ("h200x2-builtin/eager.parquet", "h200x2-mainjob/eager.parquet",
+                                        "cpu8-builtin/run.parquet", "h200x2-forensics/run.parquet")]
+
+needs_core = pytest.mark.skipif(core is None, reason="tracekit._core is not built (pip install -e . builds it)")
+
+
+def test_core_is_built_in_ci() -> None:
+    # CI installs with the README's command, which builds the extension: it must be there
+    if os.environ.get("CI") == "true" and os.environ.get("TRACEKIT_PURE") != "1":
+        assert core is not None, "tracekit._core was not built by pip install"
+
+
+class _Pure:
+    """Context: the reference (numpy / Python) paths of lanes and the Perfetto writer."""
+
+    def __enter__(self) -> None:
+        self.saved = (lanes.core, perfetto.core)
+        lanes.core = perfetto.core = None
+
+    def __exit__(self, *exc: object) -> None:
+        lanes.core, perfetto.core = self.saved
+
+
+def _both(events: pl.DataFrame, manifest: dict[str, object], **kw: object) -> Iterator[bytes]:
+    bk = attribution_buckets(events, [])
+    for pure in (False, True):
+        buf = io.BytesIO()
+        if pure:
+            with _Pure():
+                perfetto.write_perfetto(build_layout(events, manifest, buckets=bk, **kw), buf)  # type: ignore[arg-type]
+        else:
+            perfetto.write_perfetto(build_layout(events, manifest, buckets=bk, **kw), buf)  # type: ignore[arg-type]
+        yield buf.getvalue()
+
+
+@needs_core
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.parent.name)
+def test_real_runs_byte_identical(path: Path) -> None:
+    r = load_run(path)
+    fast, ref = _both(r.events, r.manifest, flows=("launches", "collectives"), outstanding=True)
+    assert len(fast) > 100_000
+    assert fast == ref
+
+
+@needs_core
+@settings(max_examples=8, deadline=None)
+@given(ranks=st.integers(1, 4), cycles=st.integers(1, 4), seed=st.integers(0, 10_000))
+def test_synthetic_runs_byte_identical(ranks: int, cycles: int, seed: int) -> None:
+    ev = make_events(ranks, cycles, 6, seed=seed)
+    fast, ref = _both(ev, make_manifest(ranks), flows=("launches", "collectives"), outstanding=True)
+    assert fast == ref
+
+
+@needs_core
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 25)), min_size=0, max_size=30), min_size=1, max_size=6))
+def test_grouped_lanes_match_per_group(groups: list[list[tuple[int, int]]]) -> None:
+    s_parts, e_parts, bounds = [], [], [0]
+    for g in groups:
+        s = np.array([a for a, _ in g], dtype=np.int64)
+        e = s + np.array([d for _, d in g], dtype=np.int64)
+        o = lanes.nesting_order(s, e)
+        s_parts.append(s[o])
+        e_parts.append(e[o])
+        bounds.append(bounds[-1] + s.size)
+    s_all, e_all = np.concatenate(s_parts), np.concatenate(e_parts)
+    b = np.array(bounds, dtype=np.int64)
+    fast = lanes.assign_lanes_grouped(s_all, e_all, b)
+    with _Pure():
+        ref = lanes.assign_lanes_grouped(s_all, e_all, b)
+    assert fast[0].tolist() == ref[0].tolist()
+    assert fast[1].tolist() == ref[1].tolist()
+
+
+@needs_core
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(
+    st.sampled_from(["cycle", "phase", "name", "bucket.moe"]),
+    st.one_of(st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=True), st.text(max_size=8),
+              st.just(-0.0)),
+), max_size=5).map(tuple), max_size=12))
+def test_argset_encoding_matches_reference(sets: list[tuple[tuple[str, object], ...]]) -> None:
+    lay = build_layout(make_events(1, 1, 2, seed=1), make_manifest(1))
+    lay.argsets = list(sets)  # type: ignore[arg-type]
+    ann_iid = {k: i + 1 for i, k in enumerate(["cycle", "phase", "name", "bucket.moe"])}
+    s_fast, s_ref = perfetto._Strings(), perfetto._Strings()
+    tab, deps = perfetto._encode_argsets(lay, ann_iid, s_fast)
+    ref_tab, ref_deps = perfetto._encode_argsets_reference(lay, ann_iid, s_ref)
+    assert tab.flat.tobytes() == ref_tab.flat.tobytes()
+    assert tab.sizes.tolist() == ref_tab.sizes.tolist()
+    assert deps == ref_deps
+    assert s_fast.iid == s_ref.iid
+
+
+@needs_core
+def test_records_merge_matches_lexsort() -> None:
+    lay = build_layout(make_events(3, 3, 6, seed=7), make_manifest(3), outstanding=True)
+    fast = perfetto.records(lay)
+    ref = perfetto.records_reference(lay)
+    for a, b in zip(fast, ref, strict=True):
+        assert a.tolist() == b.tolist()

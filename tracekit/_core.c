@@ -1,0 +1,622 @@
+/* tracekit._core: the compiled loops of tracekit (export lanes, record merge, packet encoding).
+ *
+ * Plain CPython C API over the buffer protocol (numpy arrays are passed as buffers; no numpy
+ * headers are needed to build). Every function has a pure numpy/Python reference in the
+ * package that the tests compare byte for byte; the Python side falls back to it when this
+ * module is not built (tracekit/_compiled.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+
+/* ---- buffers ----------------------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer view;
+    int ok;
+} Buf;
+
+static int get_buf(PyObject *o, Buf *b, Py_ssize_t itemsize, int writable, const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    b->ok = 0;
+    if (PyObject_GetBuffer(o, &b->view, flags) < 0) return -1;
+    b->ok = 1;
+    if (itemsize && b->view.len % itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not a whole number of %zd-byte items",
+                     what, b->view.len, itemsize);
+        return -1;
+    }
+    if (itemsize && b->view.itemsize != itemsize && b->view.len) {
+        PyErr_Format(PyExc_ValueError, "%s: items of %zd bytes, expected %zd", what, b->view.itemsize, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void rel_buf(Buf *b) {
+    if (b->ok) PyBuffer_Release(&b->view);
+    b->ok = 0;
+}
+
+#define N64(b) ((b).view.len / 8)
+#define P64(b) ((int64_t *)(b).view.buf)
+#define PU8(b) ((uint8_t *)(b).view.buf)
+#define PF64(b) ((double *)(b).view.buf)
+
+/* ---- lanes ------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} Stack;
+
+static int push(Stack *s, int64_t x) {
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 16;
+        int64_t *v = (int64_t *)realloc(s->v, (size_t)cap * sizeof(int64_t));
+        if (!v) return -1;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return 0;
+}
+
+/* assign_lanes_grouped(starts, ends, bounds, lanes_out, lane_max_out)
+ * starts/ends: int64, slices in nesting order inside each group; groups are the ranges
+ * [bounds[g], bounds[g+1]). Greedy: the first lane where the slice nests (touching slices do
+ * not overlap; a zero-length slice at a slice's end does not nest in it). */
+static PyObject *assign_lanes_grouped(PyObject *self, PyObject *args) {
+    PyObject *os, *oe, *ob, *ol, *om;
+    Buf s = {0}, e = {0}, b = {0}, l = {0}, m = {0};
+    Stack *stacks = NULL;
+    Py_ssize_t n_stacks = 0, cap_stacks = 0;
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOO", &os, &oe, &ob, &ol, &om)) return NULL;
+    if (get_buf(os, &s, 8, 0, "starts") || get_buf(oe, &e, 8, 0, "ends") || get_buf(ob, &b, 8, 0, "bounds") ||
+        get_buf(ol, &l, 8, 1, "lanes") || get_buf(om, &m, 8, 1, "lane_max"))
+        goto done;
+    Py_ssize_t n = N64(s), ng = N64(b) - 1;
+    if (N64(e) != n || N64(l) != n || ng < 0 || N64(m) != ng) {
+        PyErr_SetString(PyExc_ValueError, "assign_lanes_grouped: inconsistent lengths");
+        goto done;
+    }
+    const int64_t *S = P64(s), *E = P64(e), *B = P64(b);
+    int64_t *L = P64(l), *M = P64(m);
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        int64_t lo = B[g], hi = B[g + 1], mx = 0;
+        if (lo < 0 || hi > n || lo > hi) {
+            PyErr_SetString(PyExc_ValueError, "assign_lanes_grouped: bad bounds");
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < n_stacks; k++) stacks[k].n = 0;
+        Py_ssize_t used = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            int64_t si = S[i], ei = E[i];
+            Py_ssize_t placed = -1;
+            for (Py_ssize_t k = 0; k < used; k++) {
+                Stack *st = &stacks[k];
+                while (st->n && st->v[st->n - 1] <= si) st->n--;
+                if (!st->n || ei <= st->v[st->n - 1]) {
+                    placed = k;
+                    break;
+                }
+            }
+            if (placed < 0) {
+                if (used == n_stacks) {
+                    if (n_stacks == cap_stacks) {
+                        Py_ssize_t cap = cap_stacks ? 2 * cap_stacks : 8;
+                        Stack *ns = (Stack *)realloc(stacks, (size_t)cap * sizeof(Stack));
+                        if (!ns) { PyErr_NoMemory(); goto done; }
+                        memset(ns + cap_stacks, 0, (size_t)(cap - cap_stacks) * sizeof(Stack));
+                        stacks = ns;
+                        cap_stacks = cap;
+                    }
+                    n_stacks++;
+                }
+                stacks[used].n = 0;
+                placed = used++;
+            }
+            if (push(&stacks[placed], ei) < 0) { PyErr_NoMemory(); goto done; }
+            L[i] = placed;
+            if (placed > mx) mx = placed;
+        }
+        M[g] = mx;
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (Py_ssize_t k = 0; k < n_stacks; k++) free(stacks[k].v);
+    free(stacks);
+    rel_buf(&s); rel_buf(&e); rel_buf(&b); rel_buf(&l); rel_buf(&m);
+    return ret;
+}
+
+/* ---- record merge ------------------------------------------------------------------------ */
+
+/* merge_records(start, dur, end_idx, c_ts, ts_out, typ_out, idx_out)
+ * Write order of all events: at one timestamp, slice ends (latest opened first), counter
+ * values, then slice opens in slice order. start: slices sorted by start; end_idx: the slices
+ * with dur > 0 sorted by (end, -index); c_ts: counter samples sorted by ts. */
+static PyObject *merge_records(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    Buf b[7] = {{0}};
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    const char *names[7] = {"start", "dur", "end_idx", "c_ts", "ts_out", "typ_out", "idx_out"};
+    for (int k = 0; k < 7; k++)
+        if (get_buf(o[k], &b[k], 8, k >= 4, names[k])) goto done;
+    {
+        const int64_t *st = P64(b[0]), *du = P64(b[1]), *ei = P64(b[2]), *ct = P64(b[3]);
+        int64_t *ts = P64(b[4]), *ty = P64(b[5]), *ix = P64(b[6]);
+        Py_ssize_t ns = N64(b[0]), ne = N64(b[2]), nc = N64(b[3]);
+        if (N64(b[1]) != ns || N64(b[4]) != ns + ne + nc || N64(b[5]) != ns + ne + nc || N64(b[6]) != ns + ne + nc) {
+            PyErr_SetString(PyExc_ValueError, "merge_records: inconsistent lengths");
+            goto done;
+        }
+        Py_ssize_t i = 0, j = 0, k = 0, w = 0;
+        while (i < ns || j < ne || k < nc) {
+            int64_t te = INT64_MAX, tc = INT64_MAX, to = INT64_MAX;
+            int have_e = j < ne, have_c = k < nc, have_o = i < ns;
+            if (have_e) {
+                int64_t s = ei[j];
+                if (s < 0 || s >= ns) { PyErr_SetString(PyExc_ValueError, "merge_records: bad end index"); goto done; }
+                te = st[s] + du[s];
+            }
+            if (have_c) tc = ct[k];
+            if (have_o) to = st[i];
+            if (have_e && (te <= tc || !have_c) && (te <= to || !have_o)) {
+                ts[w] = te; ty[w] = 2; ix[w] = ei[j]; j++;
+            } else if (have_c && (tc <= to || !have_o)) {
+                ts[w] = tc; ty[w] = 4; ix[w] = k; k++;
+            } else {
+                ts[w] = to; ty[w] = du[i] == 0 ? 3 : 1; ix[w] = i; i++;
+            }
+            w++;
+        }
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (int k = 0; k < 7; k++) rel_buf(&b[k]);
+    return ret;
+}
+
+/* ---- protobuf encoding ------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *p;
+    Py_ssize_t n, cap;
+} Out;
+
+static int reserve(Out *o, Py_ssize_t extra) {
+    if (o->n + extra <= o->cap) return 0;
+    Py_ssize_t cap = o->cap ? o->cap : 1 << 16;
+    while (cap < o->n + extra) cap *= 2;
+    uint8_t *p = (uint8_t *)realloc(o->p, (size_t)cap);
+    if (!p) return -1;
+    o->p = p;
+    o->cap = cap;
+    return 0;
+}
+
+static inline int vlen(uint64_t v) {
+    int n = 1;
+    while (v >= 0x80) { v >>= 7; n++; }
+    return n;
+}
+
+static inline uint8_t *put_v(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) { *p++ = (uint8_t)(v | 0x80); v >>= 7; }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static inline uint8_t *put_le64(uint8_t *p, uint64_t v) {
+    for (int k = 0; k < 8; k++) p[k] = (uint8_t)(v >> (8 * k));
+    return p + 8;
+}
+
+#define N_INTS 6
+
+enum {
+    R_TS, R_TYP, R_IDX,
+    S_TRACK, S_NAME, S_CAT, S_ARGSET, BL_FLAT, BL_OFF, BL_SIZE,
+    I_VALS, I_VALS_END = I_VALS + N_INTS - 1, I_OK, I_OK_END = I_OK + N_INTS - 1, I_PLEN,
+    FO_C, FO_O, FO_F, FI_C, FI_O, FI_F,
+    C_TRACK, C_VALUE, C_INT,
+    N_FLAT, N_OFF, N_SIZE, N_DONE,
+    D_C, D_O, D_F, ST_FLAT, ST_OFF, ST_SIZE, ST_DONE,
+    NB
+};
+
+static const char *BUF_NAMES[NB] = {
+    "rec_ts", "rec_typ", "rec_idx", "track", "name_id", "cat_id", "argset", "blob_flat", "blob_off",
+    "blob_size", "ints_vals0", "ints_vals1", "ints_vals2", "ints_vals3", "ints_vals4", "ints_vals5",
+    "ints_ok0", "ints_ok1", "ints_ok2", "ints_ok3", "ints_ok4", "ints_ok5", "ann_plen", "out_c", "out_o", "out_f", "in_c", "in_o", "in_f",
+    "c_track", "c_value", "c_is_int", "name_flat", "name_off", "name_size", "name_done",
+    "dep_c", "dep_o", "dep_f", "str_flat", "str_off", "str_size", "str_done"};
+
+static int item_size(int k) {
+    switch (k) {
+    case I_OK: case I_OK + 1: case I_OK + 2: case I_OK + 3: case I_OK + 4: case I_OK + 5:
+    case BL_FLAT: case C_INT: case N_FLAT: case N_DONE: case ST_FLAT: case ST_DONE:
+        return 1;
+    default:
+        return 8;
+    }
+}
+
+static int blob_ok(const Buf *flat, const int64_t *off, const int64_t *size, int64_t n, int64_t i) {
+    return i >= 0 && i < n && off[i] >= 0 && size[i] >= 0 && off[i] + size[i] <= flat->view.len;
+}
+
+/* encode_batch(arrays, ann_prefix) -> bytes. ``arrays``: a tuple of NB buffers in the order of
+ * the enum above (int64 unless noted):
+ *   rec_ts, rec_typ, rec_idx: the batch's records (perfetto.records order);
+ *   track, name_id, cat_id, argset: per slice; blob_flat (uint8), blob_off, blob_size: the
+ *   encoded arg sets; six ints_vals arrays then six ints_ok arrays (uint8): the integer
+ *   annotations; ann_plen[6]: byte length of each annotation's prefix in
+ *   ``ann_prefix`` (name_iid field + int_value key);
+ *   out_c/out_o/out_f, in_c/in_o/in_f: flow ids leaving / entering each slice (CSR);
+ *   c_track, c_value (float64), c_is_int (uint8): per counter sample;
+ *   name_flat/off/size: each name's encoded InternedData entry, name_done (uint8, updated);
+ *   dep_c/dep_o/dep_f: string ids each arg set uses; str_flat/off/size: each string's encoded
+ *   entry (index = string id), str_done (uint8, updated).
+ * Output: a packet interning the names and strings first used in the batch (ascending ids),
+ * then one framed TracePacket per record (shapes: tracekit/export/perfetto.py). */
+static PyObject *encode_batch(PyObject *self, PyObject *args) {
+    PyObject *tup;
+    Py_buffer pre = {0};
+    Buf b[NB];
+    Out out = {0};
+    PyObject *ret = NULL;
+    int64_t *newn = NULL, *news = NULL;
+    memset(b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "O!y*", &PyTuple_Type, &tup, &pre)) return NULL;
+    if (PyTuple_GET_SIZE(tup) != NB) {
+        PyErr_Format(PyExc_ValueError, "encode_batch: %d arrays expected", (int)NB);
+        goto done;
+    }
+    for (int k = 0; k < NB; k++)
+        if (get_buf(PyTuple_GET_ITEM(tup, k), &b[k], item_size(k), k == N_DONE || k == ST_DONE, BUF_NAMES[k]))
+            goto done;
+    {
+        const int64_t *rts = P64(b[R_TS]), *rty = P64(b[R_TYP]), *rix = P64(b[R_IDX]);
+        Py_ssize_t nr = N64(b[R_TS]);
+        const int64_t *track = P64(b[S_TRACK]), *name = P64(b[S_NAME]), *cat = P64(b[S_CAT]), *aset = P64(b[S_ARGSET]);
+        Py_ssize_t ns = N64(b[S_TRACK]);
+        const uint8_t *bflat = PU8(b[BL_FLAT]);
+        const int64_t *boff = P64(b[BL_OFF]), *bsize = P64(b[BL_SIZE]);
+        int64_t nblob = N64(b[BL_OFF]);
+        const int64_t *plen = P64(b[I_PLEN]);
+        const int64_t *ival[N_INTS];
+        const uint8_t *iok[N_INTS];
+        for (int k = 0; k < N_INTS; k++) {
+            ival[k] = P64(b[I_VALS + k]);
+            iok[k] = PU8(b[I_OK + k]);
+            if (N64(b[I_VALS + k]) != N64(b[S_TRACK]) || b[I_OK + k].view.len != N64(b[S_TRACK])) {
+                PyErr_SetString(PyExc_ValueError, "encode_batch: inconsistent annotation lengths");
+                goto done;
+            }
+        }
+        const int64_t *foc = P64(b[FO_C]), *foo = P64(b[FO_O]), *fof = P64(b[FO_F]);
+        const int64_t *fic = P64(b[FI_C]), *fio = P64(b[FI_O]), *fif = P64(b[FI_F]);
+        Py_ssize_t nfo = N64(b[FO_F]), nfi = N64(b[FI_F]);
+        const int64_t *ctrack = P64(b[C_TRACK]);
+        const double *cval = PF64(b[C_VALUE]);
+        const uint8_t *cint = PU8(b[C_INT]);
+        Py_ssize_t ncs = N64(b[C_TRACK]);
+        const uint8_t *nflat = PU8(b[N_FLAT]);
+        const int64_t *noff = P64(b[N_OFF]), *nsize = P64(b[N_SIZE]);
+        uint8_t *ndone = PU8(b[N_DONE]);
+        int64_t nnames = N64(b[N_OFF]);
+        const int64_t *dc = P64(b[D_C]), *dof = P64(b[D_O]), *df = P64(b[D_F]);
+        Py_ssize_t ndf = N64(b[D_F]);
+        const uint8_t *sflat = PU8(b[ST_FLAT]);
+        const int64_t *soff = P64(b[ST_OFF]), *ssize = P64(b[ST_SIZE]);
+        uint8_t *sdone = PU8(b[ST_DONE]);
+        int64_t nstr = N64(b[ST_OFF]);
+        const uint8_t *prefix[N_INTS];
+        Py_ssize_t pos = 0;
+        if (N64(b[R_TYP]) != nr || N64(b[R_IDX]) != nr || N64(b[S_NAME]) != ns || N64(b[S_CAT]) != ns ||
+            N64(b[S_ARGSET]) != ns || N64(b[I_PLEN]) != N_INTS || N64(b[FO_C]) != ns || N64(b[FO_O]) != ns || N64(b[FI_C]) != ns ||
+            N64(b[FI_O]) != ns || N64(b[C_VALUE]) != ncs || b[C_INT].view.len != ncs ||
+            N64(b[BL_SIZE]) != nblob || N64(b[N_SIZE]) != nnames || b[N_DONE].view.len != nnames ||
+            N64(b[D_C]) != nblob || N64(b[D_O]) != nblob || N64(b[ST_SIZE]) != nstr ||
+            b[ST_DONE].view.len != nstr) {
+            PyErr_SetString(PyExc_ValueError, "encode_batch: inconsistent lengths");
+            goto done;
+        }
+        for (int k = 0; k < N_INTS; k++) {
+            if (plen[k] < 0 || plen[k] > 100 || pos + plen[k] > pre.len) {
+                PyErr_SetString(PyExc_ValueError, "encode_batch: bad annotation prefixes");
+                goto done;
+            }
+            prefix[k] = (const uint8_t *)pre.buf + pos;
+            pos += plen[k];
+        }
+        /* validate indices once */
+        for (Py_ssize_t r = 0; r < nr; r++) {
+            int64_t t = rty[r], i = rix[r];
+            if (t < 1 || t > 4 || i < 0 || (t == 4 ? i >= ncs : i >= ns)) {
+                PyErr_SetString(PyExc_ValueError, "encode_batch: bad record");
+                goto done;
+            }
+            if (t == 1 || t == 3) {
+                if (name[i] < 0 || name[i] >= nnames || (aset[i] >= 0 && !blob_ok(&b[BL_FLAT], boff, bsize, nblob, aset[i])) ||
+                    foc[i] < 0 || foo[i] < 0 || foo[i] + foc[i] > nfo || fic[i] < 0 || fio[i] < 0 || fio[i] + fic[i] > nfi) {
+                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad slice reference");
+                    goto done;
+                }
+                if (aset[i] >= 0 && (dc[aset[i]] < 0 || dof[aset[i]] < 0 || dof[aset[i]] + dc[aset[i]] > ndf)) {
+                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad string dependencies");
+                    goto done;
+                }
+            }
+        }
+        /* interning of first uses: names and strings, ascending ids */
+        newn = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nr + 1));
+        news = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ndf + 1));
+        if (!newn || !news) { PyErr_NoMemory(); goto done; }
+        Py_ssize_t nn = 0, nsn = 0;
+        for (Py_ssize_t r = 0; r < nr; r++) {
+            int64_t t = rty[r], i = rix[r];
+            if (t != 1 && t != 3) continue;
+            int64_t nm = name[i];
+            if (!ndone[nm]) { ndone[nm] = 1; newn[nn++] = nm; }
+            int64_t a = aset[i];
+            if (a < 0) continue;
+            for (int64_t q = dof[a]; q < dof[a] + dc[a]; q++) {
+                int64_t sid = df[q];
+                if (sid < 0 || sid >= nstr || !blob_ok(&b[ST_FLAT], soff, ssize, nstr, sid)) {
+                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad string id");
+                    goto done;
+                }
+                if (!sdone[sid]) { sdone[sid] = 1; news[nsn++] = sid; }
+            }
+        }
+        for (Py_ssize_t q = 0; q < nn; q++)
+            if (!blob_ok(&b[N_FLAT], noff, nsize, nnames, newn[q])) {
+                PyErr_SetString(PyExc_ValueError, "encode_batch: bad name entry");
+                goto done;
+            }
+        /* ascending order (np.unique): small counting sort through the done marks is not
+           possible (marks are global), so sort the few new ids */
+        for (Py_ssize_t a = 1; a < nn; a++) {
+            int64_t x = newn[a]; Py_ssize_t c = a - 1;
+            while (c >= 0 && newn[c] > x) { newn[c + 1] = newn[c]; c--; }
+            newn[c + 1] = x;
+        }
+        for (Py_ssize_t a = 1; a < nsn; a++) {
+            int64_t x = news[a]; Py_ssize_t c = a - 1;
+            while (c >= 0 && news[c] > x) { news[c + 1] = news[c]; c--; }
+            news[c + 1] = x;
+        }
+        if (nn || nsn) {
+            uint64_t body = 0;
+            for (Py_ssize_t q = 0; q < nn; q++) body += (uint64_t)nsize[newn[q]];
+            for (Py_ssize_t q = 0; q < nsn; q++) body += (uint64_t)ssize[news[q]];
+            uint64_t t0 = (uint64_t)rts[0];
+            uint64_t pk = 1 + vlen(t0) + 2 + 2 + 1 + vlen(body) + body;
+            if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
+            uint8_t *p = out.p + out.n;
+            *p++ = 0x0A;
+            p = put_v(p, pk);
+            *p++ = 0x40; p = put_v(p, t0);
+            *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+            *p++ = 0x62; p = put_v(p, body);
+            for (Py_ssize_t q = 0; q < nn; q++) { memcpy(p, nflat + noff[newn[q]], (size_t)nsize[newn[q]]); p += nsize[newn[q]]; }
+            for (Py_ssize_t q = 0; q < nsn; q++) { memcpy(p, sflat + soff[news[q]], (size_t)ssize[news[q]]); p += ssize[news[q]]; }
+            out.n = p - out.p;
+        }
+        /* the records */
+        for (Py_ssize_t r = 0; r < nr; r++) {
+            int64_t t = rty[r], i = rix[r];
+            uint64_t ts = (uint64_t)rts[r];
+            uint64_t te;
+            if (t == 1 || t == 3) {
+                uint64_t tr = (uint64_t)track[i], nm = (uint64_t)(name[i] + 1), ct = (uint64_t)(cat[i] + 1);
+                te = 1 + vlen((uint64_t)t) + 1 + vlen(tr) + 1 + vlen(nm) + 1 + vlen(ct);
+                if (aset[i] >= 0) te += (uint64_t)bsize[aset[i]];
+                for (int k = 0; k < N_INTS; k++)
+                    if (iok[k][i]) te += 2 + (uint64_t)plen[k] + vlen((uint64_t)ival[k][i]);
+                te += (uint64_t)(foc[i] + fic[i]) * 10;
+                uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
+                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
+                uint8_t *p = out.p + out.n;
+                *p++ = 0x0A; p = put_v(p, pk);
+                *p++ = 0x40; p = put_v(p, ts);
+                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                *p++ = 0x5A; p = put_v(p, te);
+                *p++ = 0x48; p = put_v(p, (uint64_t)t);
+                *p++ = 0x58; p = put_v(p, tr);
+                *p++ = 0x50; p = put_v(p, nm);
+                *p++ = 0x18; p = put_v(p, ct);
+                if (aset[i] >= 0) { memcpy(p, bflat + boff[aset[i]], (size_t)bsize[aset[i]]); p += bsize[aset[i]]; }
+                for (int k = 0; k < N_INTS; k++) {
+                    if (!iok[k][i]) continue;
+                    uint64_t v = (uint64_t)ival[k][i];
+                    *p++ = 0x22;
+                    *p++ = (uint8_t)(plen[k] + vlen(v));
+                    memcpy(p, prefix[k], (size_t)plen[k]); p += plen[k];
+                    p = put_v(p, v);
+                }
+                for (int64_t q = foo[i]; q < foo[i] + foc[i]; q++) { *p++ = 0xF9; *p++ = 0x02; p = put_le64(p, (uint64_t)fof[q]); }
+                for (int64_t q = fio[i]; q < fio[i] + fic[i]; q++) { *p++ = 0x81; *p++ = 0x03; p = put_le64(p, (uint64_t)fif[q]); }
+                out.n = p - out.p;
+            } else if (t == 2) {
+                uint64_t tr = (uint64_t)track[i];
+                te = 2 + 1 + vlen(tr);
+                uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
+                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
+                uint8_t *p = out.p + out.n;
+                *p++ = 0x0A; p = put_v(p, pk);
+                *p++ = 0x40; p = put_v(p, ts);
+                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                *p++ = 0x5A; p = put_v(p, te);
+                *p++ = 0x48; *p++ = 0x02;
+                *p++ = 0x58; p = put_v(p, tr);
+                out.n = p - out.p;
+            } else {
+                uint64_t tr = (uint64_t)ctrack[i];
+                int is_int = cint[i] != 0;
+                uint64_t iv = 0, dv = 0;
+                if (is_int) iv = (uint64_t)(int64_t)cval[i];
+                else memcpy(&dv, &cval[i], 8);
+                te = 2 + 1 + vlen(tr) + (is_int ? 2 + vlen(iv) : 2 + 8);
+                uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
+                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
+                uint8_t *p = out.p + out.n;
+                *p++ = 0x0A; p = put_v(p, pk);
+                *p++ = 0x40; p = put_v(p, ts);
+                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                *p++ = 0x5A; p = put_v(p, te);
+                *p++ = 0x48; *p++ = 0x04;
+                *p++ = 0x58; p = put_v(p, tr);
+                if (is_int) { *p++ = 0xF0; *p++ = 0x01; p = put_v(p, iv); }
+                else { *p++ = 0xE1; *p++ = 0x02; p = put_le64(p, dv); }
+                out.n = p - out.p;
+            }
+        }
+    }
+    ret = PyBytes_FromStringAndSize((const char *)out.p, out.n);
+done:
+    free(out.p);
+    free(newn);
+    free(news);
+    for (int k = 0; k < NB; k++) rel_buf(&b[k]);
+    PyBuffer_Release(&pre);
+    return ret;
+}
+
+/* ---- arg sets ---------------------------------------------------------------------------- */
+
+static int out_varint(Out *o, uint64_t v) {
+    if (reserve(o, 10)) return -1;
+    o->n = put_v(o->p + o->n, v) - o->p;
+    return 0;
+}
+
+/* One DebugAnnotation (field 4 of TrackEvent) of a (name, value) pair; returns the string id
+ * it uses (0 for none) or -1 on error. Values: bool, int (int64 or uint64 range), float,
+ * anything else as str(value) interned in ``strings`` (id = its number of entries + 1). */
+static int64_t encode_pair(Out *o, PyObject *k, PyObject *v, PyObject *ann_iid, PyObject *strings) {
+    uint8_t body[32];
+    uint8_t *p = body;
+    int64_t sid = 0;
+    PyObject *iid = PyDict_GetItemWithError(ann_iid, k);
+    if (!iid) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, k);
+        return -1;
+    }
+    long long ii = PyLong_AsLongLong(iid);
+    if (ii == -1 && PyErr_Occurred()) return -1;
+    *p++ = 0x08; p = put_v(p, (uint64_t)ii);
+    if (PyBool_Check(v)) {
+        *p++ = 0x10; *p++ = v == Py_True ? 1 : 0;
+    } else if (PyLong_Check(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        uint64_t u;
+        if (overflow > 0) {
+            u = PyLong_AsUnsignedLongLong(v);
+            if (u == (uint64_t)-1 && PyErr_Occurred()) return -1;
+        } else if (overflow < 0) {
+            PyErr_SetString(PyExc_OverflowError, "integer annotation below int64");
+            return -1;
+        } else {
+            if (x == -1 && PyErr_Occurred()) return -1;
+            u = (uint64_t)x;
+        }
+        *p++ = 0x20; p = put_v(p, u);
+    } else if (PyFloat_Check(v)) {
+        double d = PyFloat_AsDouble(v);
+        uint64_t u;
+        memcpy(&u, &d, 8);
+        *p++ = 0x29; p = put_le64(p, u);
+    } else {
+        PyObject *str = PyUnicode_Check(v) ? (Py_INCREF(v), v) : PyObject_Str(v);
+        if (!str) return -1;
+        PyObject *got = PyDict_GetItemWithError(strings, str);
+        if (got) {
+            sid = PyLong_AsLongLong(got);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(str);
+            return -1;
+        } else {
+            sid = (int64_t)PyDict_GET_SIZE(strings) + 1;
+            PyObject *num = PyLong_FromLongLong(sid);
+            if (!num || PyDict_SetItem(strings, str, num) < 0) { Py_XDECREF(num); Py_DECREF(str); return -1; }
+            Py_DECREF(num);
+        }
+        Py_DECREF(str);
+        if (sid == -1 && PyErr_Occurred()) return -1;
+        *p++ = 0x88; *p++ = 0x01; p = put_v(p, (uint64_t)sid);
+    }
+    Py_ssize_t blen = p - body;
+    if (reserve(o, 1 + 10 + blen)) { PyErr_NoMemory(); return -1; }
+    uint8_t *q = o->p + o->n;
+    *q++ = 0x22;
+    q = put_v(q, (uint64_t)blen);
+    memcpy(q, body, (size_t)blen);
+    o->n = (q + blen) - o->p;
+    return sid;
+}
+
+/* encode_argsets(argsets, ann_iid, strings) -> (flat, sizes, dep_counts, dep_flat)
+ * argsets: a list of tuples of (name, value) pairs; ann_iid: name -> interned id; strings:
+ * str -> id, extended in place with the string values first seen. Returns the encoded
+ * DebugAnnotations of each set (concatenated, and each set's byte size as int64 bytes) and
+ * the string ids each set uses (count per set, then all ids; int64 bytes). */
+static PyObject *encode_argsets(PyObject *self, PyObject *args) {
+    PyObject *sets, *ann_iid, *strings;
+    Out flat = {0}, sizes = {0}, dcount = {0}, dflat = {0};
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &sets, &PyDict_Type, &ann_iid, &PyDict_Type, &strings)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(sets);
+    if (reserve(&sizes, 8 * n + 8) || reserve(&dcount, 8 * n + 8)) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t a = 0; a < n; a++) {
+        PyObject *set = PyList_GET_ITEM(sets, a);
+        if (!PyTuple_Check(set)) { PyErr_SetString(PyExc_TypeError, "arg set is not a tuple"); goto done; }
+        Py_ssize_t before = flat.n;
+        int64_t nd = 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(set); j++) {
+            PyObject *pair = PyTuple_GET_ITEM(set, j);
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "arg set item is not a (name, value) pair");
+                goto done;
+            }
+            int64_t sid = encode_pair(&flat, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), ann_iid, strings);
+            if (sid < 0) goto done;
+            if (sid) {
+                if (reserve(&dflat, 8)) { PyErr_NoMemory(); goto done; }
+                memcpy(dflat.p + dflat.n, &sid, 8);
+                dflat.n += 8;
+                nd++;
+            }
+        }
+        int64_t sz = flat.n - before;
+        memcpy(sizes.p + 8 * a, &sz, 8);
+        memcpy(dcount.p + 8 * a, &nd, 8);
+    }
+    ret = Py_BuildValue("(y#y#y#y#)", flat.p ? (char *)flat.p : "", flat.n, sizes.p, (Py_ssize_t)(8 * n),
+                        dcount.p, (Py_ssize_t)(8 * n), dflat.p ? (char *)dflat.p : "", dflat.n);
+done:
+    free(flat.p); free(sizes.p); free(dcount.p); free(dflat.p);
+    return ret;
+}
+
+static PyMethodDef METHODS[] = {
+    {"assign_lanes_grouped", assign_lanes_grouped, METH_VARARGS, "Greedy lanes per group (see lanes.py)."},
+    {"merge_records", merge_records, METH_VARARGS, "Write order of slice ends, counters and opens."},
+    {"encode_batch", encode_batch, METH_VARARGS, "One batch of TracePackets (see perfetto.py)."},
+    {"encode_argsets", encode_argsets, METH_VARARGS, "DebugAnnotations of arg sets (see perfetto.py)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "tracekit._core", "tracekit's compiled loops.", -1, METHODS};
+
+PyMODINIT_FUNC PyInit__core(void) { return PyModule_Create(&MODULE); }
