@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from tracekit import __version__
 from tracekit.errors import RunError
@@ -150,10 +149,11 @@ def _shards(path: Path) -> list[Path]:
 
 def _read_manifest_file(path: Path) -> Manifest:
     try:
-        meta = pq.ParquetFile(path).metadata.metadata or {}  # file key-value metadata
-    except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on garbage
+        # the file's key-value metadata (polars reads the footer only; no pyarrow import at start-up)
+        meta = pl.read_parquet_metadata(path)
+    except (OSError, ValueError, pl.exceptions.PolarsError) as exc:  # garbage: ComputeError
         raise RunError(f"not a readable Parquet file ({exc.__class__.__name__}: {exc})", path=str(path)) from None
-    raw = meta.get(MANIFEST_KEY)
+    raw = meta.get(MANIFEST_KEY.decode())
     if raw is None:
         raise RunError("Parquet file has no tracekit manifest (not a run.parquet)", path=str(path))
     try:
