@@ -39,19 +39,23 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from tracekit.buckets import BUCKETS
+from tracekit.buckets import BUCKETS, COMPUTE_BUCKETS
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
 
-COMPUTE: Final = BUCKETS[:7]
+# bucket codes = positions in tracekit.buckets.BUCKETS (the walk relies on this order: work
+# buckets first, then communication, then the gap buckets)
+COMPUTE: Final = COMPUTE_BUCKETS
 NB: Final = len(BUCKETS)
-N_WORK: Final = 8  # codes 0..7: compute + memory
-ALLREDUCE: Final = 8
-COMM: Final = 9
-LAUNCH: Final = 10
-IDLE: Final = 11
-N_EVENT_CODES: Final = 10  # codes an event can carry
+ALLREDUCE: Final = BUCKETS.index("allreduce")
+COMM: Final = BUCKETS.index("comm")
+LAUNCH: Final = BUCKETS.index("launch_overhead")
+IDLE: Final = BUCKETS.index("idle")
+N_WORK: Final = BUCKETS.index("memory") + 1  # codes 0..N_WORK-1: compute + memory
+N_EVENT_CODES: Final = COMM + 1  # codes an event can carry
+assert BUCKETS[: len(COMPUTE)] == COMPUTE and N_WORK == len(COMPUTE) + 1 == ALLREDUCE and COMM == ALLREDUCE + 1
+assert LAUNCH == N_EVENT_CODES and IDLE == LAUNCH + 1 == NB - 1
 UNKNOWN_LAUNCH: Final = np.iinfo(np.int64).min
 DEFAULT_LAUNCH_LATENCY_NS: Final = 20_000
 
