@@ -26,12 +26,8 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit.errors import AnalysisError
-from tracekit.finalize.collectives import (
-    comm_mask,
-    match_arrays,
-    match_collectives,
-    op_of_name,
-)
+from tracekit.finalize.categories import rule_table
+from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.membership import phase_instances
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
@@ -117,33 +113,18 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
 
 
 def bucket_codes(gpu: pl.DataFrame) -> npt.NDArray[np.int8]:
-    """Bucket code (BUCKETS index) per GPU event: kind, category, else communication by name."""
-    names = gpu.get_column("name").cast(pl.String)
-    uniq = names.drop_nulls().unique().to_list()
-    name_op = pl.DataFrame(
-        {"name": uniq, "_op": [op_of_name(n) for n in uniq]}, schema={"name": pl.String, "_op": pl.String}
-    )
-    cm = comm_mask(gpu)
-    cat_map = pl.DataFrame(
-        {"category": list(CATEGORY_BUCKET), "_b": list(CATEGORY_BUCKET.values())},
-        schema={"category": pl.String, "_b": pl.String},
-    )
-    df = (
-        gpu.select("kind", "name", "category", "coll_op")
-        .with_columns(cm.alias("_comm"))
-        .join(cat_map, on="category", how="left", maintain_order="left")
-        .join(name_op, on="name", how="left", maintain_order="left")
-    )
-    comm_bucket = pl.when(pl.coalesce(pl.col("coll_op"), pl.col("_op")) == "allreduce").then(pl.lit("allreduce")).otherwise(pl.lit("comm"))
+    """Bucket code (BUCKETS index) per GPU event: memory for copies, else the bucket of its category
+    (a missing one from the category rule table, ``categories.rule_table``), else other."""
+    need = gpu.get_column("category").is_null() & gpu.get_column("kind").is_in([MEMCPY, MEMSET]).not_()
+    uniq = gpu.get_column("name").cast(pl.String).filter(need).drop_nulls().unique().to_list()
+    table = rule_table(uniq).select("name", pl.col("_cat").alias("_rule_cat"))
+    cat = pl.coalesce(pl.col("category"), pl.col("_rule_cat"))
     b = (
         pl.when(pl.col("kind").is_in([MEMCPY, MEMSET]))
         .then(pl.lit("memory"))
-        .when(pl.col("_b").is_not_null())
-        .then(pl.col("_b"))
-        .when(pl.col("_comm"))
-        .then(comm_bucket)
-        .otherwise(pl.lit("other"))
+        .otherwise(cat.replace_strict(CATEGORY_BUCKET, default="other", return_dtype=pl.String))
     )
+    df = gpu.select("kind", "name", "category").join(table, on="name", how="left", maintain_order="left")
     codes = df.select(b.replace_strict(_CODE, return_dtype=pl.Int8).alias("c")).get_column("c")
     return codes.to_numpy().astype(np.int8)
 
@@ -203,7 +184,7 @@ def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], g_mem: npt.NDArra
     missing = np.flatnonzero(codes < 0)
     if missing.size:
         rows = np.flatnonzero(gmask)[missing]
-        sub = events.select("kind", "name", "category", "coll_op").gather(rows)
+        sub = events.select("kind", "name", "category").gather(rows)
         codes[missing] = bucket_codes(sub)
     return codes
 

@@ -7,12 +7,12 @@ from typing import Any
 import polars as pl
 import pytest
 
+from tracekit.finalize.categories import COMM_CATEGORIES, match_name
 from tracekit.finalize.collectives import (
     annotate_collectives,
     collective_issues,
-    is_comm_name,
+    comm_mask,
     match_collectives,
-    op_of_name,
 )
 from tracekit.schema import conform
 
@@ -39,12 +39,19 @@ def k(rank: int, name: str, start: int, dur: int, stream: int = 20, **kw: Any) -
     ],
 )
 def test_comm_names_and_ops(name: str, op: str) -> None:
-    assert is_comm_name(name) and op_of_name(name) == op
+    """The one name -> op mapping is the category rule table's coll_op."""
+    rule = match_name(name)
+    assert rule is not None and rule.category in COMM_CATEGORIES and rule.coll_op == op
+    ev = conform(pl.DataFrame([k(0, name, 0, 10)]))
+    assert comm_mask(ev).to_list() == [True]  # no category yet: recognised through the same table
+    assert annotate_collectives(ev).get_column("coll_op").to_list() == [op]
 
 
 @pytest.mark.parametrize("name", ["flash::FlashAttnFwdCombine<...>", "nvjet_tst_64x8", "MergeStates", "fused_moe_kernel"])
 def test_compute_names_are_not_comm(name: str) -> None:
-    assert not is_comm_name(name)
+    rule = match_name(name)
+    assert rule is None or rule.category not in COMM_CATEGORIES
+    assert comm_mask(conform(pl.DataFrame([k(0, name, 0, 10)]))).to_list() == [False]
 
 
 def test_groups_and_order() -> None:

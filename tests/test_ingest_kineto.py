@@ -10,9 +10,11 @@ import pytest
 from kineto_reference import load, ns
 from kineto_synth import TraceBuilder, dumps, gpu_rank
 
+from tracekit.finalize import finalize_events
 from tracekit.ingest import ingest_traces
 from tracekit.ingest.exact import us_text_to_ns
 from tracekit.ingest.kineto import parse_kineto
+from tracekit.schema import conform
 from tracekit.store import read_run, write_run
 
 
@@ -74,13 +76,16 @@ def test_gpu_trace_kinds_links_and_exact_times(tmp_path: Path) -> None:
 
 def test_c10d_collective_args(tmp_path: Path) -> None:
     ev = parse_kineto(gpu_rank(1).write(tmp_path / "r1.json").read_bytes(), "r1").events
-    coll = ev.filter(pl.col("coll_op").is_not_null())
+    assert "coll_op" not in ev.columns  # the op comes from the kernel name at finalize, as for capture
+    coll = ev.filter(pl.col("group").is_not_null())
     assert coll.height == 1  # c10d args only on the eager kernel; graphed ones come by name later
     row = coll.row(0, named=True)
-    assert row["coll_op"] == "allreduce"
     assert row["coll_bytes"] == 1024 * 2  # In msg nelems x bf16
     assert row["group"] == "0"
     assert '"collective":"allreduce"' in row["args"]
+    fin = finalize_events(conform(ev.with_columns(pl.lit(1, pl.Int32).alias("rank"))))
+    ops = fin.filter(pl.col("coll_seq").is_not_null()).select("name", "coll_op").unique().sort("name")
+    assert dict(ops.iter_rows()) == {n: "allreduce" for n in ops.get_column("name")}
 
 
 def test_integer_microsecond_trace_without_base(tmp_path: Path) -> None:

@@ -132,8 +132,11 @@ def _rule_mask(names: pl.Series, rule: Rule) -> pl.Series:
         return pl.Series([rx.search(n) is not None for n in names.to_list()], dtype=pl.Boolean)
 
 
-def _name_table(names: list[str], rules: list[Rule] | tuple[Rule, ...]) -> pl.DataFrame:
-    """name -> (_cat, _op, _matched) for distinct names, first matching rule wins (vectorised per rule)."""
+def rule_table(names: list[str], rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
+    """The rule table applied to distinct kernel ``names``: columns name, ``_cat`` (category, "other"
+    when no rule matches), ``_op`` (the rule's ``coll_op``: the one name -> collective-op mapping) and
+    ``_matched``; first matching rule wins (vectorised per rule)."""
+    rules = rules if rules is not None else default_rules()
     s = pl.Series("name", names, dtype=pl.String)
     cat = pl.Series("_cat", [None] * len(names), dtype=pl.String)
     op = pl.Series("_op", [None] * len(names), dtype=pl.String)
@@ -158,7 +161,7 @@ def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None
     kind = pl.col("kind")
     is_kernel = kind == schema.KERNEL
     kernel_names = events.filter(is_kernel).get_column("name").unique().drop_nulls().to_list()
-    table = _name_table(kernel_names, use)
+    table = rule_table(kernel_names, use)
     cat_map = dict(zip(table["name"].to_list(), table["_cat"].to_list(), strict=True))
     ops = table.filter(pl.col("_op").is_not_null())
     op_map = dict(zip(ops["name"].to_list(), ops["_op"].to_list(), strict=True))
@@ -186,7 +189,7 @@ def unmatched_kernels(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...]
     if "category" in k.columns:
         k = k.filter(pl.col("category").is_null() | (pl.col("category") == OTHER))
     names = k.get_column("name").unique().drop_nulls().to_list()
-    table = _name_table(names, use).filter(~pl.col("_matched")).select("name")
+    table = rule_table(names, use).filter(~pl.col("_matched")).select("name")
     hit = k.join(table, on="name", how="semi")
     agg = hit.group_by("name").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
     return agg.with_columns(normalize_names(agg.get_column("name")).alias("normalized")).select(
@@ -204,5 +207,6 @@ __all__ = [
     "load_rules",
     "match_name",
     "read_rules_file",
+    "rule_table",
     "unmatched_kernels",
 ]

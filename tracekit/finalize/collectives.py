@@ -2,8 +2,9 @@
 
 ``annotate_collectives`` sets, on every communication kernel:
 
-- ``coll_op`` (when missing) from the kernel name: allreduce, allgather,
-  reducescatter, broadcast, sendrecv, alltoall, dispatch, combine;
+- ``coll_op`` (when missing) from the kernel name by the category rule table's
+  ``coll_op`` (``tracekit/data/categories.toml``, the one name -> op mapping):
+  allreduce, allgather, reducescatter, broadcast, sendrecv, alltoall, dispatch, combine;
 - ``group``: the c10d process-group name (``"Process Group Name"`` in the
   kernel's args) when present; otherwise a key derived from the stream, so
   NCCL launched outside c10d (SGLang's pynccl inside CUDA graphs) and custom
@@ -13,8 +14,8 @@
 - ``coll_seq``: 0-based order by start time within (rank, group).
 
 Communication kernels are those whose ``category`` is one of COMM_CATEGORIES
-(categories.py); kernels with no category are recognised by name
-(``is_comm_name``), which covers NCCL and the custom / fused / symmetric-memory
+(categories.py); kernels with no category are recognised by name through the
+same rule table, which covers NCCL and the custom / fused / symmetric-memory
 allreduce and DeepEP kernels listed in DESIGN.md and the SGLang reference.
 
 ``match_collectives`` pairs the k-th collective of a group across ranks and
@@ -28,54 +29,23 @@ transfer, and the reason in ``issue`` (``collective_issues`` lists them once).
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.finalize.categories import COMM_CATEGORIES
+from tracekit.finalize.categories import COMM_CATEGORIES, rule_table
 from tracekit.schema import KERNEL, conform
 
-_COMM_RE: Final = re.compile(
-    r"nccl(Dev)?Kernel|^nccl|cross_device_reduce|AllReduceKernel|all_reduce_\w*(shot|kernel)"
-    r"|allreduce_fusion|multimem|allreduce_1shot|one_shot_all_reduce|two_shot_all_reduce"
-    r"|deep_ep::|dpsk::ep|all_gather_kernel|reduce_scatter_kernel"
-)
-# (pattern, op) in order; matched with re.search on the kernel name
-_OP_RULES: Final[list[tuple[re.Pattern[str], str]]] = [
-    (re.compile(r"ReduceScatter|reduce_?scatter", re.I), "reducescatter"),
-    (re.compile(r"AllGather|all_?gather", re.I), "allgather"),
-    (re.compile(r"AllToAll|all_?to_?all", re.I), "alltoall"),
-    (re.compile(r"Broadcast", re.I), "broadcast"),
-    (re.compile(r"SendRecv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)"), "sendrecv"),
-    (re.compile(r"(deep_ep::|dpsk::ep).*(dispatch)", re.I), "dispatch"),
-    (re.compile(r"(deep_ep::|dpsk::ep).*(combine)", re.I), "combine"),
-    (re.compile(r"AllReduce|all_?reduce|cross_device_reduce|multimem", re.I), "allreduce"),
-]
 _PG_NAME: Final = r'"Process Group Name"\s*:\s*"([^"]*)"'
 
 
-def is_comm_name(name: str) -> bool:
-    """True for a communication kernel name (NCCL, custom/fused allreduce, DeepEP, ...)."""
-    return _COMM_RE.search(name) is not None
-
-
-def op_of_name(name: str) -> str | None:
-    """The collective op a communication kernel name implies, or None."""
-    for pat, op in _OP_RULES:
-        if pat.search(name):
-            return op
-    return None
-
-
 def comm_mask(events: pl.DataFrame) -> pl.Series:
-    """Boolean mask of the communication kernels of ``events``.
-
-    The category decides where it is set; names are looked at (once per distinct
-    name) only for kernels without a category.
-    """
+    """Boolean mask of the communication kernels of ``events``: category in COMM_CATEGORIES;
+    kernels without a category by the category rule table (``categories.rule_table``, once per
+    distinct name)."""
     kind = events.get_column("kind") == KERNEL
     cat = events.get_column("category") if "category" in events.columns else None
     if cat is None:
@@ -88,9 +58,10 @@ def comm_mask(events: pl.DataFrame) -> pl.Series:
     if need.any():
         names = events.get_column("name").cast(pl.String)
         cand = names.filter(need).unique().drop_nulls().to_list()
-        comm_names = [n for n in cand if is_comm_name(n)]
-        if comm_names:
-            mask = mask | (need & names.is_in(comm_names).fill_null(False))
+        table = rule_table(cand)
+        comm_names = table.filter(pl.col("_cat").is_in(list(COMM_CATEGORIES))).get_column("name")
+        if comm_names.len():
+            mask = mask | (need & names.is_in(comm_names.implode()).fill_null(False))
     return mask.alias("comm")
 
 
@@ -112,8 +83,7 @@ def annotate_collectives(events: pl.DataFrame) -> pl.DataFrame:
         .with_row_index("_row")
         .filter(mask)
     )
-    names = c.get_column("name").unique().to_list()
-    ops = pl.DataFrame({"name": names, "_op": [op_of_name(n) for n in names]}, schema={"name": pl.String, "_op": pl.String})
+    ops = rule_table(c.get_column("name").unique().drop_nulls().to_list()).select("name", "_op")
     c = c.join(ops, on="name", how="left").with_columns(
         pl.coalesce(pl.col("coll_op"), pl.col("_op")).alias("coll_op"),
         pl.coalesce(pl.col("group"), pl.col("args").str.extract(_PG_NAME, 1)).alias("group"),
@@ -190,59 +160,44 @@ def match_collectives(events: pl.DataFrame) -> pl.DataFrame:
     op = codes.get_column("op").to_numpy()
     seqn = c.get_column("coll_seq").to_numpy().astype(np.int64)
     rk = c.get_column("rank").fill_null(-1).cast(pl.Int64).to_numpy()
-    order = np.lexsort((rk, seqn, g))
-    c = c[pl.Series(order)]
-    g, op, seqn, rk = g[order], op[order], seqn[order], rk[order]
+    m = _match(g, op, seqn, rk, c.get_column("start_ns").to_numpy().astype(np.int64))
+    c = c[pl.Series(m.order)]
+    g, seqn, rk = g[m.order], seqn[m.order], rk[m.order]
     start = c.get_column("start_ns").to_numpy().astype(np.int64)
     dur = c.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
     n = g.size
-    # segments: one per (group, coll_seq)
-    brk = np.ones(n, dtype=bool)
-    brk[1:] = (g[1:] != g[:-1]) | (seqn[1:] != seqn[:-1])
-    lo = np.flatnonzero(brk)
-    seg = np.cumsum(brk) - 1
+    lo, seg = m.lo, m.seg
     seg_len = np.diff(np.append(lo, n))
-    last_arr = np.maximum.reduceat(start, lo)
     big = np.iinfo(np.int64).max
-    last_rank = np.minimum.reduceat(np.where(start == last_arr[seg], rk, big), lo)
-    ops_differ = np.maximum.reduceat(op, lo) != np.minimum.reduceat(op, lo)
-    # per group: collectives per rank (must be equal), first seq whose ops differ
+    last_rank = np.minimum.reduceat(np.where(start == m.last_arr[seg], rk, big), lo)
     g0 = g - 1
-    ng = int(g0.max()) + 1
-    r_lo = int(rk.min())
-    nr = int(rk.max()) - r_lo + 1
-    per = np.bincount(g0 * nr + (rk - r_lo), minlength=ng * nr).reshape(ng, nr)
-    present = per > 0
-    group_ranks = present.sum(axis=1)
-    n_min = np.where(present, per, big).min(axis=1)
-    n_max = per.max(axis=1)
-    seg_g = g0[lo]
+    ng = m.per.shape[0]
+    present = m.per > 0
     issue: list[str | None] = [None] * ng
     group_col = c.get_column("group").fill_null("")
     first_row = np.full(ng, -1, dtype=np.int64)
     first_row[g0[::-1]] = np.arange(n)[::-1]
-    for k in np.flatnonzero(n_min != n_max).tolist():
-        cnt = ", ".join(f"rank {r + r_lo}: {per[k, r]}" for r in np.flatnonzero(present[k]).tolist())
+    for k in np.flatnonzero(m.count_differs).tolist():
+        cnt = ", ".join(f"rank {r + m.r_lo}: {m.per[k, r]}" for r in np.flatnonzero(present[k]).tolist())
         issue[k] = f"collective count differs across ranks in group {group_col[int(first_row[k])]} ({cnt})"
-    for s_idx in np.flatnonzero(ops_differ).tolist():
-        k = int(seg_g[s_idx])
+    for s_idx in np.flatnonzero(m.ops_differ).tolist():
+        k = int(g0[lo[s_idx]])
         if issue[k] is not None:
             continue
         a, b = int(lo[s_idx]), int(lo[s_idx]) + int(seg_len[s_idx])
         ops = "/".join(sorted({str(x) if x is not None else "?" for x in c.get_column("coll_op")[a:b].to_list()}))
         issue[k] = f"collective #{int(seqn[a])} of group {group_col[int(first_row[k])]} has different ops across ranks ({ops})"
-    bad = np.array([x is not None for x in issue], dtype=bool)
-    matched = ~bad[g0]
-    la = last_arr[seg]
+    bad = m.bad()
+    la = m.last_arr[seg]
     wait = np.minimum(np.maximum(la - start, 0), dur)
     out = c.with_columns(
         pl.Series("n_ranks", seg_len[seg]).cast(pl.UInt32),
-        pl.Series("group_ranks", group_ranks[g0]).cast(pl.UInt32),
+        pl.Series("group_ranks", present.sum(axis=1)[g0]).cast(pl.UInt32),
         pl.Series("last_arrival_ns", la),
         pl.Series("last_rank", last_rank[seg]),
         pl.Series("wait_ns", wait),
         pl.Series("transfer_ns", dur - wait),
-        pl.Series("matched", matched),
+        pl.Series("matched", ~bad[g0]),
         pl.Series("issue", [issue[k] for k in g0.tolist()], dtype=pl.String) if bad.any()
         else pl.lit(None, pl.String).alias("issue"),
     )
@@ -254,6 +209,63 @@ def match_collectives(events: pl.DataFrame) -> pl.DataFrame:
     return out.select([pl.col(k).cast(v) for k, v in MATCH_SCHEMA.items()])
 
 
+@dataclass(frozen=True)
+class _Matched:
+    """The matching of collective kernels by order: one segment per (group, coll_seq)."""
+
+    order: npt.NDArray[np.int64]  # input rows sorted by (group, coll_seq, rank)
+    lo: npt.NDArray[np.int64]  # first sorted row of each segment
+    seg: npt.NDArray[np.int64]  # segment of each sorted row
+    last_arr: npt.NDArray[np.int64]  # latest arrival (start) per segment
+    ops_differ: npt.NDArray[np.bool_]  # per segment: ops differ across ranks
+    per: npt.NDArray[np.int64]  # (group, rank - r_lo) -> collectives
+    r_lo: int
+    seg_group: npt.NDArray[np.int64]  # group code - 1 of each segment
+
+    @property
+    def count_differs(self) -> npt.NDArray[np.bool_]:
+        """Per group: the ranks hold different numbers of its collectives."""
+        big = np.iinfo(np.int64).max
+        return np.asarray(np.where(self.per > 0, self.per, big).min(axis=1) != self.per.max(axis=1))
+
+    def bad(self) -> npt.NDArray[np.bool_]:
+        """Per group: cannot be matched by order (counts differ, or the k-th collective's op does)."""
+        bad = self.count_differs.copy()
+        bad[self.seg_group[self.ops_differ]] = True
+        return bad
+
+
+def _match(
+    g: npt.NDArray[np.int64],
+    op: npt.NDArray[np.int64],
+    seqn: npt.NDArray[np.int64],
+    rk: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+) -> _Matched:
+    """The one matching algorithm (module doc): the k-th collective of a group across ranks.
+    g, op: dense codes (>= 1) of group and op; seqn: coll_seq; rk: rank; start: arrival."""
+    n = g.size
+    order = np.lexsort((rk, seqn, g))
+    gs, ss = g[order], seqn[order]
+    brk = np.ones(n, dtype=bool)
+    brk[1:] = (gs[1:] != gs[:-1]) | (ss[1:] != ss[:-1])
+    lo = np.flatnonzero(brk)
+    ops = op[order]
+    g0 = g - 1
+    r_lo = int(rk.min())
+    ng, nr = int(g0.max()) + 1, int(rk.max()) - r_lo + 1
+    return _Matched(
+        order=order,
+        lo=lo,
+        seg=np.cumsum(brk) - 1,
+        last_arr=np.maximum.reduceat(start[order], lo),
+        ops_differ=np.maximum.reduceat(ops, lo) != np.minimum.reduceat(ops, lo),
+        per=np.bincount(g0 * nr + (rk - r_lo), minlength=ng * nr).reshape(ng, nr),
+        r_lo=r_lo,
+        seg_group=gs[lo] - 1,
+    )
+
+
 def match_arrays(
     g: npt.NDArray[np.int64],
     op: npt.NDArray[np.int64],
@@ -262,7 +274,8 @@ def match_arrays(
     start: npt.NDArray[np.int64],
     dur: npt.NDArray[np.int64],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    """``match_collectives``'s wait and matched flag per collective kernel, in input order.
+    """``match_collectives``'s wait and matched flag per collective kernel, in input order (the
+    same ``_match``, without building its frame).
 
     g, op: dense codes (>= 1) of group and op; seqn: coll_seq; rk: rank. Wait is
     computed for every row (also where ``matched`` is False, where
@@ -271,26 +284,10 @@ def match_arrays(
     n = g.size
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    order = np.lexsort((rk, seqn, g))
-    gs, ss, st, ops = g[order], seqn[order], start[order], op[order]
-    brk = np.ones(n, dtype=bool)
-    brk[1:] = (gs[1:] != gs[:-1]) | (ss[1:] != ss[:-1])
-    lo = np.flatnonzero(brk)
-    seg = np.cumsum(brk) - 1
-    last_arr = np.maximum.reduceat(st, lo)
-    ops_differ = np.maximum.reduceat(ops, lo) != np.minimum.reduceat(ops, lo)
-    g0 = g - 1
-    ng = int(g0.max()) + 1
-    r_lo = int(rk.min())
-    nr = int(rk.max()) - r_lo + 1
-    per = np.bincount(g0 * nr + (rk - r_lo), minlength=ng * nr).reshape(ng, nr)
-    present = per > 0
-    big = np.iinfo(np.int64).max
-    bad = np.where(present, per, big).min(axis=1) != per.max(axis=1)
-    bad[gs[lo][ops_differ] - 1] = True
+    m = _match(g, op, seqn, rk, start)
     wait = np.empty(n, dtype=np.int64)
-    wait[order] = np.minimum(np.maximum(last_arr[seg] - st, 0), dur[order])
-    return wait, ~bad[g0]
+    wait[m.order] = np.minimum(np.maximum(m.last_arr[m.seg] - start[m.order], 0), dur[m.order])
+    return wait, ~m.bad()[g - 1]
 
 
 def collective_issues(matched: pl.DataFrame) -> list[str]:
@@ -304,8 +301,6 @@ __all__ = [
     "annotate_collectives",
     "collective_issues",
     "comm_mask",
-    "is_comm_name",
     "match_arrays",
     "match_collectives",
-    "op_of_name",
 ]

@@ -160,30 +160,6 @@ _DTYPE_BYTES: dict[str, int] = {
 }
 
 
-def coll_op_of(name: str | None) -> str | None:
-    """Normalise a collective name (c10d ``Collective name`` or a kernel name fragment)."""
-    if not name:
-        return None
-    n = name.lower().replace("_", "").replace("-", "")
-    for key, op in (
-        ("reducescatter", "reducescatter"),
-        ("allreduce", "allreduce"),
-        ("allgather", "allgather"),
-        ("alltoall", "alltoall"),
-        ("broadcast", "broadcast"),
-        ("barrier", "allreduce"),  # NCCL runs a barrier as a one-element allreduce
-        ("sendrecv", "sendrecv"),
-        ("send", "sendrecv"),
-        ("recv", "sendrecv"),
-        ("gather", "allgather"),
-        ("scatter", "reducescatter"),
-        ("reduce", "allreduce"),
-    ):
-        if key in n:
-            return op
-    return None
-
-
 @dataclass
 class ParsedTrace:
     """One trace file decoded: events (no rank column yet) and its top-level metadata."""
@@ -506,10 +482,10 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
     dtypes = f.get_column("dtype").drop_nulls().unique().to_list() if has_coll else []
     if has_coll:
         dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-        op = pl.col("coll_name").replace_strict({c: coll_op_of(c) for c in coll_names}, default=None, return_dtype=pl.String)
-        is_coll_kernel = (kind_c == schema.KERNEL) & op.is_not_null()
+        # the op comes from the kernel name (categories.toml's coll_op, set at finalize), as for
+        # capture, whose in-process events carry no args
+        is_coll_kernel = (kind_c == schema.KERNEL) & pl.col("coll_name").is_not_null()
         cols += [
-            pl.when(is_coll_kernel).then(op).otherwise(None).alias("coll_op"),
             pl.when(is_coll_kernel).then(pl.col("in_nelems") * dtype_bytes).otherwise(None).alias("coll_bytes"),
             pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
         ]
@@ -520,8 +496,8 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> 
         args = f[need].select(_args_json(coll_names, dtypes)).to_series()
         f = f.with_columns(_nulls(f.height, pl.String()).scatter(need, args).alias("args"))
     keep = [c for c in schema.COLUMNS if c != "rank" and (c in f.columns or c in (
-        "kind", "device", "stream", "pid", "tid", "graph", "coll_op", "coll_bytes", "group", "args"))]
-    keep = [c for c in keep if c not in ("coll_op", "coll_bytes", "group") or has_coll]
+        "kind", "device", "stream", "pid", "tid", "graph", "coll_bytes", "group", "args"))]
+    keep = [c for c in keep if c not in ("coll_bytes", "group") or has_coll]
     keep = [c for c in keep if c != "args" or has_coll or has_bytes]
     out = (
         f.lazy()
