@@ -150,3 +150,21 @@ def test_bad_run_one_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "r.html")])
     assert res.exit_code == 1
     assert len(res.output.strip().splitlines()) == 1 and "nope.parquet" in res.output
+
+
+def test_b_run_without_speculation_is_the_decode_baseline(tmp_path: Path) -> None:
+    import polars as pl
+
+    from tracekit.render.report.collect import collect
+    from tracekit.store import load_run, write_run
+
+    r = load_run(GRAPHED)
+    spec_ranges = pl.col("kind").is_in(["range", "gpu_range"]) & pl.col("phase").is_in(["draft", "verify", "draft_extend"])
+    off = tmp_path / "spec-off.parquet"
+    write_run(r.events.filter(~spec_ranges), off, r.manifest)
+    a, b, diff = collect(str(EAGER), b_path=str(off))
+    assert b is not None and {p["phase"] for p in b.attribute.value["phases"]} == {"decode"}  # type: ignore[index]
+    assert a.spec.value is not None and a.spec.value["decode_source"].startswith("baseline run")
+    gap = a.extra["gap_b_run"].value
+    assert gap["a"]["phase"] == "verify" and gap["b"]["phase"] == "decode" and gap["b"]["run"] == str(off)
+    assert diff.value is not None and [p["phase"] for p in diff.value["phases"]] == ["decode"]

@@ -141,6 +141,8 @@ def collect(path: str, *, b_path: str | None = None, target_tps: float | None = 
     # A's verify against B: B's decode when B runs without speculation, else B's verify
     pb = _phases(b.attribute)
     phase_b = "verify" if "verify" in pb else "decode"
+    if "decode" in pb and "draft" not in pb:  # B runs without speculation: its decode step is A's baseline
+        a.spec = _try(spec_doc, ra.events, rb.events, target_tps)
     a.extra["gap_b_run"] = _try(gap_doc, ra.events, rb.events, path, b_path, "verify", phase_b)
     if a.attribute.value is None or b.attribute.value is None:
         diff: Got[dict[str, Any]] = Got(None, "diff needs phase instances in both runs")

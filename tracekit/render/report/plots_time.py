@@ -165,7 +165,17 @@ def composition_plot(a: RunDocs, b: RunDocs | None) -> Plot:
                 hovertemplate=(f"<b>{label}</b> · %{{x}}<br>%{{y:.4f}} ms<br>%{{customdata[0]:,d}} ns over "
                                "%{customdata[1]} cycles<br>whole cycle at this statistic: %{customdata[2]:,d} ns<extra></extra>"),
             ), row=1, col=i + 1)
+        whole = {r["rank"]: r for r in comp.iter_rows(named=True)}  # cycle_* repeat on every part's row
+        wx0 = [f"rank {r}" for r in ranks for _ in ("median", "p90")]
+        wx1 = [stat for _ in ranks for stat in ("median", "p90")]
+        wy = [whole[r][f"cycle_{stat}_ns"] for r in ranks for stat in ("median", "p90")]
+        fig.add_trace(go.Scatter(
+            name="whole cycle", x=[wx0, wx1], y=[v / NS_PER_MS for v in wy], mode="markers",
+            marker={"symbol": "line-ew-open", "size": 28, "color": "#222", "line": {"width": 3, "color": "#222"}},
+            legendgroup="cycle", showlegend=i == 0, customdata=wy,
+            hovertemplate="<b>whole cycle</b> · %{x}<br>%{y:.4f} ms<br>%{customdata:,d} ns<extra></extra>",
+        ), row=1, col=i + 1)
     fig.update_layout(**base_layout(
-        title + "<br><sup>each part's own median / p90 (observed values), so a bar's parts need not add up to the cycle's</sup>",
+        title + "<br><sup>each part's own median / p90 (observed values), so a bar's parts need not add up to the whole cycle's (black mark)</sup>",
         "rank · statistic", "ms per cycle", barmode="stack"))
     return Plot(key, title, fig)
