@@ -17,6 +17,15 @@ Conventions (stated once, used everywhere here):
   consecutive ``decode`` ranges on one rank), or ``1 / baseline tok/s``.
 - **Break-even accept length** = cycle time / decode step time, in tokens per
   cycle (bonus included): speculation beats plain decode only above it.
+- **Timing source**: a capture times every phase (and the whole cycle) without
+  the profiler during its warm-up cycles (manifest ``ranks[r].unprofiled`` and
+  ``cycle_time.unprofiled``, host clock). Where those timers exist, the cycle,
+  its parts and the plain-decode step are their medians (``timing_source``
+  "unprofiled"); host time between phases is the unprofiled cycle minus the
+  unprofiled phase medians. A run captured in profile mode ``timing`` ran no
+  profiler: its ranges are unprofiled times themselves. Otherwise the profiled
+  ranges are used and ``timing_source`` says "profiled". The profiled cycle is
+  always kept beside it (``profiled_cycle_ns``).
 - **Chain model**: with k draft tokens each accepted with probability p given
   its predecessors were, expected tokens per cycle (bonus included) is
   ``1 + p + p^2 + ... + p^k``; k = None means an unbounded chain, 1 / (1 - p).
@@ -380,6 +389,61 @@ def spec_table(
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
+def unprofiled_timers(manifest: dict[str, object] | None, rank: int) -> dict[str, float] | None:
+    """The capture's unprofiled host-clock medians for ``rank``: draft_ns, verify_ns, draft_extend_ns (and
+    decode_ns, cycle_ns where timed), or None when the manifest has no unprofiled timer for every
+    speculative phase. Host medians (``host_median_ns``): the cycle parts are host range times."""
+    ranks = manifest.get("ranks") if isinstance(manifest, dict) else None
+    sec = ranks.get(str(rank)) if isinstance(ranks, dict) else None
+    if not isinstance(sec, dict) or not isinstance(sec.get("unprofiled"), dict):
+        return None
+    un: dict[str, dict[str, float]] = sec["unprofiled"]
+    out: dict[str, float] = {}
+    for ph in (*SPEC_PHASES, "decode"):
+        st = un.get(ph)
+        v = st.get("host_median_ns") if isinstance(st, dict) else None
+        if v:
+            out[f"{ph}_ns"] = float(v)
+        elif ph != "decode":
+            return None
+    cyc = sec.get("cycle_time")
+    cu = cyc.get("unprofiled") if isinstance(cyc, dict) else None
+    if isinstance(cu, dict) and cu.get("host_median_ns"):
+        out["cycle_ns"] = float(cu["host_median_ns"])
+    return out
+
+
+def _unprofiled_row(row: dict[str, object], un: dict[str, float], decode_step_ns: float | None,
+                    target_tps: float | None) -> dict[str, object]:
+    """``row`` (one spec_table bucket) with its cycle, parts and economics from the unprofiled timers."""
+    parts = {c: un[c] for c in ("draft_ns", "verify_ns", "draft_extend_ns")}
+    spec_sum = sum(parts.values())
+    if "cycle_ns" in un:
+        cycle, basis = un["cycle_ns"], "unprofiled cycle timer"
+        parts["host_between_ns"] = max(cycle - spec_sum, 0.0)
+    else:  # an older capture: no cycle timer, the profiled host time between phases is added
+        parts["host_between_ns"] = float(row["host_between_ns"])  # type: ignore[arg-type]
+        cycle, basis = spec_sum + parts["host_between_ns"], "unprofiled phase timers + profiled host between phases"
+    acc = row["accept_len"]
+    eco = economics(
+        cycle,
+        tokens_per_cycle=None if acc is None else float(acc) + 1.0,  # type: ignore[arg-type]
+        decode_step_ns=decode_step_ns,
+        target_tps=target_tps,
+        draft_tokens=row["draft_tokens"],  # type: ignore[arg-type]
+        batch_size=float(row["batch_size"]),  # type: ignore[arg-type]
+    )
+    out = {**row, "profiled_cycle_ns": row["cycle_ns"], "cycle_ns": cycle, **parts,
+           **{f: getattr(eco, f) for f in Economics.__dataclass_fields__},
+           "timing_source": "unprofiled", "timing_basis": basis}
+    out["draft_tokens"] = row["draft_tokens"]
+    out["batch_size"] = row["batch_size"]
+    shrink = shrink_targets(parts, eco.needed_cycle_ns) if eco.needed_cycle_ns is not None else {}
+    for c in PART_COLUMNS:
+        out[f"shrink_{c}"] = shrink.get(c)
+    return out
+
+
 def decode_step_by_bs(events: pl.DataFrame) -> dict[int, float]:
     """Mean plain-decode step period per batch size, on the slowest rank of each batch size."""
     steps = decode_steps(events)
@@ -413,13 +477,16 @@ def spec_report(
     rank: int | None = None,
     draft_tokens: int | None = None,
     accept_len: float | None = None,
+    manifest: dict[str, object] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, object]]:
     """``spec_table`` for a run, choosing rank and decode step; returns (table, context).
 
     Decode step time, first that applies: ``baseline_tps`` (1 / tok/s, every batch
-    size), the ``baseline`` run's decode steps, this run's own decode steps. The
-    context says which rank was used and why, where the decode step came from, and
-    the cycles of every rank (mean cycle per rank) so a reader sees the spread.
+    size), the ``baseline`` run's decode steps, this run's own decode steps (its
+    unprofiled decode timer where the cycle is unprofiled). The context says which
+    rank was used and why, where the decode step came from, and the cycles of every
+    rank (mean cycle per rank) so a reader sees the spread. ``manifest``: the run's
+    manifest, for its unprofiled timers and profile mode (module doc, "Timing source").
     """
     cyc = cycles(events)
     used, why = pick_rank(cyc, rank)
@@ -441,11 +508,33 @@ def spec_report(
         draft_tokens=draft_tokens,
         accept_len=accept_len,
     )
+    cap = manifest.get("capture") if isinstance(manifest, dict) else None
+    un = unprofiled_timers(manifest, used)
+    timing_note = "profiled phase ranges (no unprofiled timers in the manifest)"
+    if isinstance(cap, dict) and cap.get("profile_mode") == "timing":
+        table = table.with_columns(pl.col("cycle_ns").alias("profiled_cycle_ns"),
+                                   pl.lit("unprofiled").alias("timing_source"),
+                                   pl.lit("timing-mode phase ranges (no profiler ran)").alias("timing_basis"))
+        timing_note = "timing-mode run: its phase ranges are unprofiled times"
+    elif un is not None and table.height == 1:
+        dstep = decode if not isinstance(decode, dict) else decode.get(int(table["batch_size"][0]))
+        if baseline is None and baseline_tps is None and "decode_ns" in un:
+            dstep, source = un["decode_ns"], "this run: unprofiled decode timer (host median)"
+        table = pl.DataFrame([_unprofiled_row(table.row(0, named=True), un, dstep, target_tps)],
+                             infer_schema_length=None)
+        timing_note = f"unprofiled timers of rank {used} (capture warm-up, host-clock medians)"
+    else:
+        if un is not None:
+            timing_note = "profiled phase ranges (unprofiled timers are not split by batch size)"
+        table = table.with_columns(pl.col("cycle_ns").alias("profiled_cycle_ns"),
+                                   pl.lit("profiled").alias("timing_source"),
+                                   pl.lit("profiled phase ranges").alias("timing_basis"))
     per_rank = cyc.group_by("rank").agg(pl.len().alias("cycles"), pl.col("cycle_ns").mean()).sort("rank")
     context: dict[str, object] = {
         "rank": used,
         "rank_choice": why,
         "decode_source": source,
+        "timing": timing_note,
         "target_tps": target_tps,
         "cycles_by_rank": [
             {"rank": int(r), "cycles": int(n), "cycle_ns": float(c)} for r, n, c in per_rank.iter_rows()

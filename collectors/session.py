@@ -265,10 +265,19 @@ class ProfilerSession:
     def events(self) -> pl.DataFrame:
         """The recorded window as an event frame (schema columns, not finalized)."""
         parts: list[pl.DataFrame] = []
-        if self.prof is not None:
-            parts.append(self._kineto_events())
-        if self.recorder is not None:
-            parts.append(self.recorder.frame(self.rank, os.getpid()))
+        kin = self._kineto_events() if self.prof is not None else None
+        rec = self.recorder.frame(self.rank, os.getpid()) if self.recorder is not None else None
+        if kin is not None and rec is not None and self.mode == "lite":  # CUDA-only: launches carry Kineto's key
+            from tracekit.collectors.ranges import lite_thread_map, remap_threads
+
+            tmap, how = lite_thread_map(kin, rec, self.recorder.thread_map())
+            self.info["thread_keys"] = {str(k): v for k, v in tmap.items()}
+            self.info["thread_map"] = how
+            kin = remap_threads(kin, tmap)
+        if kin is not None:
+            parts.append(kin)
+        if rec is not None:
+            parts.append(rec)
             self.info["recorded_ranges"] = len(self.recorder)
         if not parts:
             return schema.empty_events()

@@ -177,3 +177,17 @@ def test_hung_rank_is_killed_at_the_deadline_and_named(tmp_path: Path) -> None:
     assert "no progress for 12 s (killed)" in man["missing_ranks"]["1"]
     assert man["ranks"]["0"]["aborted"]  # its collective timed out waiting for rank 1; what it had is kept
     assert man["ranks"]["0"]["window"]["cycles"] == 1
+
+
+def test_spec_of_a_capture_speaks_the_unprofiled_clock(cap2: tuple[Any, Path, CaptureConfig]) -> None:
+    res, _, _ = cap2
+    out = CliRunner().invoke(cli, ["spec", str(res.out), "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    b = doc["buckets"][0]
+    sec = res.manifest["ranks"][str(doc["rank"])]
+    parts = sum(sec["unprofiled"][p]["host_median_ns"] for p in ("draft", "verify", "draft_extend"))
+    assert b["timing_source"] == "unprofiled" and b["timing_basis"] == "unprofiled cycle timer"
+    assert b["cycle_ns"] == sec["cycle_time"]["unprofiled"]["host_median_ns"]
+    assert abs(b["cycle_ns"] / parts - 1) < 0.10  # the cycle is its phases plus a little host time between them
+    assert b["profiled_cycle_ns"] > 0 and "unprofiled timers of rank" in doc["timing"]

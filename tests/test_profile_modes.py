@@ -143,3 +143,45 @@ def test_attribute_and_spec_on_a_timing_run(timing_run: tuple[Any, Path]) -> Non
     assert doc["mode"] == "timing" and doc["timing_source"] == "unprofiled" and "no kernel buckets" in doc["cannot"]
     assert [c["cycle"] for c in doc["cycles"] if c["rank"] == 0] == [3, 4, 5, 6]
     assert all(c["host_ns"] > 0 and c["gpu_ns"] is None for c in doc["cycles"])  # CPU ranks: no CUDA events
+
+
+def test_kineto_thread_keys_map_to_native_ids() -> None:
+    from tracekit.collectors.ranges import kineto_thread_key
+
+    assert kineto_thread_key(0x7F12B682A140) == -1232953024  # the key the H200 lite capture's launches carry
+    assert kineto_thread_key(0x7F3A2ADCC140) == 719110464
+    rec = RangeRecorder()
+    start_recording(rec)
+    with phase("draft", cycle=0):
+        pass
+    stop_recording()
+    m = rec.thread_map()
+    assert m[kineto_thread_key(threading.get_ident())] == threading.get_native_id()
+
+
+SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "h200-lite"
+
+
+@pytest.mark.parametrize("g", ["off", "on"])
+def test_lite_capture_refinalized_joins_every_launch_like_full(g: str, tmp_path: Path) -> None:
+    # the captured lite run (H200) has its launches under Kineto's thread key; the same remap capture now does
+    # (one launching thread, one range thread: inferred) makes every phase hold the full run's launches and kernels
+    import subprocess
+    import sys
+
+    out = tmp_path / "fixed.parquet"
+    res = subprocess.run([sys.executable, str(SAMPLE / "refinalize.py"), str(SAMPLE / f"lite-{g}.captured.parquet"),
+                          str(out)], capture_output=True, text=True, check=True)
+    assert "inferred" in res.stdout
+
+    def per_phase(path: Path) -> dict[str, tuple[int, int]]:
+        ev = load_run(path).events
+        return {p: (ev.filter((pl.col("kind") == "launch") & (pl.col("phase") == p)).height,
+                    ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & (pl.col("phase") == p)).height)
+                for p in ("draft", "verify", "draft_extend", "decode")}
+
+    captured = per_phase(SAMPLE / f"lite-{g}.captured.parquet")
+    assert all(n == (0, 0) for n in captured.values())
+    fixed, full = per_phase(out), per_phase(SAMPLE / f"full-{g}.parquet")
+    assert fixed == full and fixed["verify"][1] > 0
+    assert per_phase(SAMPLE / f"lite-{g}.parquet") == full  # the committed sample is the re-finalized run

@@ -292,14 +292,25 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
             rep = gap_report(ev_a, ev_b, a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000))
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, b_run)) from None
+    from tracekit.analyzers.unprofiled import compare_timers
+    from tracekit.store import read_manifest
+
+    timing = compare_timers(read_manifest(run), a, read_manifest(b_run or run), b, sel)
     if host_mode:
         if as_json:
-            click.echo(json.dumps(render_host.host_gap_json(hrep, run, b_run or run), indent=2, allow_nan=False))
+            hdoc = render_host.host_gap_json(hrep, run, b_run or run)
+            hdoc.update(timing_source=timing["timing_source"], unprofiled=timing)
+            click.echo(json.dumps(hdoc, indent=2, allow_nan=False))
         else:
             console = Console(width=max(Console().width, 120))
             console.print(render_host.host_mode_line(sel).replace("phase time is attributed", "phases are compared"), soft_wrap=True)
             render_host.render_host_gap(hrep, console)
+            if timing["timing_source"] == "unprofiled":
+                console.print(f"unprofiled (capture timers, {timing['clock']}, median per instance): {a} "
+                              f"{timing['a_ns'] / 1e6:.3f} ms, {b} {timing['b_ns'] / 1e6:.3f} ms "
+                              f"({timing['delta_ns'] / 1e6:+.3f} ms); the table above is profiled", soft_wrap=True)
         return
+    rep["timing"] = timing
     if as_json:
         doc = render_gap.to_json(rep, run, b_run or run, by_rank=by == "rank")
         click.echo(json.dumps(doc, indent=2, allow_nan=False))
@@ -430,7 +441,8 @@ def spec_cmd(
 
     if baseline is not None and baseline_tps is not None:
         raise click.UsageError("give --baseline or --baseline-tps, not both")
-    events = _load(run).events
+    loaded = _load(run)
+    events = loaded.events
     base = _load(baseline).events if baseline is not None else None
     try:
         table, ctx = spec_report(
@@ -441,6 +453,7 @@ def spec_cmd(
             rank=rank,
             draft_tokens=draft_tokens,
             accept_len=accept_len,
+            manifest=loaded.manifest,
         )
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, baseline)) from None
@@ -497,10 +510,13 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, old, new, both=f"{old}, {new}")) from None
     md = manifest_diff(a.manifest, b.manifest)
+    from tracekit.analyzers.unprofiled import compare_timers
+
+    timing = {p: compare_timers(a.manifest, p, b.manifest, p) for p in view["phases"].get_column("phase").to_list()}
     if as_json:
-        _forensic_json(render_diff.to_json(view, md, old, new))
+        _forensic_json(render_diff.to_json(view, md, old, new, timing))
     else:
-        render_diff.render(view, md, Console())
+        render_diff.render(view, md, Console(), timing)
 
 
 @cli.command("ranks")

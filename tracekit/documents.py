@@ -52,10 +52,10 @@ INFO = DocumentType(
           "versions", "unmatched_kernels", "differences", "notes", "skipped"),
 )
 ATTRIBUTE = DocumentType(
-    "attribute", 2, "tracekit attribute --json",
+    "attribute", 3, "tracekit attribute --json",
     keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
           "issues", "definitions"),
-    optional=("cycles", "seq", "dilation", "profile"),
+    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate"),
 )
 ATTRIBUTE_TIMING = DocumentType(
     "attribute-timing", 1, "tracekit attribute --json (a run captured with --profile timing)",
@@ -63,9 +63,9 @@ ATTRIBUTE_TIMING = DocumentType(
     optional=("cycles", "profile"),
 )
 GAP = DocumentType(
-    "gap", 1, "tracekit gap --json",
+    "gap", 2, "tracekit gap --json",
     keys=("units", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
-          "warnings"),
+          "warnings", "timing_source", "unprofiled"),
     optional=("by_rank", "mode", "definitions"),
 )
 RANKS = DocumentType(
@@ -73,14 +73,14 @@ RANKS = DocumentType(
     keys=("ranks", "kernels", "collectives", "state", "summary"),
 )
 SPEC = DocumentType(
-    "spec", 1, "tracekit spec --json",
-    keys=("rank", "rank_choice", "decode_source", "target_tps", "cycles_by_rank", "conventions",
+    "spec", 2, "tracekit spec --json",
+    keys=("rank", "rank_choice", "decode_source", "timing", "target_tps", "cycles_by_rank", "conventions",
           "buckets", "summary"),
 )
 DIFF = DocumentType(
-    "diff", 1, "tracekit diff --json",
+    "diff", 2, "tracekit diff --json",
     keys=("old", "new", "phase", "phases", "presence", "buckets", "buckets_by_phase",
-          "seq_buckets", "kernels", "manifest_diff", "explanation"),
+          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled"),
 )
 VALIDATE_TRACE = DocumentType(
     "validate-trace", 1, "tracekit validate-trace --json",

@@ -213,37 +213,35 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, ma
         ]
     if manifest is not None:
         doc["dilation"] = dilation(manifest)
+        doc["unprofiled_estimate"] = _estimates_json(report, manifest)
     return ATTRIBUTE.make(doc)
 
 
-def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per phase: unprofiled and profiled time per instance from the capture manifest.
+def _estimates_json(report: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (phase, rank) row and per phase over all ranks: the unprofiled estimate (render/estimate.py)."""
+    from tracekit.analyzers.unprofiled import phase_timers
+    from tracekit.render.estimate import estimate_json, phase_estimate, typical_instance
 
-    Each rank's median per instance (``median_ns``; its mean where an older capture has
-    no median), then the median over ranks. Medians, because one slow instance (a first
-    collective waiting for a late rank) moves a mean by a factor of two on real captures.
-    """
-    import statistics
-
-    per: dict[str, tuple[list[float], list[float]]] = {}
-    for sec in manifest.get("ranks", {}).values():
-        if not isinstance(sec, dict):
-            continue
-        un, pr = sec.get("unprofiled") or {}, sec.get("profiled") or {}
-        for ph, st in un.items():
-            if ph not in pr:
-                continue
-            u = st.get("median_ns") or st.get("mean_ns")
-            p = pr[ph].get("median_ns") or pr[ph].get("mean_ns")
-            if u and p:
-                a, b = per.setdefault(ph, ([], []))
-                a.append(float(u))
-                b.append(float(p))
-    out: dict[str, dict[str, float]] = {}
-    for ph, (a, b) in per.items():
-        u, p = statistics.median(a), statistics.median(b)
-        out[ph] = {"unprofiled_ns": u, "profiled_ns": p, "ratio": p / u if u > 0 else float("nan")}
+    out = []
+    for key, frame in (("by_rank", report["by_rank"]), ("by_phase", report["by_phase"])):
+        for r in frame.iter_rows(named=True):
+            rank = r.get("rank") if key == "by_rank" else None
+            timer = phase_timers(manifest, None if rank is None else [int(rank)]).get(r["phase"])
+            inst = typical_instance(report["instances"], r["phase"], None if rank is None else int(rank))
+            est = phase_estimate(inst, timer)
+            if est is not None and timer is not None and inst is not None:
+                out.append({"phase": r["phase"], "rank": rank, **estimate_json(est, timer, inst)})
     return out
+
+
+def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per phase: unprofiled and profiled time per instance from the capture manifest
+    (``analyzers.unprofiled.phase_timers``: each rank's median per instance, then the median over ranks)."""
+    from tracekit.analyzers.unprofiled import phase_timers
+
+    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio}
+            for ph, t in phase_timers(manifest).items()
+            if t.ratio is not None and t.paired_unprofiled_ns is not None and t.window_ns is not None}
 
 
 def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
@@ -369,6 +367,10 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
     bp = {r["phase"]: r for r in report["by_phase"].iter_rows(named=True)}
     strag = {r["phase"]: r for r in report["stragglers"].iter_rows(named=True)}
     dil = dilation(manifest) if manifest is not None else {}
+    from tracekit.analyzers.unprofiled import phase_timers
+    from tracekit.render.estimate import estimate_lines, estimate_table, phase_estimate, typical_instance
+
+    timers = phase_timers(manifest) if manifest is not None else {}
     for phase in _order(list(bp)):
         row = bp[phase]
         ranks = report["by_rank"].filter(pl.col("phase") == phase)
@@ -385,6 +387,12 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
                 f"  profiler dilation: {phase} {ms(d['unprofiled_ns'])} unprofiled, "
                 f"{ms(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
             )
+        typ = typical_instance(report["instances"], phase)
+        est = phase_estimate(typ, timers.get(phase))
+        if est is not None and typ is not None and by == "rank":
+            console.print(estimate_table(phase, typ, est, timers[phase]))
+            for line in estimate_lines(est):
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
         s = strag.get(phase)
         if s is not None:
             bg = "" if s["before_gap_ns"] is None else f"; before those arrivals its GPU sat idle {ms(s['before_gap_ns'])} on average"

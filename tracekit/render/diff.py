@@ -208,10 +208,12 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
     return lines
 
 
-def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str) -> dict[str, Any]:
+def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str,
+            timing: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The stable ``--json`` document: ``phases``, ``buckets`` (bucket -> {old_ns, new_ns,
     delta_ns, basis} for the first phase compared), ``buckets_by_phase``, ``seq_buckets``,
-    ``kernels``, ``manifest_diff`` and ``explanation``."""
+    ``kernels``, ``manifest_diff`` and ``explanation``; ``timing_source`` ("unprofiled" when every compared
+    phase has capture timers in both manifests) and ``unprofiled`` (phase -> ``compare_timers``, a = old, b = new)."""
     by_phase: dict[str, dict[str, dict[str, Any]]] = {}
     for r in view["buckets"].iter_rows(named=True):
         by_phase.setdefault(r["phase"], {})[r["bucket"]] = {
@@ -236,13 +238,24 @@ def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str)
         "kernels": view["kernels"].to_dicts(),
         "manifest_diff": md.to_dicts(),
         "explanation": explanation(view, md),
+        "timing_source": "unprofiled" if timing and all(t["timing_source"] == "unprofiled" for t in timing.values())
+        else "profiled",
+        "unprofiled": timing or {},
     })
 
 
-def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console) -> None:
+def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
+           timing: dict[str, dict[str, Any]] | None = None) -> None:
     """Print the tables and the explanation."""
     for ph in view["phases"].iter_rows(named=True):
         p = ph["phase"]
+        tm = (timing or {}).get(p)
+        if tm and tm["timing_source"] == "unprofiled":
+            console.print(f"{p} unprofiled (capture timers, {tm['clock']}, median per instance): old {dur(tm['a_ns'])} -> "
+                          f"new {dur(tm['b_ns'])} ({dur(tm['b_ns'] - tm['a_ns'], True)}); the tables below are profiled",
+                          soft_wrap=True, highlight=False)
+        elif tm:
+            console.print(f"{p}: profiled times only ({tm['why']})", soft_wrap=True, highlight=False)
         t = Table(title=f"{p}: mean per instance, all ranks (old -> new)", title_justify="left")
         for c in ("", "old", "new", "delta"):
             t.add_column(c, justify="left" if not c else "right")

@@ -47,6 +47,9 @@ def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: 
         "seq": rep["seq"].to_dicts(),
         "warnings": rep["warnings"],
     }
+    timing = rep.get("timing") or {"timing_source": "profiled", "why": "no capture timers given"}
+    doc["timing_source"] = timing["timing_source"]
+    doc["unprofiled"] = timing
     if by_rank:
         doc["by_rank"] = rep["by_rank"].to_dicts()
     return GAP.make(doc)
@@ -124,7 +127,16 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
             rt.add_row(str(rank), ms(va), ms(vb), ms(va - vb) if va is not None and vb is not None else "n/a")
         console.print(rt)
     total = rep["total_delta_ns"]
-    console.print(f"{an} costs {('+' if total > 0 else '')}{ms(total)} per instance more than {bn} on the GPU; explained by:")
+    tm = rep.get("timing") or {}
+    if tm.get("timing_source") == "unprofiled":
+        d = tm["delta_ns"]
+        console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {an} {ms(tm['a_ns'])}, "
+                      f"{bn} {ms(tm['b_ns'])}: {an} costs {('+' if d > 0 else '')}{ms(d)} more. The buckets above "
+                      "are profiled (the profiler dilates host-bound time):", soft_wrap=True)
+    elif tm:
+        console.print(f"times are profiled only ({tm.get('why')})", soft_wrap=True)
+    console.print(f"{an} costs {('+' if total > 0 else '')}{ms(total)} per instance more than {bn} on the GPU "
+                  "(profiled window); explained by:")
     for line in rep["explanations"]:
         console.print(f"  {line}", soft_wrap=True)
     for w in rep["warnings"]:

@@ -21,7 +21,12 @@ PART_LABELS: Final = {
 CONVENTIONS: Final = {
     "tokens_per_cycle": "tokens a sequence emits per cycle: accepted draft tokens + 1 bonus token",
     "accept_len": "accepted draft tokens per request per cycle, bonus EXCLUDED (SGLang v1 accept_length_per_req_cpu)",
-    "cycle_ns": "host time from the start of a cycle's draft to the start of the next cycle's draft, one rank",
+    "cycle_ns": "host time from the start of a cycle's draft to the start of the next cycle's draft, one rank; "
+                "timing_source unprofiled: the median of the capture's unprofiled cycle timer (mean of the profiled "
+                "cycles otherwise)",
+    "timing_source": "unprofiled: cycle, parts and decode step from timers that ran without the profiler (or a "
+                     "timing-mode run); profiled: from the profiled phase ranges",
+    "profiled_cycle_ns": "mean cycle of the profiled window, kept beside the unprofiled one",
     "break_even_tokens": "cycle_ns / decode_step_ns: tokens per cycle (bonus included) at which speculation equals plain decode",
     "needed_accept_prob": "per-position accept probability p with 1 + p + ... + p^k = needed_tokens (k = draft_tokens; unbounded chain when k is unknown)",
     "needed_cycle_ns": "cycle time giving target_tps per sequence at the measured tokens per cycle",
@@ -47,6 +52,13 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
         parts = " + ".join(f"{PART_LABELS[p]} {r[p] / 1e6:.2f}" for p in PART_LABELS)
         head = f"bs={bs}, {r['cycles']} cycles on {rank_note}: cycle {ms(r['cycle_ns'])} = {parts} ms"
         lines.append(head)
+        src = r.get("timing_source")
+        if src == "unprofiled" and r.get("profiled_cycle_ns") and r["profiled_cycle_ns"] != r["cycle_ns"]:
+            ratio = r["profiled_cycle_ns"] / r["cycle_ns"] if r["cycle_ns"] else float("nan")
+            lines.append(f"  times unprofiled ({r['timing_basis']}); the profiled window's cycle was "
+                         f"{ms(r['profiled_cycle_ns'])} (x{ratio:.2f})")
+        elif src is not None:
+            lines.append(f"  times {src} ({r['timing_basis']})")
         if r["tokens_per_cycle"] is not None:
             lines.append(
                 f"  {r['tokens_per_cycle']:.2f} tokens/cycle (accept {r['accept_len']:.2f} + 1 bonus, {r['accept_len_source']})"
@@ -106,6 +118,7 @@ def to_json(table: pl.DataFrame, ctx: dict[str, Any]) -> dict[str, Any]:
         "rank": ctx["rank"],
         "rank_choice": ctx["rank_choice"],
         "decode_source": ctx["decode_source"],
+        "timing": ctx.get("timing"),
         "target_tps": ctx["target_tps"],
         "cycles_by_rank": ctx["cycles_by_rank"],
         "conventions": CONVENTIONS,
@@ -117,7 +130,9 @@ def to_json(table: pl.DataFrame, ctx: dict[str, Any]) -> dict[str, Any]:
 def render(table: pl.DataFrame, ctx: dict[str, Any], console: Console) -> None:
     """Print the table and the plain-language lines."""
     title = f"rank {ctx['rank']} ({ctx['rank_choice']}); decode step from {ctx['decode_source']}"
-    comp = Table(title=f"Cycle composition, mean per cycle: {title}", title_justify="left")
+    unprof = table.height > 0 and "timing_source" in table.columns and table["timing_source"][0] == "unprofiled"
+    how = f"unprofiled ({ctx.get('timing')})" if unprof else "mean per cycle of the profiled window"
+    comp = Table(title=f"Cycle composition, {how}: {title}", title_justify="left")
     for col in ("bs", "cycles", "cycle ms", "draft ms", "verify ms", "extend ms", "host ms", "verify graphed"):
         comp.add_column(col, justify="right")
     eco = Table(title="Economics per sequence (tokens include the bonus token)", title_justify="left")

@@ -1,0 +1,82 @@
+"""The unprofiled estimate of the buckets beside the measured table (``tracekit attribute``).
+
+Method: ``analyzers.unprofiled.estimate_buckets`` and docs/attribution.md ("Unprofiled estimate").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from rich.table import Table
+
+from tracekit.analyzers.unprofiled import Estimate, PhaseTimer, estimate_buckets
+from tracekit.buckets import BUCKETS
+from tracekit.render.attribute import LABELS, ms
+
+METHOD = ("estimate: the typical instance (median GPU window) with its kernel time as measured; launch overhead, "
+          "GPU idle and the allreduce time spent waiting for another rank scaled by one factor so that the buckets add "
+          "up to the unprofiled time per instance (capture timer median); docs/attribution.md section 10")
+
+
+def typical_instance(instances: pl.DataFrame, phase: str, rank: int | None = None) -> dict[str, Any] | None:
+    """The instance of ``phase`` (on ``rank``; every rank when None) with the median GPU window (the lower one of
+    an even count), as a row dict; None when there is none with a GPU window."""
+    sel = instances.filter((pl.col("phase") == phase) & (pl.col("gpu_window_ns") > 0))
+    if rank is not None:
+        sel = sel.filter(pl.col("rank") == rank)
+    if sel.is_empty():
+        return None
+    return sel.sort(["gpu_window_ns", "rank", "host_start_ns"]).row((sel.height - 1) // 2, named=True)
+
+
+def phase_estimate(inst: dict[str, Any] | None, timer: PhaseTimer | None) -> Estimate | None:
+    """The estimate from one instance row (``typical_instance``), or None without one or without a timer."""
+    if timer is None or inst is None or inst["gpu_window_ns"] <= 0:
+        return None
+    per = {b: float(inst[f"{b}_ns"]) for b in BUCKETS}
+    wait = float(inst["allreduce_wait_ns"] or 0)
+    return estimate_buckets(per, wait, timer.unprofiled_ns)
+
+
+def estimate_json(est: Estimate, timer: PhaseTimer, inst: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "estimate": True,
+        "method": METHOD,
+        "typical_instance": {"rank": inst["rank"], "cycle": inst.get("cycle"), "phase_id": inst.get("phase_id")},
+        "unprofiled_ns": est.unprofiled_ns,
+        "unprofiled_clock": timer.clock,
+        "unprofiled_ranks": timer.ranks,
+        "measured_window_ns": round(est.measured_window_ns),
+        "window_ns": est.window_ns,
+        "buckets_ns": est.buckets_ns,
+        "kernel_ns": round(est.kernel_ns),
+        "host_bound_ns": round(est.host_bound_ns),
+        "scale": est.scale,
+        "kernels_exceed_ns": round(est.kernels_exceed_ns),
+    }
+
+
+def estimate_table(phase: str, inst: dict[str, Any], est: Estimate, timer: PhaseTimer) -> Table:
+    where = f"rank {inst['rank']} cycle {inst['cycle']}" if inst.get("cycle") is not None else f"rank {inst['rank']}"
+    t = Table(title=f"{phase}: unprofiled ESTIMATE beside the typical instance's measured buckets ({where}, median "
+                    f"GPU window; host-bound part x{est.scale:.2f})", title_justify="left")
+    t.add_column("bucket", no_wrap=True)
+    t.add_column("measured (profiled)", justify="right")
+    t.add_column("estimate (unprofiled)", justify="right")
+    for b in BUCKETS:
+        v = inst[f"{b}_ns"]
+        if v == 0 and est.buckets_ns[b] == 0:
+            continue
+        t.add_row(LABELS[b], ms(v, 3), ms(est.buckets_ns[b], 3))
+    t.add_row("GPU window / unprofiled time", ms(est.measured_window_ns, 3),
+              f"{ms(est.window_ns, 3)} ({timer.clock} median)", style="bold")
+    return t
+
+
+def estimate_lines(est: Estimate) -> list[str]:
+    lines = [f"  {METHOD}"]
+    if est.kernels_exceed_ns > 0:
+        lines.append(f"  the measured kernel work alone exceeds the unprofiled time by {ms(est.kernels_exceed_ns)}: "
+                     "host-bound buckets set to 0 and the estimate is longer than the unprofiled time")
+    return lines
