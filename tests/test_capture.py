@@ -183,7 +183,7 @@ def test_spec_of_a_capture_speaks_the_unprofiled_clock(cap2: tuple[Any, Path, Ca
     res, _, _ = cap2
     out = CliRunner().invoke(cli, ["spec", str(res.out), "--json"])
     assert out.exit_code == 0, out.output
-    doc = json.loads(out.output)
+    doc = json.loads(out.stdout)
     b = doc["buckets"][0]
     sec = res.manifest["ranks"][str(doc["rank"])]
     parts = sum(sec["unprofiled"][p]["host_median_ns"] for p in ("draft", "verify", "draft_extend"))

@@ -138,7 +138,7 @@ def test_attribute_and_spec_on_a_timing_run(timing_run: tuple[Any, Path]) -> Non
     assert "GPU median" in out.output and "accept len" in out.output
     js = CliRunner().invoke(cli, ["attribute", str(res.out), "--json", "--by", "cycle", "--phase", "verify"])
     assert js.exit_code == 0, js.output
-    doc = json.loads(js.output)
+    doc = json.loads(js.stdout)
     assert doc["document"] == "attribute-timing" and document_type(doc).problems(doc) == []
     assert doc["mode"] == "timing" and doc["timing_source"] == "unprofiled" and "no kernel buckets" in doc["cannot"]
     assert [c["cycle"] for c in doc["cycles"] if c["rank"] == 0] == [3, 4, 5, 6]

@@ -37,7 +37,7 @@ def test_diff_graphed_to_eager_speaks_the_unprofiled_clock() -> None:
     assert tm["timing_source"] == "unprofiled" and round(tm["delta_ns"] / 1e6, 1) == -12.3
     out = CliRunner().invoke(cli, ["diff", str(MAIN / "graphed.parquet"), str(MAIN / "eager.parquet"), "--json"])
     assert out.exit_code == 0, out.output
-    doc = json.loads(out.output)
+    doc = json.loads(out.stdout)
     assert doc["timing_source"] == "unprofiled"
     assert round((doc["unprofiled"]["verify"]["b_ns"] - doc["unprofiled"]["verify"]["a_ns"]) / 1e6, 1) == 12.3
     none = compare_timers({"ranks": {}}, "verify", read_manifest(MAIN / "eager.parquet"), "verify")
@@ -47,7 +47,7 @@ def test_diff_graphed_to_eager_speaks_the_unprofiled_clock() -> None:
 def test_gap_json_carries_the_timing_source() -> None:
     out = CliRunner().invoke(cli, ["gap", str(BUILTIN / "eager.parquet"), "--json"])
     assert out.exit_code == 0, out.output
-    doc = json.loads(out.output)
+    doc = json.loads(out.stdout)
     man = read_manifest(BUILTIN / "eager.parquet")
     assert doc["timing_source"] == "unprofiled"
     want = phase_timers(man)["verify"].unprofiled_ns - phase_timers(man)["decode"].unprofiled_ns
@@ -98,7 +98,7 @@ def test_estimate_on_the_h200_eager_sample_fits_the_unprofiled_verify() -> None:
         assert est.buckets_ns[k] == inst[f"{k}_ns"]
     assert est.buckets_ns["launch_overhead"] < inst["launch_overhead_ns"]
     out = CliRunner().invoke(cli, ["attribute", str(BUILTIN / "eager.parquet"), "--phase", "verify", "--json"])
-    doc = json.loads(out.output)
+    doc = json.loads(out.stdout)
     items = [e for e in doc["unprofiled_estimate"] if e["phase"] == "verify"]
     assert {e["rank"] for e in items} == {0, 1, None} and all(e["estimate"] for e in items)
     assert all(sum(e["buckets_ns"].values()) == e["window_ns"] for e in items)

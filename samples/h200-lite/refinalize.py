@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 
 import polars as pl
-from tracekit.collectors.ranges import lite_thread_map, remap_threads
 
-from tracekit.pipeline import finalize_events
+from tracekit.collectors.ranges import lite_thread_map, remap_threads
+from tracekit.finalize.pipeline import finalize_events, stamp
 from tracekit.schema import RANGE
 from tracekit.store import load_run, write_run
 
@@ -37,7 +37,7 @@ def main() -> int:
         print(f"rank {rank}: {how}")
     fixed = pl.concat(out).drop("phase", "phase_id").with_columns(
         pl.when(pl.col("kind") == RANGE).then(pl.col("cycle")).otherwise(None).alias("cycle"))
-    write_run(finalize_events(fixed), dst, man)
+    write_run(finalize_events(fixed), dst, stamp(man))
     return 0
 
 

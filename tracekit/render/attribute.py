@@ -368,7 +368,12 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
     strag = {r["phase"]: r for r in report["stragglers"].iter_rows(named=True)}
     dil = dilation(manifest) if manifest is not None else {}
     from tracekit.analyzers.unprofiled import phase_timers
-    from tracekit.render.estimate import estimate_lines, estimate_table, phase_estimate, typical_instance
+    from tracekit.render.estimate import (
+        estimate_lines,
+        estimate_table,
+        phase_estimate,
+        typical_instance,
+    )
 
     timers = phase_timers(manifest) if manifest is not None else {}
     for phase in _order(list(bp)):
