@@ -1,22 +1,26 @@
 """What each profile mode costs: per launch against the unprofiled workload, and timing mode per graphed cycle.
 
-    python bench/profile_modes.py [--device auto|cpu|cuda] [--preset kimi-k2-tiny] [--cycles 12] [--rounds 2]
-                                  [--ab-rounds 10] [--ab-block 10] [--json out.json]
+    python bench/profile_modes.py [--device auto|cpu|cuda] [--preset kimi-k2-tiny] [--warmup 20] [--cycles 16]
+                                  [--ab-rounds 10] [--ab-block 8] [--json out.json]
 
-One process, one device (world 1), the built-in workload, every figure against
-a reference measured in the same run:
+The built-in workload, world 1. Every mode runs in a fresh process of its own
+(a profiler that ran once can leave the process slower: CUPTI state, and the
+first H200 run of this benchmark, which ran every mode in one process, saw its
+reference blocks move by 30%; samples/h200-lite/README.md). In that process:
+``--warmup`` cycles, then ``--cycles`` cycles with no profiler (``before``, the
+reference), ``--cycles`` in the mode, ``--cycles`` with no profiler again
+(``after``: a cost that outlives the window shows here). All medians of the
+wall time per cycle (each cycle ends in a host sync).
 
-1. verify eager (launch bound; SGLang's graph fallback): blocks of ``--cycles``
-   cycles with no profiler (``none``, hooks installed), then in ``full``,
-   ``lite`` and ``timing`` mode (``collectors.session.ProfilerSession``), the
-   order rotated every round. Per mode: the median wall time per cycle (each
-   cycle ends in a host sync), the ratio to ``none``, and the cost per launch =
-   (mode median - none median) / launches per cycle (launch rows per cycle of
-   the full window); the verify phase's GPU time (the workload's CUDA-event
-   timer) against ``none``: the eager verify dilation.
-2. verify graphed: A/B blocks of ``--ab-block`` cycles with the timing-mode
-   recorder on (phase ranges + CUDA events per phase) and off; the median cycle
-   of each, and the cost per cycle as a share of the graphed cycle (target < 1%).
+1. verify eager (launch bound; SGLang's graph fallback), modes full, lite,
+   timing: ratio mode / before, cost per launch = (mode - before) / launches per
+   cycle (launch rows per cycle of the window; the full run counts them for
+   timing), and the verify phase's GPU time (the workload's CUDA-event timer)
+   against ``before``: the eager verify dilation.
+2. verify graphed, timing mode: A/B blocks of ``--ab-block`` cycles with the
+   timing recorder on (phase ranges + CUDA events per phase) and off, in one
+   process that never starts a profiler; the cost per cycle as a share of the
+   graphed cycle (target < 1%).
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
 
-MODES = ("none", "full", "lite", "timing")
+MODES = ("full", "lite", "timing")
 
 
 def timed_cycles(wl: Any, start: int, n: int) -> tuple[list[int], int]:
@@ -43,64 +48,64 @@ def timed_cycles(wl: Any, start: int, n: int) -> tuple[list[int], int]:
     return out, c
 
 
-def eager_modes(wl: Any, cuda: bool, cycles: int, rounds: int) -> dict[str, Any]:
+def _workload(preset: str, verify_graph: str, cycles: int, cuda: bool) -> Any:
+    import torch
+
+    from tracekit.collectors.workload.config import make_config
+    from tracekit.collectors.workload.runner import Workload
+
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    wl = Workload(make_config(preset, verify_graph=verify_graph), 0, 1, device, cycles + 4)
+    wl.capture_graphs()
+    return wl
+
+
+def one_mode(mode: str, preset: str, warmup: int, cycles: int, cuda: bool) -> dict[str, Any]:
+    """Child process body: before / mode / after blocks of the eager workload."""
     import polars as pl
 
     from tracekit.collectors.session import ProfilerSession
     from tracekit.schema import LAUNCH
 
-    per: dict[str, list[int]] = {m: [] for m in MODES}
-    launches: dict[str, float] = {}
+    wl = _workload(preset, "off", warmup + 3 * cycles, cuda)
     c = 0
-    for _ in range(3):  # warm-up (eager shapes, allocator)
+    for _ in range(warmup):
         wl.run_cycle(c)
         c += 1
     wl.sync()
-    for r in range(rounds):
-        order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
-        for mode in order:
-            sess = None if mode == "none" else ProfilerSession(0, cuda, mode=mode)
-            wl.timer.window = mode
-            if sess is not None:
-                sess.start()
-            times, c = timed_cycles(wl, c, cycles)
-            if sess is not None:
-                sess.stop()
-            wl.timer.window = None
-            per[mode].extend(times)
-            if sess is not None and mode in ("full", "lite") and mode not in launches:
-                ev = sess.events()
-                launches[mode] = ev.filter(pl.col("kind") == LAUNCH).height / cycles
+    blocks: dict[str, list[int]] = {}
+    launches = None
+    for name in ("before", mode, "after"):
+        sess = ProfilerSession(0, cuda, mode=mode) if name == mode else None
+        wl.timer.window = name
+        if sess is not None:
+            sess.start()
+        blocks[name], c = timed_cycles(wl, c, cycles)
+        if sess is not None:
+            sess.stop()
+            if mode != "timing":
+                launches = sess.events().filter(pl.col("kind") == LAUNCH).height / cycles
+        wl.timer.window = None
     st = wl.timer.stats()
-    base = statistics.median(per["none"])
-    lpc = launches.get("full") or launches.get("lite") or 0.0
-    out: dict[str, Any] = {"launches_per_cycle": launches, "cycles_each": len(per["none"]), "modes": {}}
-    v0 = st.get("none", {}).get("verify", {}).get("median_ns")
-    for m in MODES:
-        med = statistics.median(per[m])
-        v = st.get(m, {}).get("verify", {}).get("median_ns")
-        out["modes"][m] = {
-            "cycle_median_ns": med,
-            "ratio": med / base,
-            "per_launch_ns": None if m == "none" or not lpc else (med - base) / lpc,
-            "verify_median_ns": v,
-            "verify_clock": st.get(m, {}).get("verify", {}).get("clock"),
-            "verify_dilation": None if not v or not v0 else v / v0,
-        }
-    return out
+    return {"mode": mode, "launches_per_cycle": launches,
+            **{f"{k}_cycle_ns": statistics.median(v) for k, v in blocks.items()},
+            **{f"{k}_verify_ns": st.get(k, {}).get("verify", {}).get("median_ns") for k in blocks},
+            "verify_clock": st.get("before", {}).get("verify", {}).get("clock")}
 
 
-def timing_ab(wl: Any, cuda: bool, rounds: int, block: int) -> dict[str, Any]:
+def timing_ab(preset: str, warmup: int, rounds: int, block: int, cuda: bool) -> dict[str, Any]:
+    """Child process body: the graphed workload, timing recorder on / off in A/B blocks, no profiler ever."""
     from tracekit.collectors.hooks import start_recording, stop_recording
     from tracekit.collectors.ranges import RangeRecorder
 
-    times: dict[bool, list[int]] = {True: [], False: []}
+    wl = _workload(preset, "on", warmup + 2 * rounds * block, cuda)
     c = 0
-    for _ in range(3):
+    for _ in range(warmup):
         wl.run_cycle(c)
         c += 1
     wl.sync()
     rec = RangeRecorder(cuda_events=cuda)
+    times: dict[bool, list[int]] = {True: [], False: []}
     for r in range(rounds):
         for on in ((True, False) if r % 2 == 0 else (False, True)):
             if on:
@@ -111,53 +116,60 @@ def timing_ab(wl: Any, cuda: bool, rounds: int, block: int) -> dict[str, Any]:
             times[on].extend(t)
     on, off = statistics.median(times[True]), statistics.median(times[False])
     return {"on_median_ns": on, "off_median_ns": off, "cost_per_cycle_ns": on - off, "share": (on - off) / off,
-            "cycles_each": len(times[True]), "ranges_recorded": len(rec)}
+            "cycles_each": len(times[True]), "ranges_recorded": len(rec), "graphs": sorted(wl.graphs)}
+
+
+def _child(args: list[str]) -> dict[str, Any]:
+    res = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.returncode != 0 or not lines:
+        raise SystemExit(f"child {args} failed (rc {res.returncode}): {res.stderr.strip().splitlines()[-3:]}")
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--preset", default=None)
-    ap.add_argument("--cycles", type=int, default=12)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--cycles", type=int, default=16)
     ap.add_argument("--ab-rounds", type=int, default=10)
-    ap.add_argument("--ab-block", type=int, default=10)
+    ap.add_argument("--ab-block", type=int, default=8)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-
     import torch
 
-    from tracekit.collectors.workload.config import make_config
-    from tracekit.collectors.workload.runner import Workload
-
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     preset = args.preset or ("kimi-k2-tiny" if cuda else "tiny")
+    if args.child == "ab":
+        print(json.dumps(timing_ab(preset, args.warmup, args.ab_rounds, args.ab_block, cuda)))
+        return 0
+    if args.child:
+        print(json.dumps(one_mode(args.child, preset, args.warmup, args.cycles, cuda)))
+        return 0
+    common = ["--device", "cuda" if cuda else "cpu", "--preset", preset, "--warmup", str(args.warmup), "--cycles", str(args.cycles),
+              "--ab-rounds", str(args.ab_rounds), "--ab-block", str(args.ab_block)]
+    modes = {m: _child([*common, "--child", m]) for m in MODES}
+    lpc = modes["full"]["launches_per_cycle"] or modes["lite"]["launches_per_cycle"] or 0.0
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
-                           "preset": preset}
-    eager = Workload(make_config(preset, verify_graph="off"), 0, 1, device, 3 + len(MODES) * args.rounds * args.cycles + 2)
-    eager.capture_graphs()
-    out["eager"] = eager_modes(eager, cuda, args.cycles, args.rounds)
-    del eager
-    if cuda:
-        torch.cuda.empty_cache()
-    graphed = Workload(make_config(preset, verify_graph="on"), 0, 1, device, 3 + 2 * args.ab_rounds * args.ab_block + 2)
-    graphed.capture_graphs()
-    out["graphs"] = sorted(graphed.graphs)
-    out["timing_graphed"] = timing_ab(graphed, cuda, args.ab_rounds, args.ab_block)
-
-    e = out["eager"]
-    print(f"device: {out['device']}  torch {out['torch']}  preset {preset}; graphs in the graphed workload: {out['graphs']}")
-    print(f"verify eager: {e['cycles_each']} cycles per mode; launches per cycle "
-          + ", ".join(f"{m} {n:,.0f}" for m, n in e["launches_per_cycle"].items()))
-    for m, r in e["modes"].items():
-        pl_ = "" if r["per_launch_ns"] is None else f"  {r['per_launch_ns'] / 1e3:+.2f} us per launch"
-        vd = "" if r["verify_dilation"] is None else f"; verify {r['verify_median_ns'] / 1e6:.3f} ms x{r['verify_dilation']:.3f} ({r['verify_clock']})"
-        print(f"  {m:<7} cycle {r['cycle_median_ns'] / 1e6:.3f} ms  x{r['ratio']:.3f} vs none{pl_}{vd}")
+                           "preset": preset, "warmup": args.warmup, "cycles": args.cycles, "eager": modes,
+                           "timing_graphed": _child([*common, "--child", "ab"])}
+    print(f"device: {out['device']}  torch {out['torch']}  preset {preset}; one fresh process per mode: "
+          f"{args.warmup} warm-up, then {args.cycles} cycles each: no profiler (before), the mode, no profiler (after)")
+    print(f"verify eager: {lpc:,.0f} launches per cycle")
+    for m, r in modes.items():
+        b, w, a = r["before_cycle_ns"], r[f"{m}_cycle_ns"], r["after_cycle_ns"]
+        per = "" if not lpc else f"  {(w - b) / lpc / 1e3:+.2f} us per launch"
+        vb, vw = r["before_verify_ns"], r[f"{m}_verify_ns"]
+        vd = "" if not vb or not vw else f"; verify {vb / 1e6:.3f} -> {vw / 1e6:.3f} ms x{vw / vb:.3f} ({r['verify_clock']})"
+        print(f"  {m:<7} cycle {b / 1e6:.3f} ms before, {w / 1e6:.3f} ms in the mode (x{w / b:.3f}){per}, "
+              f"{a / 1e6:.3f} ms after (x{a / b:.3f}){vd}")
     t = out["timing_graphed"]
-    print(f"timing mode, verify graphed: cycle {t['on_median_ns'] / 1e6:.4f} ms recording vs {t['off_median_ns'] / 1e6:.4f} ms "
-          f"not: {t['cost_per_cycle_ns'] / 1e3:+.1f} us per cycle = {100 * t['share']:+.2f}% of a graphed cycle "
-          f"({t['cycles_each']} cycles each, A/B blocks; target < 1%)")
+    print(f"timing mode, verify graphed (graphs {t['graphs']}): cycle {t['on_median_ns'] / 1e6:.4f} ms recording vs "
+          f"{t['off_median_ns'] / 1e6:.4f} ms not: {t['cost_per_cycle_ns'] / 1e3:+.1f} us per cycle = "
+          f"{100 * t['share']:+.2f}% of a graphed cycle ({t['cycles_each']} cycles each, A/B blocks; target < 1%)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)
