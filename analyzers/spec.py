@@ -23,7 +23,7 @@ Conventions (stated once, used everywhere here):
   its parts and the plain-decode step are their medians (``timing_source``
   "unprofiled"); host time between phases is the unprofiled cycle minus the
   unprofiled phase medians. A run captured in profile mode ``timing`` ran no
-  profiler: its ranges are unprofiled times themselves. Otherwise the profiled
+  profiler: the same timers of its window (``timed``) are used. Otherwise the profiled
   ranges are used and ``timing_source`` says "profiled". The profiled cycle is
   always kept beside it (``profiled_cycle_ns``).
 - **Chain model**: with k draft tokens each accepted with probability p given
@@ -389,15 +389,16 @@ def spec_table(
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def unprofiled_timers(manifest: dict[str, object] | None, rank: int) -> dict[str, float] | None:
+def unprofiled_timers(manifest: dict[str, object] | None, rank: int, window: str = "unprofiled") -> dict[str, float] | None:
     """The capture's unprofiled host-clock medians for ``rank``: draft_ns, verify_ns, draft_extend_ns (and
     decode_ns, cycle_ns where timed), or None when the manifest has no unprofiled timer for every
-    speculative phase. Host medians (``host_median_ns``): the cycle parts are host range times."""
+    speculative phase. Host medians (``host_median_ns``): the cycle parts are host range times.
+    ``window``: ``unprofiled`` (the warm-up) or ``timed`` (a timing-mode window: no profiler ran either)."""
     ranks = manifest.get("ranks") if isinstance(manifest, dict) else None
     sec = ranks.get(str(rank)) if isinstance(ranks, dict) else None
-    if not isinstance(sec, dict) or not isinstance(sec.get("unprofiled"), dict):
+    if not isinstance(sec, dict) or not isinstance(sec.get(window), dict):
         return None
-    un: dict[str, dict[str, float]] = sec["unprofiled"]
+    un: dict[str, dict[str, float]] = sec[window]
     out: dict[str, float] = {}
     for ph in (*SPEC_PHASES, "decode"):
         st = un.get(ph)
@@ -407,7 +408,7 @@ def unprofiled_timers(manifest: dict[str, object] | None, rank: int) -> dict[str
         elif ph != "decode":
             return None
     cyc = sec.get("cycle_time")
-    cu = cyc.get("unprofiled") if isinstance(cyc, dict) else None
+    cu = cyc.get(window) if isinstance(cyc, dict) else None
     if isinstance(cu, dict) and cu.get("host_median_ns"):
         out["cycle_ns"] = float(cu["host_median_ns"])
     return out
@@ -509,9 +510,19 @@ def spec_report(
         accept_len=accept_len,
     )
     cap = manifest.get("capture") if isinstance(manifest, dict) else None
-    un = unprofiled_timers(manifest, used)
+    timing_run = isinstance(cap, dict) and cap.get("profile_mode") == "timing"
+    un = unprofiled_timers(manifest, used, "timed" if timing_run else "unprofiled")
     timing_note = "profiled phase ranges (no unprofiled timers in the manifest)"
-    if isinstance(cap, dict) and cap.get("profile_mode") == "timing":
+    if timing_run and un is not None and table.height == 1:  # the window's own timers: medians, like the others
+        dstep = decode if not isinstance(decode, dict) else decode.get(int(table["batch_size"][0]))
+        if baseline is None and baseline_tps is None and "decode_ns" in un:
+            dstep, source = un["decode_ns"], "this run: timing-mode decode timer (host median)"
+        table = pl.DataFrame([_unprofiled_row(table.row(0, named=True), un, dstep, target_tps)],
+                             infer_schema_length=None).with_columns(
+            pl.lit("timing-mode window timers (no profiler ran; host-clock medians)").alias("timing_basis"),
+            pl.lit(None, dtype=pl.Float64()).alias("profiled_cycle_ns"))  # no profiled window in a timing run
+        timing_note = f"timing-mode run: the window's own timers of rank {used} (no profiler ran)"
+    elif timing_run:
         table = table.with_columns(pl.col("cycle_ns").alias("profiled_cycle_ns"),
                                    pl.lit("unprofiled").alias("timing_source"),
                                    pl.lit("timing-mode phase ranges (no profiler ran)").alias("timing_basis"))

@@ -140,6 +140,11 @@ def test_attribute_and_spec_on_a_timing_run(timing_run: tuple[Any, Path]) -> Non
     assert js.exit_code == 0, js.output
     doc = json.loads(js.stdout)
     assert doc["document"] == "attribute-timing" and document_type(doc).problems(doc) == []
+    spec = json.loads(CliRunner().invoke(cli, ["spec", str(res.out), "--json"]).stdout)
+    b = spec["buckets"][0]
+    sec = res.manifest["ranks"][str(spec["rank"])]
+    assert b["timing_source"] == "unprofiled" and b["profiled_cycle_ns"] is None
+    assert b["cycle_ns"] == sec["cycle_time"]["timed"]["host_median_ns"] and "timing-mode" in spec["timing"]
     assert doc["mode"] == "timing" and doc["timing_source"] == "unprofiled" and "no kernel buckets" in doc["cannot"]
     assert [c["cycle"] for c in doc["cycles"] if c["rank"] == 0] == [3, 4, 5, 6]
     assert all(c["host_ns"] > 0 and c["gpu_ns"] is None for c in doc["cycles"])  # CPU ranks: no CUDA events

@@ -26,7 +26,7 @@ CONVENTIONS: Final = {
                 "cycles otherwise)",
     "timing_source": "unprofiled: cycle, parts and decode step from timers that ran without the profiler (or a "
                      "timing-mode run); profiled: from the profiled phase ranges",
-    "profiled_cycle_ns": "mean cycle of the profiled window, kept beside the unprofiled one",
+    "profiled_cycle_ns": "mean cycle of the profiled window, kept beside the unprofiled one (null in a timing-mode run)",
     "break_even_tokens": "cycle_ns / decode_step_ns: tokens per cycle (bonus included) at which speculation equals plain decode",
     "needed_accept_prob": "per-position accept probability p with 1 + p + ... + p^k = needed_tokens (k = draft_tokens; unbounded chain when k is unknown)",
     "needed_cycle_ns": "cycle time giving target_tps per sequence at the measured tokens per cycle",
