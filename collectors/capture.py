@@ -89,6 +89,7 @@ class CaptureResult:
     events: int
     size_bytes: int
     manifest: dict[str, Any]
+    interrupted: dict[str, Any] | None = None  # set when a Ctrl-C ended the window early (manifest "interrupted")
 
 
 def free_port() -> int:
@@ -173,18 +174,44 @@ def _fault(cc: CaptureConfig, rank: int, cycle: int) -> None:
 DONE_GRACE_S = 20.0
 
 
-def _rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: str, q: Any) -> None:
+def _die_with_launcher() -> None:
+    """Linux: this rank gets SIGKILL when the launcher dies, however it dies (no orphan ranks)."""
+    import ctypes
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the launcher decides
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _from_collective(exc: BaseException) -> bool:
+    """True when the exception came out of torch.distributed (a collective whose peer went away)."""
+    import torch.distributed as dist
+
+    if isinstance(exc, dist.DistError):
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and "torch/distributed" in frames[-1].filename.replace("\\", "/")
+
+
+def _rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: str, q: Any,
+               ctl: Any = None) -> None:
     """Body of one rank process; always ends in os._exit (NCCL threads must not keep it alive)."""
     import sys
 
     code = 0
+    _die_with_launcher()
     try:
         redirect_output(log_path(Path(shard_dir), rank))
-        _rank_body(rank, world, kind, cc, port, Path(shard_dir), q)
+        _rank_body(rank, world, kind, cc, port, Path(shard_dir), q, ctl)
     except BaseException as exc:
         traceback.print_exc()  # the whole traceback goes to the rank's log
-        tb = traceback.format_exc(limit=3).strip().splitlines()
-        q.put(("error", rank, f"{exc.__class__.__name__}: {exc}"[:500], tb[-1] if tb else ""))
+        from tracekit.collectors.launcher import short_error
+
+        coll = False
+        with contextlib.suppress(Exception):
+            coll = _from_collective(exc)
+        q.put(("error", rank, short_error(f"{exc.__class__.__name__}: {exc}"), coll))
         code = 1
     finally:
         try:
@@ -198,7 +225,8 @@ def _rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     os._exit(code)
 
 
-def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: Path, q: Any) -> None:
+def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: Path, q: Any,
+               ctl: Any = None) -> None:
     os.environ.update(SAFE_ENV)
     for k, v in cc.rank_env.get(rank, {}).items():  # None unsets: a launcher variable that never reached this rank
         if v is None:
@@ -231,13 +259,15 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         "nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=cc.coll_timeout_s),
         device_id=device if cuda else None,
     )
-    q.put(("status", rank, "process group up"))
+    q.put(("stage", rank, "pg", "process group up"))
     total = cc.warmup + cc.cycles
     wl = Workload(cc.workload, rank, world, device, total)
     wl.capture_graphs()
-    q.put(("status", rank, f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
+    q.put(("stage", rank, "ready", f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
     skip = min(2, max(cc.warmup - 1, 0))
     for c in range(cc.warmup):
+        if ctl is not None and not ctl.may_start(rank, c):
+            break
         _fault(cc, rank, c)
         wl.timer.window = "unprofiled" if c >= skip else None
         wl.run_cycle(c)
@@ -260,22 +290,32 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     wl.timer.window = window_label(cc.profile)
     aborted: str | None = None
     done = 0
+    q.put(("stage", rank, "window", "profiling window started"))
     try:
         for c in range(cc.warmup, total):
+            if ctl is not None and not ctl.may_start(rank, c):
+                break  # Ctrl-C: every rank ends its window after the same cycle
             _fault(cc, rank, c)
             wl.run_cycle(c)
             done += 1
             q.put(("beat", rank, c))
         wl.sync()
     except Exception as exc:
-        aborted = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+        from tracekit.collectors.launcher import short_error
+
+        lost = ""
+        with contextlib.suppress(Exception):
+            lost = "lost its peer: " if _from_collective(exc) else ""
+        aborted = lost + short_error(f"{exc.__class__.__name__}: {exc}")
     wl.timer.window = None
     if session is not None:
         session.stop()
     counters = sampler.stop() if sampler is not None else None
     end = rank_section(rank, world, dev_index, "end")
     stats = wl.timer.stats() if aborted is None else {}
-    q.put(("status", rank, f"window done: {done}/{cc.cycles} cycles" + (f" (aborted: {aborted})" if aborted else "")))
+    q.put(("stage", rank, "window done", f"window done: {done}/{cc.cycles} cycles"))
+    if aborted:
+        q.put(("status", rank, f"window ended early after {done}/{cc.cycles} cycles: {aborted[:200]}"))
     if session is not None:
         _write_shard(rank, world, cc, wl, session, sampler, counters, start, end, stats, done, aborted, device,
                      shard_dir, q)
@@ -345,13 +385,32 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
     q.put(("done", rank, events.height))
 
 
-def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None) -> CaptureResult:
-    """Run the capture described by ``cc``; see the module docstring. Raises TracekitError if no rank produced data."""
-    import multiprocessing as mp
+def _fresh_shard_dir(shard_dir: Path) -> None:
+    """Make an empty shard directory; refuse to delete shards an earlier capture never merged."""
+    from tracekit.errors import OutputError
 
-    from tracekit.collectors.manifest import launcher_section
-    from tracekit.errors import TracekitError
-    from tracekit.store import merge_shards, read_manifest
+    if shard_dir.exists():
+        if any(shard_dir.glob("rank-*.parquet")):
+            raise OutputError("holds the shards of an earlier capture that were never merged: merge them "
+                              f"(tracekit merge {shard_dir} -o other.parquet) or remove the directory", path=str(shard_dir))
+        shutil.rmtree(shard_dir)  # only the logs of an earlier capture
+    shard_dir.mkdir(parents=True)
+
+
+def _stop_all(procs: dict[int, Any]) -> None:
+    for p in procs.values():
+        if p.is_alive():
+            p.kill()
+    for p in procs.values():
+        p.join(timeout=10)
+
+
+def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None, *, live: bool = False) -> CaptureResult:
+    """Run the capture described by ``cc``; see the module docstring. Raises TracekitError if no rank
+    produced data, OutputLockedError when another capture writes the same output, InterruptedCapture on
+    a second Ctrl-C (or Ctrl-C before the window). ``live``: a terminal, print every rank's cycles every
+    few seconds."""
+    from tracekit.outputs import OutputLock, sidecar
 
     say = progress or (lambda _m: None)
     kind, ngpu = resolve_device(cc.device)
@@ -364,10 +423,25 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     cc.workload.validate(world)
     cc = dataclasses.replace(cc, profile=resolve_profile(cc.profile, kind))
     out = Path(cc.out)
-    shard_dir = Path(str(out) + ".d")
-    if shard_dir.exists():
-        shutil.rmtree(shard_dir)
-    shard_dir.mkdir(parents=True)
+    lock = OutputLock(out).acquire()  # before anything is deleted: two captures to one -o
+    try:
+        if lock.stale is not None:
+            say(f"capture: replaced a stale lock {lock.path} (pid {lock.stale} no longer runs)")
+        shard_dir = sidecar(out, ".d")
+        _fresh_shard_dir(shard_dir)
+        return _launch(cc, say, live, kind, world, captured, out, shard_dir)
+    finally:
+        lock.release()
+
+
+def _launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str, world: int, captured: list[int],
+            out: Path, shard_dir: Path) -> CaptureResult:
+    import multiprocessing as mp
+
+    from tracekit.collectors.launcher import Control, Interrupts, Progress, sigint_ignored
+    from tracekit.collectors.manifest import launcher_section
+    from tracekit.errors import InterruptedCapture
+
     launcher = launcher_section()
     for k, v in SAFE_ENV.items():
         os.environ.setdefault(k, v)
@@ -375,48 +449,91 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     # spawn is how NCCL_* reach ranks; a forkserver started earlier would hand out a stale environment)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    ctl = Control(ctx, world)
     port = free_port()
     say(f"capture: {world} ranks ({'NCCL on GPU' if kind == 'cuda' else 'gloo on CPU'}), capturing {captured}, "
         f"{cc.warmup} warm-up + {cc.cycles} cycles in profile mode {cc.profile}")
-    procs = {r: ctx.Process(target=_rank_main, args=(r, world, kind, cc, port, str(shard_dir), q), name=f"tracekit-rank{r}")
-             for r in range(world)}
-    for p in procs.values():
-        p.start()
+    procs = {r: ctx.Process(target=_rank_main, args=(r, world, kind, cc, port, str(shard_dir), q, ctl),
+                            name=f"tracekit-rank{r}") for r in range(world)}
+    intr = Interrupts()
+    with sigint_ignored():
+        for p in procs.values():
+            p.start()
+    intr.install()
+    try:
+        say("capture: rank processes started (pid per rank: "
+            + ", ".join(f"{r}: {p.pid}" for r, p in procs.items()) + f"); logs in {shard_dir}/")
+        prog = Progress(say, world, cc.warmup + cc.cycles, live=live)
+        watch = _watch(cc, procs, q, ctl, intr, prog, say)
+        if watch.stop is not None and watch.stop <= cc.warmup:
+            _stop_all(procs)
+            shutil.rmtree(shard_dir, ignore_errors=True)
+            raise InterruptedCapture("interrupted before the profiling window: nothing was captured", path=str(out))
+        return _finish(cc, say, watch, procs, world, captured, out, shard_dir, launcher)
+    except KeyboardInterrupt:
+        _stop_all(procs)
+        shards = sorted(shard_dir.glob("rank-*.parquet"))
+        if not shards:
+            shutil.rmtree(shard_dir, ignore_errors=True)
+            raise InterruptedCapture(f"aborted ({intr.name or 'SIGINT'} twice): nothing was captured",
+                                     path=str(out)) from None
+        raise InterruptedCapture(f"aborted ({intr.name or 'SIGINT'} twice): {len(shards)} rank shard(s) kept in "
+                                 f"{shard_dir}; merge them with `tracekit merge {shard_dir} -o {out}`",
+                                 path=str(out)) from None
+    finally:
+        intr.restore()
+
+
+@dataclass
+class _Watch:
+    finished: dict[int, float] = field(default_factory=dict)  # ranks whose shard is written -> when
+    errors: dict[int, tuple[str, bool, float]] = field(default_factory=dict)  # rank -> (error, collective, when)
+    died: dict[int, float] = field(default_factory=dict)  # rank -> when its process was seen dead, unfinished
+    timed_out: dict[int, float] = field(default_factory=dict)
+    last_cycle: dict[int, int] = field(default_factory=dict)
+    window_done: set[int] = field(default_factory=set)
+    window_started: set[int] = field(default_factory=set)
+    stop: int | None = None  # Ctrl-C: cycles with a lower index run on every rank
+
+
+def _watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any, prog: Any,
+           say: Callable[[str], None]) -> _Watch:
+    """Follow the ranks until every process has ended; kill silent ones; end the window on Ctrl-C."""
+    w = _Watch()
     last = dict.fromkeys(procs, time.monotonic())  # last progress report per rank
-    errors: dict[int, str] = {}
-    timed_out: dict[int, float] = {}
     cycling: set[int] = set()  # ranks past start-up (first cycle done)
-    finished: dict[int, float] = {}  # ranks whose shard is written -> when
     while any(p.is_alive() for p in procs.values()):
         now = time.monotonic()
+        if intr.count and w.stop is None:
+            w.stop = ctl.stop()
+            if w.stop <= cc.warmup:
+                return w
+            n = min(w.stop - cc.warmup, cc.cycles)
+            say(f"capture: Ctrl-C: every rank ends its window after {n} of {cc.cycles} cycles and writes what it "
+                "captured (Ctrl-C again to abort)")
         for r, p in procs.items():
-            if r in finished:  # its data is safe: only teardown is left; do not wait minutes for it
-                if p.is_alive() and now - finished[r] > DONE_GRACE_S and all(
-                        q_r in finished or not procs[q_r].is_alive() for q_r in procs):
+            if not p.is_alive() and r not in w.finished and r not in w.died:
+                w.died[r] = now
+                prog.rank_gone(r)
+            if r in w.finished:  # its data is safe: only teardown is left; do not wait minutes for it
+                if p.is_alive() and now - w.finished[r] > DONE_GRACE_S and all(
+                        q_r in w.finished or not procs[q_r].is_alive() for q_r in procs):
                     p.kill()
                 continue
             limit = cc.timeout_s if r in cycling else max(cc.timeout_s, cc.startup_timeout_s)
-            if p.is_alive() and r not in timed_out and now - last[r] > limit:
+            if p.is_alive() and r not in w.timed_out and now - last[r] > limit:
                 p.kill()
-                timed_out[r] = limit
+                w.timed_out[r] = limit
                 say(f"rank {r}: no progress for {limit:g} s: killed")
+        prog.tick()
         try:
             msg = q.get(timeout=0.2)
         except queue.Empty:
             continue
+        _take(msg, w, prog, say)
         last[msg[1]] = time.monotonic()
-        if msg[0] == "beat":
-            if isinstance(msg[2], int):
-                cycling.add(msg[1])
-            continue
-        if msg[0] == "error":
-            errors[msg[1]] = msg[2]
-            say(f"rank {msg[1]}: error: {msg[2]}")
-        elif msg[0] == "done":
-            finished[msg[1]] = time.monotonic()
-            say(f"rank {msg[1]}: shard written ({msg[2]} events)")
-        else:
-            say(f"rank {msg[1]}: {msg[2]}")
+        if msg[0] == "beat" and isinstance(msg[2], int):
+            cycling.add(msg[1])
     for p in procs.values():
         p.join(timeout=10)
     while True:  # late messages
@@ -424,36 +541,103 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
             msg = q.get_nowait()
         except (queue.Empty, OSError, ValueError):
             break
-        if msg[0] == "error":
-            errors[msg[1]] = msg[2]
-    missing: dict[str, str] = {}
-    for r in captured:
-        if shard_path(shard_dir, r).exists():
+        _take(msg, w, prog, say)
+    return w
+
+
+def _take(msg: tuple[Any, ...], w: _Watch, prog: Any, say: Callable[[str], None]) -> None:
+    r = msg[1]
+    if msg[0] == "beat":
+        if isinstance(msg[2], int):
+            w.last_cycle[r] = msg[2]
+            prog.cycle(r, msg[2])
+    elif msg[0] == "stage":
+        if msg[2] == "window done":
+            w.window_done.add(r)
+        if msg[2] == "window":
+            w.window_started.add(r)
+        prog.stage(r, msg[2], msg[3])
+    elif msg[0] == "error":
+        w.errors.setdefault(r, (msg[2], bool(msg[3]), time.monotonic()))
+    elif msg[0] == "done":
+        w.finished[r] = time.monotonic()
+        prog.stage(r, "done", "shards written")
+    else:
+        say(f"rank {r}: {msg[2]}")
+
+
+def _failures(cc: CaptureConfig, w: _Watch, procs: dict[int, Any]) -> dict[int, Any]:
+    from tracekit.collectors.launcher import Failure, exit_reason
+
+    out: dict[int, Failure] = {}
+    for r in sorted(set(w.errors) | set(w.died) | set(w.timed_out)):
+        if r in w.finished and r not in w.errors:
             continue
-        if r in timed_out:
-            missing[str(r)] = f"no progress for {timed_out[r]:g} s (killed)"
-        elif r in errors:
-            missing[str(r)] = f"failed: {errors[r]}"
+        if r in w.timed_out:
+            what, coll, at = f"no progress for {w.timed_out[r]:g} s (killed)", False, w.died.get(r, time.monotonic())
+        elif r in w.errors:
+            err, coll, at = w.errors[r]
+            what = f"failed: {err}"
+            at = min(at, w.died.get(r, at))
         else:
-            missing[str(r)] = f"process exited with code {procs[r].exitcode} before writing its shard"
-        say(f"rank {r}: missing: {missing[str(r)]}")
-    for r in sorted(set(errors) | set(timed_out) | {int(k) for k in missing}):
-        tail = log_tail(log_path(shard_dir, r))
+            what, coll, at = exit_reason(procs[r].exitcode), False, w.died[r]
+        c = w.last_cycle.get(r)
+        if r in w.window_done:
+            stage = "after its profiling window"
+        elif r not in w.window_started:
+            stage = "before the profiling window"
+        else:
+            done = 0 if c is None or c < cc.warmup else c - cc.warmup + 1
+            stage = f"in the profiling window after {done} of {cc.cycles} cycles"
+        out[r] = Failure(rank=r, at=at, what=what, collective=coll, stage=stage)
+    return out
+
+
+def _finish(cc: CaptureConfig, say: Callable[[str], None], w: _Watch, procs: dict[int, Any], world: int,
+            captured: list[int], out: Path, shard_dir: Path, launcher: dict[str, Any]) -> CaptureResult:
+    from tracekit.collectors.launcher import explain, rank_ranges
+    from tracekit.errors import TracekitError
+    from tracekit.store import merge_shards, read_manifest
+
+    failures = _failures(cc, w, procs)
+    lines = explain(failures)
+    from tracekit.collectors.launcher import exit_reason
+
+    missing: dict[str, str] = {}
+    for f, line in lines:
+        say(line)
+        if f.rank in captured and not shard_path(shard_dir, f.rank).exists():
+            missing[str(f.rank)] = f.what + (f" {f.stage}" if f.stage else "")
+    for r in captured:  # no failure seen, yet no shard (should not happen): say so
+        if str(r) not in missing and not shard_path(shard_dir, r).exists():
+            missing[str(r)] = f"no shard written ({exit_reason(procs[r].exitcode)})"
+    if lines:
+        root = lines[0][0]
+        tail = log_tail(log_path(shard_dir, root.rank))
         if tail:
-            say(f"rank {r}: last lines of {log_path(shard_dir, r)}:")
+            say(f"rank {root.rank}: last lines of {log_path(shard_dir, root.rank)}:")
             for line in tail:
                 say(f"  | {line}")
+        say(f"capture: full logs of every rank kept in {shard_dir}/ (rank-00000.log ...)")
     if len(missing) == len(captured):
-        raise TracekitError("no rank produced data: " + "; ".join(f"rank {r}: {m}" for r, m in missing.items())
-                            + f" (rank logs kept in {shard_dir})", path=str(out))
+        root_line = lines[0][1] if lines else "no rank wrote a shard"
+        peers = [f.rank for f, _ in lines[1:] if f.collective]
+        others = [ln for f, ln in lines[1:] if not f.collective]
+        parts = [root_line] + ([f"{'ranks' if len(peers) > 1 else 'rank'} {rank_ranges(peers)} lost {'their' if len(peers) > 1 else 'its'} peer"] if peers else [])
+        raise TracekitError("no rank produced data: " + "; ".join(parts + others) + f" (logs kept in {shard_dir}/)",
+                            path=str(out))
     extra: dict[str, Any] = {"source": "capture", "launcher": launcher, "world_size": world,
                              "capture": cc.to_dict(), "captured_ranks": captured}
     if missing:
         extra["missing_ranks"] = missing
+    if w.stop is not None:
+        extra["interrupted"] = {"signal": "SIGINT", "cycles_done": max(0, min(w.stop - cc.warmup, cc.cycles)),
+                                "cycles_requested": cc.cycles,
+                                "note": "Ctrl-C ended the window early; the run holds the cycles captured"}
     merge_shards(shard_dir, out, extra)
     man = read_manifest(out)
     aborted = [r for r, sec in man.get("ranks", {}).items() if isinstance(sec, dict) and sec.get("aborted")]
-    if missing or errors or aborted or cc.keep_logs:  # the merged file holds every shard: keep only the logs
+    if missing or w.errors or aborted or cc.keep_logs:  # the merged file holds every shard: keep only the logs
         for r in range(world):
             shard_path(shard_dir, r).unlink(missing_ok=True)
         say(f"rank logs (stdout/stderr of every rank process) kept in {shard_dir}/")
@@ -463,4 +647,5 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
 
     n = pq.ParquetFile(out).metadata.num_rows
     return CaptureResult(out=out, world=world, captured=captured, missing=missing, events=n,
-                         size_bytes=out.stat().st_size, manifest=man)
+                         size_bytes=out.stat().st_size, manifest=man, interrupted=extra.get("interrupted"))
+

@@ -119,7 +119,7 @@ def test_eight_ranks(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = capfd.readouterr()
     assert "USDT" not in out.out + out.err and "profiler_start" not in out.out + out.err
     assert not Path(str(res.out) + ".d").exists()
-    assert sum("shard written" in m for m in said) == 8  # tracekit's own progress still reaches the launcher
+    assert any(m.startswith("capture: shards written (8/8 ranks") for m in said)  # one line per stage
     verify = run.events.filter(pl.col("kind") == "range", pl.col("phase") == "verify", pl.col("phase_id").is_not_null())
     per = verify.group_by("cycle").agg(pl.col("rank").n_unique().alias("ranks"), pl.col("accept_len").n_unique().alias("acc"))
     assert sorted(per["cycle"].to_list()) == [0, 1]

@@ -7,6 +7,8 @@ rank, no traceback unless --debug.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -29,6 +31,14 @@ def cli(debug: bool) -> None:
     tracekit capture --ranks all                  # built-in workload, every rank
     tracekit attribute run.parquet                # where the verify time went
     tracekit export run.parquet -o run.pftrace    # open in ui.perfetto.dev
+
+    \b
+    Exit status: 0 done; 1 bad data or an error (one line; --debug for a traceback);
+    2 usage error, or an output that names an input; 3 partial run (written, but some rank
+    has no data: one line says which); 130 interrupted (Ctrl-C).
+    Outputs: the parent directory must exist (tracekit creates none you did not name);
+    every output is written to a temp file beside it and renamed when complete, under
+    OUTPUT.lock (a second writer of the same output is refused, naming the pid).
     """
     _State.debug = debug
 
@@ -42,6 +52,17 @@ def _load(path: str, columns: list[str] | None = None) -> Run:
     if run.refinalized is not None:
         click.echo(refinalized_line(run.refinalized), err=True)
     return run
+
+
+@contextmanager
+def _claim(out: str, inputs: Iterable[str] = (), *, runs: bool = True) -> Iterator[None]:
+    """Every command that writes: the output rule (tracekit.outputs), then its lock while writing."""
+    from tracekit.outputs import claimed_output
+
+    with claimed_output(out, inputs, runs=runs) as lock:
+        if lock.stale is not None:
+            click.echo(f"tracekit: note: replaced a stale lock {lock.path} (pid {lock.stale} no longer runs)", err=True)
+        yield
 
 
 # Each command section below belongs to one part of the project; add commands
@@ -77,6 +98,7 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     from tracekit.analyzers.align import align_events
     from tracekit.finalize.categories import load_rules
     from tracekit.ingest import ingest_traces
+    from tracekit.ingest.discover import discover
     from tracekit.render.ingest import ByteProgress, print_ingest_summary
     from tracekit.store import write_run
 
@@ -84,14 +106,15 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     err = Console(stderr=True, soft_wrap=True)  # never break file paths
     progress = ByteProgress(err, enabled=not quiet)
     t0 = time.perf_counter()
-    try:
-        run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks,
-                            on_error=on_error,  # type: ignore[arg-type]
-                            progress=progress, rules=rules)
-    finally:
-        progress.stop()
-    events, man = align_events(run.events, run.manifest, None if align_method == "auto" else align_method)
-    out = write_run(events, output, man)
+    with _claim(output, [*traces, *map(str, discover(traces))], runs=False):
+        try:
+            run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks,
+                                on_error=on_error,  # type: ignore[arg-type]
+                                progress=progress, rules=rules)
+        finally:
+            progress.stop()
+        events, man = align_events(run.events, run.manifest, None if align_method == "auto" else align_method)
+        out = write_run(events, output, man)
     if not quiet:
         print_ingest_summary(err, out, events.height, man, time.perf_counter() - t0)
 
@@ -173,7 +196,14 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
                 layers: int | None, hidden: int | None, experts: int | None, top_k: int | None,
                 accept_probs: str | None, device: str, keep_json: str | None, profile: str, timeout_s: float, out: str,
                 sglang_url: str | None, requests: int, input_len: int, output_len: int, concurrency: int) -> None:
-    """Capture the built-in speculative-decoding workload (or, with --sglang URL, a live server) on every rank into one run.parquet."""
+    """Capture the built-in speculative-decoding workload (or, with --sglang URL, a live server) on every rank into one run.parquet.
+
+    \b
+    Exit status: 0 every rank captured; 1 no rank produced data (one line per failed rank,
+    root cause first; logs kept in RUN.d/); 3 partial run (written, some ranks missing: the
+    summary and the manifest say which and why); 130 Ctrl-C (the first ends the window at
+    the current cycle and still writes the cycles captured, marked interrupted; a second aborts).
+    """
     if sglang_url is not None:
         if ranks_opt != "all":
             raise click.UsageError("--sglang captures every rank: use --ranks all (and --world N to name the rank count)")
@@ -204,10 +234,19 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
                          hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
         cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, device=device,
                            workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile)
-        result = run_capture(cc, progress=lambda m: click.echo(m, err=True))
+        from tracekit.outputs import check_output
+
+        check_output(out)
+        result = run_capture(cc, progress=lambda m: click.echo(m, err=True), live=sys.stderr.isatty())
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(render_capture_summary(result))
+    from tracekit.cli_errors import EXIT_INTERRUPTED, EXIT_PARTIAL
+
+    if result.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if result.missing:
+        sys.exit(EXIT_PARTIAL)
 
 # --- attribute / gap (analyzers) ---
 
@@ -229,6 +268,7 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
     from tracekit.render import attribute as render_attribute
 
     r = _load(run)
+    _note_partial(run)
     from tracekit.render import attribute_doc
     from tracekit.render import host_attribute as render_host
 
@@ -283,6 +323,7 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
 
     ev_a = _load(run).events
     ev_b = _load(b_run).events if b_run is not None else None
+    _note_partial(run, b_run)
     sel = None if rank is None else [rank]
     host_mode = not has_gpu_events(ev_a, sel) and not has_gpu_events(ev_b if ev_b is not None else ev_a, sel)
     try:
@@ -373,9 +414,11 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
         raise click.UsageError(str(exc)) from None
     if cycles is not None and phase is None:
         raise click.UsageError("--cycles needs --phase")
-    r = _load(run_path)
-    res = export_events(r.events, r.manifest, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt),
-                        buckets=not no_buckets, outstanding=outstanding, source=run_path)
+    with _claim(output, [run_path]):
+        r = _load(run_path)
+        _note_partial(run_path)
+        res = export_events(r.events, r.manifest, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt),
+                            buckets=not no_buckets, outstanding=outstanding, source=run_path)
     for w in res.warnings:
         click.echo(f"tracekit: warning: {w}", err=True)
     click.echo(export_summary(res))
@@ -444,6 +487,7 @@ def spec_cmd(
     loaded = _load(run)
     events = loaded.events
     base = _load(baseline).events if baseline is not None else None
+    _note_partial(run, baseline)
     try:
         table, ctx = spec_report(
             events,
@@ -475,12 +519,13 @@ def align_cmd(run: str, output: str, method: str) -> None:
     from tracekit.errors import AnalysisError
     from tracekit.store import write_run
 
-    r = _load(run)
-    try:
-        events, man = align_events(r.events, r.manifest, None if method == "auto" else method)
-    except AnalysisError as exc:
-        raise exc.located(path=run) from None
-    write_run(events, output, man)
+    with _claim(output, [run]):
+        r = _load(run)
+        try:
+            events, man = align_events(r.events, r.manifest, None if method == "auto" else method)
+        except AnalysisError as exc:
+            raise exc.located(path=run) from None
+        write_run(events, output, man)
     from tracekit.render.ingest import alignment_line
 
     line = alignment_line(man["clock"])
@@ -505,6 +550,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
 
     a = _load(old)
     b = _load(new)
+    _note_partial(old, new)
     try:
         view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width)
     except AnalysisError as exc:
@@ -533,6 +579,7 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
     from tracekit.render import ranks as render_ranks
 
     r = _load(run)
+    _note_partial(run)
     view = stragglers(r.events, round(min_skew_us * 1000))
     state = rank_state(r.manifest)
     if as_json:
@@ -557,11 +604,51 @@ def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, ta
     from tracekit.render.report.summary import report_lines
     from tracekit.render.store import refinalized_line
 
-    res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)
+    with _claim(output, [run, *([b_run] if b_run else [])]):
+        res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)
     for note in res.refinalized:
         click.echo(refinalized_line(note), err=True)
     for line in report_lines(res):
         click.echo(line)
+
+
+# --- merge / partial runs (reliability) ---
+
+
+def _note_partial(*paths: str | None) -> None:
+    """One stderr line per way each run is not whole (missing ranks, interrupted capture)."""
+    from tracekit.render.run_state import run_state_lines
+    from tracekit.store import read_manifest
+
+    for path in paths:
+        if path is not None:
+            for line in run_state_lines(path, read_manifest(path)):
+                click.echo(f"tracekit: warning: {line}", err=True)
+
+
+@cli.command("merge")
+@click.argument("shard_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="run.parquet to write.")
+@guarded
+def merge_cmd(shard_dir: str, output: str) -> None:
+    """Merge a capture's shard directory (DIR/rank-*.parquet) into one run file.
+
+    A capture that was aborted, or whose launcher died, leaves its per-rank shards in
+    RUN.d/; this merges them (DIR is left as it is). Exit 3 when ranks are missing.
+    """
+    from tracekit.cli_errors import EXIT_PARTIAL
+    from tracekit.render.run_state import missing_line
+    from tracekit.store import merge_shards, read_manifest
+
+    with _claim(output, [shard_dir]):
+        merge_shards(shard_dir, output, {"merged_by": "tracekit merge", "merged_from": shard_dir})
+    man = read_manifest(output)
+    n = len(man.get("ranks", {}))
+    click.echo(f"merged {n} shard(s) from {shard_dir} into {output} (the shards are left in {shard_dir})")
+    line = missing_line(output, man)
+    if line:
+        click.echo(f"tracekit: warning: {line}", err=True)
+        sys.exit(EXIT_PARTIAL)
 
 
 # --- sglang (integration) ---

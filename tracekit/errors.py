@@ -19,7 +19,10 @@ E = TypeVar("E", bound="TracekitError")
 
 
 class TracekitError(Exception):
-    """Bad data: names the file, the rank and (two-run commands) the side, where known."""
+    """Bad data: names the file, the rank and (two-run commands) the side, where known. ``exit_code`` is
+    the CLI's exit status."""
+
+    exit_code = 1
 
     def __init__(
         self, message: str, *, path: str | None = None, rank: int | None = None, side: Side | None = None
@@ -81,11 +84,35 @@ def side_path(exc: TracekitError, a: str, b: str | None, both: str | None = None
     return a
 
 
+class OutputError(TracekitError):
+    """An output path tracekit will not write (missing parent directory, name too long, a directory)."""
+
+
+class OutputIsInputError(OutputError):
+    """The output names one of the inputs: refused before reading, like a usage error (exit 2)."""
+
+    exit_code = 2
+
+
+class OutputLockedError(OutputError):
+    """Another live tracekit process holds the output's lock file."""
+
+
+class InterruptedCapture(TracekitError):
+    """A capture aborted by a second Ctrl-C (or killed launcher signal): exit 130."""
+
+    exit_code = 130
+
+
 __all__ = [
     "AnalysisError",
     "BadTraceError",
     "EmptyTraceError",
+    "InterruptedCapture",
     "NotATraceError",
+    "OutputError",
+    "OutputIsInputError",
+    "OutputLockedError",
     "RankError",
     "RunError",
     "Side",

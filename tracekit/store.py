@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.errors import RunError
+from tracekit.outputs import temp_beside
 from tracekit.schema import SCHEMA, SCHEMA_VERSION, conform, empty_events, sort_events
 
 MANIFEST_KEY = b"tracekit"
@@ -97,8 +97,7 @@ def write_run(
     man.setdefault("schema_version", SCHEMA_VERSION)
     man.setdefault("tracekit_version", __version__)
     meta = {MANIFEST_KEY.decode(): json.dumps(man, sort_keys=True, default=str)}
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
+    tmp = temp_beside(out)
     try:
         # polars writes directly (no Arrow copy of the strings); dictionary-encodes strings,
         # the manifest goes into the file's key-value metadata
@@ -262,13 +261,43 @@ def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> 
     return load_run(path, columns).events
 
 
+def expected_ranks(manifest: Mapping[str, Any]) -> list[int]:
+    """The ranks a run should hold: ``captured_ranks``, the capture's ``ranks``, else the whole world."""
+    if isinstance(manifest.get("captured_ranks"), list):
+        return sorted(int(r) for r in manifest["captured_ranks"])
+    cap = manifest.get("capture")
+    if isinstance(cap, dict) and isinstance(cap.get("ranks"), list):
+        return sorted(int(r) for r in cap["ranks"])
+    world = manifest.get("world_size")
+    return list(range(int(world))) if isinstance(world, int) else sorted(int(r) for r in manifest.get("ranks", {}))
+
+
+def shard_missing(shard_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Ranks the shards of ``shard_dir`` should hold but do not, each with why (its log named when kept)."""
+    d = Path(shard_dir)
+    have = {str(r) for r in manifest.get("ranks", {})}
+    known = dict(manifest.get("missing_ranks", {}))
+    out: dict[str, str] = {}
+    for r in expected_ranks(manifest):
+        if str(r) in have:
+            continue
+        log = d / f"rank-{r:05d}.log"
+        why = known.get(str(r)) or f"no shard rank-{r:05d}.parquet in {d}"
+        out[str(r)] = why + (f" (its log: {log})" if log.exists() and str(log) not in why else "")
+    return out
+
+
 def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> Path:
-    """Merge a directory of per-rank shards into one run file (atomically; finalized, see load_run)."""
+    """Merge a directory of per-rank shards into one run file (atomically; finalized, see load_run). Ranks
+    the shards' manifests expect but that have no shard land in ``missing_ranks`` with why."""
     run = load_run(shard_dir)
     man = dict(run.manifest)
     man["source"] = man.get("source", "merge")
     if extra:
         man.update(extra)
+    missing = shard_missing(shard_dir, man)
+    if missing:
+        man["missing_ranks"] = missing
     return write_run(run.events, out, man)
 
 
@@ -277,6 +306,7 @@ __all__ = [
     "Refinalized",
     "Run",
     "empty_events",
+    "expected_ranks",
     "is_canonical_order",
     "load_run",
     "merge_manifests",
@@ -286,5 +316,6 @@ __all__ = [
     "read_manifest",
     "read_run",
     "scan_run",
+    "shard_missing",
     "write_run",
 ]

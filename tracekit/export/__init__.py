@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.export.select import Selection, select_events
+from tracekit.outputs import temp_beside
 from tracekit.schema import GPU_KINDS, GPU_RANGE, RANGE
 from tracekit.store import publish
 
@@ -130,9 +130,9 @@ def export_events(
         )
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    tmp = temp_beside(dest)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with open(tmp, "wb") as fh:
             if kind == "perfetto":
                 written = perfetto.write_perfetto(lay, fh)
             else:

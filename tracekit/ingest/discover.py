@@ -61,6 +61,10 @@ def discover(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
+            if any(p.glob("rank-*.parquet")) and not any(p.rglob("*.json*")):
+                raise TracekitError("is a capture's shard directory (rank-*.parquet), not traces: merge it with "
+                                    f"`tracekit merge {p} -o run.parquet`, or pass it to any command that reads a run",
+                                    path=str(p))
             found = sorted(f for f in p.rglob("*") if f.is_file() and _is_trace_name(f.name))
             out.extend(_drop_redundant_merged(found))
         elif p.exists():

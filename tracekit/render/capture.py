@@ -64,6 +64,10 @@ def render_capture_summary(result: _Result) -> str:
         f"cycles per rank: {min(windows) if windows else 0}..{max(windows) if windows else 0} "
         f"of {cap.get('cycles')} (after {cap.get('warmup')} warm-up)",
     ]
+    intr = man.get("interrupted")
+    if isinstance(intr, dict):
+        lines[0] += f" (interrupted: {intr.get('cycles_done')} of {intr.get('cycles_requested')} cycles)"
+        lines.append("interrupted: Ctrl-C ended the window early; the run holds the cycles captured on every rank")
     for r, why in sorted(result.missing.items(), key=lambda kv: int(kv[0])):
         lines.append(f"  missing rank {r}: {why}")
     for r, sec in sorted(man.get("ranks", {}).items(), key=lambda kv: int(kv[0])):

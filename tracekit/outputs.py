@@ -1,0 +1,238 @@
+"""Where a command may write: one rule for every output, temp names that fit, one writer at a time.
+
+- :func:`check_output` refuses, before anything is read, an output that is one of the inputs
+  (exit 2), a name longer than the file system allows (exit 1) and an output whose parent
+  directory does not exist (exit 1): tracekit never creates a directory you did not name.
+- :func:`temp_beside` is a temp file in the output's directory whose name fits whenever the
+  output's own name fits (``.NAME.xxxxxxxx.tmp``, NAME shortened when needed).
+- :func:`sidecar` is a fixed name beside an output (``run.parquet.lock``, ``run.parquet.d``),
+  shortened with a hash of the full name when the plain one would not fit.
+- :class:`OutputLock` is ``<output>.lock`` beside the output, created exclusively and holding
+  the writer's pid, host and process start time; a second writer is refused naming that pid,
+  and a lock whose process no longer runs (or is another process now) is stale and replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+from tracekit.errors import OutputError, OutputIsInputError, OutputLockedError
+
+DEFAULT_NAME_MAX = 255
+_TEMP_RANDOM = 8  # characters tempfile adds
+
+
+def name_max(directory: str | os.PathLike[str]) -> int:
+    """Bytes one file name may have in ``directory`` (its nearest existing ancestor)."""
+    d = Path(directory)
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    try:
+        return int(os.pathconf(d if str(d) else ".", "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return DEFAULT_NAME_MAX
+
+
+def _fit(name: str, limit: int) -> str:
+    """``name`` cut to at most ``limit`` UTF-8 bytes, never inside a character."""
+    raw = os.fsencode(name)
+    if len(raw) <= limit:
+        return name
+    return raw[: max(limit, 0)].decode("utf-8", errors="ignore")
+
+
+def temp_beside(dest: str | os.PathLike[str]) -> str:
+    """Create an empty temp file next to ``dest`` and return its path (its name always fits)."""
+    out = Path(dest)
+    parent = out.parent
+    limit = name_max(parent)
+    stem = _fit(out.name, limit - 2 - _TEMP_RANDOM - len(".tmp"))
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=parent)
+    os.close(fd)
+    return tmp
+
+
+def sidecar(dest: str | os.PathLike[str], suffix: str) -> Path:
+    """``dest`` + ``suffix`` beside ``dest``; when that name is too long, a shortened name with a
+    hash of the full one (deterministic, so every process finds the same file)."""
+    out = Path(dest)
+    limit = name_max(out.parent)
+    full = out.name + suffix
+    if len(os.fsencode(full)) <= limit:
+        return out.with_name(full)
+    tag = "~" + hashlib.sha1(os.fsencode(out.name)).hexdigest()[:8]
+    return out.with_name(_fit(out.name, limit - len(tag) - len(os.fsencode(suffix))) + tag + suffix)
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        return False
+    return a.resolve() == b.resolve()
+
+
+def _inside(child: Path, directory: Path) -> bool:
+    try:
+        child.resolve().relative_to(directory.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _expand(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    out: list[Path] = []
+    for raw in inputs:
+        s = os.fspath(raw)
+        if glob.has_magic(s) and not os.path.exists(s):
+            out.extend(Path(h) for h in glob.glob(s, recursive=True))
+        else:
+            out.append(Path(s))
+    return out
+
+
+def check_name(path: str | os.PathLike[str]) -> None:
+    """Refuse a path with a component longer than the file system allows (one line, not a traceback)."""
+    p = Path(path)
+    for part in p.parts:
+        n = len(os.fsencode(part))
+        limit = name_max(p.parent)
+        if n > limit:
+            raise OutputError(f"file name too long ({n} bytes in one name; this file system allows {limit})",
+                              path=str(path))
+
+
+def check_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = (), *,
+                 runs: bool = True) -> Path:
+    """The one rule for every output path; see the module docstring. Returns ``out`` as a Path.
+
+    ``runs``: the inputs are runs (a file or a shard directory), so writing inside an input
+    directory is refused too; trace directories (ingest) only refuse their own files.
+    """
+    p = Path(out)
+    check_name(p)
+    for src in _expand(inputs):
+        if _same(p, src):
+            raise OutputIsInputError(f"the output is an input: writing it would destroy {src} (nothing was read "
+                                     "or written; choose another output)", path=str(p))
+        if runs and src.is_dir() and _inside(p, src):
+            raise OutputIsInputError(f"the output is inside the input directory {src} (nothing was read or written; "
+                                     "choose another output)", path=str(p))
+    parent = p.parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise OutputError(f"directory {parent} {what} (tracekit creates no missing directories: "
+                          f"mkdir -p {parent} first if it is the one you meant)", path=str(p))
+    if p.is_dir():
+        raise OutputError("is a directory (give a file name)", path=str(p))
+    return p
+
+
+def _proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = _proc_start(pid)
+    return start is None or now is None or now == start
+
+
+class OutputLock:
+    """``<output>.lock``: one writer per output at a time (see the module docstring).
+
+    ``stale`` is set to the pid of the dead holder when a stale lock was replaced.
+    """
+
+    def __init__(self, out: str | os.PathLike[str]) -> None:
+        self.out = Path(out)
+        self.path = sidecar(self.out, ".lock")
+        self.stale: int | None = None
+        self._held = False
+
+    def _holder(self) -> dict[str, object] | None:
+        try:
+            doc = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def acquire(self) -> OutputLock:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
+              "since_unix_ns": time.time_ns()}
+        for _attempt in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._holder()
+                if holder is None:  # being written right now, or garbage: garbage once it is old
+                    with contextlib.suppress(OSError):
+                        if time.time() - self.path.stat().st_mtime > 10:
+                            self.path.unlink()
+                            continue
+                    time.sleep(0.1)
+                    continue
+                pid = int(str(holder.get("pid", 0)))
+                host = str(holder.get("host", ""))
+                start = holder.get("start")
+                if host == me["host"] and not _alive(pid, None if start is None else str(start)):
+                    self.stale = pid
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+                    continue
+                where = f"pid {pid}" + ("" if host == me["host"] else f" on host {host}")
+                raise OutputLockedError(f"another tracekit ({where}) is writing this output (lock file {self.path}; "
+                                        "remove it only if that process is gone)", path=str(self.out)) from None
+            with os.fdopen(fd, "w") as fh:
+                json.dump(me, fh)
+            self._held = True
+            return self
+        raise OutputLockedError(f"cannot take the lock file {self.path}", path=str(self.out))
+
+    def release(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        holder = self._holder()
+        if holder is not None and holder.get("pid") == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+@contextlib.contextmanager
+def claimed_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = (), *,
+                   runs: bool = True) -> Iterator[OutputLock]:
+    """:func:`check_output`, then hold the output's lock while the body writes it."""
+    check_output(out, inputs, runs=runs)
+    with OutputLock(out) as lock:
+        yield lock
+
+
+__all__ = ["OutputLock", "check_name", "check_output", "claimed_output", "name_max", "sidecar", "temp_beside"]

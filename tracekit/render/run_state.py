@@ -1,0 +1,34 @@
+"""One line on a run that is not whole: missing ranks (partial) and an interrupted capture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def missing_line(path: str, manifest: dict[str, Any]) -> str | None:
+    """``RUN: partial run: rank 1 missing (killed by SIGKILL ...)`` or None when every rank is there."""
+    missing = manifest.get("missing_ranks") or {}
+    if not missing:
+        return None
+    items = sorted(missing.items(), key=lambda kv: int(kv[0]))
+    ranks = ", ".join(r for r, _ in items)
+    why = "; ".join(f"rank {r}: {w}" for r, w in items)
+    noun = "rank" if len(items) == 1 else "ranks"
+    return f"{path}: partial run: {noun} {ranks} missing ({why})"
+
+
+def interrupted_line(path: str, manifest: dict[str, Any]) -> str | None:
+    """``RUN: interrupted capture: ...`` or None."""
+    intr = manifest.get("interrupted")
+    if not isinstance(intr, dict):
+        return None
+    return (f"{path}: interrupted capture: the window ended at cycle {intr.get('cycles_done')} of "
+            f"{intr.get('cycles_requested')} ({intr.get('signal', 'SIGINT')})")
+
+
+def run_state_lines(path: str, manifest: dict[str, Any]) -> list[str]:
+    """Every line that says the run is not whole (empty when it is)."""
+    return [x for x in (missing_line(path, manifest), interrupted_line(path, manifest)) if x]
+
+
+__all__ = ["interrupted_line", "missing_line", "run_state_lines"]
