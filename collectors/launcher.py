@@ -50,7 +50,7 @@ class Control:
         (cycles with index below it run everywhere)."""
         got = self.lock.acquire(timeout=5.0)  # a rank killed inside the lock must not hang the launcher
         try:
-            stop = max(list(self.started)) + 1
+            stop = int(max(list(self.started))) + 1
             self.stop_at.value = stop
             return stop
         finally:
