@@ -129,7 +129,7 @@ def test_missing_rank_is_an_error_unless_allowed(tmp_path: Path) -> None:
     assert run.ranks == [0, 2]
     assert set(run.manifest["missing_ranks"]) == {"1", "3"}  # never silently rank 0
     code, out = _cli(["ingest", str(tmp_path), "-o", str(tmp_path / "run.parquet"), "--allow-missing-ranks"])
-    assert code == 0 and "missing rank 1" in out
+    assert code == 3 and "missing rank 1" in out  # exit 3: partial run
 
 
 def test_overlapping_kernels_busy_is_a_union(tmp_path: Path) -> None:

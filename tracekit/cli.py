@@ -54,6 +54,16 @@ def _load(path: str, columns: list[str] | None = None) -> Run:
     return run
 
 
+PIPED_TABLE_WIDTH = 200  # piped output: wide enough that no header or number is cut (tests: 80 columns)
+
+
+def _table_console() -> Any:
+    """The console of a command that prints tables: the terminal's width, or wide when piped."""
+    from tracekit.render.attribute import make_console
+
+    return make_console(PIPED_TABLE_WIDTH)
+
+
 @contextmanager
 def _claim(out: str, inputs: Iterable[str] = (), *, runs: bool = True) -> Iterator[None]:
     """Every command that writes: the output rule (tracekit.outputs), then its lock while writing."""
@@ -117,6 +127,16 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
         out = write_run(events, output, man)
     if not quiet:
         print_ingest_summary(err, out, events.height, man, time.perf_counter() - t0)
+    from tracekit.render.run_state import resolution_line
+    from tracekit.resolution import time_resolution
+
+    line = resolution_line(time_resolution(events))
+    if line:
+        click.echo(f"tracekit: warning: {out}: {line}", err=True)
+    if man.get("missing_ranks"):
+        from tracekit.cli_errors import EXIT_PARTIAL
+
+        sys.exit(EXIT_PARTIAL)
 
 
 @cli.command()
@@ -139,11 +159,16 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None) ->
 
         click.echo(json.dumps(doc, indent=2, default=str))
         return
-    from rich.console import Console
 
     from tracekit.render.info import render_info
 
-    render_info(doc, Console())
+    render_info(doc, _table_console())
+    from tracekit.render.run_state import resolution_line
+    from tracekit.resolution import time_resolution
+
+    line = resolution_line(time_resolution(run.events))
+    if line:
+        click.echo(f"tracekit: warning: {run_path}: {line}", err=True)
 
 # --- capture (collectors) ---
 
@@ -476,7 +501,6 @@ def spec_cmd(
     as_json: bool,
 ) -> None:
     """What speculation pays: tokens/cycle, tok/s, break-even accept length, accept rate for a target."""
-    from rich.console import Console
 
     from tracekit.analyzers.spec import spec_report
     from tracekit.errors import AnalysisError, side_path
@@ -504,7 +528,7 @@ def spec_cmd(
     if as_json:
         _forensic_json(render_spec.to_json(table, ctx))
     else:
-        render_spec.render(table, ctx, Console())
+        render_spec.render(table, ctx, _table_console())
 
 
 @cli.command("align")
@@ -541,7 +565,6 @@ def align_cmd(run: str, output: str, method: str) -> None:
 @guarded
 def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: bool) -> None:
     """What changed between two runs: time at matched sequence length, buckets, kernels, manifests."""
-    from rich.console import Console
 
     from tracekit.analyzers.diff import diff_runs
     from tracekit.analyzers.manifest_diff import manifest_diff
@@ -562,7 +585,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
     if as_json:
         _forensic_json(render_diff.to_json(view, md, old, new, timing))
     else:
-        render_diff.render(view, md, Console(), timing)
+        render_diff.render(view, md, _table_console(), timing)
 
 
 @cli.command("ranks")
@@ -573,7 +596,6 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
 @guarded
 def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
     """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why."""
-    from rich.console import Console
 
     from tracekit.analyzers.stragglers import rank_state, stragglers
     from tracekit.render import ranks as render_ranks
@@ -585,7 +607,7 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
     if as_json:
         _forensic_json(render_ranks.to_json(view, state))
     else:
-        render_ranks.render(view, state, Console())
+        render_ranks.render(view, state, _table_console())
 
 # --- report ---
 

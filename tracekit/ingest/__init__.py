@@ -22,7 +22,7 @@ from typing import Any, Literal
 import polars as pl
 
 from tracekit import schema
-from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError, TracekitError
+from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError, RankError, TracekitError
 from tracekit.ingest.discover import Source, discover, read_trace_bytes
 from tracekit.ingest.kineto import ParsedTrace, parse_kineto
 from tracekit.ingest.ranks import MERGED_LABEL, RankHint, Unit, assign_ranks, hint_from_name
@@ -205,7 +205,15 @@ def _ingest(
         why = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
         raise TracekitError(f"no input could be ingested ({why})")
     units = [p.unit for p in parts]
-    world, missing = assign_ranks(units, allow_missing_ranks=allow_missing_ranks)
+    try:
+        world, missing = assign_ranks(units, allow_missing_ranks=allow_missing_ranks)
+    except RankError as exc:
+        if not skipped:
+            raise
+        # the skipped file first: it is why the rank is missing
+        first = skipped[0]
+        more = f" (and {len(skipped) - 1} more skipped file(s))" if len(skipped) > 1 else ""
+        raise RankError(f"skipped: {first['reason']}{more}; so {exc.message}", path=first["path"]) from None
     manifest = _manifest(parts, world, missing, skipped)
     frames = []
     # each part in canonical order, parts by rank: the table is then usually sorted already and
@@ -218,6 +226,10 @@ def _ingest(
     from tracekit.finalize.pipeline import finalize_events, stamp
 
     events = finalize_events(events, rules=rules)
+    from tracekit.resolution import time_resolution
+
+    for c in time_resolution(events):
+        manifest["ranks"][str(c.rank)]["time_resolution_ns"] = c.resolution_ns
     return Run(events=events, manifest=stamp(manifest), path=None)
 
 

@@ -63,15 +63,15 @@ def print_ingest_summary(err: Console, out: object, height: int, man: dict[str, 
     line = alignment_line(man.get("clock") or {})
     if line:
         err.print(line)
+    skipped = man.get("ingest", {}).get("skipped", [])
+    if skipped:  # first: a skipped file is usually why a rank is missing
+        err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
+        for s in skipped:
+            err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
     for r, why in (man.get("missing_ranks") or {}).items():
         err.print(f"[yellow]missing rank {r}: {why}[/yellow]")
     for note in man.get("ingest", {}).get("notes", []):
         err.print(f"[yellow]{note}[/yellow]")
-    skipped = man.get("ingest", {}).get("skipped", [])
-    if skipped:
-        err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
-        for s in skipped:
-            err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
 
 
 __all__ = ["PROGRESS_MIN_BYTES", "ByteProgress", "alignment_line", "print_ingest_summary"]

@@ -1,4 +1,4 @@
-"""One line on a run that is not whole: missing ranks (partial) and an interrupted capture."""
+"""One line on a run that is not whole: missing ranks (partial), an interrupted capture, 1 us time stamps."""
 
 from __future__ import annotations
 
@@ -31,4 +31,18 @@ def run_state_lines(path: str, manifest: dict[str, Any]) -> list[str]:
     return [x for x in (missing_line(path, manifest), interrupted_line(path, manifest)) if x]
 
 
-__all__ = ["interrupted_line", "missing_line", "run_state_lines"]
+
+
+def resolution_line(coarse: list[Any]) -> str | None:
+    """One line for ranks whose times are whole microseconds (tracekit.resolution.CoarseRank items)."""
+    if not coarse:
+        return None
+    ranks = ", ".join(str(c.rank) for c in coarse)
+    k = sum(c.kernels for c in coarse)
+    z = sum(c.zero_kernels for c in coarse)
+    noun = "rank" if len(coarse) == 1 else "ranks"
+    return (f"{noun} {ranks}: time stamps have 1 us resolution (whole microseconds in the trace): "
+            f"{z:,} of {k:,} kernels are 0 ns long; kernel times are exact only to 1 us")
+
+
+__all__ = ["interrupted_line", "missing_line", "resolution_line", "run_state_lines"]
