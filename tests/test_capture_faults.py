@@ -1,0 +1,201 @@
+"""Issue 12, capture under faults: real gloo ranks on the CPU, real signals, the real CLI.
+
+Each test starts ``tracekit capture`` in its own session (like a shell job), follows its
+progress lines, and sends the signal a user (or the kernel) would: Ctrl-C to the process
+group, SIGINT to the launcher alone, SIGKILL to one rank mid-window or before the window,
+a second capture to the same output. Checked: the exit status, the exact lines, the run
+written, no process of the session left, no temp or lock file left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+pytest.importorskip("torch")
+
+from tracekit.store import load_run
+
+SMALL = ["--device", "cpu", "--warmup", "1", "--batch-size", "2", "--ctx", "32", "--layers", "1"]
+
+
+class Capture:
+    """A ``tracekit capture`` process in its own session, its stderr followed line by line."""
+
+    def __init__(self, cwd: Path, world: int, cycles: int, out: str = "run.parquet") -> None:
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "tracekit", "capture", *SMALL, "--world", str(world), "--cycles", str(cycles), "-o", out],
+            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        self.err: list[str] = []
+        self._cv = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.p.stderr is not None
+        for line in self.p.stderr:
+            with self._cv:
+                self.err.append(line.rstrip("\n"))
+                self._cv.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 240) -> str:
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                for line in self.err:
+                    if rx.search(line):
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or self.p.poll() is not None and not self._reader.is_alive():
+                    raise AssertionError(f"no line matching {pattern!r}:\n" + "\n".join(self.err))
+                self._cv.wait(min(left, 0.5))
+
+    def pids(self) -> dict[int, int]:
+        line = self.wait_for(r"pid per rank: ")
+        return {int(r): int(p) for r, p in re.findall(r"(\d+): (\d+)", line.split("pid per rank:")[1])}
+
+    def finish(self, timeout: float = 240) -> tuple[int, str]:
+        assert self.p.stdout is not None
+        out = self.p.stdout.read()
+        rc = self.p.wait(timeout)
+        self._reader.join(10)
+        return rc, out
+
+
+def _session_left(sid: int, wait_s: float = 15) -> list[str]:
+    """Live (non-zombie) processes still in session ``sid``, after waiting up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split()
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                left.append(f"{d.name}: {stat[:80]}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.3)
+
+
+def _clean(d: Path, cap: Capture, *, shard_dir: bool = False) -> None:
+    assert _session_left(cap.p.pid) == []
+    names = sorted(p.name for p in d.iterdir())
+    assert not [n for n in names if n.endswith((".tmp", ".lock"))], names
+    assert ("run.parquet.d" in names) == shard_dir, names
+
+
+def _verify_cycles(run_path: Path) -> dict[int, int]:
+    ev = load_run(run_path).events
+    v = ev.filter(pl.col("kind") == "range", pl.col("phase") == "verify", pl.col("phase_id").is_not_null())
+    return {int(r): n for r, n in v.group_by("rank").agg(pl.col("cycle").n_unique()).iter_rows()}
+
+
+@pytest.mark.parametrize("target", ["group", "launcher"])
+def test_ctrl_c_ends_the_window_and_keeps_the_cycles(tmp_path: Path, target: str) -> None:
+    cap = Capture(tmp_path, world=2, cycles=60)
+    cap.wait_for(r"^capture: profiling window started")
+    time.sleep(0.5)
+    if target == "group":
+        os.killpg(cap.p.pid, signal.SIGINT)  # Ctrl-C in a terminal: every process of the job
+    else:
+        os.kill(cap.p.pid, signal.SIGINT)  # the launcher alone
+    rc, out = cap.finish()
+    assert rc == 130, "\n".join(cap.err)
+    stop = cap.wait_for(r"^capture: Ctrl-C: every rank ends its window after")
+    n = int(re.search(r"after (\d+) of 60 cycles", stop).group(1))  # type: ignore[union-attr]
+    assert 0 < n < 60
+    assert stop.endswith("and writes what it captured (Ctrl-C again to abort)")
+    first = out.splitlines()[0]
+    assert first.startswith("wrote run.parquet (") and first.endswith(f"(interrupted: {n} of 60 cycles)")
+    assert "interrupted: Ctrl-C ended the window early; the run holds the cycles captured on every rank" in out
+    man = load_run(tmp_path / "run.parquet").manifest
+    assert man["interrupted"]["cycles_done"] == n and man["interrupted"]["cycles_requested"] == 60
+    assert "missing_ranks" not in man
+    assert {r: s["window"]["cycles"] for r, s in man["ranks"].items()} == {"0": n, "1": n}
+    assert _verify_cycles(tmp_path / "run.parquet") == {0: n, 1: n}  # the same cycles on every rank
+    _clean(tmp_path, cap)
+
+
+def test_second_capture_is_refused_and_a_second_ctrl_c_aborts(tmp_path: Path) -> None:
+    cap = Capture(tmp_path, world=2, cycles=400)
+    cap.wait_for(r"pid per rank: ")
+    second = subprocess.run([sys.executable, "-m", "tracekit", "capture", *SMALL, "--world", "2", "-o", "run.parquet"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1
+    assert second.stderr == (f"tracekit: error: run.parquet: another tracekit (pid {cap.p.pid}) is writing this output "
+                             "(lock file run.parquet.lock; remove it only if that process is gone)\n")
+    assert (tmp_path / "run.parquet.d").is_dir()  # the first capture's shard directory is untouched
+    cap.wait_for(r"^capture: profiling window started")
+    os.killpg(cap.p.pid, signal.SIGINT)
+    cap.wait_for(r"^capture: Ctrl-C: ")
+    os.killpg(cap.p.pid, signal.SIGINT)
+    rc, out = cap.finish()
+    assert rc == 130 and out == ""
+    last = cap.err[-1]
+    assert re.fullmatch(r"tracekit: error: run\.parquet: aborted \(SIGINT twice\): (nothing was captured|\d rank "
+                        r"shard\(s\) kept in run\.parquet\.d; merge them with `tracekit merge run\.parquet\.d -o "
+                        r"run\.parquet`)", last), last
+    assert not (tmp_path / "run.parquet").exists()
+    _clean(tmp_path, cap, shard_dir="kept in" in last)
+
+
+def test_rank_killed_mid_window_is_a_partial_run(tmp_path: Path) -> None:
+    cap = Capture(tmp_path, world=2, cycles=60)
+    pids = cap.pids()
+    cap.wait_for(r"^capture: profiling window started")
+    time.sleep(1.0)
+    os.kill(pids[1], signal.SIGKILL)
+    rc, out = cap.finish()
+    assert rc == 3, "\n".join(cap.err)
+    root = cap.wait_for(r"^rank 1: killed by SIGKILL")
+    assert re.fullmatch(r"rank 1: killed by SIGKILL in the profiling window after \d+ of 60 cycles \(root cause\)", root)
+    why = root.removeprefix("rank 1: ").removesuffix(" (root cause)")
+    assert f"  missing rank 1: {why}" in out.splitlines()
+    run = tmp_path / "run.parquet"
+    why += " (its log: run.parquet.d/rank-00001.log)"  # the manifest also names the log kept
+    assert load_run(run).ranks == [0] and load_run(run).manifest["missing_ranks"] == {"1": why}
+    warn = f"tracekit: warning: run.parquet: partial run: rank 1 missing (rank 1: {why})"
+    for cmd in (["attribute"], ["spec"], ["gap"]):
+        r = subprocess.run([sys.executable, "-m", "tracekit", *cmd, "run.parquet"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+        assert warn in r.stderr.splitlines(), (cmd, r.stderr)
+    _clean(tmp_path, cap, shard_dir=True)  # the logs are kept
+    assert sorted(p.name for p in (tmp_path / "run.parquet.d").iterdir()) == ["rank-00000.log", "rank-00001.log"]
+
+
+def test_rank_killed_before_the_window_names_the_root_cause_first(tmp_path: Path) -> None:
+    cap = Capture(tmp_path, world=4, cycles=2)
+    pids = cap.pids()
+    cap.wait_for(r"^capture: process group up")
+    os.kill(pids[2], signal.SIGKILL)
+    rc, out = cap.finish()
+    assert rc == 1 and out == ""
+    ranks = [ln for ln in cap.err if re.match(r"rank \d: ", ln)]
+    assert ranks[0] == "rank 2: killed by SIGKILL before the profiling window (root cause)", cap.err
+    peers = ranks[1:4]
+    assert sorted(ln.split(":")[0] for ln in peers) == ["rank 0", "rank 1", "rank 3"]
+    for ln in peers:
+        assert re.match(r"rank \d: lost its peer \(rank 2\) before the profiling window: failed: \w+", ln), ln
+        assert len(ln) < 300
+    assert cap.err[-1] == ("tracekit: error: run.parquet: no rank produced data: rank 2: killed by SIGKILL before the "
+                           "profiling window (root cause); ranks 0-1,3 lost their peer (logs kept in run.parquet.d/)")
+    assert len(cap.err) < 25
+    logs = sorted(p.name for p in (tmp_path / "run.parquet.d").iterdir())
+    assert logs == [f"rank-0000{r}.log" for r in range(4)]
+    _clean(tmp_path, cap, shard_dir=True)
