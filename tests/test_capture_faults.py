@@ -57,7 +57,7 @@ class Capture:
                     if rx.search(line):
                         return line
                 left = deadline - time.monotonic()
-                if left <= 0 or self.p.poll() is not None and not self._reader.is_alive():
+                if left <= 0 or (self.p.poll() is not None and not self._reader.is_alive()):
                     raise AssertionError(f"no line matching {pattern!r}:\n" + "\n".join(self.err))
                 self._cv.wait(min(left, 0.5))
 

@@ -47,7 +47,7 @@ def test_ingest_onto_its_input_is_refused_before_reading(pair: tuple[Path, Path]
     r0, r1 = pair
     before = _digest(r0)
     code, out, err = _run(["ingest", str(r0), str(r1), "-o", str(r0)])
-    assert code == 2, err
+    assert code == 2 and out == "", err
     assert err == (f"tracekit: error: {r0}: the output is an input: writing it would destroy {r0} (nothing was read "
                    "or written; choose another output)\n")
     assert _digest(r0) == before and _leftovers(r0.parent) == []
