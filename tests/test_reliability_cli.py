@@ -218,3 +218,42 @@ def test_tables_are_not_cut_when_piped_at_80_columns(cmd: str, src: Path | None)
             assert word in out
     if cmd == "spec":
         assert "tok/cycle" in out or "tok/s" in out
+
+
+def test_full_disk_is_one_line_and_the_old_output_survives(tmp_path: Path, pair: tuple[Path, Path]) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        old = small / "run.pftrace"
+        old.write_text("old")
+        (small / "fill").write_bytes(b"\0" * 175 * 1024)
+        code, _, err = _run(["export", str(H200), "-o", str(old)])
+        assert code == 1
+        assert err == (f"tracekit: error: {old}: no space left on device (the partial file was removed; an existing "
+                       "output is untouched)\n")
+        code, _, err = _run(["ingest", *map(str, pair), "-o", str(small / "run.parquet")])
+        assert code == 1 and err.endswith(": no space left on device (the partial file was removed; an existing "
+                                          "output is untouched)\n")
+        assert old.read_text() == "old" and sorted(p.name for p in small.iterdir()) == ["fill", "run.pftrace"]
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+def test_terminal_progress_lists_every_rank_s_cycles() -> None:
+    from tracekit.collectors.launcher import Failure, Progress, explain
+
+    said: list[str] = []
+    prog = Progress(said.append, world=8, total_cycles=12, live=True)
+    for r in range(8):
+        prog.stage(r, "pg", "process group up")
+        prog.cycle(r, 8 if r < 7 else 7)
+    assert len(said) == 1 and said[0].startswith("capture: process group up (8/8 ranks, ")
+    prog._last_tick -= 10
+    prog.tick()
+    assert said[1].endswith("cycles done: ranks 0-6 9/12, rank 7 8/12")
+    lines = explain({0: Failure(0, 2.0, "failed: RuntimeError: reset", collective=True, stage="s"),
+                     3: Failure(3, 1.0, "killed by SIGKILL", stage="s")})
+    assert [ln for _, ln in lines] == ["rank 3: killed by SIGKILL s (root cause)",
+                                       "rank 0: lost its peer (rank 3) s: failed: RuntimeError: reset"]

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -49,6 +50,27 @@ def _fit(name: str, limit: int) -> str:
     if len(raw) <= limit:
         return name
     return raw[: max(limit, 0)].decode("utf-8", errors="ignore")
+
+
+FULL_DISK_BYTES = 1 << 20  # less free space than this after a failed write: the disk is full
+
+
+def named_os_error(exc: BaseException, dest: str | os.PathLike[str]) -> BaseException:
+    """The error a failed write of ``dest`` should raise (its temp file already removed): an OS
+    error names ``dest`` when it names no file; a writer library's own error (polars reports a
+    full disk as a Parquet transport error) becomes ENOSPC when the disk has no room left."""
+    if isinstance(exc, OSError):
+        if exc.filename is None and exc.errno is not None:
+            return OSError(exc.errno, exc.strerror or str(exc), os.fspath(dest))
+        return exc
+    if isinstance(exc, Exception):
+        try:
+            st = os.statvfs(Path(dest).parent)
+        except OSError:
+            return exc
+        if st.f_bavail * st.f_frsize < FULL_DISK_BYTES:
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(dest))
+    return exc
 
 
 def temp_beside(dest: str | os.PathLike[str]) -> str:
@@ -204,8 +226,16 @@ class OutputLock:
                 where = f"pid {pid}" + ("" if host == me["host"] else f" on host {host}")
                 raise OutputLockedError(f"another tracekit ({where}) is writing this output (lock file {self.path}; "
                                         "remove it only if that process is gone)", path=str(self.out)) from None
-            with os.fdopen(fd, "w") as fh:
-                json.dump(me, fh)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(me, fh)
+            except BaseException as exc:  # a full disk: leave no empty lock behind
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+                named = named_os_error(exc, self.path)
+                if named is not exc:
+                    raise named from None
+                raise
             self._held = True
             return self
         raise OutputLockedError(f"cannot take the lock file {self.path}", path=str(self.out))
@@ -235,4 +265,5 @@ def claimed_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLi
         yield lock
 
 
-__all__ = ["OutputLock", "check_name", "check_output", "claimed_output", "name_max", "sidecar", "temp_beside"]
+__all__ = ["OutputLock", "check_name", "check_output", "claimed_output", "name_max", "named_os_error", "sidecar",
+           "temp_beside"]

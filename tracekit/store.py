@@ -37,7 +37,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.errors import RunError
-from tracekit.outputs import temp_beside
+from tracekit.outputs import named_os_error, temp_beside
 from tracekit.schema import SCHEMA, SCHEMA_VERSION, conform, empty_events, sort_events
 
 MANIFEST_KEY = b"tracekit"
@@ -109,9 +109,12 @@ def write_run(
             metadata=meta,
         )
         publish(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        named = named_os_error(exc, out)
+        if named is not exc:
+            raise named from None
         raise
     return out
 

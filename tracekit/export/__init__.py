@@ -19,7 +19,7 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.export.select import Selection, select_events
-from tracekit.outputs import temp_beside
+from tracekit.outputs import named_os_error, temp_beside
 from tracekit.schema import GPU_KINDS, GPU_RANGE, RANGE
 from tracekit.store import publish
 
@@ -139,9 +139,12 @@ def export_events(
                 meta = {"selection": sel.describe(), "source": source or ""}
                 written = chrome.write_chrome(lay, fh, gz=str(dest).lower().endswith(".gz"), meta=meta)
         publish(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        named = named_os_error(exc, dest)
+        if named is not exc:
+            raise named from None
         raise
     return ExportResult(
         path=str(dest), format=kind, bytes_written=written, estimated_bytes=est, n_slices=lay.n_slices,
