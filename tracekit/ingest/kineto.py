@@ -20,6 +20,7 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.errors import BadTraceError, NotATraceError
+from tracekit.ingest import fastscan
 from tracekit.ingest.exact import us_text_to_ns
 
 
@@ -228,17 +229,13 @@ def parse_kineto(data: bytes, path: str) -> ParsedTrace:
     if head[:1] not in (b"{", b"["):
         raise BadTraceError("not JSON (does not start with '{' or '[')", path=path)
     meta: dict[str, Any] = {}
-    try:
-        top, events = _decode(data, path)
-    except msgspec.DecodeError as exc:
-        if "UTF-8" not in str(exc):
-            raise BadTraceError(f"truncated or malformed JSON ({exc})", path=path) from None
-        # names with non-UTF-8 bytes: keep the event, replace the bad bytes (U+FFFD)
-        try:
-            top, events = _decode(data.decode("utf-8", "replace").encode("utf-8"), path)
-        except msgspec.DecodeError as exc2:
-            raise BadTraceError(f"truncated or malformed JSON ({exc2})", path=path) from None
-        meta["non_utf8_replaced"] = True
+    scanned = fastscan.scan(data)  # the compiled one-pass scanner; None: not its shape
+    if scanned is not None:
+        raw_top, frame, n_all = scanned
+        top = _Trace(**raw_top)
+        events: list[Any] = []
+    else:
+        top, events = _decode_or_raise(data, path, meta)
     base_raw = _raw(top.baseTimeNanoseconds)
     base_ns = _int_or_none(base_raw)
     if base_raw is not None and base_ns is None:
@@ -249,7 +246,24 @@ def parse_kineto(data: bytes, path: str) -> ParsedTrace:
         val = _raw(getattr(top, key))
         if val is not None:
             meta[key] = val
+    if scanned is not None:
+        return _finish(frame.with_columns(pl.col("start_ns") + (base_ns or 0)), path, meta, n_all)
     return _columns(events, base_ns or 0, path, meta)
+
+
+def _decode_or_raise(data: bytes, path: str, meta: dict[str, Any]) -> tuple[_Trace, list[Any]]:
+    """``_decode``, with non-UTF-8 bytes replaced (noted in ``meta``) and errors as BadTraceError."""
+    try:
+        return _decode(data, path)
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise BadTraceError(f"truncated or malformed JSON ({exc})", path=path) from None
+        # names with non-UTF-8 bytes: keep the event, replace the bad bytes (U+FFFD)
+        meta["non_utf8_replaced"] = True
+        try:
+            return _decode(data.decode("utf-8", "replace").encode("utf-8"), path)
+        except msgspec.DecodeError as exc2:
+            raise BadTraceError(f"truncated or malformed JSON ({exc2})", path=path) from None
 
 
 _KEEP_PH = frozenset({"X", "i", "I"})  # flows (s/f/t), counters (C), metadata (M) are not events
@@ -296,9 +310,10 @@ def _dedup_str_series(values: list[Any]) -> pl.Series:
 
 
 def _drop_non_int(values: list[Any]) -> list[int]:
-    """Set every value that is neither an int nor None to None, in place (a list this module
-    built); returns their positions. One Python pass, then only the few odd values."""
-    bad = [i for i, v in enumerate(values) if type(v) is not int and v is not None]
+    """Set every value that is neither an int of the int64 range nor None to None, in place (a
+    list this module built); returns their positions. One Python pass, then only the few odd values."""
+    bad = [i for i, v in enumerate(values) if (type(v) is not int and v is not None)
+           or (type(v) is int and not -(2**63) <= v < 2**63)]
     for i in bad:
         values[i] = None
     return bad
@@ -422,6 +437,12 @@ def _columns(events: list[Any], base_ns: int, path: str, meta: dict[str, Any]) -
         }
     )
     del cols, cargs, tids
+    return _finish(frame, path, meta, n_all)
+
+
+def _finish(frame: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> ParsedTrace:
+    """The kept events' columns (either path) -> a ParsedTrace (kinds, graph, collectives)."""
+    skipped = n_all - frame.height
     parsed = _to_events(frame, path, meta, n_all)
     if skipped:
         parsed.dropped["non-events (metadata, flows, counters)"] = skipped

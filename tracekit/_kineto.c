@@ -1,0 +1,690 @@
+/* tracekit._kineto: a one-pass scanner of Kineto (torch.profiler) Chrome-trace JSON into columns.
+ *
+ * scan(data) -> tuple | None. It accepts only the common shape of Kineto's files and returns
+ * None for anything else (the caller then runs the msgspec decoder, tracekit.ingest.kineto,
+ * which also names any error): every byte is checked as JSON (strings UTF-8 and escapes,
+ * numbers, nesting), and on the kept events (ph X / i / I) every field must have its usual
+ * type (cat/name strings; pid/tid integers or strings; ts/dur integers or decimals with at
+ * most three decimals, converted exactly to integer ns from the literal text; args integers /
+ * strings), every ph must be one of Chrome's phase letters, no key may repeat in an object.
+ * Strings are interned while scanning (one table, codes per row).
+ *
+ * Result: (n_all, top_spans, strings, cols, coll) where n_all counts every traceEvents element,
+ * top_spans is a list of (key, start, end) byte spans of the other top-level values (None for
+ * a bare event list), strings the interned table (list of str), cols a tuple of bytes (int64
+ * arrays, then uint8 masks, see COLS), coll the rows with a "Collective name" (bytes arrays).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+
+typedef struct {
+    void *p;
+    Py_ssize_t n, cap, item;
+} Vec;
+
+static int vpush(Vec *v, const void *x) {
+    if (v->n == v->cap) {
+        Py_ssize_t cap = v->cap ? 2 * v->cap : 1024;
+        void *p = realloc(v->p, (size_t)(cap * v->item));
+        if (!p) return -1;
+        v->p = p;
+        v->cap = cap;
+    }
+    memcpy((char *)v->p + v->n * v->item, x, (size_t)v->item);
+    v->n++;
+    return 0;
+}
+
+/* ---- string table -------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *s; /* into the input, or into the arena (then arena != 0 and s is an offset) */
+    Py_ssize_t len;
+    uint64_t h;
+    int arena;
+    Py_ssize_t off;
+} Str;
+
+typedef struct {
+    Str *items;
+    Py_ssize_t n, cap;
+    int64_t *slots; /* index + 1, 0 = empty */
+    Py_ssize_t nslots;
+    char *arena;
+    Py_ssize_t arena_n, arena_cap;
+} Table;
+
+static inline uint64_t hash_bytes(const char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ULL; }
+    return h ^ (uint64_t)n;
+}
+
+static const char *str_ptr(const Table *t, const Str *x) { return x->arena ? t->arena + x->off : x->s; }
+
+static int table_grow(Table *t) {
+    Py_ssize_t ns = t->nslots ? 2 * t->nslots : 4096;
+    int64_t *slots = (int64_t *)calloc((size_t)ns, sizeof(int64_t));
+    if (!slots) return -1;
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        Py_ssize_t j = (Py_ssize_t)(t->items[i].h & (uint64_t)(ns - 1));
+        while (slots[j]) j = (j + 1) & (ns - 1);
+        slots[j] = i + 1;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->nslots = ns;
+    return 0;
+}
+
+/* code of the string s[0:n] (is_arena: s is at arena offset off) */
+static int64_t intern(Table *t, const char *s, Py_ssize_t n, int is_arena, Py_ssize_t off) {
+    if (2 * (t->n + 1) > t->nslots && table_grow(t)) return -1;
+    uint64_t h = hash_bytes(s, n);
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(t->nslots - 1));
+    while (t->slots[j]) {
+        Str *x = &t->items[t->slots[j] - 1];
+        if (x->h == h && x->len == n && memcmp(str_ptr(t, x), s, (size_t)n) == 0) return t->slots[j] - 1;
+        j = (j + 1) & (t->nslots - 1);
+    }
+    if (t->n == t->cap) {
+        Py_ssize_t cap = t->cap ? 2 * t->cap : 1024;
+        Str *it = (Str *)realloc(t->items, (size_t)cap * sizeof(Str));
+        if (!it) return -1;
+        t->items = it;
+        t->cap = cap;
+    }
+    Str *x = &t->items[t->n];
+    x->s = is_arena ? NULL : s;
+    x->len = n;
+    x->h = h;
+    x->arena = is_arena;
+    x->off = off;
+    t->slots[j] = t->n + 1;
+    return t->n++;
+}
+
+/* ---- scanner ------------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *p, *end, *base;
+    Table *tab;
+    int depth;
+} Sc;
+
+#define FAIL (-1)
+
+static inline void ws(Sc *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+}
+
+static inline int lit(Sc *s, const char *w, Py_ssize_t n) {
+    if (s->end - s->p < n || memcmp(s->p, w, (size_t)n)) return FAIL;
+    s->p += n;
+    return 0;
+}
+
+/* validate one UTF-8 sequence starting at p (p[0] >= 0x80); returns its length or 0 */
+static inline int utf8_seq(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0];
+    if (c >= 0xC2 && c <= 0xDF) return (end - p >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && p[1] < 0xA0) return 0;
+        if (c == 0xED && p[1] >= 0xA0) return 0; /* surrogates */
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if (c == 0xF0 && p[1] < 0x90) return 0;
+        if (c == 0xF4 && p[1] >= 0x90) return 0;
+        return 4;
+    }
+    return 0;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int read_u4(const char *p, const char *end, unsigned *u) {
+    if (end - p < 4) return FAIL;
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(p[k]);
+        if (h < 0) return FAIL;
+        v = v * 16 + (unsigned)h;
+    }
+    *u = v;
+    return 0;
+}
+
+/* A string at s->p (on the opening quote). With want: its interned code in *code. Without:
+ * only validated. Escapes are decoded into the table's arena. */
+static int string(Sc *s, int want, int64_t *code) {
+    const char *start = ++s->p;
+    int escaped = 0;
+    while (1) {
+        if (s->p >= s->end) return FAIL;
+        unsigned char c = (unsigned char)*s->p;
+        if (c == '"') break;
+        if (c < 0x20) return FAIL;
+        if (c == '\\') {
+            escaped = 1;
+            s->p++;
+            if (s->p >= s->end) return FAIL;
+            char e = *s->p;
+            if (e == 'u') {
+                unsigned u;
+                if (read_u4(s->p + 1, s->end, &u)) return FAIL;
+                s->p += 5;
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    unsigned lo;
+                    if (s->end - s->p < 6 || s->p[0] != '\\' || s->p[1] != 'u' || read_u4(s->p + 2, s->end, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return FAIL;
+                    s->p += 6;
+                } else if (u >= 0xDC00 && u <= 0xDFFF) {
+                    return FAIL;
+                }
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", e) || e == 0) return FAIL;
+            s->p++;
+            continue;
+        }
+        if (c >= 0x80) {
+            int k = utf8_seq((const unsigned char *)s->p, (const unsigned char *)s->end);
+            if (!k) return FAIL;
+            s->p += k;
+            continue;
+        }
+        s->p++;
+    }
+    const char *stop = s->p++;
+    if (!want) return 0;
+    Table *t = s->tab;
+    if (!escaped) {
+        *code = intern(t, start, stop - start, 0, 0);
+        return *code < 0 ? FAIL : 0;
+    }
+    /* decode into the arena (at most as long as the source) */
+    Py_ssize_t need = stop - start;
+    if (t->arena_n + need > t->arena_cap) {
+        Py_ssize_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
+        while (cap < t->arena_n + need) cap *= 2;
+        char *a = (char *)realloc(t->arena, (size_t)cap);
+        if (!a) return FAIL;
+        t->arena = a;
+        t->arena_cap = cap;
+    }
+    char *o = t->arena + t->arena_n;
+    const char *q = start;
+    while (q < stop) {
+        if (*q != '\\') { *o++ = *q++; continue; }
+        q++;
+        char e = *q++;
+        unsigned u;
+        switch (e) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '/': *o++ = '/'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        default: /* u */
+            read_u4(q, stop, &u);
+            q += 4;
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                unsigned lo;
+                read_u4(q + 2, stop, &lo);
+                q += 6;
+                u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (u < 0x80) *o++ = (char)u;
+            else if (u < 0x800) { *o++ = (char)(0xC0 | (u >> 6)); *o++ = (char)(0x80 | (u & 0x3F)); }
+            else if (u < 0x10000) {
+                *o++ = (char)(0xE0 | (u >> 12)); *o++ = (char)(0x80 | ((u >> 6) & 0x3F)); *o++ = (char)(0x80 | (u & 0x3F));
+            } else {
+                *o++ = (char)(0xF0 | (u >> 18)); *o++ = (char)(0x80 | ((u >> 12) & 0x3F));
+                *o++ = (char)(0x80 | ((u >> 6) & 0x3F)); *o++ = (char)(0x80 | (u & 0x3F));
+            }
+        }
+    }
+    Py_ssize_t off = t->arena_n, len = o - (t->arena + t->arena_n);
+    int64_t c = intern(t, t->arena + off, len, 1, off);
+    if (c < 0) return FAIL;
+    if (c == t->n - 1 && t->items[c].arena && t->items[c].off == off) t->arena_n += len; /* new: keep its bytes */
+    *code = c;
+    return 0;
+}
+
+/* A JSON number at s->p. kind: 0 integer, 1 decimal (digits[.digits]) , 2 with exponent.
+ * For kind 0 / 1: the integer part in *ip (FAIL on int64 overflow), fraction digits in *fp,
+ * their count in *nf (counting at most 18; more -> *nf = 19). */
+static int number(Sc *s, int *kind, int64_t *ip, int64_t *fp, int *nf) {
+    const char *p = s->p;
+    int neg = 0;
+    if (p < s->end && *p == '-') { neg = 1; p++; }
+    if (p >= s->end || *p < '0' || *p > '9') return FAIL;
+    uint64_t v = 0;
+    int big = 0;
+    if (*p == '0') {
+        p++;
+    } else {
+        while (p < s->end && *p >= '0' && *p <= '9') {
+            if (v > (UINT64_MAX - 9) / 10) big = 1;
+            else v = v * 10 + (uint64_t)(*p - '0');
+            p++;
+        }
+    }
+    *kind = 0;
+    int64_t f = 0;
+    int n = 0;
+    if (p < s->end && *p == '.') {
+        p++;
+        if (p >= s->end || *p < '0' || *p > '9') return FAIL;
+        while (p < s->end && *p >= '0' && *p <= '9') {
+            if (n < 18) f = f * 10 + (*p - '0');
+            n++;
+            p++;
+        }
+        *kind = 1;
+    }
+    if (p < s->end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < s->end && (*p == '+' || *p == '-')) p++;
+        if (p >= s->end || *p < '0' || *p > '9') return FAIL;
+        while (p < s->end && *p >= '0' && *p <= '9') p++;
+        *kind = 2;
+    }
+    s->p = p;
+    if (*kind == 2) return 0;
+    if (big || v > (uint64_t)INT64_MAX + (uint64_t)neg) return 1; /* valid JSON, too big for us */
+    *ip = neg ? (int64_t)(0 - v) : (int64_t)v;
+    if (neg && v == 0) *ip = 0;
+    *fp = neg ? -f : f;
+    *nf = n > 18 ? 19 : n;
+    return 0;
+}
+
+static int skip(Sc *s);
+
+static int skip_container(Sc *s, char close) {
+    if (++s->depth > 256) return FAIL;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == close) { s->p++; s->depth--; return 0; }
+    while (1) {
+        ws(s);
+        if (close == '}') {
+            if (s->p >= s->end || *s->p != '"' || string(s, 0, NULL)) return FAIL;
+            ws(s);
+            if (s->p >= s->end || *s->p != ':') return FAIL;
+            s->p++;
+            ws(s);
+        }
+        if (skip(s)) return FAIL;
+        ws(s);
+        if (s->p >= s->end) return FAIL;
+        if (*s->p == ',') { s->p++; continue; }
+        if (*s->p == close) { s->p++; s->depth--; return 0; }
+        return FAIL;
+    }
+}
+
+static int skip(Sc *s) {
+    if (s->p >= s->end) return FAIL;
+    switch (*s->p) {
+    case '"': return string(s, 0, NULL);
+    case '{': return skip_container(s, '}');
+    case '[': return skip_container(s, ']');
+    case 't': return lit(s, "true", 4);
+    case 'f': return lit(s, "false", 5);
+    case 'n': return lit(s, "null", 4);
+    default: {
+        int kind, nf;
+        int64_t ip, fp;
+        int r = number(s, &kind, &ip, &fp, &nf);
+        return r == FAIL ? FAIL : 0;
+    }
+    }
+}
+
+/* ---- the events ---------------------------------------------------------------------------- */
+
+enum { C_TS, C_DUR, C_PID, C_TID, C_CORR, C_EXT, C_DEV, C_STREAM, C_BYTES, C_CAT, C_NAME, N_I64 };
+enum { M_INSTANT, M_DUR, M_PID, M_TID, M_CORR, M_EXT, M_DEV, M_STREAM, M_BYTES, N_U8 };
+enum { K_ROW, K_NAME, K_DTYPE, K_PG, K_IN, K_OUT, K_GSIZE, K_IN_OK, K_OUT_OK, K_GSIZE_OK, N_COLL };
+
+typedef struct {
+    Vec i64[N_I64];
+    Vec u8[N_U8];
+    Vec coll[N_COLL];
+} Cols;
+
+static const int64_t MAX_MAG = INT64_MAX / 1000;
+
+/* a "ts"/"dur" value -> exact ns; 1 = ok, 0 = null, FAIL = not ours */
+static int us_value(Sc *s, int64_t *ns) {
+    if (s->p < s->end && *s->p == 'n') return lit(s, "null", 4) ? FAIL : 0;
+    int kind, nf;
+    int64_t ip, fp;
+    int r = number(s, &kind, &ip, &fp, &nf);
+    if (r != 0 || kind == 2) return FAIL;
+    if (ip > MAX_MAG || ip < -MAX_MAG) return FAIL;
+    if (kind == 0) { *ns = ip * 1000; return 1; }
+    if (nf < 1 || nf > 3) return FAIL;
+    static const int64_t scale[4] = {1000, 100, 10, 1};
+    /* -0.5: ip = 0 with a negative fraction; the sign is the literal's */
+    *ns = ip * 1000 + fp * scale[nf];
+    return 1;
+}
+
+/* an integer value (or null): 1 ok, 0 null, FAIL otherwise */
+static int int_value(Sc *s, int64_t *v) {
+    if (s->p >= s->end) return FAIL;
+    if (*s->p == 'n') return lit(s, "null", 4) ? FAIL : 0;
+    if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) return FAIL;
+    int kind, nf;
+    int64_t ip, fp;
+    if (number(s, &kind, &ip, &fp, &nf) != 0 || kind != 0) return FAIL;
+    *v = ip;
+    return 1;
+}
+
+/* a string value (or null): 1 ok (code), 0 null, FAIL otherwise */
+static int str_value(Sc *s, int64_t *code) {
+    if (s->p >= s->end) return FAIL;
+    if (*s->p == 'n') return lit(s, "null", 4) ? FAIL : 0;
+    if (*s->p != '"') return FAIL;
+    return string(s, 1, code) ? FAIL : 1;
+}
+
+/* pid / tid: 1 int, 2 string (code), 0 null, FAIL otherwise */
+static int id_value(Sc *s, int64_t *v) {
+    if (s->p < s->end && *s->p == '"') return string(s, 1, v) ? FAIL : 2;
+    return int_value(s, v);
+}
+
+static inline int key_is(const char *k, Py_ssize_t n, const char *w) {
+    return (Py_ssize_t)strlen(w) == n && memcmp(k, w, (size_t)n) == 0;
+}
+
+/* read a key (no escapes needed for the ones we keep: a key with an escape is compared as
+ * written, so it never matches one of ours, but it is still validated) */
+static int key(Sc *s, const char **k, Py_ssize_t *n) {
+    if (s->p >= s->end || *s->p != '"') return FAIL;
+    const char *start = s->p + 1;
+    if (string(s, 0, NULL)) return FAIL;
+    *k = start;
+    *n = (s->p - 1) - start;
+    if (memchr(start, '\\', (size_t)*n)) return FAIL; /* an escaped key may spell one of ours */
+    ws(s);
+    if (s->p >= s->end || *s->p != ':') return FAIL;
+    s->p++;
+    ws(s);
+    return 0;
+}
+
+typedef struct {
+    int64_t v[11];
+    int ok[11];
+} Args;
+
+static const char *ARG_KEYS[11] = {"External id", "device", "stream", "correlation", "bytes", "Collective name",
+                                   "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name"};
+static const int ARG_STR[11] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1};
+
+static int args_obj(Sc *s, Args *a) {
+    memset(a, 0, sizeof(*a));
+    unsigned seen = 0;
+    if (s->p >= s->end || *s->p != '{') return FAIL;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == '}') { s->p++; return 0; }
+    while (1) {
+        ws(s);
+        const char *k;
+        Py_ssize_t n;
+        if (key(s, &k, &n)) return FAIL;
+        int which = -1;
+        for (int j = 0; j < 11; j++)
+            if (key_is(k, n, ARG_KEYS[j])) { which = j; break; }
+        if (which < 0) {
+            if (skip(s)) return FAIL; /* incl. "name" (metadata events): unused here */
+        } else {
+            if (seen & (1u << which)) return FAIL;
+            seen |= 1u << which;
+            int r = ARG_STR[which] ? str_value(s, &a->v[which]) : int_value(s, &a->v[which]);
+            if (r == FAIL) return FAIL;
+            a->ok[which] = r;
+        }
+        ws(s);
+        if (s->p >= s->end) return FAIL;
+        if (*s->p == ',') { s->p++; continue; }
+        if (*s->p == '}') { s->p++; return 0; }
+        return FAIL;
+    }
+}
+
+static const char *OTHER_PH = "stfMCBEbnePONDRSTpcVv";
+
+/* one element of traceEvents: 1 kept (columns appended), 0 skipped, FAIL not ours */
+static int event(Sc *s, Cols *c) {
+    if (s->p >= s->end || *s->p != '{') return FAIL;
+    s->p++;
+    enum { F_PH, F_CAT, F_NAME, F_PID, F_TID, F_TS, F_DUR, F_ARGS };
+    unsigned seen = 0;
+    int64_t cat = -1, name = -1, pid = 0, tid = 0, ts = 0, dur = 0;
+    int pid_k = 0, tid_k = 0, ts_ok = 0, dur_ok = 0, r;
+    char ph = 0;
+    Args a;
+    memset(&a, 0, sizeof(a));
+    ws(s);
+    if (s->p < s->end && *s->p == '}') return FAIL; /* no ph */
+    while (1) {
+        ws(s);
+        const char *k;
+        Py_ssize_t n;
+        if (key(s, &k, &n)) return FAIL;
+        int f = -1;
+        if (n == 2 && k[0] == 'p' && k[1] == 'h') f = F_PH;
+        else if (n == 3 && !memcmp(k, "cat", 3)) f = F_CAT;
+        else if (n == 4 && !memcmp(k, "name", 4)) f = F_NAME;
+        else if (n == 3 && !memcmp(k, "pid", 3)) f = F_PID;
+        else if (n == 3 && !memcmp(k, "tid", 3)) f = F_TID;
+        else if (n == 2 && k[0] == 't' && k[1] == 's') f = F_TS;
+        else if (n == 3 && !memcmp(k, "dur", 3)) f = F_DUR;
+        else if (n == 4 && !memcmp(k, "args", 4)) f = F_ARGS;
+        if (f >= 0) {
+            if (seen & (1u << f)) return FAIL;
+            seen |= 1u << f;
+        }
+        switch (f) {
+        case F_PH:
+            /* a one-letter string (the tags the decoder knows) */
+            if (s->end - s->p < 3 || s->p[0] != '"' || s->p[2] != '"') return FAIL;
+            ph = s->p[1];
+            if (!(ph == 'X' || ph == 'i' || ph == 'I' || (ph && strchr(OTHER_PH, ph)))) return FAIL;
+            s->p += 3;
+            break;
+        case F_CAT: if ((r = str_value(s, &cat)) == FAIL) return FAIL; if (!r) cat = -1; break;
+        case F_NAME: if ((r = str_value(s, &name)) == FAIL) return FAIL; if (!r) name = -1; break;
+        case F_PID: if ((pid_k = id_value(s, &pid)) == FAIL) return FAIL; break;
+        case F_TID: if ((tid_k = id_value(s, &tid)) == FAIL) return FAIL; break;
+        case F_TS: if ((ts_ok = us_value(s, &ts)) == FAIL) return FAIL; break;
+        case F_DUR: if ((dur_ok = us_value(s, &dur)) == FAIL) return FAIL; break;
+        case F_ARGS:
+            if (s->p < s->end && *s->p == '{') { if (args_obj(s, &a)) return FAIL; }
+            else return FAIL;
+            break;
+        default:
+            if (skip(s)) return FAIL;
+        }
+        ws(s);
+        if (s->p >= s->end) return FAIL;
+        if (*s->p == ',') { s->p++; continue; }
+        if (*s->p == '}') { s->p++; break; }
+        return FAIL;
+    }
+    if (!ph) return FAIL;
+    if (!(ph == 'X' || ph == 'i' || ph == 'I')) return 0;
+    if (!ts_ok) return FAIL; /* missing or null ts: the decoder path names the error */
+    int64_t i64[N_I64] = {ts, dur_ok ? dur : 0, pid, tid, a.v[3], a.v[0], a.v[1], a.v[2], a.v[4], cat, name};
+    uint8_t u8[N_U8] = {(uint8_t)(ph != 'X'), (uint8_t)dur_ok, (uint8_t)pid_k, (uint8_t)tid_k,
+                        (uint8_t)a.ok[3], (uint8_t)a.ok[0], (uint8_t)a.ok[1], (uint8_t)a.ok[2], (uint8_t)a.ok[4]};
+    int64_t row = c->i64[0].n;
+    for (int k = 0; k < N_I64; k++) if (vpush(&c->i64[k], &i64[k])) return FAIL;
+    for (int k = 0; k < N_U8; k++) if (vpush(&c->u8[k], &u8[k])) return FAIL;
+    if (a.ok[5]) {
+        int64_t cv[N_COLL] = {row, a.v[5], a.ok[9] ? a.v[9] : -1, a.ok[10] ? a.v[10] : -1, a.v[6], a.v[7], a.v[8],
+                              a.ok[6], a.ok[7], a.ok[8]};
+        for (int k = 0; k < N_COLL; k++) if (vpush(&c->coll[k], &cv[k])) return FAIL;
+    }
+    return 1;
+}
+
+static int event_list(Sc *s, Cols *c, Py_ssize_t *n_all) {
+    if (s->p >= s->end || *s->p != '[') return FAIL;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == ']') { s->p++; return 0; }
+    while (1) {
+        ws(s);
+        if (event(s, c) == FAIL) return FAIL;
+        (*n_all)++;
+        ws(s);
+        if (s->p >= s->end) return FAIL;
+        if (*s->p == ',') { s->p++; continue; }
+        if (*s->p == ']') { s->p++; return 0; }
+        return FAIL;
+    }
+}
+
+static PyObject *bytes_of(Vec *v) { return PyBytes_FromStringAndSize(v->p ? (const char *)v->p : "", v->n * v->item); }
+
+/* the whole document; 1 ours, 0 not ours. Top-level (key, value) spans go to ``spans``
+ * (four int64 each: key start, key length, value start, value end); *bare for a bare list. */
+static int document(Sc *s, Cols *c, Py_ssize_t *n_all, Vec *spans, int *bare) {
+    ws(s);
+    *bare = 0;
+    if (s->p < s->end && *s->p == '[') {
+        *bare = 1;
+        if (event_list(s, c, n_all)) return 0;
+    } else if (s->p < s->end && *s->p == '{') {
+        s->p++;
+        ws(s);
+        int have_events = 0;
+        if (s->p < s->end && *s->p == '}') return 0;
+        while (1) {
+            ws(s);
+            const char *k;
+            Py_ssize_t n;
+            if (key(s, &k, &n)) return 0;
+            if (key_is(k, n, "traceEvents")) {
+                if (have_events || event_list(s, c, n_all)) return 0;
+                have_events = 1;
+            } else {
+                const char *v0 = s->p;
+                if (skip(s)) return 0;
+                int64_t sp[4] = {k - s->base, n, v0 - s->base, s->p - s->base};
+                for (int q = 0; q < 4; q++) if (vpush(spans, &sp[q])) return 0;
+            }
+            ws(s);
+            if (s->p >= s->end) return 0;
+            if (*s->p == ',') { s->p++; continue; }
+            if (*s->p == '}') { s->p++; break; }
+            return 0;
+        }
+        if (!have_events) return 0;
+    } else {
+        return 0;
+    }
+    ws(s);
+    return s->p == s->end;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    Table tab = {0};
+    Cols c;
+    Vec spans = {0};
+    spans.item = 8;
+    memset(&c, 0, sizeof(c));
+    for (int k = 0; k < N_I64; k++) c.i64[k].item = 8;
+    for (int k = 0; k < N_U8; k++) c.u8[k].item = 1;
+    for (int k = 0; k < N_COLL; k++) c.coll[k].item = 8;
+    Sc s = {(const char *)buf.buf, (const char *)buf.buf + buf.len, (const char *)buf.buf, &tab, 0};
+    Py_ssize_t n_all = 0;
+    PyObject *ret = NULL;
+    int ok = 0, bare = 0;
+    /* the pass holds no Python object: other threads (other rank files) run meanwhile */
+    Py_BEGIN_ALLOW_THREADS
+    ok = document(&s, &c, &n_all, &spans, &bare);
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        ret = Py_None;
+        Py_INCREF(ret);
+        goto done;
+    }
+    {
+        PyObject *sp = NULL;
+        if (bare) {
+            sp = Py_None;
+            Py_INCREF(sp);
+        } else {
+            sp = PyList_New(0);
+            if (!sp) goto done;
+            const int64_t *v = (const int64_t *)spans.p;
+            for (Py_ssize_t q = 0; q + 3 < spans.n; q += 4) {
+                PyObject *item = Py_BuildValue("(s#nn)", s.base + v[q], (Py_ssize_t)v[q + 1], (Py_ssize_t)v[q + 2],
+                                               (Py_ssize_t)v[q + 3]);
+                if (!item || PyList_Append(sp, item) < 0) { Py_XDECREF(item); Py_DECREF(sp); goto done; }
+                Py_DECREF(item);
+            }
+        }
+        PyObject *strs = PyList_New(tab.n);
+        if (!strs) { Py_DECREF(sp); goto done; }
+        for (Py_ssize_t i = 0; i < tab.n; i++) {
+            PyObject *u = PyUnicode_DecodeUTF8(str_ptr(&tab, &tab.items[i]), tab.items[i].len, "strict");
+            if (!u) { Py_DECREF(strs); Py_DECREF(sp); goto done; }
+            PyList_SET_ITEM(strs, i, u);
+        }
+        PyObject *cols = PyTuple_New(N_I64 + N_U8), *coll = PyTuple_New(N_COLL);
+        if (!cols || !coll) { Py_XDECREF(cols); Py_XDECREF(coll); Py_DECREF(strs); Py_DECREF(sp); goto done; }
+        for (int k = 0; k < N_I64; k++) PyTuple_SET_ITEM(cols, k, bytes_of(&c.i64[k]));
+        for (int k = 0; k < N_U8; k++) PyTuple_SET_ITEM(cols, N_I64 + k, bytes_of(&c.u8[k]));
+        for (int k = 0; k < N_COLL; k++) PyTuple_SET_ITEM(coll, k, bytes_of(&c.coll[k]));
+        ret = Py_BuildValue("(nNNNN)", n_all, sp, strs, cols, coll);
+    }
+done:
+    for (int k = 0; k < N_I64; k++) free(c.i64[k].p);
+    for (int k = 0; k < N_U8; k++) free(c.u8[k].p);
+    for (int k = 0; k < N_COLL; k++) free(c.coll[k].p);
+    free(spans.p);
+    free(tab.items);
+    free(tab.slots);
+    free(tab.arena);
+    PyBuffer_Release(&buf);
+    return ret;
+}
+
+static PyMethodDef METHODS[] = {
+    {"scan", scan, METH_VARARGS, "Kineto JSON -> columns, or None when the file needs the full decoder."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "tracekit._kineto", "Kineto JSON scanner.", -1, METHODS,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kineto(void) { return PyModule_Create(&MODULE); }

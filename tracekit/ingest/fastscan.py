@@ -1,0 +1,126 @@
+"""The compiled Kineto scanner (``tracekit._kineto``): one pass from JSON bytes to the columns
+that :func:`tracekit.ingest.kineto.parse_kineto` builds with msgspec, for files of Kineto's
+usual shape.
+
+The scanner checks every byte as JSON and every kept field's type; anything it does not
+recognise (an unusual type, a ts with an exponent or more than three decimals, an escaped
+key, a repeated key, invalid UTF-8, malformed JSON, ...) makes it return None and the file
+goes through the msgspec path, which also words the errors. Times are converted to exact
+integer ns from the literal text. Names, categories and the other strings are interned
+during the pass: each string column is a dictionary gather over one table. The pass runs
+without the GIL, so rank files scanned in threads use every core.
+
+Both paths give identical tables (tests/test_ingest_fastscan.py, on the real traces under
+samples/ and on generated ones).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+
+# the top-level keys the decoder keeps (msgspec.Raw fields of kineto._Trace)
+TOP_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "cuda_driver_version",
+            "cuda_runtime_version", "cupti_version", "trace_id", "traceName", "displayTimeUnit")
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("TRACEKIT_PURE") == "1":
+        return None
+    try:
+        from tracekit import _kineto
+    except ImportError:
+        return None
+    return _kineto
+
+
+scanner: ModuleType | None = _load()
+
+
+def _i64(raw: bytes) -> np.ndarray[Any, np.dtype[np.int64]]:
+    return np.frombuffer(raw, dtype=np.int64)
+
+
+def _u8(raw: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    return np.frombuffer(raw, dtype=np.uint8)
+
+
+_INT_COLS = ("correlation", "external_id", "a_device", "a_stream", "bytes")
+_ORDER = ("cat", "instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_ns", *_INT_COLS,
+          "coll_name", "in_nelems", "out_nelems", "dtype", "pg_name", "group_size")
+
+
+def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None:
+    """(top-level raw values by key, columns frame, number of traceEvents elements), or None
+    when the scanner is not built or the file is not of the shape it takes.
+
+    The frame has the columns of ``kineto._columns`` before ``_to_events``, with ``start_ns``
+    relative to the file (the caller adds baseTimeNanoseconds)."""
+    if scanner is None:
+        return None
+    res = scanner.scan(data)
+    if res is None:
+        return None
+    n_all, spans, strings, cols, coll = res
+    top: dict[str, msgspec.Raw] = {}
+    if spans is not None:
+        for key, lo, hi in spans:
+            if key in TOP_KEYS:
+                if key in top:  # a repeated key: leave it to the decoder
+                    return None
+                top[key] = msgspec.Raw(data[lo:hi])
+    ts, dur, pid, tid, corr, ext, dev, stream, nbytes, cat, name = (_i64(c) for c in cols[:11])
+    instant, dur_ok, pid_k, tid_k, corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok = (_u8(c) for c in cols[11:])
+    if ts.size == 0:
+        return None
+    table = pl.Series("t", strings, dtype=pl.String)
+    # one frame of the raw numbers, then one query: masks to nulls, codes to strings (a gather
+    # over the table: rows share its strings)
+    raw = pl.DataFrame({
+        "cat": cat, "name": name, "pid": pid, "pid_k": pid_k, "tid": tid, "tid_k": tid_k, "instant": instant,
+        "start_ns": ts, "dur_ns": dur,
+        **{c: v for c, v in zip(_INT_COLS, (corr, ext, dev, stream, nbytes), strict=True)},
+        **{f"{c}_ok": v for c, v in zip(_INT_COLS, (corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok), strict=True)},
+    })
+    tab = pl.lit(table)
+
+    def text(code: pl.Expr) -> pl.Expr:
+        return pl.when(code >= 0).then(tab.gather(code.clip(lower_bound=0))).otherwise(None)
+
+    frame = raw.select(
+        text(pl.col("cat")).alias("cat"),
+        (pl.col("instant") != 0).alias("instant"),
+        text(pl.col("name")).alias("name"),
+        text(pl.when(pl.col("pid_k") == 2).then(pl.col("pid")).otherwise(-1)).alias("pid_raw"),
+        pl.when(pl.col("pid_k") == 1).then(pl.col("pid")).otherwise(None).alias("pid_int"),
+        pl.when(pl.col("tid_k") == 1).then(pl.col("tid")).otherwise(None).alias("tid_raw"),
+        "start_ns", "dur_ns",
+        *[pl.when(pl.col(f"{c}_ok") != 0).then(pl.col(c)).otherwise(None).alias(c) for c in _INT_COLS],
+    )
+    row, c_name, c_dtype, c_pg, c_in, c_out, c_gs, c_in_ok, c_out_ok, c_gs_ok = (_i64(c) for c in coll)
+    n = frame.height
+    if row.size:
+        cf = pl.DataFrame({"name": c_name, "dtype": c_dtype, "pg": c_pg, "in": c_in, "out": c_out, "gs": c_gs,
+                           "in_ok": c_in_ok, "out_ok": c_out_ok, "gs_ok": c_gs_ok}).select(
+            text(pl.col("name")).alias("coll_name"),
+            pl.when(pl.col("in_ok") != 0).then(pl.col("in")).otherwise(None).alias("in_nelems"),
+            pl.when(pl.col("out_ok") != 0).then(pl.col("out")).otherwise(None).alias("out_nelems"),
+            text(pl.col("dtype")).alias("dtype"),
+            text(pl.col("pg")).alias("pg_name"),
+            pl.when(pl.col("gs_ok") != 0).then(pl.col("gs")).otherwise(None).alias("group_size"),
+        )
+        sparse = [pl.repeat(None, n, dtype=cf[c].dtype, eager=True).scatter(row, cf[c]).alias(c) for c in cf.columns]
+    else:
+        sparse = [pl.repeat(None, n, dtype=dt, eager=True).alias(c) for c, dt in (
+            ("coll_name", pl.String()), ("in_nelems", pl.Int64()), ("out_nelems", pl.Int64()), ("dtype", pl.String()),
+            ("pg_name", pl.String()), ("group_size", pl.Int64()))]
+    frame = frame.with_columns(sparse).select(_ORDER)
+    return top, frame, int(n_all)
+
+
+__all__ = ["TOP_KEYS", "scan", "scanner"]
