@@ -1,23 +1,30 @@
 """Ingest speed and memory: tracekit ingest vs gunzip+orjson.loads vs Holistic Trace Analysis.
 
     python bench/ingest.py [--mb 120] [--ranks 8] [--repeat 2] [--source TRACE]
+                           [--real 'samples/h200x2-builtin/eager-rank-*.trace.json.gz']
 
-Builds (once, cached under bench/data/, git-ignored) a trace set of at least
-``--mb`` MB of uncompressed Kineto JSON: a real trace (``--source``, else the
-first raw trace under samples/, else a torch CPU-profiler trace made here) is
-replicated across ``--ranks`` rank files (``distributedInfo.rank`` set) and
-across windows inside each file (timestamps shifted exactly, in decimal text).
-Files are .json.gz like SGLang's. Then, each in a fresh single-process
-subprocess on the same files (so peak RSS is its own):
+The large input is ONE real trace replicated: (once, cached under bench/data/, git-ignored) a
+real trace (``--source``, else the first raw trace under samples/, else a torch CPU-profiler
+trace made here) is copied into ``--ranks`` rank files (``distributedInfo.rank`` set) and
+into windows inside each file (timestamps shifted exactly, in decimal text) until there are
+at least ``--mb`` MB of uncompressed Kineto JSON. Files are .json.gz like SGLang's. With
+``--real GLOB`` the same tools also run on that set of real files, as they are.
 
-1. tracekit: ``ingest_traces`` + ``write_run`` (the whole `tracekit ingest`);
-2. reference: gunzip + ``orjson.loads`` of every file (JSON to Python objects, nothing else);
-3. HTA 0.5 (``/root/hta-venv`` or $HTA_PYTHON; pip install holistictraceanalysis==0.5.* 'pandas<3'):
+Each tool runs in a fresh subprocess on the same files (so peak RSS is its own), with
+POLARS_MAX_THREADS=1:
+
+1. tracekit: ``ingest_traces`` + ``write_run`` (the whole `tracekit ingest`; rank files are
+   parsed in threads, one per core: its CPU seconds add up the threads);
+2. tracekit-ref: the same with ``TRACEKIT_PURE=1 TRACEKIT_INGEST_THREADS=1``: the msgspec
+   decoder path, files one after another (the implementation before the compiled scanner);
+3. floors: gunzip alone; gunzip + msgspec typed decode (tracekit's decoder, ts kept as text);
+4. reference: gunzip + ``orjson.loads`` of every file (JSON to Python objects, nothing else);
+5. HTA 0.5 (``/root/hta-venv`` or $HTA_PYTHON; pip install holistictraceanalysis==0.5.* 'pandas<3'):
    ``Trace(trace_dir).load_traces(use_multiprocessing=False)``; skipped, and said, if absent.
 
-Prints MB/s of uncompressed JSON per core, peak RSS, run.parquet size, and the
-ratios against the targets (>= 150 MB/s, >= 12x HTA, >= 1.5x orjson, RSS <= 2x
-JSON, parquet <= JSON/20).
+Prints CPU and wall seconds, MB/s of uncompressed JSON per core (CPU seconds), peak RSS,
+run.parquet size, the load average, and the ratios against the targets (>= 150 MB/s,
+>= 12x HTA, >= 1.5x orjson, RSS <= 2x JSON, parquet <= JSON/20).
 """
 
 from __future__ import annotations
@@ -131,11 +138,12 @@ def _rss_mb() -> float:
 _STAGES = (
     ("tracekit.ingest", "read_trace_bytes", "read + gunzip"),
     ("tracekit.ingest", "parse_kineto", "parse (decode + columns)"),
-    ("tracekit.ingest.kineto", "_decode", "  msgspec decode"),
-    ("tracekit.ingest.kineto", "_columns", "  columns (incl. the three below)"),
+    ("tracekit.ingest.fastscan", "scan", "  compiled scanner + columns frame"),
+    ("tracekit.ingest.kineto", "_decode", "  msgspec decode (files the scanner declines)"),
+    ("tracekit.ingest.kineto", "_columns", "  msgspec columns (incl. the two below)"),
     ("tracekit.ingest.kineto", "_transpose", "    transpose Structs -> lists"),
     ("tracekit.ingest.kineto", "us_text_to_ns", "    ts/dur text -> int64 ns"),
-    ("tracekit.ingest.kineto", "_to_events", "    kinds / graph / collectives"),
+    ("tracekit.ingest.kineto", "_to_events", "  kinds / graph / collectives"),
     ("tracekit.ingest", "_sort_part", "per-rank sort"),
     ("tracekit.finalize.pipeline", "categorize", "finalize: categorize"),
     ("tracekit.finalize.pipeline", "annotate_collectives", "finalize: annotate_collectives"),
@@ -180,10 +188,10 @@ def _stage_breakdown(data: Path, out: Path) -> dict[str, Any]:
 def worker(kind: str, data: Path, out: Path) -> dict[str, Any]:
     if kind == "stages":
         return _stage_breakdown(data, out)
-    files = sorted(data.glob("*.json.gz"))
+    files = sorted(data.glob("*.json*"))
     t0 = time.perf_counter()
     c0 = time.process_time()
-    if kind == "tracekit":
+    if kind in ("tracekit", "tracekit-ref"):
         from tracekit.ingest import ingest_traces
         from tracekit.store import write_run
 
@@ -191,6 +199,21 @@ def worker(kind: str, data: Path, out: Path) -> dict[str, Any]:
         run = ingest_traces([data])
         write_run(run.events, out, run.manifest)
         extra = {"events": run.events.height, "parquet_bytes": out.stat().st_size}
+    elif kind == "gunzip":
+        from tracekit.ingest.discover import read_trace_bytes
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        n = sum(len(read_trace_bytes(f)[0]) for f in files)
+        extra = {"events": 0, "bytes": n}
+    elif kind == "typed":
+        from tracekit.ingest.discover import read_trace_bytes
+        from tracekit.ingest.kineto import _decode
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        n = 0
+        for f in files:
+            n += len(_decode(read_trace_bytes(f)[0], str(f))[1])
+        extra = {"events": n}
     elif kind == "orjson":
         import orjson
 
@@ -219,6 +242,10 @@ print(json.dumps({"wall": time.perf_counter() - t0, "seconds": time.process_time
 
 def run_one(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
     env = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    if kind == "tracekit-ref":
+        env.update(TRACEKIT_PURE="1", TRACEKIT_INGEST_THREADS="1")
+    if kind == "stages":  # per-stage CPU seconds of one thread
+        env.update(TRACEKIT_INGEST_THREADS="1")
     if kind == "hta":
         py = os.environ.get("HTA_PYTHON", "/root/hta-venv/bin/python")
         if not Path(py).exists():
@@ -233,30 +260,22 @@ def run_one(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
     return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=int, default=120, help="uncompressed JSON to build (MB)")
-    ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=2, help="runs per tool; the best is kept")
-    ap.add_argument("--source", type=Path, help="trace to replicate (default: samples/, else a CPU trace)")
-    ap.add_argument("--no-hta", action="store_true")
-    ap.add_argument("--stages", action="store_true", help="also print tracekit's CPU seconds per stage (one more run)")
-    ap.add_argument("--worker", nargs=3, metavar=("KIND", "DATA", "OUT"), help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.worker:
-        print(json.dumps(worker(a.worker[0], Path(a.worker[1]), Path(a.worker[2]))))
-        return
-    data, json_bytes, label = build(a.mb, a.ranks, a.source)
-    mb = json_bytes / 1e6
-    gz = sum(f.stat().st_size for f in data.glob("*.json.gz")) / 1e6
-    print(f"trace set: {data} ({a.ranks} files, {mb:.1f} MB JSON, {gz:.1f} MB gzip) from {label}")
-    print("each tool: one process, one thread (POLARS_MAX_THREADS=1), best of", a.repeat,
-          "; MB/s and ratios use CPU seconds of that process (wall clock shown too: the machine may be shared)")
+def _load() -> str:
+    return "load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+TOOLS = ("tracekit", "tracekit-ref", "gunzip", "typed", "orjson")
+LABELS = {"tracekit": "tracekit", "tracekit-ref": "tracekit, msgspec path, sequential (before)",
+          "gunzip": "floor: gunzip", "typed": "floor: gunzip + msgspec typed decode", "orjson": "gunzip + orjson.loads",
+          "hta": "HTA 0.5 load_traces"}
+
+
+def measure(data: Path, mb: float, repeat: int, hta: bool) -> dict[str, dict[str, Any] | str]:
     results: dict[str, dict[str, Any] | str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("tracekit", "orjson", *(() if a.no_hta else ("hta",))):
+        for kind in (*TOOLS, *(("hta",) if hta else ())):
             best: dict[str, Any] | str = "not run"
-            for _ in range(a.repeat if kind != "hta" else 1):
+            for _ in range(repeat if kind != "hta" else 1):
                 r = run_one(kind, data, Path(tmp))
                 if isinstance(r, str):
                     best = r
@@ -265,10 +284,54 @@ def main() -> None:
                     best = r
             results[kind] = best
             if isinstance(best, str):
-                print(f"  {kind:9s} {best}")
+                print(f"  {LABELS[kind]:44s} {best}")
             else:
-                print(f"  {kind:9s} cpu {best['seconds']:7.2f} s (wall {best['wall']:7.2f} s)  {mb / best['seconds']:7.1f} MB/s"
-                      f"  peak RSS {best['rss_mb']:7.1f} MB  events {best.get('events', 0):,}")
+                print(f"  {LABELS[kind]:44s} cpu {best['seconds']:6.2f} s (wall {best['wall']:6.2f} s)  {mb / best['seconds']:6.1f} MB/s"
+                      f"  peak RSS {best['rss_mb']:6.0f} MB  events {best.get('events', 0):,}")
+    tk, ref = results["tracekit"], results["orjson"]
+    if isinstance(tk, dict):
+        print(f"  tracekit: {mb / tk['seconds']:.1f} MB/s per core (target >= 150); cpu/wall {tk['seconds'] / tk['wall']:.2f}")
+        if isinstance(ref, dict):
+            print(f"  tracekit vs gunzip+orjson.loads: {ref['seconds'] / tk['seconds']:.2f}x cpu (target >= 1.5x), "
+                  f"{ref['wall'] / tk['wall']:.2f}x wall")
+        old = results["tracekit-ref"]
+        if isinstance(old, dict):
+            print(f"  tracekit vs its msgspec path (before): {old['seconds'] / tk['seconds']:.2f}x cpu, {old['wall'] / tk['wall']:.2f}x wall")
+        for floor in ("gunzip", "typed"):
+            f = results[floor]
+            if isinstance(f, dict):
+                print(f"  tracekit / {LABELS[floor]}: {tk['seconds'] / f['seconds']:.2f}x cpu")
+        print(f"  peak RSS {tk['rss_mb']:.0f} MB = {tk['rss_mb'] / mb:.2f}x the JSON (target <= 2x)")
+        pq_mb = tk["parquet_bytes"] / 1e6
+        print(f"  run.parquet {pq_mb:.2f} MB = JSON/{mb / pq_mb:.0f} (target <= JSON/20)")
+    h = results.get("hta")
+    if isinstance(h, dict) and isinstance(tk, dict):
+        print(f"  vs HTA 0.5 load_traces: {h['seconds'] / tk['seconds']:.1f}x (target >= 12x); HTA {mb / h['seconds']:.1f} MB/s")
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=120, help="uncompressed JSON to build (MB)")
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=2, help="runs per tool; the best is kept")
+    ap.add_argument("--source", type=Path, help="trace to replicate (default: samples/, else a CPU trace)")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--stages", action="store_true", help="also print tracekit's CPU seconds per stage (one more run)")
+    ap.add_argument("--real", help="glob of real trace files to measure too (as they are)")
+    ap.add_argument("--worker", nargs=3, metavar=("KIND", "DATA", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(worker(a.worker[0], Path(a.worker[1]), Path(a.worker[2]))))
+        return
+    print(_load())
+    data, json_bytes, label = build(a.mb, a.ranks, a.source)
+    mb = json_bytes / 1e6
+    gz = sum(f.stat().st_size for f in data.glob("*.json.gz")) / 1e6
+    print(f"trace set: {data} ({a.ranks} files, {mb:.1f} MB JSON, {gz:.1f} MB gzip): ONE real trace replicated, from {label}")
+    print("each tool: one process, POLARS_MAX_THREADS=1, best of", a.repeat,
+          "; MB/s and ratios use CPU seconds of that process (wall clock shown too: the machine may be shared)")
+    measure(data, mb, a.repeat, not a.no_hta)
     if a.stages:
         with tempfile.TemporaryDirectory() as tmp:
             st = run_one("stages", data, Path(tmp))
@@ -276,27 +339,25 @@ def main() -> None:
             print(f"stage breakdown {st}")
         else:
             print("tracekit CPU seconds per stage (one run; indented stages are part of the line above them):")
-            for label, sec in st["stages"].items():
-                print(f"  {label:38s} {sec:6.3f} s")
+            for lab, sec in st["stages"].items():
+                print(f"  {lab:38s} {sec:6.3f} s")
             if st["missing"]:
                 print(f"  (not timed, renamed?: {', '.join(st['missing'])})")
-    tk = results["tracekit"]
-    if isinstance(tk, str):
-        raise SystemExit(f"tracekit run {tk}")
-    speed = mb / tk["seconds"]
-    print(f"tracekit ingest: {speed:.1f} MB/s per core (target >= 150)")
-    ref = results.get("orjson")
-    if isinstance(ref, dict):
-        print(f"  vs gunzip+orjson.loads: {ref['seconds'] / tk['seconds']:.2f}x (target >= 1.5x)")
-    hta = results.get("hta", "not run (--no-hta)")
-    if isinstance(hta, dict):
-        print(f"  vs HTA 0.5 load_traces: {hta['seconds'] / tk['seconds']:.1f}x (target >= 12x); HTA {mb / hta['seconds']:.1f} MB/s")
-    else:
-        print(f"  vs HTA: {hta}")
-    print(f"peak RSS {tk['rss_mb']:.0f} MB = {tk['rss_mb'] / mb:.2f}x the JSON (target <= 2x)")
-    pq_mb = tk["parquet_bytes"] / 1e6
-    print(f"run.parquet {pq_mb:.2f} MB = JSON/{mb / pq_mb:.0f} (target <= JSON/20)")
+    if a.real:
+        import glob
 
+        real = sorted(Path(p) for p in glob.glob(a.real))
+        if not real:
+            raise SystemExit(f"--real {a.real}: no files")
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp) / "real"
+            d.mkdir()
+            for p in real:
+                (d / p.name).symlink_to(p.resolve())
+            rmb = sum(len(_load_text(p)) for p in real) / 1e6
+            print(f"real set: {len(real)} files from {a.real}, {rmb:.1f} MB JSON (as captured, not replicated)")
+            measure(d, rmb, a.repeat, not a.no_hta)
+    print(_load())
 
 if __name__ == "__main__":
     main()

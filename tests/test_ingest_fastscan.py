@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kineto_synth import _NUM, gpu_rank
 
 from tracekit.errors import BadTraceError
 from tracekit.ingest import fastscan, kineto
-
-from kineto_synth import _NUM, gpu_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = sorted((ROOT / "samples" / "h200x2-builtin").glob("*.trace.json.gz")) + sorted(

@@ -1,3 +1,2 @@
-from typing import Any
 
 def scan(data: bytes, /) -> tuple[int, list[tuple[str, int, int]] | None, list[str], tuple[bytes, ...], tuple[bytes, ...]] | None: ...

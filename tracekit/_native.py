@@ -1,5 +1,6 @@
-"""The compiled core (``tracekit._core``, built from ``tracekit/_core.c`` by the package's
-build), or None when it is not built or ``TRACEKIT_PURE=1`` asks for the reference paths.
+"""The compiled extensions (``tracekit._core`` for the export, ``tracekit._kineto`` for ingest,
+built from ``tracekit/*.c`` by the package's build), each None when it is not built or
+``TRACEKIT_PURE=1`` asks for the reference paths.
 
 Every function of the core has a numpy / Python reference next to its caller; the tests
 run both and compare the outputs byte for byte.
@@ -7,20 +8,21 @@ run both and compare the outputs byte for byte.
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
 
-def _load() -> ModuleType | None:
+def _load(name: str) -> ModuleType | None:
     if os.environ.get("TRACEKIT_PURE") == "1":
         return None
     try:
-        from tracekit import _core
+        return importlib.import_module(f"tracekit.{name}")
     except ImportError:
         return None
-    return _core
 
 
-core: ModuleType | None = _load()
+core: ModuleType | None = _load("_core")
+kineto: ModuleType | None = _load("_kineto")
 
-__all__ = ["core"]
+__all__ = ["core", "kineto"]

@@ -16,7 +16,6 @@ samples/ and on generated ones).
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import Any
 
@@ -24,22 +23,14 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from tracekit._native import kineto as kineto_ext
+
 # the top-level keys the decoder keeps (msgspec.Raw fields of kineto._Trace)
 TOP_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "cuda_driver_version",
             "cuda_runtime_version", "cupti_version", "trace_id", "traceName", "displayTimeUnit")
 
 
-def _load() -> ModuleType | None:
-    if os.environ.get("TRACEKIT_PURE") == "1":
-        return None
-    try:
-        from tracekit import _kineto
-    except ImportError:
-        return None
-    return _kineto
-
-
-scanner: ModuleType | None = _load()
+scanner: ModuleType | None = kineto_ext
 
 
 def _i64(raw: bytes) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -75,7 +66,7 @@ def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None
                     return None
                 top[key] = msgspec.Raw(data[lo:hi])
     ts, dur, pid, tid, corr, ext, dev, stream, nbytes, cat, name = (_i64(c) for c in cols[:11])
-    instant, dur_ok, pid_k, tid_k, corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok = (_u8(c) for c in cols[11:])
+    instant, _dur_ok, pid_k, tid_k, corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok = (_u8(c) for c in cols[11:])
     if ts.size == 0:
         return None
     table = pl.Series("t", strings, dtype=pl.String)

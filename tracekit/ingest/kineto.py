@@ -232,7 +232,9 @@ def parse_kineto(data: bytes, path: str) -> ParsedTrace:
     scanned = fastscan.scan(data)  # the compiled one-pass scanner; None: not its shape
     if scanned is not None:
         raw_top, frame, n_all = scanned
-        top = _Trace(**raw_top)
+        top = _Trace()
+        for key, raw in raw_top.items():
+            setattr(top, key, raw)
         events: list[Any] = []
     else:
         top, events = _decode_or_raise(data, path, meta)
@@ -396,7 +398,6 @@ def _columns(events: list[Any], base_ns: int, path: str, meta: dict[str, Any]) -
     cols, cidx, cargs = _transpose(events)
     del events
     n = len(cols["instant"])
-    skipped = n_all - n
     ts = us_text_to_ns(_series(cols.pop("ts"), pl.String()))
     if ts.null_count():
         raise BadTraceError(f"{ts.null_count()} event(s) with a missing or non-numeric ts", path=path)
