@@ -69,7 +69,8 @@ def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None
     instant, _dur_ok, pid_k, tid_k, corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok = (_u8(c) for c in cols[11:])
     if ts.size == 0:
         return None
-    table = pl.Series("t", strings, dtype=pl.String)
+    # one spare entry: a gather of a masked (null) row must stay in bounds when no string was met
+    table = pl.Series("t", [*strings, ""], dtype=pl.String)
     # one frame of the raw numbers, then one query: masks to nulls, codes to strings (a gather
     # over the table: rows share its strings)
     raw = pl.DataFrame({

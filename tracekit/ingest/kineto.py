@@ -242,6 +242,8 @@ def parse_kineto(data: bytes, path: str) -> ParsedTrace:
     base_ns = _int_or_none(base_raw)
     if base_raw is not None and base_ns is None:
         raise BadTraceError(f"baseTimeNanoseconds is not an integer: {base_raw!r}", path=path)
+    if base_ns is not None and not -(2**63) <= base_ns < 2**63:
+        raise BadTraceError(f"baseTimeNanoseconds is out of the int64 ns range: {base_ns}", path=path)
     meta["baseTimeNanoseconds"] = base_ns
     for key in ("schemaVersion", "deviceProperties", "distributedInfo", "cuda_driver_version",
                 "cuda_runtime_version", "cupti_version", "trace_id", "traceName", "displayTimeUnit"):
