@@ -49,7 +49,9 @@ class CaptureConfig:
     cycles: int = 8
     warmup: int = 4
     device: str = "auto"  # auto | cuda | cpu
-    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    # WorkloadConfig (the built-in workload) or an engine config whose ``build(rank, world, device, cycles)``
+    # returns an object with the built-in Workload's interface (collectors/transformers/config.py)
+    workload: Any = field(default_factory=WorkloadConfig)
     keep_json: str | None = None  # directory for raw per-rank Kineto JSON (.json.gz)
     timeout_s: float = 300.0  # a rank that reports no progress for this long is killed (> coll_timeout_s)
     startup_timeout_s: float = 900.0  # the same, before a rank's first cycle (imports, NCCL init, graph capture)
@@ -76,7 +78,7 @@ class CaptureConfig:
             "startup_timeout_s": self.startup_timeout_s,
             "nvml_interval_s": self.nvml_interval_s,
             "profile_mode": self.profile,
-            "workload": "builtin",
+            "workload": getattr(self.workload, "engine", "builtin"),
         }
 
 
@@ -261,7 +263,8 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     )
     q.put(("stage", rank, "pg", "process group up"))
     total = cc.warmup + cc.cycles
-    wl = Workload(cc.workload, rank, world, device, total)
+    build = getattr(cc.workload, "build", None)  # another engine (transformers) builds its own
+    wl = build(rank, world, device, total) if build is not None else Workload(cc.workload, rank, world, device, total)
     wl.capture_graphs()
     q.put(("stage", rank, "ready", f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
     skip = min(2, max(cc.warmup - 1, 0))

@@ -70,10 +70,11 @@ def versions() -> dict[str, Any]:
     try:
         from importlib.metadata import PackageNotFoundError, version
 
-        try:
-            out["sglang"] = version("sglang")
-        except PackageNotFoundError:
-            out["sglang"] = None
+        for dist in ("sglang", "transformers"):
+            try:
+                out[dist] = version(dist)
+            except PackageNotFoundError:
+                out[dist] = None
     except ImportError:
         pass
     return out

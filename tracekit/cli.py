@@ -191,6 +191,15 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--cycles", type=click.IntRange(1), default=8, show_default=True, help="Profiled speculative cycles.")
 @click.option("--warmup", type=click.IntRange(0), default=4, show_default=True, help="Unprofiled cycles before the window (later ones timed for dilation).")
 @click.option("--workload", type=click.Choice(["builtin"]), default="builtin", show_default=True)
+@click.option("--engine", type=click.Choice(["builtin", "transformers"]), default="builtin", show_default=True,
+              help="What every rank runs: the built-in workload, or Hugging Face transformers' generate() with an assistant (docs/transformers.md).")
+@click.option("--model", default=None, metavar="DIR|PRESET",
+              help="--engine transformers: checkpoint directory or preset (deepseek-v3-tiny, deepseek-v3-small, llama-tiny) [default: deepseek-v3-small on GPU, deepseek-v3-tiny on CPU].")
+@click.option("--assistant", default=None, metavar="SPEC",
+              help="--engine transformers: DIR, PRESET, same, early-exit:L, noisy:S or prompt-lookup:N [default: early-exit:1 for presets].")
+@click.option("--no-assistant", is_flag=True, help="--engine transformers: plain decode, speculation off (the baseline for gap --b-run / spec --baseline).")
+@click.option("--new-tokens", type=click.IntRange(1), default=16, show_default=True, help="--engine transformers: tokens per generate() call (one call per cycle).")
+@click.option("--prompt-len", type=click.IntRange(1), default=16, show_default=True, help="--engine transformers: random prompt tokens per call.")
 @click.option("--preset", type=click.Choice(["tiny", "kimi-k2-tiny"]), default=None, help="Model shape [default: kimi-k2-tiny on GPU, tiny on CPU].")
 @click.option("--verify-graph", type=click.Choice(["on", "off", "auto", "mixed"]), default="auto", show_default=True,
               help="Verify from a CUDA graph, eagerly (SGLang's fallback), by batch size, or alternating.")
@@ -216,12 +225,14 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True, help="With --sglang: max_new_tokens per request.")
 @click.option("--concurrency", type=click.IntRange(1), default=8, show_default=True, help="With --sglang: requests in flight.")
 @guarded
-def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, workload: str, preset: str | None,
+def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, workload: str, engine: str,
+                model: str | None, assistant: str | None, no_assistant: bool, new_tokens: int, prompt_len: int,
+                preset: str | None,
                 verify_graph: str, batch_size: int | None, draft_steps: int | None, ctx_start: int | None,
                 layers: int | None, hidden: int | None, experts: int | None, top_k: int | None,
                 accept_probs: str | None, device: str, keep_json: str | None, profile: str, timeout_s: float, out: str,
                 sglang_url: str | None, requests: int, input_len: int, output_len: int, concurrency: int) -> None:
-    """Capture the built-in speculative-decoding workload (or, with --sglang URL, a live server) on every rank into one run.parquet.
+    """Capture the built-in speculative-decoding workload (or transformers' assisted generation with --engine transformers, or with --sglang URL a live server) on every rank into one run.parquet.
 
     \b
     Exit status: 0 every rank captured; 1 no rank produced data (one line per failed rank,
@@ -254,9 +265,22 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
 
     try:
         kind, _ = resolve_device(device)
-        wl = make_config(preset or ("kimi-k2-tiny" if kind == "cuda" else "tiny"), verify_graph=verify_graph,
-                         batch_size=batch_size, draft_steps=draft_steps, ctx_start=ctx_start, layers=layers,
-                         hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
+        if engine == "transformers":
+            from tracekit.collectors.transformers.commands import (  # type: ignore[import-not-found]
+                default_world,
+                transformers_config,
+            )
+
+            world = default_world(kind, world)
+            wl = transformers_config(kind, model=model, assistant=assistant, no_assistant=no_assistant,
+                                     draft_tokens=draft_steps, new_tokens=new_tokens, prompt_len=prompt_len,
+                                     batch_size=batch_size)
+        elif model or assistant or no_assistant:
+            raise ValueError("--model, --assistant and --no-assistant need --engine transformers")
+        else:
+            wl = make_config(preset or ("kimi-k2-tiny" if kind == "cuda" else "tiny"), verify_graph=verify_graph,
+                             batch_size=batch_size, draft_steps=draft_steps, ctx_start=ctx_start, layers=layers,
+                             hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
         cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, device=device,
                            workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile)
         from tracekit.outputs import check_output

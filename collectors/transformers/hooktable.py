@@ -1,0 +1,134 @@
+"""Where tracekit hooks Hugging Face transformers' generation loops, per version range: data, not code.
+
+Every row names a hook point by its qualified name (resolved when the engine
+installs its hooks; never imported here), the role it plays, the parameters the
+hook reads, the call sites that must appear in the method's body in this order
+(how the loop reaches the hooked callables; ``loop:`` = inside its ``while``
+loop, ``a|b`` = either callee), and the half-open version
+range ``[since, until)`` in which the row holds. The contract tests check every
+row against the real source of each supported version
+(tests/test_transformers_contract.py), so a moved hook point fails CI rather
+than a user's capture.
+
+Roles:
+- ``assisted_loop``: ``GenerationMixin._assisted_decoding`` (speculation on). While
+  it runs on the target model, the target's forwards are ``prefill`` (the first
+  iteration: prompt + first candidates) and then ``verify``.
+- ``plain_loop``: ``GenerationMixin._sample`` (speculation off): the target's
+  forwards inside ``_prefill`` are ``prefill``, every other one a ``decode`` step.
+- ``prefill_call``: ``GenerationMixin._prefill`` (the plain loop's prompt forward).
+- ``candidate_factory``: ``GenerationMixin._get_candidate_generator``; the candidate
+  generator it returns gets the two instance-level hooks below (so a subclass
+  calling ``super().get_candidates`` opens one range, not two).
+- ``draft``: ``CandidateGenerator.get_candidates`` (every candidate generator
+  overrides it with the same first parameter): one ``draft`` phase per call.
+- ``accept``: ``CandidateGenerator.update_candidate_strategy(input_ids, scores,
+  num_matches)``, called once per iteration after the verify forward and the
+  engine's own comparison. The accept length is read from host tensor metadata
+  only: ``input_ids.shape[1]`` here minus the length at the draft call, minus the
+  bonus token. ``num_matches`` itself can be a device tensor (5.17's greedy path):
+  it is never read, so no device sync is added.
+- ``forward``: the target model's ``forward``, hooked with torch module hooks
+  (``register_forward_pre_hook(with_kwargs=True)`` and ``register_forward_hook(...,
+  always_call=True)``) on the target object only; the row lists the keyword
+  arguments the facts come from, checked on the preset model classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from tracekit.collectors.sglang.hooktable import Version, parse_version
+
+_GEN: Final = "transformers.generation.utils.GenerationMixin"
+_CG: Final = "transformers.generation.candidate_generator.CandidateGenerator"
+
+# Versions whose real source the contract tests read: the one installed from PyPI
+# on the CPU box and the one on the GPU machine.
+SUPPORTED_VERSIONS: Final = ("5.17.0", "5.24.0")
+# The range the engine refuses to run outside of (the `transformers` extra asks for it).
+SUPPORTED_RANGE: Final = ((5, 17, 0), (5, 25, 0))
+
+FORWARD_CALL: Final = "self|model_forward"  # `self(**model_inputs)` or the (maybe compiled) `model_forward(...)`
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    target: str  # module.Class.method
+    role: str  # assisted_loop | plain_loop | candidate_factory | draft | accept | forward
+    params: tuple[str, ...]  # parameters the hook reads (after self)
+    calls: tuple[str, ...] = ()  # call sites in source order ("loop:" inside the while loop, "a|b": either)
+    since: Version = (0, 0, 0)
+    until: Version | None = None  # exclusive
+    install: str = "class"  # class: the class attribute is wrapped | instance: each object | module: torch module hooks
+
+    @property
+    def module(self) -> str:
+        return self.target.rsplit(".", 2)[0]
+
+    @property
+    def cls(self) -> str:
+        return self.target.rsplit(".", 1)[0]
+
+    @property
+    def method(self) -> str:
+        return self.target.rsplit(".", 1)[1]
+
+    def applies(self, version: Version) -> bool:
+        return version >= self.since and (self.until is None or version < self.until)
+
+
+HOOKS: Final[tuple[HookSpec, ...]] = (
+    HookSpec(f"{_GEN}._assisted_decoding", "assisted_loop", ("input_ids", "assistant_model"),
+             calls=("loop:candidate_generator.get_candidates(input_ids)", f"loop:{FORWARD_CALL}",
+                    "loop:candidate_generator.update_candidate_strategy(input_ids)")),
+    HookSpec(f"{_GEN}._sample", "plain_loop", ("input_ids",), calls=("self._prefill", "loop:model_forward")),
+    HookSpec(f"{_GEN}._prefill", "prefill_call", ("input_ids",), calls=(FORWARD_CALL,)),
+    HookSpec(f"{_GEN}._get_candidate_generator", "candidate_factory", ("generation_config", "assistant_model")),
+    HookSpec(f"{_CG}.get_candidates", "draft", ("input_ids",), install="instance"),
+    HookSpec(f"{_CG}.update_candidate_strategy", "accept", ("input_ids", "scores", "num_matches"),
+             install="instance"),
+)
+
+# Candidate generators the engine can ask for (``--assistant``) and the class
+# transformers picks for each; their get_candidates must take ``input_ids`` first.
+GENERATORS: Final[dict[str, str]] = {
+    "model": "transformers.generation.candidate_generator.AssistedCandidateGenerator",
+    "early-exit": "transformers.generation.candidate_generator.EarlyExitCandidateGenerator",
+    "prompt-lookup": "transformers.generation.candidate_generator.PromptLookupCandidateGenerator",
+}
+
+# The target's forward keyword arguments the facts come from (module hooks, with_kwargs=True).
+FORWARD_KWARGS: Final = ("input_ids", "attention_mask")
+FORWARD_CLASSES: Final[dict[str, str]] = {
+    "deepseek_v3": "transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3ForCausalLM",
+    "llama": "transformers.models.llama.modeling_llama.LlamaForCausalLM",
+}
+# tensor-parallel plans the engine relies on (class attribute names, checked in the source)
+TP_PLANS: Final[dict[str, tuple[str, str]]] = {
+    "deepseek_v3": ("transformers.models.deepseek_v3.configuration_deepseek_v3.DeepseekV3Config", "base_model_tp_plan"),
+    "llama": ("transformers.models.llama.configuration_llama.LlamaConfig", "base_model_tp_plan"),
+}
+
+
+def specs_for(version: Version | str) -> list[HookSpec]:
+    """The hook rows that hold in ``version``."""
+    v = parse_version(version) if isinstance(version, str) else version
+    return [h for h in HOOKS if h.applies(v)]
+
+
+def supported(version: Version | str) -> bool:
+    v = parse_version(version) if isinstance(version, str) else version
+    lo, hi = SUPPORTED_RANGE
+    return lo <= v < hi
+
+
+def installed_version() -> str | None:
+    """The installed transformers distribution's version, or None (no import of transformers)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return None
