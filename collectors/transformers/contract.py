@@ -6,8 +6,9 @@ the class and method exist, the parameters the hook reads are there, and the
 call sites through which the generation loop reaches the hooked callables appear
 in the method in the table's order (inside its ``while`` loop where the row says
 ``loop:``, with the named first argument where it says ``callee(arg)``). It also
-checks the candidate generators' ``get_candidates``, the preset model classes'
-``forward`` keywords and their tensor-parallel plans. The contract tests run it on
+checks the candidate generators' ``get_candidates``, the keyword generate()
+passes the KV cache under, the preset model classes' ``forward`` keywords and
+their tensor-parallel plans. The contract tests run it on
 the real wheels of every supported version.
 """
 
@@ -27,8 +28,10 @@ from tracekit.collectors.transformers.hooktable import (
     FORWARD_CLASSES,
     FORWARD_KWARGS,
     GENERATORS,
+    PREPARE_INPUTS,
     TP_PLANS,
     HookSpec,
+    cache_kwarg,
     specs_for,
 )
 
@@ -142,8 +145,27 @@ def check_generators(root: Path) -> list[Problem]:
     return problems
 
 
-def check_models(root: Path) -> list[Problem]:
+def subscript_keys(fn: Function, name: str) -> set[str]:
+    """Constant keys ``k`` of every ``name["k"] = ...`` assignment in ``fn``."""
+    keys: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
+                        and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)):
+                    keys.add(t.slice.value)
+    return keys
+
+
+def check_models(root: Path, version: str) -> list[Problem]:
     problems: list[Problem] = []
+    cache = cache_kwarg(version)
+    prep_cls = find_class(root, PREPARE_INPUTS.rsplit(".", 1)[0])
+    prep = find_method(prep_cls, PREPARE_INPUTS.rsplit(".", 1)[1]) if prep_cls is not None else None
+    if prep is None:
+        problems.append(Problem(PREPARE_INPUTS, "not found"))
+    elif cache not in subscript_keys(prep, "model_inputs"):
+        problems.append(Problem(PREPARE_INPUTS, f"does not set model_inputs[{cache!r}] (the KV cache keyword)"))
     for family, path in FORWARD_CLASSES.items():
         cls = find_class(root, path)
         fn = find_method(cls, "forward") if cls is not None else None
@@ -151,7 +173,7 @@ def check_models(root: Path) -> list[Problem]:
             problems.append(Problem(path, f"{family}: class or forward not found"))
             continue
         have = parameters(fn)
-        problems.extend(Problem(f"{path}.forward", f"keyword {k!r} not in {have}") for k in FORWARD_KWARGS
+        problems.extend(Problem(f"{path}.forward", f"keyword {k!r} not in {have}") for k in (*FORWARD_KWARGS, cache)
                         if k not in have)
     for family, (path, attr) in TP_PLANS.items():
         cls = find_class(root, path)
@@ -170,7 +192,7 @@ def check_source(root: str | Path, version: str) -> list[Problem]:
     for spec in specs_for(version):
         problems.extend(check_spec(base, spec))
     problems.extend(check_generators(base))
-    problems.extend(check_models(base))
+    problems.extend(check_models(base, version))
     return problems
 
 

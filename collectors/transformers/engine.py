@@ -162,6 +162,10 @@ class TransformersEngine:
         self.generated += int(new.numel())
         self.digest.update(new.numpy().tobytes())
 
+    def close(self) -> None:
+        """Remove the hooks (the capture's rank processes simply exit)."""
+        self.hooks.uninstall()
+
     def sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()

@@ -99,8 +99,13 @@ GENERATORS: Final[dict[str, str]] = {
     "prompt-lookup": "transformers.generation.candidate_generator.PromptLookupCandidateGenerator",
 }
 
-# The target's forward keyword arguments the facts come from (module hooks, with_kwargs=True).
-FORWARD_KWARGS: Final = ("input_ids", "attention_mask")
+# The target's forward keyword arguments the facts come from (module hooks, with_kwargs=True): the new
+# tokens, and the KV cache whose ``get_seq_length()`` (a host int: a tensor shape or a Python counter in
+# every cache class) is the committed context, the ``seq`` fact. generate() hands the cache over under
+# a keyword that changed between the checked versions: (first checked version using it, keyword).
+FORWARD_KWARGS: Final = ("input_ids",)
+CACHE_KWARGS: Final[tuple[tuple[Version, str], ...]] = (((0, 0, 0), "past_key_values"), ((5, 24, 0), "cache"))
+PREPARE_INPUTS: Final = f"{_GEN}.prepare_inputs_for_generation"  # assigns model_inputs[<cache keyword>]
 FORWARD_CLASSES: Final[dict[str, str]] = {
     "deepseek_v3": "transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3ForCausalLM",
     "llama": "transformers.models.llama.modeling_llama.LlamaForCausalLM",
@@ -116,6 +121,12 @@ def specs_for(version: Version | str) -> list[HookSpec]:
     """The hook rows that hold in ``version``."""
     v = parse_version(version) if isinstance(version, str) else version
     return [h for h in HOOKS if h.applies(v)]
+
+
+def cache_kwarg(version: Version | str) -> str:
+    """The keyword under which ``version``'s generate() passes the KV cache to the model's forward."""
+    v = parse_version(version) if isinstance(version, str) else version
+    return [name for since, name in CACHE_KWARGS if v >= since][-1]
 
 
 def supported(version: Version | str) -> bool:

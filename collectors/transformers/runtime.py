@@ -13,8 +13,13 @@ model object:
 
 Every phase goes through the collectors' phase API (``hooks.phase`` ranges,
 ``hooks.emit_facts`` late facts) and the engine's ``PhaseTimer`` (profiler
-dilation). Facts are host values only: tensor shapes and Python ints; nothing
-here reads a device tensor's value, so no device sync is added.
+dilation). Facts are host values only: tensor shapes, Python ints and the KV
+cache's ``get_seq_length()`` (a shape or a Python counter in every cache class);
+nothing here reads a device tensor's value, so no device sync is added.
+
+Sequence length (``seq``): the target's KV cache length when the phase starts,
+i.e. every committed token but the last one (which the verify or decode feeds
+again); a draft carries its iteration's value, a prefill 0.
 
 Cycles: the per-rank counter advances at every draft (speculation on; that
 iteration's target forward shares its number) or at every target forward
@@ -32,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors.hooks import emit_facts, phase
-from tracekit.collectors.transformers.hooktable import HookSpec, specs_for
+from tracekit.collectors.transformers.hooktable import HookSpec, cache_kwarg, specs_for
 
 
 class HookPointMissing(RuntimeError):
@@ -74,6 +79,8 @@ class GenerationHooks:
     generator: str | None = None  # class name of the candidate generator transformers picked
     _open: _Open | None = None
     _undo: list[Callable[[], None]] = field(default_factory=list)
+    _instance_specs: dict[str, HookSpec] = field(default_factory=dict)
+    _cache_kw: str = "cache"
 
     # ---- installation ----------------------------------------------------------------------
     def install(self, version: str) -> list[str]:
@@ -94,6 +101,7 @@ class GenerationHooks:
             self._undo.append(functools.partial(setattr, cls, spec.method, fn))
             done.append(spec.target)
         self._instance_specs = {s.role: s for s in specs_for(version) if s.install == "instance"}
+        self._cache_kw = cache_kwarg(version)
         pre = self.target.register_forward_pre_hook(self._pre, with_kwargs=True)
         post = self.target.register_forward_hook(self._post, with_kwargs=True, always_call=True)
         self._undo.extend([pre.remove, post.remove])
@@ -150,8 +158,9 @@ class GenerationHooks:
         if self.draft_depth:
             return orig(input_ids, *args, **kwargs)
         self.cycle += 1
-        c, bs, seq = self.cycle, int(input_ids.shape[0]), int(input_ids.shape[1])
-        self.len_at_draft = seq
+        c, bs, length = self.cycle, int(input_ids.shape[0]), int(input_ids.shape[1])
+        self.len_at_draft = length
+        seq = length - 1  # the verify's KV cache length: every committed token but the last (fed again)
         self.calls["draft"] += 1
         token = self.timer.begin("draft")
         self.draft_depth += 1
@@ -161,7 +170,7 @@ class GenerationHooks:
         finally:
             self.draft_depth -= 1
             self.timer.end(token)
-        k = int(out[0].shape[1]) - seq
+        k = int(out[0].shape[1]) - length
         self.drafts.append(k)
         emit_facts("draft", c, tok=bs * k)
         return out
@@ -184,8 +193,8 @@ class GenerationHooks:
         if ids is None:
             return
         bs, n = int(ids.shape[0]), int(ids.shape[-1])
-        mask = kwargs.get("attention_mask")
-        seq = int(mask.shape[-1]) - n if getattr(mask, "ndim", 0) == 2 else None
+        cache = kwargs.get(self._cache_kw)
+        seq = int(cache.get_seq_length()) if cache is not None else None  # host int: committed context
         if self.mode == "assisted":
             name = "prefill" if self.first_forward else "verify"
             self.iter_phase = name
