@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import transformers_wheels
+
 from tracekit.collectors.transformers import runtime
 from tracekit.collectors.transformers.contract import call_sites, check_source
 from tracekit.collectors.transformers.hooktable import (

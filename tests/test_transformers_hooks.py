@@ -16,12 +16,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from transformers.generation import candidate_generator as cg  # noqa: E402
+from transformers.generation.utils import GenerationMixin  # noqa: E402
+
 from tracekit.analyzers.phase_rows import phase_instances  # noqa: E402
 from tracekit.collectors.session import ProfilerSession, finalize  # noqa: E402
 from tracekit.collectors.transformers.config import TransformersConfig  # noqa: E402
 from tracekit.collectors.transformers.engine import TransformersEngine  # noqa: E402
-from transformers.generation import candidate_generator as cg  # noqa: E402
-from transformers.generation.utils import GenerationMixin  # noqa: E402
 
 K, NEW = 3, 8
 
@@ -45,7 +46,8 @@ def engine_for() -> Iterator[Any]:
 def engine_matches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every num_matches transformers passes to update_candidate_strategy (CPU: reading it syncs nothing)."""
     seen: list[int] = []
-    for cls in (cg.CandidateGenerator, cg.AssistedCandidateGenerator):
+    classes = [c for c in vars(cg).values() if isinstance(c, type) and "update_candidate_strategy" in vars(c)]
+    for cls in classes:  # every generator class that defines it (5.17's prompt lookup has its own)
         orig = cls.__dict__["update_candidate_strategy"]
 
         def spy(self: Any, input_ids: Any, scores: Any, num_matches: Any, _orig: Any = orig) -> Any:

@@ -263,10 +263,11 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
     from tracekit.collectors.workload.config import make_config
     from tracekit.render.capture import render_capture_summary
 
+    wl: Any  # WorkloadConfig | TransformersConfig
     try:
         kind, _ = resolve_device(device)
         if engine == "transformers":
-            from tracekit.collectors.transformers.commands import (  # type: ignore[import-not-found]
+            from tracekit.collectors.transformers.commands import (
                 default_world,
                 transformers_config,
             )

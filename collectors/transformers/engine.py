@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
 from tracekit.collectors.timing import PhaseTimer
 from tracekit.collectors.transformers.config import TransformersConfig
 from tracekit.collectors.transformers.hooktable import (
@@ -39,9 +40,9 @@ from tracekit.collectors.transformers.presets import (
     PRESETS,
     Assistant,
     add_noise,
+    load_model,
     parse_assistant,
     preset_family,
-    random_model,
 )
 from tracekit.collectors.transformers.runtime import GenerationHooks
 
@@ -79,21 +80,17 @@ class TransformersEngine:
 
     # ---- models --------------------------------------------------------------------------------
     def _load_target(self) -> tuple[Any, dict[str, Any]]:
-        from transformers import AutoModelForCausalLM
-
         name = self.cfg.model
         if self.world == 1:
-            model = (random_model(name, self.cfg.seed, self.dtype) if name in PRESETS
-                     else AutoModelForCausalLM.from_pretrained(name, dtype=self.dtype))
-            return model.to(self.device).eval(), {"world": 1, "plan": None}
+            return load_model(name, self.cfg.seed, self.dtype).to(self.device), {"world": 1, "plan": None}
         path, tmp = name, None
         if name in PRESETS:
             tmp = _shared_tmpdir(self.rank, self.world)
             if self.rank == 0:
-                random_model(name, self.cfg.seed, self.dtype).save_pretrained(tmp)
+                load_model(name, self.cfg.seed, self.dtype).save_pretrained(tmp)
             dist.barrier()
             path = tmp
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, tp_plan="auto").eval()
+        model = load_model(path, self.cfg.seed, self.dtype, tp_plan="auto")
         dist.barrier()  # every rank has read the checkpoint
         if tmp is not None and self.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -102,24 +99,18 @@ class TransformersEngine:
                        "checkpoint": "temporary (random weights saved by rank 0)" if tmp else path}
 
     def _build_assistant(self) -> Any:
-        from transformers import AutoModelForCausalLM
-
         spec = self.assistant_spec
         if spec is None or spec.kind == "prompt-lookup":
             return None
         if spec.kind in ("same", "early-exit"):  # the target drafts: its own generation config sets the draft
             model = self.target
-        elif spec.kind == "noisy":
-            name = self.cfg.model
-            model = (random_model(name, self.cfg.seed, self.dtype) if name in PRESETS
-                     else AutoModelForCausalLM.from_pretrained(name, dtype=self.dtype))
+        elif spec.kind == "noisy":  # the target's weights (same seed / same checkpoint), unsharded, plus noise
+            model = load_model(self.cfg.model, self.cfg.seed, self.dtype)
             add_noise(model, float(spec.value or 0.0), self.cfg.seed + 99)
         else:
-            name = str(spec.value)
-            model = (random_model(name, self.cfg.seed + 1, self.dtype) if name in PRESETS
-                     else AutoModelForCausalLM.from_pretrained(name, dtype=self.dtype))
+            model = load_model(str(spec.value), self.cfg.seed + 1, self.dtype)
         if model is not self.target:
-            model = model.to(self.device).eval()
+            model = model.to(self.device)
             avocab = int(model.config.get_text_config().vocab_size)
             tvocab = int(self.target.config.get_text_config().vocab_size)
             if avocab != tvocab:
@@ -131,7 +122,7 @@ class TransformersEngine:
         return None if spec.kind == "early-exit" else model  # early exit: transformers passes the target itself
 
     def _generation_config(self) -> Any:
-        from transformers import GenerationConfig
+        import transformers
 
         spec, n = self.assistant_spec, self.cfg.new_tokens
         kw: dict[str, Any] = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False,
@@ -144,7 +135,8 @@ class TransformersEngine:
             kw["assistant_early_exit"] = int(spec.value or 1)
         if spec is not None and spec.kind == "prompt-lookup":
             kw["prompt_lookup_num_tokens"] = int(spec.value or 1)
-        return GenerationConfig(**kw)
+        gc_cls: Any = transformers.GenerationConfig
+        return gc_cls(**kw)
 
     # ---- the capture machinery's interface ----------------------------------------------------------
     def capture_graphs(self) -> None:

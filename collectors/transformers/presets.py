@@ -134,14 +134,26 @@ def build_config(name: str) -> Any:
     return getattr(transformers, FAMILIES[family][0])(**args)
 
 
+def _auto() -> Any:
+    """transformers' ``AutoModelForCausalLM`` (typed Any: transformers' own annotations are partial)."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM
+
+
 def random_model(name: str, seed: int, dtype: Any) -> Any:
     """A preset with random weights, identical for a given seed on every rank (initialised on the CPU)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(build_config(name), dtype=dtype)
-    return model.eval()
+    return _auto().from_config(build_config(name), dtype=dtype).eval()
+
+
+def load_model(name: str, seed: int, dtype: Any, **kwargs: Any) -> Any:
+    """A preset (random weights, ``seed``) or a checkpoint directory (``from_pretrained(name, **kwargs)``)."""
+    if name in PRESETS:
+        return random_model(name, seed, dtype)
+    return _auto().from_pretrained(name, dtype=dtype, **kwargs).eval()
 
 
 def add_noise(model: Any, scale: float, seed: int) -> None:
