@@ -13,7 +13,9 @@ model object:
 
 Every phase goes through the collectors' phase API (``hooks.phase`` ranges,
 ``hooks.emit_facts`` late facts) and the engine's ``PhaseTimer`` (profiler
-dilation). Facts are host values only: tensor shapes, Python ints and the KV
+dilation; in every profile mode): each phase, and under ``timing.CYCLE`` each
+speculative cycle from its draft to the next draft (or the end of the loop), the
+prefill iteration excluded. Facts are host values only: tensor shapes, Python ints and the KV
 cache's ``get_seq_length()`` (a shape or a Python counter in every cache class);
 nothing here reads a device tensor's value, so no device sync is added.
 
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors.hooks import emit_facts, phase
+from tracekit.collectors.timing import CYCLE
 from tracekit.collectors.transformers.hooktable import HookSpec, cache_kwarg, specs_for
 
 
@@ -79,6 +82,7 @@ class GenerationHooks:
     generator: str | None = None  # class name of the candidate generator transformers picked
     _open: _Open | None = None
     _undo: list[Callable[[], None]] = field(default_factory=list)
+    _cycle_token: Any = None  # the timer's whole-cycle entry, open from a draft to the next (or the loop's end)
     _instance_specs: dict[str, HookSpec] = field(default_factory=dict)
     _cache_kw: str = "cache"
 
@@ -127,6 +131,7 @@ class GenerationHooks:
                     return fn(model, *args, **kwargs)
                 finally:
                     self._close()
+                    self._close_cycle()
                     self.mode, self.len_at_draft, self.iter_phase = None, None, None
             return loop
         return make
@@ -162,6 +167,9 @@ class GenerationHooks:
         self.len_at_draft = length
         seq = length - 1  # the verify's KV cache length: every committed token but the last (fed again)
         self.calls["draft"] += 1
+        self._close_cycle()
+        if not self.first_forward:  # a speculative cycle (draft .. verify .. accept .. next draft); not the prefill's
+            self._cycle_token = self.timer.begin(CYCLE)
         token = self.timer.begin("draft")
         self.draft_depth += 1
         try:
@@ -211,6 +219,11 @@ class GenerationHooks:
     def _post(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if self.draft_depth == 0:
             self._close()
+
+    def _close_cycle(self) -> None:
+        if self._cycle_token is not None:
+            tok, self._cycle_token = self._cycle_token, None
+            self.timer.end(tok)
 
     def _close(self) -> None:
         if self._open is not None:
