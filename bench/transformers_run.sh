@@ -8,7 +8,7 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 COLUMNS=140
 W=${1:?usage: transformers_run.sh OUTDIR [capture args]}; shift
-mkdir -p "$W"
+mkdir -p "$W"; W=$(cd "$W" && pwd); cd "$W" || exit 1  # not the source tree: python -m tracekit must import the installed copy
 PY=${PYTHON:-python3}
 tk() { timeout 300 "$PY" -m tracekit "$@"; }
 run() { local name=$1; shift; { echo "\$ tracekit $*"; tk "$@"; echo "rc=$?"; } > "$W/$name.txt" 2>&1; }

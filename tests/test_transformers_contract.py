@@ -19,6 +19,7 @@ import transformers_wheels
 from tracekit.collectors.transformers import runtime
 from tracekit.collectors.transformers.contract import call_sites, check_source
 from tracekit.collectors.transformers.hooktable import (
+    EXPERTS_SWITCH,
     SUPPORTED_VERSIONS,
     cache_kwarg,
     installed_version,
@@ -120,6 +121,17 @@ def test_deepseek_v3_has_a_tensor_parallel_plan(src: tuple[str, Path]) -> None:
                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target])))
     keys = {k.value for k in plan.value.keys if isinstance(k, ast.Constant)}  # type: ignore[union-attr]
     assert "layers.*.mlp.experts.down_proj" in keys and not any("self_attn" in k for k in keys)
+
+
+def test_which_loops_switch_the_experts_implementation(src: tuple[str, Path]) -> None:
+    """5.17: only the plain loop runs its forwards under _optimize_model_for_decode (verify keeps grouped_mm)."""
+    version, root = src
+    tree = ast.parse((root / GEN_UTILS).read_text())
+    mixin = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GenerationMixin")
+    loops = {f.name: f for f in mixin.body if isinstance(f, ast.FunctionDef) and f.name in ("_sample", "_assisted_decoding")}
+    switching = {name for name, f in loops.items()
+                 if any(name_ == "self._optimize_model_for_decode" for name_, _, _ in call_sites(f))}
+    assert switching == set(EXPERTS_SWITCH[version])
 
 
 def test_call_sites_are_read_in_source_order() -> None:

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from tracekit.collectors.timing import PhaseTimer
 from tracekit.collectors.transformers.config import TransformersConfig
 from tracekit.collectors.transformers.hooktable import (
+    EXPERTS_SWITCH,
     SUPPORTED_VERSIONS,
     installed_version,
     supported,
@@ -180,6 +181,7 @@ class TransformersEngine:
                            "installed_distribution": installed_version()},
             "dtype": str(self.dtype).removeprefix("torch."),
             "moe_impl": self.moe_impl,
+            "experts_switch_in": list(EXPERTS_SWITCH.get(self.version, ())),  # loops using batched_mm on GPU
             "model": model_desc,
             "tensor_parallel": self.tp,
             "assistant": None if spec is None else {"spec": self.cfg.assistant, "kind": spec.kind,

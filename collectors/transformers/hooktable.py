@@ -117,6 +117,15 @@ TP_PLANS: Final[dict[str, tuple[str, str]]] = {
 }
 
 
+# Loops that run their target forwards inside ``GenerationMixin._optimize_model_for_decode`` (on a GPU it
+# switches MoE experts from ``grouped_mm`` to ``batched_mm``), per checked version: 5.17's verify keeps
+# ``grouped_mm`` while its plain decode switches; 5.24 switches both. Checked by the contract tests.
+EXPERTS_SWITCH: Final[dict[str, tuple[str, ...]]] = {
+    "5.17.0": ("_sample",),
+    "5.24.0": ("_sample", "_assisted_decoding"),
+}
+
+
 def specs_for(version: Version | str) -> list[HookSpec]:
     """The hook rows that hold in ``version``."""
     v = parse_version(version) if isinstance(version, str) else version
