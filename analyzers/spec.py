@@ -392,7 +392,7 @@ def spec_table(
 def unprofiled_timers(manifest: dict[str, object] | None, rank: int, window: str = "unprofiled") -> dict[str, float] | None:
     """The capture's unprofiled host-clock medians for ``rank``: draft_ns, verify_ns, draft_extend_ns (and
     decode_ns, cycle_ns where timed), or None when the manifest has no unprofiled timer for every
-    speculative phase. Host medians (``host_median_ns``): the cycle parts are host range times.
+    speculative phase (draft_extend counts 0 where no window timed one: an engine without that phase). Host medians (``host_median_ns``): the cycle parts are host range times.
     ``window``: ``unprofiled`` (the warm-up) or ``timed`` (a timing-mode window: no profiler ran either)."""
     ranks = manifest.get("ranks") if isinstance(manifest, dict) else None
     sec = ranks.get(str(rank)) if isinstance(ranks, dict) else None
@@ -400,11 +400,14 @@ def unprofiled_timers(manifest: dict[str, object] | None, rank: int, window: str
         return None
     un: dict[str, dict[str, float]] = sec[window]
     out: dict[str, float] = {}
+    timed = {ph for w in sec.values() if isinstance(w, dict) for ph in w}  # phases any window timed
     for ph in (*SPEC_PHASES, "decode"):
         st = un.get(ph)
         v = st.get("host_median_ns") if isinstance(st, dict) else None
         if v:
             out[f"{ph}_ns"] = float(v)
+        elif ph == "draft_extend" and ph not in timed:  # an engine without one (transformers): 0, not missing
+            out[f"{ph}_ns"] = 0.0
         elif ph != "decode":
             return None
     cyc = sec.get("cycle_time")
@@ -412,6 +415,20 @@ def unprofiled_timers(manifest: dict[str, object] | None, rank: int, window: str
     if isinstance(cu, dict) and cu.get("host_median_ns"):
         out["cycle_ns"] = float(cu["host_median_ns"])
     return out
+
+
+def unprofiled_decode(manifest: dict[str, object] | None, rank: int, window: str = "unprofiled") -> float | None:
+    """A plain-decode run's unprofiled decode step (host median) on ``rank``, else the slowest rank's; None
+    when it timed none (a baseline run has no speculative phases, so ``unprofiled_timers`` gives None)."""
+    ranks = manifest.get("ranks") if isinstance(manifest, dict) else None
+    if not isinstance(ranks, dict):
+        return None
+    med: dict[str, float] = {}
+    for r, sec in ranks.items():
+        st = sec.get(window, {}).get("decode") if isinstance(sec, dict) and isinstance(sec.get(window), dict) else None
+        if isinstance(st, dict) and st.get("host_median_ns"):
+            med[str(r)] = float(st["host_median_ns"])
+    return med.get(str(rank), max(med.values())) if med else None
 
 
 def _unprofiled_row(row: dict[str, object], un: dict[str, float], decode_step_ns: float | None,
@@ -479,6 +496,7 @@ def spec_report(
     draft_tokens: int | None = None,
     accept_len: float | None = None,
     manifest: dict[str, object] | None = None,
+    baseline_manifest: dict[str, object] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, object]]:
     """``spec_table`` for a run, choosing rank and decode step; returns (table, context).
 
@@ -487,7 +505,9 @@ def spec_report(
     unprofiled decode timer where the cycle is unprofiled). The context says which
     rank was used and why, where the decode step came from, and the cycles of every
     rank (mean cycle per rank) so a reader sees the spread. ``manifest``: the run's
-    manifest, for its unprofiled timers and profile mode (module doc, "Timing source").
+    manifest, for its unprofiled timers and profile mode (module doc, "Timing source");
+    ``baseline_manifest``: the baseline run's, whose unprofiled decode timer then gives the decode step
+    (the same clock as the unprofiled cycle).
     """
     cyc = cycles(events)
     used, why = pick_rank(cyc, rank)
@@ -531,6 +551,8 @@ def spec_report(
         dstep = decode if not isinstance(decode, dict) else decode.get(int(table["batch_size"][0]))
         if baseline is None and baseline_tps is None and "decode_ns" in un:
             dstep, source = un["decode_ns"], "this run: unprofiled decode timer (host median)"
+        elif baseline is not None and (bstep := unprofiled_decode(baseline_manifest, used)) is not None:
+            dstep, source = bstep, "baseline run: unprofiled decode timer (host median)"
         table = pl.DataFrame([_unprofiled_row(table.row(0, named=True), un, dstep, target_tps)],
                              infer_schema_length=None)
         timing_note = f"unprofiled timers of rank {used} (capture warm-up, host-clock medians)"

@@ -48,5 +48,10 @@ def test_spec_and_gap_on_the_sample() -> None:
                 "--draft-tokens", "3")
     (bucket,) = doc["buckets"]
     assert bucket["accept_len_source"] == "measured" and bucket["decode_step_ns"] > 0
+    # both sides on the unprofiled clock: the cycle timer here, the baseline run's decode timer there
+    assert bucket["timing_source"] == "unprofiled" and bucket["draft_extend_ns"] == 0.0
+    assert doc["decode_source"] == "baseline run: unprofiled decode timer (host median)"
+    base = read_manifest(SAMPLE / "base.parquet")["ranks"]["0"]["unprofiled"]["decode"]["host_median_ns"]
+    assert bucket["decode_step_ns"] == base
     gap = _json("gap", str(SAMPLE / "spec.parquet"), "--b-run", str(SAMPLE / "base.parquet"))
     assert gap["a"]["phase"] == "verify" and gap["b"]["phase"] == "decode"

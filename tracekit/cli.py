@@ -535,7 +535,8 @@ def spec_cmd(
         raise click.UsageError("give --baseline or --baseline-tps, not both")
     loaded = _load(run)
     events = loaded.events
-    base = _load(baseline).events if baseline is not None else None
+    base_run = _load(baseline) if baseline is not None else None
+    base = base_run.events if base_run is not None else None
     _note_partial(run, baseline)
     try:
         table, ctx = spec_report(
@@ -547,6 +548,7 @@ def spec_cmd(
             draft_tokens=draft_tokens,
             accept_len=accept_len,
             manifest=loaded.manifest,
+            baseline_manifest=base_run.manifest if base_run is not None else None,
         )
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, baseline)) from None
