@@ -47,11 +47,13 @@ def sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_
         LoadConfig,
         run_live_capture,
     )
+    from tracekit.outputs import claimed_output
 
     load = LoadConfig(requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency)
-    res = run_live_capture(url, out, load=load, num_steps=cycles, ranks=world, trace_dir=trace_dir,
-                           manifest_dir=manifest_dir, timeout_s=timeout_s, require_hooks=not allow_no_hooks,
-                           log=lambda m: click.echo(m, err=True))
+    with claimed_output(out):  # the output rule of every command (README), and one writer per output
+        res = run_live_capture(url, out, load=load, num_steps=cycles, ranks=world, trace_dir=trace_dir,
+                               manifest_dir=manifest_dir, timeout_s=timeout_s, require_hooks=not allow_no_hooks,
+                               log=lambda m: click.echo(m, err=True))
     for note in res.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(f"wrote {res.path}: ranks {', '.join(str(r) for r in res.ranks)}; "
