@@ -292,12 +292,15 @@ def _attribute_chunk(
         _i64(rank_raw[l_idx]), corr_all[l_idx], start_all[l_idx] + dur_all[l_idx], g_rank, g_corr, g_has
     )
     codes = _codes(events, gmask, g_mem)
+    g_stream = _i64(_full(events.get_column("stream"), -1))[g_idx]
     if mem.all():  # every GPU event belongs to an instance: no copies
         first = first_of_launch(g_rank, g_corr, g_has, g_start)
-        w = walk(g_inst, g_start, g_end, codes, launch_end, K, launch_latency_ns, first)
+        w = walk(g_inst, g_start, g_end, codes, launch_end, K, launch_latency_ns, first, g_stream)
     else:
         first = first_of_launch(g_rank[mem], g_corr[mem], g_has[mem], g_start[mem])
-        w = walk(g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first)
+        w = walk(
+            g_inst[mem], g_start[mem], g_end[mem], codes[mem], launch_end[mem], K, launch_latency_ns, first, g_stream[mem]
+        )
     has_gpu = w.n_events > 0
     acc.buckets += w.buckets
     acc.ws += w.window_start

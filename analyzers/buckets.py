@@ -21,14 +21,21 @@ of the rank's device) lands in exactly one bucket, in integer ns:
   kernels replayed from a CUDA graph share the ``cudaGraphLaunch`` call, so
   gaps inside a replay are idle, not launch overhead (unless the host was
   still inside the cudaGraphLaunch call: that part is launch overhead); events
-  whose launch is unknown (traces without runtime rows) leave their gaps idle.
+  whose launch is unknown (traces without runtime rows) leave their gaps idle;
+- programmatic dependent launch (PDL): when an event starts before an earlier
+  event on the same stream of the same instance has ended, the later one is
+  waiting for the earlier one, so the overlap is the earlier event's: the later
+  event counts from the earlier one's end (``stream`` argument; -1 = unknown
+  stream, never clipped). The window and the exact integer sum are unchanged.
 
 Implementation: events sorted by (instance, start); a running maximum of ends
 finds gaps and clusters of overlapping events. Events alone in their cluster
 (the common case) contribute their duration to their own bucket directly,
 clusters of two events (one kernel overlapping the next, as with programmatic
 dependent launch) in closed form, and only larger clusters are swept point by
-point. Gaps are classified on whole arrays.
+point. Gaps are classified on whole arrays. The PDL rule only touches events in
+clusters (an event overlapping an earlier one of its stream is in its cluster), so
+it is applied to those rows alone, before the pair / sweep step.
 """
 
 from __future__ import annotations
@@ -91,13 +98,15 @@ def walk(
     n_instances: int,
     launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
     first_of_launch: npt.NDArray[np.bool_] | None = None,
+    stream: I64 | None = None,
 ) -> Walk:
     """Exclusive buckets per instance.
 
     inst: dense instance index 0..n_instances-1 per GPU event; code: bucket code
     0..9 per event (BUCKETS order); launch_end: end of the event's launch call
     (UNKNOWN_LAUNCH when not known); first_of_launch: False for events whose
-    launch call already issued an earlier event (graph replays); None: all True.
+    launch call already issued an earlier event (graph replays); None: all True;
+    stream: stream id per event for the PDL rule (-1: unknown, not clipped); None: no rule.
     """
     K = n_instances
     n = inst.size
@@ -113,6 +122,8 @@ def walk(
         inst, start, end, code, launch_end = inst[order], start[order], end[order], code[order], launch_end[order]
         if first_of_launch is not None:
             first_of_launch = first_of_launch[order]
+        if stream is not None:
+            stream = stream[order]
     first = np.empty(n, dtype=bool)
     first[0] = True
     np.not_equal(inst[1:], inst[:-1], out=first[1:])
@@ -135,6 +146,8 @@ def walk(
         )
         if first_of_launch is not None:
             first_of_launch = first_of_launch[order]
+        if stream is not None:
+            stream = stream[order]
         k_s = start + shift
     k_e = end + shift
     runmax = np.maximum.accumulate(k_e)
@@ -179,6 +192,10 @@ def walk(
     overlapped = np.zeros(K, dtype=np.int64)
     if nc_rows.size:
         block = np.cumsum(new_block[nc_rows]) - 1
+        if stream is not None:  # PDL: a later event on the stream counts from the earlier one's end
+            start = start.copy()
+            start[nc_rows] = pdl_starts(block, stream[nc_rows].astype(np.int64, copy=False), start[nc_rows], end[nc_rows])
+            end = np.maximum(end, start)
         size = np.bincount(block)[block]
         pair = nc_rows[size == 2]
         if pair.size:  # most clusters are two overlapping kernels: closed form
@@ -199,6 +216,36 @@ def walk(
     out_we[ids] = we_per
     n_ev[ids] = counts
     return Walk(buckets.reshape(K, NB), out_ws, out_we, overlapped, n_ev)
+
+
+def pdl_starts(group: I64, stream: I64, start: I64, end: I64) -> I64:
+    """Start of each event once the PDL rule applies: the latest end of the earlier events
+    (in ``start`` order) of its (group, stream), when that is later than its own start.
+
+    Rows are in start order inside each group; ``stream`` < 0 (unknown) is never clipped.
+    """
+    n = start.size
+    order = np.lexsort((stream, group))  # stable: start order kept inside (group, stream)
+    g, st, s, e = group[order], stream[order], start[order], end[order]
+    e = np.maximum(e, s)
+    head = np.ones(n, dtype=bool)
+    head[1:] = (g[1:] != g[:-1]) | (st[1:] != st[:-1])
+    lo = np.flatnonzero(head)
+    cnt = np.diff(np.append(lo, n))
+    # lay the (group, stream) runs end to end so one running maximum resets at each run
+    s_min = np.minimum.reduceat(s, lo)
+    width = np.maximum.reduceat(e, lo) - s_min + 1
+    base = np.zeros(lo.size, dtype=np.int64)
+    np.cumsum(width[:-1], out=base[1:])
+    shift = np.repeat(base - s_min, cnt)
+    run = np.maximum.accumulate(e + shift) - shift
+    prev = np.empty(n, dtype=np.int64)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = run[:-1]
+    prev[head | (st < 0)] = np.iinfo(np.int64).min
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.maximum(s, prev)
+    return out
 
 
 def _share(a: I64, b: I64, pos: int | I64, k: int) -> I64:
@@ -303,5 +350,6 @@ __all__ = [
     "NB",
     "UNKNOWN_LAUNCH",
     "Walk",
+    "pdl_starts",
     "walk",
 ]

@@ -107,7 +107,8 @@ def reference(ev: pl.DataFrame, lat: int = 20_000) -> dict[int, dict[str, Any]]:
             f = np.array([first[i] for i in mem.get_column("_i").to_list()])
             s = mem.get_column("start_ns").to_numpy()
             e = s + mem.get_column("dur_ns").to_numpy()
-            w = walk(np.zeros(mem.height, dtype=np.int64), s, e, codes, le, 1, lat, f)
+            st = mem.get_column("stream").fill_null(-1).to_numpy().astype(np.int64)
+            w = walk(np.zeros(mem.height, dtype=np.int64), s, e, codes, le, 1, lat, f, st)
             row.update({c: int(w.buckets[0, j]) for j, c in enumerate(BUCKET_COLUMNS)})
             row.update(window_start_ns=int(s.min()), window_end_ns=int(e.max()), gpu_window_ns=int(e.max() - s.min()),
                        overlapped_comm_ns=int(w.overlapped_comm[0]))

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.analyzers.buckets import BUCKETS, IDLE, LAUNCH, N_WORK, UNKNOWN_LAUNCH, walk
+from tracekit.analyzers.buckets import ALLREDUCE, BUCKETS, IDLE, LAUNCH, N_WORK, UNKNOWN_LAUNCH, walk
 
 C = {b: i for i, b in enumerate(BUCKETS)}
 U = UNKNOWN_LAUNCH
@@ -194,3 +194,60 @@ def test_latency_allowance_only_for_the_first_event_of_a_launch() -> None:
     a[:, 4] = 21
     w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 20, first)
     assert w.buckets[0, LAUNCH] == 2 + 1 and w.buckets[0, IDLE] == 1
+
+
+def pdl_reference(evs: list[tuple[int, int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """The PDL rule the slow way: in start order (ties: input order), an event starts no
+    earlier than the latest end of the earlier events on its stream (stream < 0: unknown)."""
+    order = sorted(range(len(evs)), key=lambda i: (evs[i][0], i))
+    reach: dict[int, int] = {}
+    out: dict[int, tuple[int, int, int, int]] = {}
+    for i in order:
+        s, e, c, le, st = evs[i]
+        s2 = max(s, reach[st]) if st >= 0 and st in reach else s
+        if st >= 0:
+            reach[st] = max(reach.get(st, s), e, s)
+        out[i] = (s2, max(e, s2), c, le)
+    return [out[i] for i in range(len(evs))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 300), st.integers(0, 80), st.integers(0, 9), st.integers(-50, 400) | st.just(U),
+                  st.integers(-1, 2)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 30),
+)
+def test_pdl_walk_matches_per_ns_reference(raw: list[tuple[int, int, int, int, int]], lat: int) -> None:
+    evs = [(s, s + d, c, le, sid) for s, d, c, le, sid in raw]
+    a = np.array(evs, dtype=np.int64)
+    w = walk(np.zeros(len(evs), dtype=np.int64), a[:, 0], a[:, 1], a[:, 2].astype(np.int8), a[:, 3], 1, lat,
+             stream=a[:, 4])
+    assert int(w.buckets[0].sum()) == int(w.window_ns[0])  # the window and the exact sum are kept
+    assert w.window_ns[0] == max(e for _, e, _, _, _ in evs) - min(s for s, _, _, _, _ in evs)
+    starts = [s for s, _, _, _, _ in evs]
+    if not any(len({le for s2, _, _, le, _ in evs if s2 == s}) > 1 for s in set(starts)):
+        assert w.buckets[0].tolist() == reference(pdl_reference(evs), lat).tolist()
+
+
+def test_pdl_overlap_belongs_to_the_earlier_kernel() -> None:
+    # a one-shot allreduce still waiting for the last rank [0, 1000); an RMSNorm launched with PDL
+    # starts on the same stream at 900 and ends at 1100: the overlap is the allreduce's (exposed)
+    a = np.array([[0, 0, 1000, ALLREDUCE, U, 7], [0, 900, 1100, C["norm"], U, 7]], dtype=np.int64)
+    w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 0, stream=a[:, 5])
+    assert w.buckets[0, ALLREDUCE] == 1000 and w.buckets[0, C["norm"]] == 100 and w.overlapped_comm[0] == 0
+    # without the rule (or on another stream) work wins: the allreduce is hidden under the norm
+    w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 0)
+    assert w.buckets[0, ALLREDUCE] == 900 and w.buckets[0, C["norm"]] == 200 and w.overlapped_comm[0] == 100
+    a[1, 5] = 8
+    w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 0, stream=a[:, 5])
+    assert w.buckets[0, ALLREDUCE] == 900 and w.buckets[0, C["norm"]] == 200
+    # a kernel entirely inside the earlier one on its stream gets nothing; the sum stays exact
+    a = np.array([[0, 0, 1000, C["gemm"], U, 7], [0, 100, 200, C["norm"], U, 7], [0, 990, 1500, C["moe"], U, 7]],
+                 dtype=np.int64)
+    w = walk(a[:, 0], a[:, 1], a[:, 2], a[:, 3].astype(np.int8), a[:, 4], 1, 0, stream=a[:, 5])
+    assert w.buckets[0, C["gemm"]] == 1000 and w.buckets[0, C["norm"]] == 0 and w.buckets[0, C["moe"]] == 500
+    assert w.buckets[0].sum() == w.window_ns[0] == 1500
