@@ -42,6 +42,7 @@ from .attribution_views import (
     stragglers,
 )
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, Walk, walk
+from .robust import outliers
 from .timeline import first_of_launch, launch_ends, queue_delay
 
 I64 = npt.NDArray[np.int64]
@@ -460,7 +461,8 @@ def attribute_report(
     """Everything ``tracekit attribute`` shows, as frames.
 
     Keys: instances (by cycle), by_rank, by_phase, by_seq, stragglers, issues
-    (one ``issue`` per line: unmatched collectives). ``rank`` restricts the
+    (one ``issue`` per line: unmatched collectives), outliers (``analyzers.robust.outliers``
+    of the GPU window per (phase, rank), start_ns = window start). ``rank`` restricts the
     views (collectives are still matched over every rank).
     """
     ev, phases = prepare(events, phase)
@@ -482,6 +484,7 @@ def attribute_report(
         "by_seq": by_seq(inst),
         "stragglers": strag,
         "issues": pl.DataFrame({"issue": issues}, schema={"issue": pl.String}),
+        "outliers": outliers(inst.filter(pl.col("gpu_events") > 0), "gpu_window_ns", "window_start_ns"),
     }
 
 

@@ -11,6 +11,8 @@ import polars as pl
 from tracekit.buckets import BUCKETS
 from tracekit.schema import GPU_KINDS
 
+from .robust import median_p90
+
 BUCKET_COLUMNS: Final = tuple(f"{b}_ns" for b in BUCKETS)
 FACTS: Final = ("cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
 SUM_COLUMNS: Final = (
@@ -34,6 +36,7 @@ def _agg(keys: list[str]) -> list[pl.Expr]:
     return [
         pl.len().alias("instances"),
         *[pl.col(c).sum().alias(c) for c in SUM_COLUMNS],
+        *median_p90("gpu_window_ns"),
         pl.col("allreduce_wait_ns").null_count().alias("unmatched_instances"),
         pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
         (pl.col("gpu_events") > 0).sum().alias("gpu_instances"),

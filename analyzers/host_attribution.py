@@ -44,6 +44,8 @@ from tracekit.errors import AnalysisError, TracekitError
 from tracekit.finalize.membership import innermost, phase_instances, range_parents
 from tracekit.schema import GPU_KINDS, OP, RANGE
 
+from .robust import median_p90, outliers
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -295,6 +297,7 @@ def _agg() -> list[pl.Expr]:
     return [
         pl.len().alias("instances"),
         *[pl.col(c).sum().alias(c) for c in HOST_SUM_COLUMNS],
+        *median_p90("host_ns"),
         pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
         pl.col("num_tokens").sum().alias("tokens"),
         pl.col("num_tokens").is_not_null().sum().alias("token_instances"),
@@ -341,7 +344,8 @@ def host_report(
 ) -> dict[str, pl.DataFrame]:
     """Everything ``tracekit attribute`` shows in host mode, as frames.
 
-    Keys: instances, by_rank, by_phase, by_seq. Phase selection as
+    Keys: instances, by_rank, by_phase, by_seq, outliers (``analyzers.robust.outliers``
+    of host_ns, per (phase, rank)). Phase selection as
     ``analyzers.attribution.prepare``.
     """
     from .attribution import prepare
@@ -358,6 +362,7 @@ def host_report(
         "by_rank": host_by_rank(inst),
         "by_phase": host_by_phase(inst),
         "by_seq": host_by_seq(inst),
+        "outliers": outliers(inst, "host_ns", "host_start_ns"),
     }
 
 

@@ -17,6 +17,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO  # type: ignore[import-not-found]
 from tracekit.buckets import BUCKETS
 from tracekit.documents import ATTRIBUTE
 
@@ -46,7 +47,14 @@ DEFINITIONS: Final = {
     "launches": "launch calls issued inside the phase range: eager kernel/copy launches + cudaGraphLaunch calls",
     "allreduce_wait_ns": "allreduce kernel time spent waiting for the last rank to arrive",
     "allreduce_transfer_ns": "allreduce kernel time after the last rank arrived",
+    "median_gpu_window_ns": "median GPU window per instance: the ceil(n/2)-th smallest (nearest rank; one instance's value)",
+    "p90_gpu_window_ns": "90th percentile GPU window per instance: the ceil(0.9 n)-th smallest",
+    "outliers": (
+        f"instances more than {OUTLIER_RATIO:g}x the median of their (phase, rank) and more than "
+        f"{OUTLIER_MADS:g} x {MAD_SCALE} x MAD above it (MAD: median absolute deviation); slow side only"
+    ),
 }
+MAX_OUTLIER_LINES: Final = 8
 
 
 def ms(ns: float | None, digits: int = 2) -> str:
@@ -129,9 +137,54 @@ def _float(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
-def phase_item(row: dict[str, Any], buckets: tuple[str, ...] = BUCKETS) -> dict[str, Any]:
+def outlier_reason(row: dict[str, Any], what: str) -> str:
+    """Why an instance is an outlier (``analyzers.robust.outliers`` row), in words."""
+    ratio = "" if row["ratio"] is None else f"{row['ratio']:.0f}x the median, "
+    return (
+        f"{what} {ratio}{ms(row['value_ns'])} vs a median of {ms(row['median_ns'])} on rank {row['rank']}: above "
+        f"{OUTLIER_RATIO:g}x the median and {OUTLIER_MADS:g} scaled MADs above it"
+    )
+
+
+def outlier_item(row: dict[str, Any], value_key: str) -> dict[str, Any]:
+    """One JSON ``outliers`` item: rank, cycle, phase_id, start_ns, the value, median_ns, ratio, reason."""
+    what = "GPU window" if value_key == "gpu_window_ns" else "host range"
+    return {
+        "rank": row["rank"],
+        "cycle": _int(row["cycle"]),
+        "phase_id": _int(row["phase_id"]),
+        "start_ns": int(row["start_ns"]),
+        value_key: int(row["value_ns"]),
+        "median_ns": int(row["median_ns"]),
+        "ratio_to_median": _float(row["ratio"]),
+        "reason": outlier_reason(row, what),
+    }
+
+
+def outlier_items(out: pl.DataFrame | None, value_key: str) -> dict[tuple[str, int | None], list[dict[str, Any]]]:
+    """JSON outlier items keyed by (phase, rank) and by (phase, None) (all ranks)."""
+    items: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
+    if out is None:
+        return items
+    for r in out.iter_rows(named=True):
+        it = outlier_item(r, value_key)
+        items.setdefault((r["phase"], r["rank"]), []).append(it)
+        items.setdefault((r["phase"], None), []).append(it)
+    return items
+
+
+def phase_item(
+    row: dict[str, Any],
+    buckets: tuple[str, ...] = BUCKETS,
+    outliers: dict[tuple[str, int | None], list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
     """One JSON ``phases`` item from a by_rank / by_phase row."""
     extra: dict[str, Any] = {k: int(row[k]) for k in ("ops", "outer_ops") if k in row}
+    for k in ("median_gpu_window_ns", "p90_gpu_window_ns", "median_host_ns", "p90_host_ns"):
+        if k in row:
+            extra[k] = _int(row[k])
+    if outliers is not None:
+        extra["outliers"] = outliers.get((row["phase"], row.get("rank")), [])
     return {
         "phase": row["phase"],
         "rank": row.get("rank"),
@@ -192,14 +245,15 @@ def cycle_item(row: dict[str, Any], buckets: tuple[str, ...] = BUCKETS) -> dict[
 
 def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     """The stable ``--json`` document."""
+    out = outlier_items(report.get("outliers"), "gpu_window_ns")
     doc: dict[str, Any] = {
         "run": run,
         "mode": "gpu",
         "by": by,
         "units": "ns",
         "bucket_order": list(BUCKETS),
-        "phases": [phase_item(r) for r in report["by_rank"].iter_rows(named=True)],
-        "all_ranks": [phase_item({**r, "rank": None}) for r in report["by_phase"].iter_rows(named=True)],
+        "phases": [phase_item(r, outliers=out) for r in report["by_rank"].iter_rows(named=True)],
+        "all_ranks": [phase_item({**r, "rank": None}, outliers=out) for r in report["by_phase"].iter_rows(named=True)],
         "stragglers": report["stragglers"].to_dicts(),
         "issues": report["issues"].get_column("issue").to_list(),
         "definitions": DEFINITIONS,
@@ -296,10 +350,34 @@ def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Ta
         t.add_row(LABELS[b], ms(v / n, 3), pct(v, win), *cells(_share(f"{b}_ns", "gpu_window_ns")))
     blank = ["" for _ in cells(lambda r: None)]
     t.add_row("GPU window", ms(win / n, 3), "100%", *blank, style="bold")
+    if ph_row.get("median_gpu_window_ns") is not None:
+        t.add_row("GPU window median / p90", f"{ms(ph_row['median_gpu_window_ns'], 3)} / {ms(ph_row['p90_gpu_window_ns'], 3)}",
+                  "", *blank, style="bold")
     t.add_row("host range", ms(ph_row["host_ns"] / n, 3), "", *blank, style="dim")
     t.add_row("queue delay (beside)", ms(ph_row["queue_delay_ns"] / n, 3), "", *cells(_share("queue_delay_ns", "gpu_window_ns")), style="dim")
     t.add_row("overlapped comm (beside)", ms(ph_row["overlapped_comm_ns"] / n, 3), "", *cells(_share("overlapped_comm_ns", "gpu_window_ns")), style="dim")
     return t
+
+
+def robust_lines(row: dict[str, Any], out: pl.DataFrame | None, gpu: bool = True) -> list[str]:
+    """The median beside the mean, and one line per outlier (at most MAX_OUTLIER_LINES)."""
+    n = max(int(row["instances"]), 1)
+    col, what = ("gpu_window_ns", "GPU window") if gpu else ("host_ns", "host range")
+    med = row.get(f"median_{col}")
+    if med is None:
+        return []
+    lines = [f"  {what} per instance: median {ms(med)}, p90 {ms(row[f'p90_{col}'])}, mean {ms(row[col] / n)} "
+             f"(over all ranks' {n} instances)"]
+    rows = [] if out is None else list(out.filter(pl.col("phase") == row["phase"]).iter_rows(named=True))
+    if rows and med and row[col] / n > 1.5 * med:
+        lines[0] += "; the mean is pulled up by the outliers below, the median is not"
+    for r in sorted(rows, key=lambda r: -r["value_ns"])[:MAX_OUTLIER_LINES]:
+        cyc = "" if r["cycle"] is None else f" cycle {r['cycle']}"
+        ratio = "" if r["ratio"] is None else f" = {r['ratio']:.0f}x the median"
+        lines.append(f"  outlier: rank {r['rank']}{cyc}, {ms(r['value_ns'], 1)}{ratio} ({ms(r['median_ns'])} on that rank)")
+    if len(rows) > MAX_OUTLIER_LINES:
+        lines.append(f"  ... and {len(rows) - MAX_OUTLIER_LINES} more outliers (--json lists them all)")
+    return lines
 
 
 def _facts_line(row: dict[str, Any], gpu: bool = True) -> str:
@@ -386,6 +464,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         else:
             console.print(_bucket_table(phase, row, ranks))
         console.print(_facts_line(row))
+        for line in robust_lines(row, report.get("outliers")):
+            console.print(line, soft_wrap=True)
         if phase in dil:
             d = dil[phase]
             console.print(
@@ -420,7 +500,9 @@ __all__ = [
     "LABELS",
     "dilation",
     "make_console",
+    "outlier_items",
     "render",
+    "robust_lines",
     "summary",
     "to_json",
 ]

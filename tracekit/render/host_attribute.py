@@ -25,8 +25,10 @@ from tracekit.render.attribute import (
     cycle_item,
     dilation,
     ms,
+    outlier_items,
     pct,
     phase_item,
+    robust_lines,
 )
 
 HOST_LABELS: Final = {
@@ -76,14 +78,15 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
     """The ``--json`` document in host mode: the GPU document's keys, ``mode: host``,
     buckets_ns summing to host_ns, gpu_window_ns 0."""
     hb = tuple(HOST_BUCKETS)
+    out = outlier_items(report.get("outliers"), "host_ns")
     doc: dict[str, Any] = {
         "run": run,
         "mode": "host",
         "by": by,
         "units": "ns",
         "bucket_order": list(hb),
-        "phases": [phase_item({**r, **_HOST_ZERO}, hb) for r in report["by_rank"].iter_rows(named=True)],
-        "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb) for r in report["by_phase"].iter_rows(named=True)],
+        "phases": [phase_item({**r, **_HOST_ZERO}, hb, out) for r in report["by_rank"].iter_rows(named=True)],
+        "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb, out) for r in report["by_phase"].iter_rows(named=True)],
         "stragglers": [],
         "issues": [],
         "definitions": HOST_DEFINITIONS,
@@ -176,6 +179,8 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         else:
             console.print(_host_table(phase, row, report["by_rank"].filter(pl.col("phase") == phase)))
         console.print(_facts_line(row, gpu=False))
+        for line in robust_lines(row, report.get("outliers"), gpu=False):
+            console.print(line, soft_wrap=True)
         if phase in dil:
             d = dil[phase]
             console.print(
