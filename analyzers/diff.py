@@ -31,6 +31,12 @@ instance over all ranks (each instance of each rank counts once), in ns.
 - **Launches and graphs**: launches, eager and graph launches per instance,
   graphed share of instances.
 - **Manifests**: analyzers.manifest_diff.
+- **Statistic** (``stat``): the phase times, matched means and buckets compare the
+  **median** per instance by default (nearest rank, ``analyzers.robust``; a stalled
+  instance does not move it; bucket medians need not add up to the window median),
+  or the mean (``stat="mean"``: the buckets add up). The phase row always carries
+  both (``old_mean_ns``/``old_median_ns``, ...); ``delta_ns`` and the bucket
+  columns follow ``statistic``. The fit and the kernel families are means.
 
 The diff of a run with itself is exactly zero in every delta (same arithmetic on
 the same numbers).
@@ -49,6 +55,7 @@ from tracekit.schema import KERNEL
 
 from .attribution import BUCKET_COLUMNS, attribute_instances, prepare
 from .families import family_column
+from .robust import center
 
 EXTRA_TIME: Final = ("allreduce_wait_ns", "allreduce_transfer_ns", "queue_delay_ns", "overlapped_comm_ns")
 TIME_COLUMNS: Final = ("host_ns", "gpu_window_ns", *BUCKET_COLUMNS, *EXTRA_TIME)
@@ -94,8 +101,16 @@ def _mean(df: pl.DataFrame, col: str) -> float | None:
     return None if s.is_empty() or s.null_count() == s.len() else float(s.mean())  # type: ignore[arg-type]
 
 
+def _center(df: pl.DataFrame, col: str, stat: str) -> float | None:
+    s = df.get_column(col)
+    if s.is_empty() or s.null_count() == s.len():
+        return None
+    v = df.select(center(pl.col(col), stat)).item()
+    return None if v is None else float(v)
+
+
 def _phase_summary(
-    phase: str, old: pl.DataFrame, new: pl.DataFrame, width: int | None
+    phase: str, old: pl.DataFrame, new: pl.DataFrame, width: int | None, stat: str = "median"
 ) -> tuple[dict[str, object], pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Phase row, bucket rows, seq-bucket rows, and the instance weights (phase_id, w) of the
     old and new run: on the matched basis an old instance in bucket b weighs n_new(b) / n_old(b),
@@ -107,7 +122,7 @@ def _phase_summary(
     both = pl.concat([old.with_columns(pl.lit("old").alias("run")), new.with_columns(pl.lit("new").alias("run"))])
     both = both.with_columns((pl.col("seq_len") // w * w).alias("seq_lo"))
     keys = ["batch_size", "seq_lo"]
-    per = both.group_by(["run", *keys]).agg(pl.len().alias("n"), *[pl.col(c).cast(pl.Float64).mean() for c in TIME_COLUMNS])
+    per = both.group_by(["run", *keys]).agg(pl.len().alias("n"), *[center(pl.col(c), stat).alias(c) for c in TIME_COLUMNS])
     o = per.filter(pl.col("run") == "old").drop("run")
     n = per.filter(pl.col("run") == "new").drop("run")
     j = o.join(n, on=keys, how="full", coalesce=True, suffix="_new", nulls_equal=True)
@@ -121,7 +136,8 @@ def _phase_summary(
 
     old_mean = _mean(old, tcol)
     new_mean = _mean(new, tcol)
-    delta = None if old_mean is None or new_mean is None else new_mean - old_mean
+    old_c, new_c = _center(old, tcol, stat), _center(new, tcol, stat)
+    delta = None if old_c is None or new_c is None else new_c - old_c
     m_old, m_new = mw(tcol), mw(f"{tcol}_new")
     m_delta = None if m_old is None or m_new is None else m_new - m_old
     fit = _fit(old, tcol)
@@ -156,11 +172,16 @@ def _phase_summary(
         "new_instances": new.height,
         "old_ranks": old.get_column("rank").n_unique(),
         "new_ranks": new.get_column("rank").n_unique(),
+        "statistic": stat,
         "old_mean_ns": old_mean,
         "new_mean_ns": new_mean,
+        "old_median_ns": _center(old, tcol, "median"),
+        "new_median_ns": _center(new, tcol, "median"),
         "delta_ns": delta,
         "old_host_mean_ns": _mean(old, "host_ns"),
         "new_host_mean_ns": _mean(new, "host_ns"),
+        "old_host_median_ns": _center(old, "host_ns", "median"),
+        "new_host_median_ns": _center(new, "host_ns", "median"),
         "old_seq_min": None if so.is_empty() else int(so.min()),  # type: ignore[arg-type]
         "old_seq_max": None if so.is_empty() else int(so.max()),  # type: ignore[arg-type]
         "old_seq_mean": seq_o,
@@ -195,8 +216,8 @@ def _phase_summary(
         if basis == "matched":
             a, b = mw(c), mw(f"{c}_new")
         else:
-            a, b = _mean(old, c), _mean(new, c)
-        oa, ob = _mean(old, c), _mean(new, c)
+            a, b = _center(old, c, stat), _center(new, c, stat)
+        oa, ob = _center(old, c, stat), _center(new, c, stat)
         brows.append({
             "phase": phase,
             "bucket": c.removesuffix("_ns"),
@@ -285,10 +306,12 @@ def kernel_diff(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
 
 
 def diff_runs(
-    old: pl.DataFrame, new: pl.DataFrame, phase: str | None = "verify", seq_width: int | None = None
+    old: pl.DataFrame, new: pl.DataFrame, phase: str | None = "verify", seq_width: int | None = None,
+    stat: str = "median",
 ) -> dict[str, pl.DataFrame]:
     """The run diff (module doc): frames ``phases``, ``buckets``, ``seq_buckets``, ``kernels``,
-    ``presence`` (every selected phase and whether each run has it).
+    ``presence`` (every selected phase and whether each run has it); ``stat``: median (default)
+    or mean per instance.
 
     ``phase`` None compares every phase present in both runs. Raises AnalysisError with
     ``side`` "A" (old run) or "B" (new run) when a run lacks the phase.
@@ -310,7 +333,7 @@ def diff_runs(
     rows, brows, srows, wo, wn = [], [], [], [], []
     for p in phases:
         r, b, s, w_old, w_new = _phase_summary(
-            p, inst_o.filter(pl.col("phase") == p), inst_n.filter(pl.col("phase") == p), seq_width
+            p, inst_o.filter(pl.col("phase") == p), inst_n.filter(pl.col("phase") == p), seq_width, stat
         )
         rows.append(r)
         brows.append(b)

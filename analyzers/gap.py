@@ -17,6 +17,10 @@ comes from a spec-off run).
   per power-of-two sequence-length bucket present on both sides (comparing
   at different sequence lengths misleads).
 - Explanations: one line per bucket with a material delta, ranked by |delta|.
+- Statistic (``stat``): ``median`` per instance by default (nearest rank,
+  ``analyzers.robust``): one stalled instance does not move it; bucket medians
+  need not add up to the window median. ``mean``: the buckets add up to the
+  window exactly. Kernel families are always means per instance.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tracekit.schema import GPU_KINDS
 from .attribution import attribute_instances, prepare
 from .attribution_views import BUCKET_COLUMNS, seq_bucket_edges
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS
+from .robust import center
 
 SIDE_MEANS: Final = (
     "gpu_window_ns",
@@ -80,19 +85,20 @@ def side(events: pl.DataFrame, phase: str, rank: int | None, launch_latency_ns: 
     return inst.with_columns(_tokens(inst).alias("tokens")), ev
 
 
-def side_summary(inst: pl.DataFrame) -> dict[str, Any]:
-    """Means per instance over a side's instances, plus counts."""
+def side_summary(inst: pl.DataFrame, stat: str = "median") -> dict[str, Any]:
+    """Per-instance ``stat`` (median or mean) over a side's instances, plus counts; the facts
+    (tokens, batch size, sequence and accept length) are means."""
     row = inst.select(
         pl.len().alias("instances"),
         pl.col("rank").n_unique().alias("ranks"),
-        *[pl.col(c).cast(pl.Float64).mean().alias(c) for c in SIDE_MEANS],
+        *[center(pl.col(c), stat).alias(c) for c in SIDE_MEANS],
         pl.col("tokens").mean().alias("mean_tokens"),
         pl.col("batch_size").cast(pl.Float64).mean().alias("mean_batch_size"),
         pl.col("seq_len").cast(pl.Float64).mean().alias("mean_seq_len"),
         pl.col("accept_len").mean().alias("mean_accept_len"),
         pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
     ).row(0, named=True)
-    return dict(row)
+    return {**row, "stat": stat}
 
 
 def bucket_table(a: dict[str, Any], b: dict[str, Any]) -> pl.DataFrame:
@@ -158,8 +164,8 @@ def kernel_table(ev_a: pl.DataFrame, inst_a: pl.DataFrame, ev_b: pl.DataFrame, i
     )
 
 
-def seq_table(inst_a: pl.DataFrame, inst_b: pl.DataFrame) -> pl.DataFrame:
-    """Mean GPU window per instance per power-of-two sequence-length bucket found on both sides."""
+def seq_table(inst_a: pl.DataFrame, inst_b: pl.DataFrame, stat: str = "median") -> pl.DataFrame:
+    """GPU window per instance (``stat``) per power-of-two sequence-length bucket found on both sides."""
     lo, hi = seq_bucket_edges(pl.col("seq_len"))
 
     def agg(inst: pl.DataFrame, tag: str) -> pl.DataFrame:
@@ -167,7 +173,7 @@ def seq_table(inst_a: pl.DataFrame, inst_b: pl.DataFrame) -> pl.DataFrame:
             inst.filter(pl.col("seq_len").is_not_null())
             .with_columns(lo.alias("seq_lo"), hi.alias("seq_hi"))
             .group_by(["seq_lo", "seq_hi"])
-            .agg(pl.len().alias(f"{tag}_instances"), pl.col("gpu_window_ns").mean().alias(f"{tag}_window_ns"))
+            .agg(pl.len().alias(f"{tag}_instances"), center(pl.col("gpu_window_ns"), stat).alias(f"{tag}_window_ns"))
         )
 
     t = agg(inst_a, "a").join(agg(inst_b, "b"), on=["seq_lo", "seq_hi"], how="inner")
@@ -200,6 +206,10 @@ def _families(kern: pl.DataFrame, cats: tuple[str, ...], sign: float, names: tup
     return "; ".join(bits)
 
 
+def _stat_word(side: dict[str, Any]) -> str:
+    return " (median)" if side.get("stat") == "median" else ""
+
+
 def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b: dict[str, Any],
                  a_name: str, b_name: str, min_share: float = 0.02) -> list[str]:
     """Plain-language lines, one per bucket whose |delta| is at least min_share of the total, ranked."""
@@ -212,7 +222,7 @@ def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b
         if d == 0 or (total > 0 and abs(d) < min_share * total):
             continue
         bucket = r["bucket"]
-        head = f"{'+' if d > 0 else '-'}{_ms(abs(d))} {LABEL[bucket]} per instance ({_ms(r['a_ns'])} in {a_name} vs {_ms(r['b_ns'])} in {b_name})"
+        head = f"{'+' if d > 0 else '-'}{_ms(abs(d))} {LABEL[bucket]} per instance{_stat_word(a)} ({_ms(r['a_ns'])} in {a_name} vs {_ms(r['b_ns'])} in {b_name})"
         if bucket == "launch_overhead":
             why = (
                 f"{a_name} {int(a['graphed_instances'])}/{a['instances']} instances graphed, "
@@ -242,8 +252,10 @@ def gap_report(
     b: str = "decode",
     rank: int | None = None,
     launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+    stat: str = "median",
 ) -> dict[str, Any]:
-    """Everything ``tracekit gap`` shows. ``b_events`` None: B comes from the same run.
+    """Everything ``tracekit gap`` shows. ``b_events`` None: B comes from the same run;
+    ``stat``: median (default) or mean per instance (module doc).
 
     Keys: a, b (side summaries: dicts of means per instance), buckets, kernels,
     seq, by_rank (bucket means per side and rank), explanations (list of str),
@@ -258,7 +270,7 @@ def gap_report(
         inst_b, ev_b = side(b_events if b_events is not None else a_events, b, rank, launch_latency_ns)
     except AnalysisError as exc:
         raise exc.located(side="B") from None
-    sa, sb = side_summary(inst_a), side_summary(inst_b)
+    sa, sb = side_summary(inst_a, stat), side_summary(inst_b, stat)
     sa["phase"], sb["phase"] = a, b
     buckets = bucket_table(sa, sb)
     kern = kernel_table(ev_a, inst_a, ev_b, inst_b)
@@ -276,9 +288,9 @@ def gap_report(
     per_rank = pl.concat(
         [
             inst_a.group_by("rank").agg(pl.lit("a").alias("side"), pl.len().alias("instances"),
-                                       *[pl.col(c).cast(pl.Float64).mean() for c in ("gpu_window_ns", *BUCKET_COLUMNS)]),
+                                       *[center(pl.col(c), stat).alias(c) for c in ("gpu_window_ns", *BUCKET_COLUMNS)]),
             inst_b.group_by("rank").agg(pl.lit("b").alias("side"), pl.len().alias("instances"),
-                                       *[pl.col(c).cast(pl.Float64).mean() for c in ("gpu_window_ns", *BUCKET_COLUMNS)]),
+                                       *[center(pl.col(c), stat).alias(c) for c in ("gpu_window_ns", *BUCKET_COLUMNS)]),
         ]
     ).sort(["rank", "side"])
     return {
@@ -286,7 +298,8 @@ def gap_report(
         "b": sb,
         "buckets": buckets,
         "kernels": kern,
-        "seq": seq_table(inst_a, inst_b),
+        "seq": seq_table(inst_a, inst_b, stat),
+        "stat": stat,
         "by_rank": per_rank,
         "explanations": explanations(buckets, kern, sa, sb, a_name, b_name),
         "total_delta_ns": sa["gpu_window_ns"] - sb["gpu_window_ns"],

@@ -18,6 +18,7 @@ import polars as pl
 from tracekit.errors import AnalysisError, Side
 
 from .host_attribution import HOST_BUCKET_COLUMNS, HOST_BUCKETS, host_report
+from .robust import center
 
 
 def _side(events: pl.DataFrame, phase: str, rank: int | None, tag: Side) -> pl.DataFrame:
@@ -30,16 +31,16 @@ def _side(events: pl.DataFrame, phase: str, rank: int | None, tag: Side) -> pl.D
     return inst
 
 
-def _summary(inst: pl.DataFrame, phase: str) -> dict[str, Any]:
+def _summary(inst: pl.DataFrame, phase: str, stat: str = "median") -> dict[str, Any]:
     tokens = pl.coalesce(pl.col("num_tokens"), pl.col("batch_size"))
     row = inst.select(
         pl.len().alias("instances"),
         pl.col("rank").n_unique().alias("ranks"),
-        *[pl.col(c).cast(pl.Float64).mean().alias(c) for c in ("host_ns", *HOST_BUCKET_COLUMNS, "ops", "outer_ops")],
+        *[center(pl.col(c), stat).alias(c) for c in ("host_ns", *HOST_BUCKET_COLUMNS, "ops", "outer_ops")],
         tokens.cast(pl.Float64).mean().alias("mean_tokens"),
         pl.col("seq_len").cast(pl.Float64).mean().alias("mean_seq_len"),
     ).row(0, named=True)
-    return {"phase": phase, **row}
+    return {"phase": phase, **row, "stat": stat}
 
 
 def host_bucket_table(a: dict[str, Any], b: dict[str, Any]) -> pl.DataFrame:
@@ -61,14 +62,15 @@ def host_bucket_table(a: dict[str, Any], b: dict[str, Any]) -> pl.DataFrame:
 
 def host_gap_report(
     a_events: pl.DataFrame, b_events: pl.DataFrame | None = None, *, a: str = "verify", b: str = "decode",
-    rank: int | None = None,
+    rank: int | None = None, stat: str = "median",
 ) -> dict[str, Any]:
-    """Keys: a, b (side summaries: means per instance), buckets, explanations, total_delta_ns, warnings.
+    """Keys: a, b (side summaries: ``stat`` per instance, median by default as ``analyzers.gap``),
+    buckets, explanations, total_delta_ns, warnings, stat.
 
     AnalysisError messages start with ``A:`` or ``B:`` (as ``analyzers.gap``)."""
     ia = _side(a_events, a, rank, "A")
     ib = _side(b_events if b_events is not None else a_events, b, rank, "B")
-    sa, sb = _summary(ia, a), _summary(ib, b)
+    sa, sb = _summary(ia, a, stat), _summary(ib, b, stat)
     warnings = []
     if sa["mean_seq_len"] and sb["mean_seq_len"]:
         ratio = sa["mean_seq_len"] / sb["mean_seq_len"]
@@ -78,7 +80,7 @@ def host_gap_report(
     total = sa["host_ns"] - sb["host_ns"]
     ranked = buckets.filter(pl.col("bucket") != "host_range").sort(pl.col("delta_ns").abs(), descending=True)
     explanations = [
-        f"{r['bucket']}: {'+' if r['delta_ns'] > 0 else ''}{r['delta_ns'] / 1e6:.3f} ms per instance"
+        f"{r['bucket']}: {'+' if r['delta_ns'] > 0 else ''}{r['delta_ns'] / 1e6:.3f} ms per instance ({stat})"
         + ("" if r["share"] is None else f" ({100 * r['share']:.0f}% of the host-range gap)")
         for r in ranked.iter_rows(named=True)
         if total and abs(r["delta_ns"]) >= 0.03 * abs(total)
@@ -90,6 +92,7 @@ def host_gap_report(
         "explanations": explanations,
         "total_delta_ns": total,
         "warnings": warnings,
+        "stat": stat,
     }
 
 

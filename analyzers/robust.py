@@ -23,6 +23,7 @@ OUTLIER_RATIO: Final = 2.0
 OUTLIER_MADS: Final = 5.0
 MAD_SCALE: Final = 1.4826  # MAD of a normal distribution = 0.6745 sigma
 MIN_INSTANCES: Final = 3
+STATS: Final = ("median", "mean")  # what ``gap`` and ``diff`` compare per instance; median by default
 OUTLIER_COLUMNS: Final = ("phase", "rank", "phase_id", "cycle", "start_ns", "value_ns", "median_ns", "ratio")
 
 
@@ -30,6 +31,16 @@ def quantile(expr: pl.Expr, q: float) -> pl.Expr:
     """Nearest-rank q-quantile of ``expr`` (an aggregation: ceil(q * n)-th smallest value)."""
     idx = ((pl.len() * q).ceil().cast(pl.Int64) - 1).clip(0)
     return expr.drop_nulls().sort().get(idx)
+
+
+def center(expr: pl.Expr, stat: str) -> pl.Expr:
+    """Per-instance statistic for comparisons: ``median`` (nearest rank, robust to stalls) or
+    ``mean`` (adds up across buckets, moved by a single stalled instance)."""
+    if stat == "median":
+        return quantile(expr, 0.5).cast(pl.Float64)
+    if stat == "mean":
+        return expr.cast(pl.Float64).mean()
+    raise ValueError(f"stat must be one of {STATS}, not {stat!r}")
 
 
 def median_p90(col: str, name: str | None = None) -> list[pl.Expr]:
@@ -74,4 +85,4 @@ def outliers(instances: pl.DataFrame, value: str, start: str, keys: tuple[str, .
     )
 
 
-__all__ = ["MAD_SCALE", "MIN_INSTANCES", "OUTLIER_MADS", "OUTLIER_RATIO", "median_p90", "outliers", "quantile"]
+__all__ = ["MAD_SCALE", "MIN_INSTANCES", "OUTLIER_MADS", "OUTLIER_RATIO", "STATS", "center", "median_p90", "outliers", "quantile"]

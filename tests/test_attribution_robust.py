@@ -102,3 +102,36 @@ def test_quantile_and_threshold_rules() -> None:
     assert out.get_column("cycle").to_list() == [5]  # 199 is not > 2x the median (100)
     assert out.row(0, named=True)["median_ns"] == 100 and out.row(0, named=True)["ratio"] == 2.5
     assert outliers(inst.head(2), "w", "start_ns").height == 0  # too few instances to call one
+
+
+def test_gap_compares_medians_by_default_and_says_so() -> None:
+    ref = windows(read_run(EAGER), "draft")
+    draft = [w for r in ref.values() for _, w in r]
+    ext = [w for r in windows(read_run(EAGER), "draft_extend").values() for _, w in r]
+    res = CliRunner().invoke(cli, ["gap", str(EAGER), "--a", "draft", "--b", "draft_extend", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["statistic"] == "median" and doc["units"].startswith("ns, median per phase instance")
+    assert doc["a"]["gpu_window_ns"] == nearest_rank(draft, 0.5) and doc["b"]["gpu_window_ns"] == nearest_rank(ext, 0.5)
+    assert doc["total_delta_ns"] == nearest_rank(draft, 0.5) - nearest_rank(ext, 0.5)
+    res = CliRunner().invoke(cli, ["gap", str(EAGER), "--a", "draft", "--b", "draft_extend", "--json", "--stat", "mean"])
+    doc = json.loads(res.output)
+    assert doc["statistic"] == "mean" and doc["a"]["gpu_window_ns"] == sum(draft) / len(draft)  # the stall: 37 ms
+    text = " ".join(CliRunner().invoke(cli, ["gap", str(EAGER), "--a", "draft", "--b", "draft_extend"]).output.split())
+    assert "compared by medians per instance" in text and "per instance (median) more than draft_extend" in text
+
+
+def test_diff_compares_medians_by_default() -> None:
+    graphed = SAMPLES / "h200x2-builtin" / "graphed.parquet"
+    old = [w for r in windows(read_run(graphed), "draft").values() for _, w in r]
+    new = [w for r in windows(read_run(EAGER), "draft").values() for _, w in r]
+    res = CliRunner().invoke(cli, ["diff", str(graphed), str(EAGER), "--phase", "draft", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    (ph,) = doc["phases"]
+    assert doc["statistic"] == ph["statistic"] == "median"
+    assert ph["old_median_ns"] == nearest_rank(old, 0.5) and ph["new_median_ns"] == nearest_rank(new, 0.5)
+    assert ph["delta_ns"] == nearest_rank(new, 0.5) - nearest_rank(old, 0.5)
+    assert ph["new_mean_ns"] == sum(new) / len(new)
+    text = " ".join(CliRunner().invoke(cli, ["diff", str(graphed), str(EAGER), "--phase", "draft"]).output.split())
+    assert "draft: median per instance" in text and "median over" in text

@@ -356,9 +356,12 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
 @click.option("--by", "by", type=click.Choice(["all", "rank"]), default="all", show_default=True, help="rank: also show each rank.")
 @click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,
               help="Idle after a launch call returns that still counts as launch overhead.")
+@click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
+              help="Compare medians per instance (robust to stalls) or means (the buckets add up).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @guarded
-def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: str, launch_latency_us: float, as_json: bool) -> None:
+def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: str, launch_latency_us: float, stat: str,
+            as_json: bool) -> None:
     """Why phase A (verify, extend mode) costs more than phase B (decode): bucket by bucket, kernel by kernel."""
     import json
 
@@ -378,9 +381,9 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
     host_mode = not has_gpu_events(ev_a, sel) and not has_gpu_events(ev_b if ev_b is not None else ev_a, sel)
     try:
         if host_mode:  # CPU runs: compare the phases' host time instead of GPU windows
-            hrep = host_gap_report(ev_a, ev_b, a=a, b=b, rank=rank)
+            hrep = host_gap_report(ev_a, ev_b, a=a, b=b, rank=rank, stat=stat)
         else:
-            rep = gap_report(ev_a, ev_b, a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000))
+            rep = gap_report(ev_a, ev_b, a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000), stat=stat)
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, b_run)) from None
     from tracekit.analyzers.unprofiled import compare_timers
@@ -588,9 +591,11 @@ def align_cmd(run: str, output: str, method: str) -> None:
 @click.argument("new", type=click.Path(dir_okay=True))
 @click.option("--phase", default="verify", show_default=True, help="Phase name or regex to compare; 'all' compares every phase both runs have.")
 @click.option("--seq-width", type=click.IntRange(min=1), default=None, help="Sequence-length bucket width in tokens (default: about 8 buckets).")
+@click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
+              help="Compare medians per instance (robust to stalls) or means (the buckets add up).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @guarded
-def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: bool) -> None:
+def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, as_json: bool) -> None:
     """What changed between two runs: time at matched sequence length, buckets, kernels, manifests."""
 
     from tracekit.analyzers.diff import diff_runs
@@ -602,7 +607,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, as_json: boo
     b = _load(new)
     _note_partial(old, new)
     try:
-        view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width)
+        view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width, stat)
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, old, new, both=f"{old}, {new}")) from None
     md = manifest_diff(a.manifest, b.manifest)

@@ -90,6 +90,11 @@ def _pct(a: float | None, b: float | None) -> str:
     return f", {(b - a) / a * 100:+.0f}%"
 
 
+def _stat(ph: dict[str, object]) -> str:
+    """The per-instance statistic a phase row compares (median unless the row says mean)."""
+    return "mean" if ph.get("statistic") == "mean" else "median"
+
+
 def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
     """Ranked plain-language lines: per phase a headline and the sequence-length check,
     then the contributions ranked by size, then the manifest differences."""
@@ -97,11 +102,13 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
     for ph in view["phases"].iter_rows(named=True):
         p = ph["phase"]
         basis = "GPU window" if ph["time_basis"] == "gpu_window_ns" else "host time"
+        st = _stat(ph)
         lines.append(
-            f"{p}: {dur(ph['old_mean_ns'])} -> {dur(ph['new_mean_ns'])} per instance"
-            f" ({dur(ph['delta_ns'], True)}{_pct(ph['old_mean_ns'], ph['new_mean_ns'])}; {basis},"
-            f" mean over {ph['old_instances']} old / {ph['new_instances']} new instances on"
-            f" {ph['old_ranks']} / {ph['new_ranks']} ranks)"
+            f"{p}: {dur(ph[f'old_{st}_ns'])} -> {dur(ph[f'new_{st}_ns'])} per instance"
+            f" ({dur(ph['delta_ns'], True)}{_pct(ph[f'old_{st}_ns'], ph[f'new_{st}_ns'])}; {basis},"
+            f" {st} over {ph['old_instances']} old / {ph['new_instances']} new instances on"
+            f" {ph['old_ranks']} / {ph['new_ranks']} ranks"
+            + (f"; means {dur(ph['old_mean_ns'])} -> {dur(ph['new_mean_ns'])})" if st == "median" else ")")
         )
         seq_known = ph["old_seq_mean"] is not None and ph["new_seq_mean"] is not None
         if seq_known:
@@ -226,9 +233,11 @@ def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str,
             "overall_delta_ns": r["overall_delta_ns"],
         }
     phases = view["phases"].get_column("phase").to_list()
+    stats = view["phases"].get_column("statistic").unique().to_list() if "statistic" in view["phases"].columns else []
     return DIFF.make({
         "old": old,
         "new": new,
+        "statistic": stats[0] if stats else "median",
         "phase": phases[0] if phases else None,
         "phases": view["phases"].to_dicts(),
         "presence": view["presence"].to_dicts() if "presence" in view else [],
@@ -256,14 +265,15 @@ def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
                           soft_wrap=True, highlight=False)
         elif tm:
             console.print(f"{p}: profiled times only ({tm['why']})", soft_wrap=True, highlight=False)
-        t = Table(title=f"{p}: mean per instance, all ranks (old -> new)", title_justify="left")
+        t = Table(title=f"{p}: {_stat(ph)} per instance, all ranks (old -> new)", title_justify="left")
         for c in ("", "old", "new", "delta"):
             t.add_column(c, justify="left" if not c else "right")
         t.add_row("instances", str(ph["old_instances"]), str(ph["new_instances"]), "")
         tb = "GPU window" if ph["time_basis"] == "gpu_window_ns" else "host time"
-        t.add_row(tb, dur(ph["old_mean_ns"]), dur(ph["new_mean_ns"]), dur(ph["delta_ns"], True))
-        t.add_row("host range", dur(ph["old_host_mean_ns"]), dur(ph["new_host_mean_ns"]),
-                  dur(None if ph["old_host_mean_ns"] is None or ph["new_host_mean_ns"] is None else ph["new_host_mean_ns"] - ph["old_host_mean_ns"], True))
+        stat = _stat(ph)
+        t.add_row(tb, dur(ph[f"old_{stat}_ns"]), dur(ph[f"new_{stat}_ns"]), dur(ph["delta_ns"], True))
+        ho, hn = ph[f"old_host_{stat}_ns"], ph[f"new_host_{stat}_ns"]
+        t.add_row("host range", dur(ho), dur(hn), dur(None if ho is None or hn is None else hn - ho, True))
         t.add_row("at matched seq/bs", dur(ph["matched_old_ns"]), dur(ph["matched_new_ns"]), dur(ph["matched_delta_ns"], True))
         t.add_row("seq len (mean)", "n/a" if ph["old_seq_mean"] is None else f"{ph['old_seq_mean']:.0f}",
                   "n/a" if ph["new_seq_mean"] is None else f"{ph['new_seq_mean']:.0f}", "")
@@ -273,7 +283,7 @@ def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
         og, ng = ph["old_graphed_share"], ph["new_graphed_share"]
         t.add_row("graphed instances", "n/a" if og is None else f"{og * 100:.0f}%", "n/a" if ng is None else f"{ng * 100:.0f}%", "")
         console.print(t)
-        bt = Table(title=f"{p}: time per instance by bucket ({'matched seq/bs' if ph['matched_delta_ns'] is not None else 'overall'})", title_justify="left")
+        bt = Table(title=f"{p}: time per instance by bucket ({stat}; {'matched seq/bs' if ph['matched_delta_ns'] is not None else 'overall'})", title_justify="left")
         for c in ("bucket", "old", "new", "delta"):
             bt.add_column(c, justify="left" if c == "bucket" else "right")
         for r in view["buckets"].filter(pl.col("phase") == p).iter_rows(named=True):
@@ -283,7 +293,7 @@ def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
         console.print(bt)
         sq = view["seq_buckets"].filter(pl.col("phase") == p)
         if sq.height > 1 or ph["old_seq_mean"] is not None:
-            st = Table(title=f"{p} by batch size and sequence length (mean per instance)", title_justify="left")
+            st = Table(title=f"{p} by batch size and sequence length ({_stat(ph)} per instance)", title_justify="left")
             for c in ("bs", "seq len", "old n", "new n", "old", "new", "delta"):
                 st.add_column(c, justify="right")
             for r in sq.iter_rows(named=True):

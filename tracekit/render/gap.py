@@ -1,8 +1,9 @@
-"""Render ``tracekit gap``: bucket table (means per instance), kernel evidence, ranked explanations, JSON."""
+"""Render ``tracekit gap``: bucket table (medians per instance by default, or means), kernel
+evidence, ranked explanations, JSON."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 from rich.console import Console
@@ -24,10 +25,24 @@ def side_json(s: dict[str, Any], run: str | None) -> dict[str, Any]:
     return out
 
 
+STAT_NOTE: Final = {
+    "median": "medians per instance (nearest rank; one stalled instance does not move them; "
+              "bucket medians need not add up to the window median; --stat mean for means that add up)",
+    "mean": "means per instance (the buckets add up to the window; one stalled instance moves them; "
+            "--stat median for medians)",
+}
+
+
+def stat_of(rep: dict[str, Any]) -> str:
+    return str(rep.get("stat", "mean"))
+
+
 def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
-    """The stable ``--json`` document (times in ns, means per instance)."""
+    """The stable ``--json`` document (times in ns, ``statistic`` per instance: median or mean)."""
+    stat = stat_of(rep)
     doc: dict[str, Any] = {
-        "units": "ns, mean per phase instance (each instance of each selected rank counts once)",
+        "units": f"ns, {stat} per phase instance (each instance of each selected rank counts once)",
+        "statistic": stat,
         "a": side_json(rep["a"], a_run),
         "b": side_json(rep["b"], b_run),
         "buckets": {
@@ -65,8 +80,10 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         seq = "unknown" if x["mean_seq_len"] is None else f"{x['mean_seq_len']:,.0f}"
         return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens, seq len {seq}"
 
-    console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)} (means per instance)", soft_wrap=True)
-    t = Table(title=f"{an} vs {bn}: GPU window per instance (mean over instances of all selected ranks)")
+    stat = stat_of(rep)
+    console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
+    console.print(f"compared by {STAT_NOTE[stat]}", soft_wrap=True)
+    t = Table(title=f"{an} vs {bn}: GPU window per instance ({stat} over instances of all selected ranks)")
     for c in ("bucket", an, bn, "delta", "delta/token", "share of gap"):
         t.add_column(c, justify="right" if c != "bucket" else "left")
     for r in rep["buckets"].iter_rows(named=True):
@@ -107,7 +124,7 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         console.print(kt)
     seq = rep["seq"]
     if seq.height:
-        st = Table(title="GPU window per instance at matched sequence length (buckets present on both sides)")
+        st = Table(title=f"GPU window per instance ({stat}) at matched sequence length (buckets present on both sides)")
         for c in ("seq len", f"{an} n", an, f"{bn} n", bn, "delta"):
             st.add_column(c, justify="right")
         for r in seq.iter_rows(named=True):
@@ -115,7 +132,7 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
                        str(r["b_instances"]), ms(r["b_window_ns"]), ms(r["delta_ns"]))
         console.print(st)
     if by_rank:
-        rt = Table(title="per rank: GPU window per instance")
+        rt = Table(title=f"per rank: GPU window per instance ({stat})")
         for c in ("rank", an, bn, "delta"):
             rt.add_column(c, justify="right")
         br = rep["by_rank"]
@@ -135,7 +152,7 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
                       "are profiled (the profiler dilates host-bound time):", soft_wrap=True)
     elif tm:
         console.print(f"times are profiled only ({tm.get('why')})", soft_wrap=True)
-    console.print(f"{an} costs {('+' if total > 0 else '')}{ms(total)} per instance more than {bn} on the GPU "
+    console.print(f"{an} costs {('+' if total > 0 else '')}{ms(total)} per instance ({stat}) more than {bn} on the GPU "
                   "(profiled window); explained by:")
     for line in rep["explanations"]:
         console.print(f"  {line}", soft_wrap=True)
@@ -143,4 +160,4 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
 
 
-__all__ = ["render", "to_json"]
+__all__ = ["STAT_NOTE", "render", "stat_of", "to_json"]

@@ -30,6 +30,7 @@ from tracekit.render.attribute import (
     phase_item,
     robust_lines,
 )
+from tracekit.render.gap import STAT_NOTE, stat_of
 
 HOST_LABELS: Final = {
     "attention": "attention",
@@ -196,8 +197,10 @@ def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> 
     def side(x: dict[str, Any], run: str | None) -> dict[str, Any]:
         return {**x, "run": run, "gpu_window_ns": 0}
 
+    stat = stat_of(rep)
     return GAP.make({
-        "units": "ns, mean per phase instance (each instance of each selected rank counts once)",
+        "units": f"ns, {stat} per phase instance (each instance of each selected rank counts once)",
+        "statistic": stat,
         "mode": "host",
         "a": side(rep["a"], a_run),
         "b": side(rep["b"], b_run),
@@ -225,8 +228,10 @@ def render_host_gap(rep: dict[str, Any], console: Console) -> None:
         tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
         return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens"
 
+    stat = stat_of(rep)
     console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
-    t = Table(title=f"{an} vs {bn}: {HOST_HEADER}; mean per instance over all selected ranks")
+    console.print(f"compared by {STAT_NOTE[stat].replace('window', 'host range')}", soft_wrap=True)
+    t = Table(title=f"{an} vs {bn}: {HOST_HEADER}; {stat} per instance over all selected ranks")
     t.add_column("bucket", no_wrap=True)
     for c in (f"{an} per instance", f"{bn} per instance", "delta per instance", "delta per token", "share of gap"):
         t.add_column(c, justify="right")
@@ -245,7 +250,7 @@ def render_host_gap(rep: dict[str, Any], console: Console) -> None:
     console.print(t)
     total = rep["total_delta_ns"]
     more = "more" if total >= 0 else "less"
-    console.print(f"{an} takes {ms(abs(total))} per instance {more} host time than {bn}; by bucket:")
+    console.print(f"{an} takes {ms(abs(total))} per instance ({stat}) {more} host time than {bn}; by bucket:")
     for line in rep["explanations"]:
         console.print(f"  {line}", soft_wrap=True)
     for w in rep["warnings"]:
