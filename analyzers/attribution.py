@@ -44,6 +44,7 @@ from .attribution_views import (
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, Walk, walk
 from .robust import outliers
 from .timeline import first_of_launch, launch_ends, queue_delay
+from .whole_trace import WHOLE_TRACE_PHASE, is_whole_trace, whole_trace
 
 I64 = npt.NDArray[np.int64]
 
@@ -86,14 +87,19 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
 
     ``phase``: None (every phase), a phase name, a regex over phase names, or a
     regex over range names (those ranges then become the instances of a phase
-    named by the regex, ``tracekit.finalize.pipeline.rephase``). Returns (events,
-    selected phase names). Raises AnalysisError when nothing matches.
+    named by the regex, ``tracekit.finalize.pipeline.rephase``). A table with no phase
+    ranges at all is attributed as a whole: one instance of phase ``trace`` per rank
+    (``analyzers.whole_trace``). Returns (events, selected phase names). Raises
+    AnalysisError when nothing matches.
     """
     ranges = _phase_ranges(events)
     present = sorted(ranges.get_column("phase").drop_nulls().unique().to_list())
+    if not present and phase in (None, WHOLE_TRACE_PHASE):
+        whole = whole_trace(events)
+        if whole is events:
+            raise AnalysisError("no phase ranges found (no tracekit labels, no SGLang step[...] spans) and no GPU events")
+        return whole, [WHOLE_TRACE_PHASE]
     if phase is None:
-        if not present:
-            raise AnalysisError("no phase ranges found (no tracekit labels, no SGLang step[...] spans)")
         return events, present
     if phase in present:
         return events, [phase]
@@ -485,6 +491,7 @@ def attribute_report(
         "stragglers": strag,
         "issues": pl.DataFrame({"issue": issues}, schema={"issue": pl.String}),
         "outliers": outliers(inst.filter(pl.col("gpu_events") > 0), "gpu_window_ns", "window_start_ns"),
+        "whole_trace": pl.DataFrame({"whole_trace": [phases == [WHOLE_TRACE_PHASE] and is_whole_trace(ev)]}),
     }
 
 

@@ -55,6 +55,16 @@ DEFINITIONS: Final = {
     ),
 }
 MAX_OUTLIER_LINES: Final = 8
+WHOLE_TRACE_LINE: Final = (
+    "no phase ranges found (no tracekit labels, no SGLang spans): each rank's whole GPU span, first GPU event "
+    "to last, is attributed as one instance of phase 'trace'; its buckets add up to the span"
+)
+
+
+def whole_trace(report: dict[str, pl.DataFrame]) -> bool:
+    """True when the report attributes whole traces (no phase ranges)."""
+    w = report.get("whole_trace")
+    return bool(w is not None and w.height and w.item(0, 0))
 
 
 def ms(ns: float | None, digits: int = 2) -> str:
@@ -256,8 +266,11 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, ma
         "all_ranks": [phase_item({**r, "rank": None}, outliers=out) for r in report["by_phase"].iter_rows(named=True)],
         "stragglers": report["stragglers"].to_dicts(),
         "issues": report["issues"].get_column("issue").to_list(),
+        "whole_trace": whole_trace(report),
         "definitions": DEFINITIONS,
     }
+    if doc["whole_trace"]:
+        doc["notes"] = [WHOLE_TRACE_LINE]
     if by == "cycle":
         doc["cycles"] = [cycle_item(r) for r in report["instances"].iter_rows(named=True)]
     if by == "seq":
@@ -454,6 +467,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
     )
 
     timers = phase_timers(manifest) if manifest is not None else {}
+    if whole_trace(report):
+        console.print(WHOLE_TRACE_LINE, soft_wrap=True)
     for phase in _order(list(bp)):
         row = bp[phase]
         ranks = report["by_rank"].filter(pl.col("phase") == phase)
