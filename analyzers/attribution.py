@@ -12,7 +12,9 @@ window_start_ns, window_end_ns, gpu_window_ns, ``<bucket>_ns`` for every bucket
 instance's window end to the next instance's window start on the rank, any
 phase), overlapped_comm_ns, gpu_events, launches (eager launch calls +
 graph launches), eager_launches, graph_launches, allreduce_ns (allreduce
-kernel time, overlapped or not), allreduce_wait_ns, allreduce_transfer_ns.
+kernel time, overlapped or not), allreduce_wait_ns, allreduce_transfer_ns,
+graphed_label_conflict (the collector's graphed label contradicts the launches:
+labelled graphed with eager launches and no graph launch, or the reverse).
 """
 
 from __future__ import annotations
@@ -427,7 +429,15 @@ def attribute_instances(
         "allreduce_wait_ns": pl.Series(ar[1]),
         "allreduce_transfer_ns": pl.Series(ar[2]),
     }
-    out = inst.with_columns(
+    # the collector's graphed label checked against the launches: labelled graphed with eager
+    # launches and no graph launch, or labelled eager with graph launches and no eager launch
+    label = pl.col("graphed")
+    g_l, e_l = pl.Series(graph_l), pl.Series(eager_l)
+    conflict = (
+        label.is_not_null()
+        & ((label & (e_l > 0) & (g_l == 0)) | (~label & (g_l > 0) & (e_l == 0)))
+    ).fill_null(False)
+    out = inst.with_columns(conflict.alias("graphed_label_conflict")).with_columns(
         pl.when(pl.col("graphed").is_not_null())
         .then(pl.col("graphed"))
         .when(has_launches)
@@ -454,6 +464,7 @@ def attribute_instances(
         "gpu_window_ns",
         *BUCKET_COLUMNS,
         *SUM_COLUMNS[len(BUCKET_COLUMNS) + 2 :],
+        "graphed_label_conflict",
     )
 
 

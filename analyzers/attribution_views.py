@@ -39,6 +39,7 @@ def _agg(keys: list[str]) -> list[pl.Expr]:
         *median_p90("gpu_window_ns"),
         pl.col("allreduce_wait_ns").null_count().alias("unmatched_instances"),
         pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
+        pl.col("graphed_label_conflict").sum().alias("graphed_label_conflicts"),
         (pl.col("gpu_events") > 0).sum().alias("gpu_instances"),
         pl.col("num_tokens").sum().alias("tokens"),
         pl.col("num_tokens").is_not_null().sum().alias("token_instances"),

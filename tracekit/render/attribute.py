@@ -45,6 +45,10 @@ DEFINITIONS: Final = {
     "overlapped_comm_ns": "communication hidden under compute or copies (not in any bucket)",
     "between_ns": "GPU time from this phase's window end to the next phase's window start on the rank",
     "launches": "launch calls issued inside the phase range: eager kernel/copy launches + cudaGraphLaunch calls",
+    "graphed_label_conflicts": (
+        "instances whose graphed label contradicts their launches: labelled graphed with eager launches and no "
+        "graph launch, or labelled eager with graph launches and no eager launch"
+    ),
     "allreduce_wait_ns": "allreduce kernel time spent waiting for the last rank to arrive",
     "allreduce_transfer_ns": "allreduce kernel time after the last rank arrived",
     "median_gpu_window_ns": "median GPU window per instance: the ceil(n/2)-th smallest (nearest rank; one instance's value)",
@@ -209,6 +213,7 @@ def phase_item(
         "eager_launches": int(row["eager_launches"]),
         "graph_launches": int(row["graph_launches"]),
         "graphed_instances": int(row["graphed_instances"]),
+        **({"graphed_label_conflicts": int(row["graphed_label_conflicts"])} if "graphed_label_conflicts" in row else {}),
         "gpu_events": int(row["gpu_events"]),
         "allreduce": {
             "kernel_ns": int(row["allreduce_kernel_ns"]),
@@ -334,6 +339,8 @@ def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
         g = f"all {n} instances from a CUDA graph"
     else:
         g = f"{graphed} of {n} instances from a CUDA graph"
+    if row.get("graphed_label_conflicts"):
+        g += f" by the collector's label, which the launches of {int(row['graphed_label_conflicts'])} contradict"
     text = (
         f"{row['phase']} {ms(win / n)} per instance on the GPU ({n} instances on {row['ranks']} rank(s), "
         f"host range {ms(row['host_ns'] / n)}): " + ", ".join(parts) + f" — {launches:,.0f} launches per instance, {g}."
@@ -370,6 +377,22 @@ def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Ta
     t.add_row("queue delay (beside)", ms(ph_row["queue_delay_ns"] / n, 3), "", *cells(_share("queue_delay_ns", "gpu_window_ns")), style="dim")
     t.add_row("overlapped comm (beside)", ms(ph_row["overlapped_comm_ns"] / n, 3), "", *cells(_share("overlapped_comm_ns", "gpu_window_ns")), style="dim")
     return t
+
+
+def label_line(row: dict[str, Any]) -> str | None:
+    """A warning when the graphed label of some instances contradicts their launches."""
+    k = int(row.get("graphed_label_conflicts") or 0)
+    if not k:
+        return None
+    n = max(int(row["instances"]), 1)
+    g = int(row["graphed_instances"])
+    said = f"labelled graphed in {g}/{n} instances" if g else "labelled eager (not graphed)"
+    launched = "eager launches and no graph launch" if g else "graph launches and no eager launch"
+    return (
+        f"label check: {row['phase']} is {said}, but {k} of its {n} instances issued {launched} "
+        f"({row['eager_launches'] / n:,.1f} eager + {row['graph_launches'] / n:,.1f} graph launches per instance): "
+        "the label disagrees with the launches (graphed_label_conflicts)"
+    )
 
 
 def robust_lines(row: dict[str, Any], out: pl.DataFrame | None, gpu: bool = True) -> list[str]:
@@ -479,6 +502,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         else:
             console.print(_bucket_table(phase, row, ranks))
         console.print(_facts_line(row))
+        if (lab := label_line(row)) is not None:
+            console.print(f"  [yellow]warning:[/yellow] {lab}", soft_wrap=True)
         for line in robust_lines(row, report.get("outliers")):
             console.print(line, soft_wrap=True)
         if phase in dil:
