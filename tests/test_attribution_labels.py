@@ -14,8 +14,8 @@ from pathlib import Path
 
 import polars as pl
 from click.testing import CliRunner
-from tracekit.analyzers.attribution import attribute_instances, prepare
 
+from tracekit.analyzers.attribution import attribute_instances, prepare
 from tracekit.cli import cli
 from tracekit.store import read_run
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 from kineto_reference import union
 from kineto_synth import TraceBuilder
-from tracekit.analyzers.attribution import attribute_instances, prepare
 
+from tracekit.analyzers.attribution import attribute_instances, prepare
 from tracekit.ingest import ingest_traces
 from tracekit.store import read_run
 

@@ -6,7 +6,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.analyzers.buckets import ALLREDUCE, BUCKETS, IDLE, LAUNCH, N_WORK, UNKNOWN_LAUNCH, walk
+from tracekit.analyzers.buckets import (
+    ALLREDUCE,
+    BUCKETS,
+    IDLE,
+    LAUNCH,
+    N_WORK,
+    UNKNOWN_LAUNCH,
+    walk,
+)
 
 C = {b: i for i, b in enumerate(BUCKETS)}
 U = UNKNOWN_LAUNCH
