@@ -17,7 +17,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO  # type: ignore[import-not-found]
+from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO
 from tracekit.buckets import BUCKETS
 from tracekit.documents import ATTRIBUTE
 
