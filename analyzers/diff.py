@@ -36,7 +36,9 @@ instance over all ranks (each instance of each rank counts once), in ns.
   instance does not move it; bucket medians need not add up to the window median),
   or the mean (``stat="mean"``: the buckets add up). The phase row always carries
   both (``old_mean_ns``/``old_median_ns``, ...); ``delta_ns`` and the bucket
-  columns follow ``statistic``. The fit and the kernel families are means.
+  columns follow ``statistic``. The fit and the kernel families are means. With
+  medians, ``mix_shift_ns`` (overall minus matched delta) is not purely the mix:
+  a weighted average of per-bucket medians is not the overall median.
 
 The diff of a run with itself is exactly zero in every delta (same arithmetic on
 the same numbers).

@@ -173,9 +173,14 @@ def test_render_buckets_match_analyzer_buckets() -> None:
     assert tuple(render_attribute.BUCKETS) == tuple(BUCKETS)
 
 
-def test_no_phases_is_an_analysis_error() -> None:
-    with pytest.raises(AnalysisError, match="no phase ranges"):
-        attribute_report(finalize_events(conform(pl.DataFrame(kl("g", "gemm", 10, 20, 80, 1)))))
+def test_no_phases_is_attributed_as_a_whole_trace() -> None:
+    rep = attribute_report(finalize_events(conform(pl.DataFrame(kl("g", "gemm", 10, 20, 80, 1)))))
+    inst = rep["instances"].row(0, named=True)
+    assert rep["whole_trace"].item() and inst["phase"] == "trace" and inst["gpu_window_ns"] == 80
+    assert inst["gemm_ns"] == 80
+    with pytest.raises(AnalysisError, match="no phase ranges"):  # nothing to attribute at all
+        attribute_report(conform(pl.DataFrame({"kind": ["op"], "name": ["aten::mm"], "rank": [0], "start_ns": [0],
+                                               "dur_ns": [5]})))
 
 
 @pytest.fixture

@@ -223,9 +223,10 @@ def test_cli_gap_host_mode_on_cpu_sample() -> None:
     r = CliRunner().invoke(cli, ["gap", str(SAMPLE)])
     assert r.exit_code == 0, r.stdout
     assert r.stdout.startswith("host mode:") and "verify vs decode: host time (CPU run" in r.stdout
-    j = CliRunner().invoke(cli, ["gap", str(SAMPLE), "--json"])
+    j = CliRunner().invoke(cli, ["gap", str(SAMPLE), "--json", "--stat", "mean"])  # means add up
     doc = json.loads(j.stdout)
     assert doc["mode"] == "host" and doc["a"]["phase"] == "verify" and doc["b"]["phase"] == "decode"
+    assert doc["statistic"] == "mean"
     deltas = sum(v["delta_ns"] for v in doc["buckets"].values())
     assert deltas == pytest.approx(doc["a"]["host_ns"] - doc["b"]["host_ns"], abs=1e-3) == doc["total_delta_ns"]
     assert doc["buckets"]["moe"]["a_ns"] > 0 and set(doc["buckets"]) == set(HOST_BUCKETS)
