@@ -52,10 +52,10 @@ INFO = DocumentType(
           "versions", "unmatched_kernels", "differences", "notes", "skipped"),
 )
 ATTRIBUTE = DocumentType(
-    "attribute", 3, "tracekit attribute --json",
+    "attribute", 4, "tracekit attribute --json",
     keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
-          "issues", "definitions"),
-    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate"),
+          "issues", "whole_trace", "definitions"),
+    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes"),
 )
 ATTRIBUTE_TIMING = DocumentType(
     "attribute-timing", 1, "tracekit attribute --json (a run captured with --profile timing)",
@@ -63,9 +63,9 @@ ATTRIBUTE_TIMING = DocumentType(
     optional=("cycles", "profile"),
 )
 GAP = DocumentType(
-    "gap", 2, "tracekit gap --json",
-    keys=("units", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
-          "warnings", "timing_source", "unprofiled"),
+    "gap", 3, "tracekit gap --json",
+          "issues", "whole_trace", "definitions"),
+    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes"),
     optional=("by_rank", "mode", "definitions"),
 )
 RANKS = DocumentType(
@@ -78,9 +78,9 @@ SPEC = DocumentType(
           "buckets", "summary"),
 )
 DIFF = DocumentType(
-    "diff", 2, "tracekit diff --json",
-    keys=("old", "new", "phase", "phases", "presence", "buckets", "buckets_by_phase",
-          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled"),
+    "diff", 3, "tracekit diff --json",
+          "issues", "whole_trace", "definitions"),
+    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes"),
 )
 VALIDATE_TRACE = DocumentType(
     "validate-trace", 1, "tracekit validate-trace --json",

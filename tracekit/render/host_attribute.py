@@ -90,6 +90,7 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
         "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb, out) for r in report["by_phase"].iter_rows(named=True)],
         "stragglers": [],
         "issues": [],
+        "whole_trace": False,
         "definitions": HOST_DEFINITIONS,
     }
     if by == "cycle":
