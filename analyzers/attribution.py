@@ -13,7 +13,9 @@ instance's window end to the next instance's window start on the rank, any
 phase), overlapped_comm_ns, gpu_events, launches (eager launch calls +
 graph launches), eager_launches, graph_launches, allreduce_ns (allreduce
 kernel time, overlapped or not), allreduce_wait_ns, allreduce_transfer_ns,
-graphed_label_conflict (the collector's graphed label contradicts the launches:
+cross_thread_events (GPU events of the instance whose launch call ran on another
+thread than its range: docs/attribution.md 1), graphed_label_conflict (the
+collector's graphed label contradicts the launches:
 labelled graphed with eager launches and no graph launch, or the reverse).
 """
 
@@ -227,6 +229,7 @@ class _Acc:
         self.qd = np.zeros(K, dtype=np.int64)
         self.graph_l = np.zeros(K, dtype=np.int64)
         self.eager_l = np.zeros(K, dtype=np.int64)
+        self.cross = np.zeros(K, dtype=np.int64)
         # collective kernels (group, coll_op) and (coll_seq, rank, start, dur, phase_id), when wanted
         self.collect = False
         self.coll_str: list[pl.DataFrame] = []
@@ -262,6 +265,7 @@ def _attribute_chunk(
     host_start: I64,
     is_host: npt.NDArray[np.bool_],
     acc: _Acc,
+    i_tid: I64 | None = None,
 ) -> None:
     """Walk, queue delay and launch counts of the instances of the ranks in ``events``, into ``acc``."""
     # kinds: two string comparisons over the table, the rest only on the other rows
@@ -300,6 +304,12 @@ def _attribute_chunk(
     launch_end = launch_ends(
         _i64(rank_raw[l_idx]), corr_all[l_idx], start_all[l_idx] + dur_all[l_idx], g_rank, g_corr, g_has
     )
+    if i_tid is not None:  # GPU events whose launch ran on another thread than the instance's range
+        l_inst_c = _instance_of(dense, pid_col[l_idx])
+        tid_all = _i64(_full(events.get_column("tid"), -1))
+        l_cross = ((l_inst_c >= 0) & (tid_all[l_idx] != i_tid[np.maximum(l_inst_c, 0)])).astype(np.int64)
+        g_cross = launch_ends(_i64(rank_raw[l_idx]), corr_all[l_idx], l_cross, g_rank, g_corr, g_has) == 1
+        acc.cross += np.bincount(g_inst[g_cross & mem], minlength=K)[:K]
     codes = _codes(events, gmask, g_mem)
     g_stream = _i64(_full(events.get_column("stream"), -1))[g_idx]
     if mem.all():  # every GPU event belongs to an instance: no copies
@@ -368,13 +378,16 @@ def attribute_instances(
     i_rank = inst.get_column("rank").to_numpy().astype(np.int64)
     host_start = inst.get_column("start_ns").to_numpy().astype(np.int64)
     is_host = (inst.get_column("source") == "host").to_numpy()
+    # the range's thread, for counting cross-thread launches (host instances only: -2 never matches)
+    i_tid = np.where(is_host, _i64(_full(inst.get_column("tid"), -2)), -2).astype(np.int64)
+    has_tid = bool(is_host.any()) and events.get_column("tid").null_count() < events.height
     # rank by rank (a rank's rows are contiguous in the canonical order): temporaries stay
     # small enough for the allocator to reuse them, and per-rank lookups need no slicing
     acc = _Acc(K)
     acc.collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
     for lo, hi in _rank_chunks(events):
         part = events if (lo, hi) == (0, events.height) else events.slice(lo, hi - lo)
-        _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc)
+        _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc, i_tid if has_tid else None)
     w = Walk(acc.buckets, acc.ws, acc.we, acc.ov, acc.n_ev)
     has_gpu = w.n_events > 0
     qd, graph_l, eager_l = acc.qd, acc.graph_l, acc.eager_l
@@ -425,6 +438,7 @@ def attribute_instances(
         "launches": pl.Series(graph_l + eager_l),
         "eager_launches": pl.Series(eager_l),
         "graph_launches": pl.Series(graph_l),
+        "cross_thread_events": pl.Series(acc.cross),
         "allreduce_kernel_ns": pl.Series(ar[0]),
         "allreduce_wait_ns": pl.Series(ar[1]),
         "allreduce_transfer_ns": pl.Series(ar[2]),

@@ -26,6 +26,7 @@ SUM_COLUMNS: Final = (
     "launches",
     "eager_launches",
     "graph_launches",
+    "cross_thread_events",
     "allreduce_kernel_ns",
     "allreduce_wait_ns",
     "allreduce_transfer_ns",

@@ -89,17 +89,26 @@ def test_graph_replay_kernels_inherit_the_graph_launch_phase() -> None:
 def test_membership_is_per_thread_and_per_rank() -> None:
     rows = [
         rng(format_label("verify", cycle=0), 0, 1000, rank=0, tid=1),
-        launch(10, 1, rank=0, tid=2),  # other thread: not a member
+        rng(format_label("draft", cycle=0), 100, 100, rank=0, tid=3),
+        launch(10, 1, rank=0, tid=2),  # other thread with no open range: cross-thread member
         launch(20, 2, rank=1, tid=1),  # other rank, same correlation space
         launch(30, 3, rank=0, tid=1),
+        launch(150, 4, rank=0, tid=3),  # its own thread's range is open: that one
+        launch(150, 5, rank=0, tid=2),  # two open on other threads: the innermost (draft)
+        launch(1500, 6, rank=0, tid=2),  # nothing open anywhere
         kernel("other_thread", 50, 5, 1),
         kernel("other_rank", 60, 5, 2, rank=1),
         kernel("member", 70, 5, 3),
         kernel("same_corr_other_rank", 80, 5, 3, rank=1),  # rank 1 has no launch 3
+        kernel("own_thread_draft", 160, 5, 4),
+        kernel("innermost_draft", 170, 5, 5),
+        kernel("none_open", 1510, 5, 6),
     ]
     k = by_name(annotate_phases(frame(rows)))
-    assert k["member"]["phase"] == "verify"
-    for name in ("other_thread", "other_rank", "same_corr_other_rank"):
+    assert k["member"]["phase"] == "verify" and k["other_thread"]["phase"] == "verify"
+    assert k["other_thread"]["phase_id"] == k["member"]["phase_id"]
+    assert k["own_thread_draft"]["phase"] == "draft" and k["innermost_draft"]["phase"] == "draft"
+    for name in ("other_rank", "same_corr_other_rank", "none_open"):
         assert k[name]["phase_id"] is None, name
 
 
@@ -163,10 +172,13 @@ def test_huge_thread_and_correlation_ids_take_the_general_paths() -> None:
         dict(rank=0, kind="range", name=format_label("verify", cycle=0), pid=big, tid=big + 1, start_ns=0, dur_ns=1000),
         dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=big, tid=big + 1, start_ns=10, dur_ns=4, correlation=10**15),
         dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=big, tid=big + 2, start_ns=20, dur_ns=4, correlation=3),
+        dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=big + 9, tid=big + 2, start_ns=20, dur_ns=4,
+             correlation=4),
         kernel("member", 50, 5, 10**15),
         kernel("other_thread", 60, 5, 3),
+        kernel("other_process", 65, 5, 4),
         kernel("no_launch", 70, 5, 7 * 10**14),
     ]
     k = by_name(annotate_phases(frame(rows)))
-    assert k["member"]["phase"] == "verify"
-    assert k["other_thread"]["phase_id"] is None and k["no_launch"]["phase_id"] is None
+    assert k["member"]["phase"] == "verify" and k["other_thread"]["phase"] == "verify"  # cross-thread
+    assert k["other_process"]["phase_id"] is None and k["no_launch"]["phase_id"] is None

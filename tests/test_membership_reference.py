@@ -3,7 +3,9 @@
 The frames hold nested phase ranges on several threads (same-phase nesting, SGLang
 spans, non-phase ranges), late facts markers, eager launches, graph launches (one
 correlation, many kernels), unmatched and duplicate correlations, and a rank without
-launch rows whose kernels fall back to projected ``gpu_range`` phases per stream.
+launch rows whose kernels fall back to projected ``gpu_range`` phases per stream; launch
+rows on a thread with no open range join the innermost range open on another thread of the
+process (the cross-thread rule).
 """
 
 from __future__ import annotations
@@ -188,6 +190,11 @@ def reference(ev: pl.DataFrame) -> pl.DataFrame:
         if i in own or r["kind"] not in HOST_KINDS or r["tid"] is None:
             continue
         d = innermost(by_lane.get((r["rank"], r["pid"], r["tid"]), []), r["start_ns"])
+        if d is None and r["kind"] == "launch" and r["pid"] is not None:
+            # cross-thread: no range open on its own thread, so the innermost open on any
+            # thread of the process (its own has none open)
+            procs = [o for o in ranges if o["src"] == "host" and o["lane"][:2] == (r["rank"], r["pid"])]
+            d = innermost(procs, r["start_ns"])
         pid[i] = -1 if d is None else d["root"]["id"]
     for i, r in enumerate(rows):
         if r["kind"] not in GPU:

@@ -16,6 +16,11 @@ DESIGN.md section 4. ``annotate_phases`` is one pass over the event table:
 4. Host rows (launch, runtime, sync, op, python, instant) belong to
    the innermost phase range open on the same (rank, pid, tid) at their start
    (innermost = latest started among the open ones).
+   4b. Cross-thread work: a launch row on a thread with no open phase range at its
+   start belongs to the innermost phase range open at that time on another thread
+   of the same process (rank, pid) (SGLang's overlap scheduler holds the range on
+   the scheduler thread while a forward thread launches; training launches
+   AllReduces from the autograd thread).
 5. GPU rows (kernel, memcpy, memset) inherit ``phase``/``phase_id``/``cycle``
    from their launch via (rank, correlation); graph replays carry the
    correlation of their ``cudaGraphLaunch``.
@@ -258,6 +263,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
         for k, sel_h in _groups(h_key, np.unique(i_key)):
             sel = i_key == k
             pid_arr[hrows[sel_h]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], h_start[sel_h])
+        _cross_thread(ev, bits, inst_host, i_s, i_e, i_id, pid_arr)
 
     # GPU rows: via (rank, correlation) from the launch row (first launch row per correlation)
     gpu_np = (bits & _G) > 0
@@ -300,6 +306,33 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
             pid_arr[frows[m]] = _assign_one(g_s[sel], g_e[sel], g_id[sel], f_start[m])
     del bits
     return _write_back(ev, inst.sort("_id"), pid_arr, own_rows)
+
+
+def _process_key(threads: pl.DataFrame) -> I64:
+    """One int64 per (rank, pid) row (``_thread_key`` with the thread left out)."""
+    return _thread_key(threads.select("rank", "pid", pl.lit(0, dtype=pl.Int64).alias("tid")))
+
+
+def _cross_thread(
+    ev: pl.DataFrame, bits: npt.NDArray[np.uint8], inst_host: pl.DataFrame, i_s: I64, i_e: I64, i_id: I64,
+    pid_arr: I64,
+) -> None:
+    """Step 4b, in place on ``pid_arr``: a launch row on a thread with no open phase range
+    joins the innermost phase range open at its start on another thread of the same
+    process (rank, pid): the scheduler thread holds the range while a forward thread, or
+    the autograd thread of a training step, launches."""
+    lmask = ((bits & _L) > 0) & (pid_arr < 0) & ev.get_column("pid").is_not_null().to_numpy()
+    if not lmask.any():
+        return
+    lrows = np.flatnonzero(lmask)
+    lsub = ev.select("rank", "pid", "start_ns").filter(pl.Series(lmask))
+    keys = _process_key(pl.concat([inst_host.select("rank", "pid"), lsub.select("rank", "pid")], how="vertical_relaxed"))
+    ni = inst_host.height
+    i_key, l_key = keys[:ni], keys[ni:]
+    l_start = _i64(lsub.get_column("start_ns"))
+    for k, sel_l in _groups(l_key, np.unique(i_key)):
+        sel = i_key == k
+        pid_arr[lrows[sel_l]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], l_start[sel_l])
 
 
 def _instance_table(inst_rows: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:

@@ -45,6 +45,7 @@ DEFINITIONS: Final = {
     "overlapped_comm_ns": "communication hidden under compute or copies (not in any bucket)",
     "between_ns": "GPU time from this phase's window end to the next phase's window start on the rank",
     "launches": "launch calls issued inside the phase range: eager kernel/copy launches + cudaGraphLaunch calls",
+    "cross_thread_events": "GPU events whose launch call ran on another thread of the process than the phase range",
     "graphed_label_conflicts": (
         "instances whose graphed label contradicts their launches: labelled graphed with eager launches and no "
         "graph launch, or labelled eager with graph launches and no eager launch"
@@ -214,6 +215,7 @@ def phase_item(
         "graph_launches": int(row["graph_launches"]),
         "graphed_instances": int(row["graphed_instances"]),
         **({"graphed_label_conflicts": int(row["graphed_label_conflicts"])} if "graphed_label_conflicts" in row else {}),
+        **({"cross_thread_events": int(row["cross_thread_events"])} if "cross_thread_events" in row else {}),
         "gpu_events": int(row["gpu_events"]),
         "allreduce": {
             "kernel_ns": int(row["allreduce_kernel_ns"]),
@@ -252,6 +254,7 @@ def cycle_item(row: dict[str, Any], buckets: tuple[str, ...] = BUCKETS) -> dict[
         "launches": int(row["launches"]),
         "eager_launches": int(row["eager_launches"]),
         "graph_launches": int(row["graph_launches"]),
+        **({"cross_thread_events": int(row["cross_thread_events"])} if "cross_thread_events" in row else {}),
         "allreduce_wait_ns": _int(row["allreduce_wait_ns"]),
         "allreduce_transfer_ns": _int(row["allreduce_transfer_ns"]),
         **extra,
@@ -430,6 +433,8 @@ def _facts_line(row: dict[str, Any], gpu: bool = True) -> str:
     if gpu:
         bits.append(f"{row['eager_launches'] / n:,.1f} eager launches + {row['graph_launches'] / n:,.1f} graph launches")
         bits.append(f"{row['gpu_events'] / n:,.1f} GPU events")
+        if row.get("cross_thread_events"):
+            bits.append(f"{row['cross_thread_events'] / n:,.1f} of them launched from another thread")
         bits.append(f"{int(row['graphed_instances'])}/{n} graphed")
     else:
         bits.append(f"{row['ops'] / n:,.1f} CPU ops ({row['outer_ops'] / n:,.1f} outermost)")
