@@ -47,7 +47,7 @@ def dlrm_traces(tmp: Path, ranks: int = 8) -> list[Path]:
                 g += 25_000 + 1_000 * (i % 5)
             b.tid = autograd  # backward: the autograd thread launches compute and every AllReduce
             c_left = n_c - fwd
-            for i in range(n_ar):
+            for _ in range(n_ar):
                 if c_left:
                     b.kernel(GEMM, g - 40_000, g, 30_000)
                     c_left -= 1
@@ -111,7 +111,7 @@ def test_step_work_and_exposed_comm_match_an_exact_recomputation(dlrm: pl.DataFr
 
 def test_without_the_rule_the_autograd_work_is_lost(dlrm: pl.DataFrame) -> None:
     """What membership by the range's own thread alone gives (the issue's 0.545 vs 1.053 ms)."""
-    ev, phases = prepare(dlrm, r"ProfilerStep#\d+")
+    ev, _ = prepare(dlrm, r"ProfilerStep#\d+")
     k = ev.filter(pl.col("kind") == "kernel")
     launches = ev.filter(pl.col("kind") == "launch").select("rank", "correlation", pl.col("tid").alias("l_tid"))
     own = k.join(launches, on=["rank", "correlation"]).filter(pl.col("l_tid") < 9000)
