@@ -207,7 +207,7 @@ def _families(kern: pl.DataFrame, cats: tuple[str, ...], sign: float, names: tup
 
 
 def _stat_word(side: dict[str, Any]) -> str:
-    return " (median)" if side.get("stat") == "median" else ""
+    return "medians: " if side.get("stat") == "median" else ""
 
 
 def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b: dict[str, Any],
@@ -222,7 +222,7 @@ def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b
         if d == 0 or (total > 0 and abs(d) < min_share * total):
             continue
         bucket = r["bucket"]
-        head = f"{'+' if d > 0 else '-'}{_ms(abs(d))} {LABEL[bucket]} per instance{_stat_word(a)} ({_ms(r['a_ns'])} in {a_name} vs {_ms(r['b_ns'])} in {b_name})"
+        head = f"{'+' if d > 0 else '-'}{_ms(abs(d))} {LABEL[bucket]} per instance ({_stat_word(a)}{_ms(r['a_ns'])} in {a_name} vs {_ms(r['b_ns'])} in {b_name})"
         if bucket == "launch_overhead":
             why = (
                 f"{a_name} {int(a['graphed_instances'])}/{a['instances']} instances graphed, "
