@@ -26,7 +26,7 @@ def test_sglang_shapes_verify_labelled_graphed_but_launched_eager(tmp_path: Path
     run = tmp_path / "run.parquet"
     res = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "sglang-shapes-h200x2"), "-o", str(run)])
     assert res.exit_code == 0, res.output
-    doc = json.loads(CliRunner().invoke(cli, ["attribute", str(run), "--json"]).output)
+    doc = json.loads(CliRunner().invoke(cli, ["attribute", str(run), "--json"]).stdout)
     verify = next(p for p in doc["all_ranks"] if p["phase"] == "verify")
     assert verify["graphed_label_conflicts"] == verify["instances"] == verify["graphed_instances"] == 12
     assert verify["graph_launches"] == 0 and verify["eager_launches"] > 0

@@ -44,7 +44,7 @@ def windows(ev: pl.DataFrame, phase: str) -> dict[int, list[tuple[int, int]]]:
 def test_stalled_draft_median_and_outlier_in_json() -> None:
     res = CliRunner().invoke(cli, ["attribute", str(EAGER), "--phase", "draft", "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     ref = windows(read_run(EAGER), "draft")
     for item in doc["phases"]:
         vals = [w for _, w in ref[item["rank"]]]
@@ -77,7 +77,7 @@ def test_table_names_the_outlier_and_prints_the_median() -> None:
 def test_host_mode_median_and_p90() -> None:
     res = CliRunner().invoke(cli, ["attribute", str(CPU8), "--phase", "verify", "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     assert doc["mode"] == "host"
     ev = read_run(CPU8)
     inst = ev.filter((pl.col("kind") == "range") & (pl.col("phase") == "verify") & pl.col("phase_id").is_not_null())
@@ -110,12 +110,12 @@ def test_gap_compares_medians_by_default_and_says_so() -> None:
     ext = [w for r in windows(read_run(EAGER), "draft_extend").values() for _, w in r]
     res = CliRunner().invoke(cli, ["gap", str(EAGER), "--a", "draft", "--b", "draft_extend", "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     assert doc["statistic"] == "median" and doc["units"].startswith("ns, median per phase instance")
     assert doc["a"]["gpu_window_ns"] == nearest_rank(draft, 0.5) and doc["b"]["gpu_window_ns"] == nearest_rank(ext, 0.5)
     assert doc["total_delta_ns"] == nearest_rank(draft, 0.5) - nearest_rank(ext, 0.5)
     res = CliRunner().invoke(cli, ["gap", str(EAGER), "--a", "draft", "--b", "draft_extend", "--json", "--stat", "mean"])
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     assert doc["statistic"] == "mean" and doc["a"]["gpu_window_ns"] == sum(draft) / len(draft)  # the stall: 37 ms
     text = " ".join(CliRunner().invoke(cli, ["gap", str(EAGER), "--a", "draft", "--b", "draft_extend"]).output.split())
     assert "compared by medians per instance" in text and "per instance (median) more than draft_extend" in text
@@ -127,7 +127,7 @@ def test_diff_compares_medians_by_default() -> None:
     new = [w for r in windows(read_run(EAGER), "draft").values() for _, w in r]
     res = CliRunner().invoke(cli, ["diff", str(graphed), str(EAGER), "--phase", "draft", "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     (ph,) = doc["phases"]
     assert doc["statistic"] == ph["statistic"] == "median"
     assert ph["old_median_ns"] == nearest_rank(old, 0.5) and ph["new_median_ns"] == nearest_rank(new, 0.5)

@@ -45,7 +45,7 @@ def test_whole_gpu_span_is_one_trace_instance_per_rank(no_phases: tuple[Path, li
     run, spans = no_phases
     res = CliRunner().invoke(cli, ["attribute", str(run), "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     assert doc["whole_trace"] is True and "no phase ranges found" in doc["notes"][0]
     assert [p["phase"] for p in doc["phases"]] == ["trace", "trace"]
     for item, span in zip(doc["phases"], spans, strict=True):

@@ -16,16 +16,17 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.analyzers.attribution import attribute_instances, prepare
-from tracekit.membership import annotate_phases
-from tracekit.store import read_run
+from tracekit.store import load_run
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "h200-cross-thread"
 
 
 def test_every_kernel_joins_the_range_open_on_the_other_thread() -> None:
-    raw = read_run(SAMPLE / "run.parquet")
+    raw = pl.read_parquet(SAMPLE / "run.parquet")  # as the capture wrote it (finalized before the rule)
     truth = json.loads((SAMPLE / "truth.json").read_text())
-    ev = annotate_phases(raw.with_columns(pl.lit(None, dtype=pl.Int64).alias("phase_id")))
+    run = load_run(SAMPLE / "run.parquet")  # its manifest records no finalize version: finalized again
+    assert run.refinalized is not None
+    ev = run.events
     launches = ev.filter(pl.col("kind") == "launch").select("correlation", pl.col("start_ns").alias("l_start"),
                                                            pl.col("tid").alias("l_tid"))
     k = ev.filter(pl.col("kind") == "kernel").join(launches, on="correlation", how="left")
@@ -41,7 +42,7 @@ def test_every_kernel_joins_the_range_open_on_the_other_thread() -> None:
         assert (cycle if phase is not None else None) == (job["cycle"] if job["phase"] is not None else None)
         checked[job["kind"]] += 1
     assert checked["eager"] > 0 and checked["graph"] > 0 and checked["stray"] > 0
-    # the same run as stored by that capture (no cross-thread rule yet): nothing joined
+    # the file as that capture stored it (no cross-thread rule yet): nothing joined
     assert raw.filter(pl.col("kind") == "kernel").get_column("phase_id").null_count() == 402
     inst = attribute_instances(prepare(ev)[0])
     assert inst.height == 12 and (inst.get_column("cross_thread_events") == inst.get_column("gpu_events")).all()

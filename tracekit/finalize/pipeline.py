@@ -29,7 +29,9 @@ from tracekit.schema import RANGE
 # Bump when a change to the chain changes what it writes for the same input: runs
 # recorded with a lower version are refinalized on read.
 # 1: categories, collectives, phase membership with trace_rules, unique phase ids.
-FINALIZE_VERSION: Final = 1
+# 2: cross-thread membership (a launch on a thread with no open phase range joins the
+#    innermost range open on another thread of its process).
+FINALIZE_VERSION: Final = 2
 MANIFEST_KEY: Final = "finalize_version"
 
 
