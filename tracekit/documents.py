@@ -64,8 +64,8 @@ ATTRIBUTE_TIMING = DocumentType(
 )
 GAP = DocumentType(
     "gap", 3, "tracekit gap --json",
-          "issues", "whole_trace", "definitions"),
-    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes"),
+    keys=("units", "statistic", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
+          "warnings", "timing_source", "unprofiled"),
     optional=("by_rank", "mode", "definitions"),
 )
 RANKS = DocumentType(
@@ -79,8 +79,8 @@ SPEC = DocumentType(
 )
 DIFF = DocumentType(
     "diff", 3, "tracekit diff --json",
-          "issues", "whole_trace", "definitions"),
-    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes"),
+    keys=("old", "new", "statistic", "phase", "phases", "presence", "buckets", "buckets_by_phase",
+          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled"),
 )
 VALIDATE_TRACE = DocumentType(
     "validate-trace", 1, "tracekit validate-trace --json",
