@@ -32,12 +32,11 @@ import polars as pl
 from tracekit.errors import AnalysisError
 from tracekit.finalize.categories import rule_table
 from tracekit.finalize.collectives import match_arrays, match_collectives
-from tracekit.finalize.membership import phase_instances
+from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
 from .attribution_views import (
     BUCKET_COLUMNS,
-    FACTS,
     SUM_COLUMNS,
     by_phase,
     by_rank,
@@ -46,6 +45,7 @@ from .attribution_views import (
     stragglers,
 )
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, Walk, walk
+from .phase_rows import phase_instances
 from .robust import outliers
 from .timeline import first_of_launch, launch_ends, queue_delay
 from .whole_trace import WHOLE_TRACE_PHASE, is_whole_trace, whole_trace
@@ -367,7 +367,7 @@ def attribute_instances(
     ``collectives``: ``matched(events)`` when the caller has it already.
     """
     inst = phase_instances(
-        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACTS)
+        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
     ).sort(["rank", "start_ns", "phase_id"])
     K = inst.height
     pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)
@@ -469,7 +469,7 @@ def attribute_instances(
         "phase",
         pl.col("rank").cast(pl.Int32),
         "phase_id",
-        *FACTS,
+        *FACT_COLUMNS,
         "source",
         "host_start_ns",
         "host_ns",

@@ -14,7 +14,6 @@ from tracekit.schema import GPU_KINDS
 from .robust import median_p90
 
 BUCKET_COLUMNS: Final = tuple(f"{b}_ns" for b in BUCKETS)
-FACTS: Final = ("cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
 SUM_COLUMNS: Final = (
     "host_ns",
     "gpu_window_ns",
@@ -162,7 +161,6 @@ def check_sums(instances: pl.DataFrame) -> None:
 
 __all__ = [
     "BUCKET_COLUMNS",
-    "FACTS",
     "SUM_COLUMNS",
     "by_phase",
     "by_rank",

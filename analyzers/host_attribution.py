@@ -1,7 +1,7 @@
 """Host-mode attribution: where phase time went on ranks with no GPU events (CPU runs).
 
 Pure functions over polars frames (no printing). For every phase instance with a
-host range (``tracekit.finalize.membership.phase_instances``), the range [start, end) is
+host range (``analyzers.phase_rows.phase_instances``), the range [start, end) is
 walked over the CPU ops (``kind == "op"``) recorded on the range's thread
 (rank, pid, tid). At each instant the *outermost* op owns the time (ops nest:
 ``aten::linear`` owns the ``aten::mm`` it calls; an op that starts inside an
@@ -41,9 +41,11 @@ import polars as pl
 
 from tracekit.buckets import HOST_BUCKETS
 from tracekit.errors import AnalysisError, TracekitError
-from tracekit.finalize.membership import innermost, phase_instances, range_parents
+from tracekit.finalize.membership import innermost, range_parents
+from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_KINDS, OP, RANGE
 
+from .phase_rows import phase_instances
 from .robust import median_p90, outliers
 
 if sys.version_info >= (3, 11):
@@ -56,7 +58,6 @@ I64 = npt.NDArray[np.int64]
 HOST_BUCKET_COLUMNS: Final = tuple(f"{b}_ns" for b in HOST_BUCKETS)
 OP_CATEGORIES: Final = HOST_BUCKETS[:-1]
 OVERHEAD: Final = len(HOST_BUCKETS) - 1
-FACTS: Final = ("cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
 HOST_SUM_COLUMNS: Final = ("host_ns", "gpu_window_ns", *HOST_BUCKET_COLUMNS, "ops", "outer_ops")
 _CODE: Final = {b: i for i, b in enumerate(HOST_BUCKETS)}
 
@@ -211,7 +212,7 @@ def host_instances(
     """
     hr = rules or default_host_rules()
     inst = phase_instances(
-        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACTS)
+        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
     ).filter(pl.col("source") == "host")
     if phases is not None:
         inst = inst.filter(pl.col("phase").is_in(list(phases)))
@@ -269,7 +270,7 @@ def host_instances(
         "phase",
         pl.col("rank").cast(pl.Int32),
         "phase_id",
-        *FACTS,
+        *FACT_COLUMNS,
         "source",
         "host_start_ns",
         "host_ns",

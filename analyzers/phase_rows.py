@@ -1,52 +1,50 @@
-"""Phase instances as one row each, with their facts, for the forensic analyzers.
+"""The phase-instance table: one row per phase instance of a finalized run, with its facts.
 
-A thin adapter over ``tracekit.finalize.membership.phase_instances`` on a
-finalized table (``tracekit.finalize``: phase membership is set once, when a run
-is written; readers never re-annotate).
+The one definition, used by attribution, host attribution, spec and the timing view. Phase
+membership is set once, when the run is written (``tracekit.finalize.membership``); a reader
+only collects it: a phase range row owns its instance when no enclosing range of the same
+instance exists, i.e. the outermost row per ``phase_id`` (earliest start, longest), so
+tracekit's label around SGLang's own span gives one instance.
 
-Output columns: rank, phase, phase_id, cycle, start_ns, dur_ns (host time of the
-outermost range), end_ns, batch_size, num_tokens, seq_len, graphed, accept_len
-(one row per instance, sorted by rank and start).
+Columns: phase_id, phase, rank, pid, tid, source ("host" range or "gpu_range"), start_ns,
+end_ns, host_ns (host time of the outermost range), the fact columns
+(``tracekit.finalize.phases.FACT_COLUMNS``: cycle, batch_size, num_tokens, seq_len, graphed,
+accept_len). Rows in phase_id order, which is (rank, start, longer first) order.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.finalize.membership import phase_instances as _membership_instances
-
-FACT_COLUMNS: Final = ("batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
-INSTANCE_COLUMNS: Final = (
-    "rank",
-    "phase",
-    "phase_id",
-    "cycle",
-    "start_ns",
-    "dur_ns",
-    "end_ns",
-    *FACT_COLUMNS,
-)
+from tracekit.finalize.phases import FACT_COLUMNS
+from tracekit.schema import GPU_RANGE, RANGE
 
 
-def phase_instances(events: pl.DataFrame, phases: tuple[str, ...] | None = None) -> pl.DataFrame:
-    """One row per phase instance (see module doc), optionally only ``phases``."""
-    inst = _membership_instances(events)
+def phase_instances(events: pl.DataFrame, phases: Sequence[str] | None = None) -> pl.DataFrame:
+    """One row per phase instance (see module doc), optionally only those of ``phases``."""
+    keep = pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null()
     if phases is not None:
-        inst = inst.filter(pl.col("phase").is_in(list(phases)))
-    return (
-        inst.with_columns(pl.col("host_ns").alias("dur_ns"))
-        .select(
-            pl.col("rank").cast(pl.Int32()),
-            pl.col("phase"),
-            pl.col("phase_id").cast(pl.Int64()),
-            pl.col("cycle").cast(pl.Int64()),
-            pl.col("start_ns").cast(pl.Int64()),
-            pl.col("dur_ns").cast(pl.Int64()),
-            pl.col("end_ns").cast(pl.Int64()),
-            *[pl.col(c).cast(schema.COLUMNS[c]) for c in FACT_COLUMNS],
-        )
-        .sort(["rank", "start_ns"])
+        keep = keep & pl.col("phase").is_in(list(phases))
+    inst = (
+        events.filter(keep)
+        .sort(["phase_id", "start_ns", "dur_ns"], descending=[False, False, True])
+        .group_by("phase_id", maintain_order=True)
+        .first()
     )
+    return inst.select(
+        "phase_id",
+        "phase",
+        "rank",
+        "pid",
+        "tid",
+        pl.when(pl.col("kind") == RANGE).then(pl.lit("host")).otherwise(pl.lit("gpu_range")).alias("source"),
+        "start_ns",
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        pl.col("dur_ns").alias("host_ns"),
+        *FACT_COLUMNS,
+    )
+
+
+__all__ = ["phase_instances"]

@@ -224,7 +224,7 @@ def cycles(events: pl.DataFrame) -> pl.DataFrame:
     inst = phase_instances(events, ("draft", "verify", "draft_extend", "decode", "prefill"))
     if inst.filter(pl.col("phase") == "draft").is_empty():
         return pl.DataFrame(schema=CYCLE_SCHEMA)
-    inst = inst.sort(["rank", "start_ns", "dur_ns"], descending=[False, False, True])
+    inst = inst.sort(["rank", "start_ns", "host_ns"], descending=[False, False, True])
     inst = inst.with_columns(
         (pl.col("phase") == "draft").cast(pl.Int64()).cum_sum().over("rank").alias("_ord"),
         pl.col("phase").is_in(list(SPEC_PHASES)).alias("_spec"),
@@ -232,9 +232,9 @@ def cycles(events: pl.DataFrame) -> pl.DataFrame:
     per = inst.group_by(["rank", "_ord"]).agg(
         pl.col("start_ns").filter(pl.col("phase") == "draft").min().alias("_c0"),
         pl.col("end_ns").filter(pl.col("_spec")).max().alias("_spec_end"),
-        pl.col("dur_ns").filter(pl.col("phase") == "draft").sum().alias("draft_ns"),
-        pl.col("dur_ns").filter(pl.col("phase") == "verify").sum().alias("verify_ns"),
-        pl.col("dur_ns").filter(pl.col("phase") == "draft_extend").sum().alias("draft_extend_ns"),
+        pl.col("host_ns").filter(pl.col("phase") == "draft").sum().alias("draft_ns"),
+        pl.col("host_ns").filter(pl.col("phase") == "verify").sum().alias("verify_ns"),
+        pl.col("host_ns").filter(pl.col("phase") == "draft_extend").sum().alias("draft_extend_ns"),
         pl.col("cycle").filter(pl.col("phase") == "verify").first().alias("_vcycle"),
         pl.col("batch_size").filter(pl.col("phase") == "verify").first().alias("batch_size"),
         pl.col("num_tokens").filter(pl.col("phase") == "verify").first().alias("_vtok"),
@@ -248,7 +248,7 @@ def cycles(events: pl.DataFrame) -> pl.DataFrame:
         .join(per.select("rank", "_ord", "_spec_end"), on=["rank", "_ord"])
         .filter(pl.col("start_ns") < pl.col("_spec_end"))
         .group_by(["rank", "_ord"])
-        .agg(pl.col("dur_ns").sum().alias("other_phases_ns"))
+        .agg(pl.col("host_ns").sum().alias("other_phases_ns"))
     )
     starts = inst.select("rank", pl.col("start_ns").alias("_next")).sort("_next")
     nxt = (
@@ -295,8 +295,8 @@ def decode_steps(events: pl.DataFrame) -> pl.DataFrame:
     return inst.filter(pl.col("phase") == "decode").select(
         pl.col("rank"),
         pl.col("batch_size"),
-        pl.when(periodic).then(pl.col("_next_start") - pl.col("start_ns")).otherwise(pl.col("dur_ns")).alias("step_ns"),
-        pl.col("dur_ns"),
+        pl.when(periodic).then(pl.col("_next_start") - pl.col("start_ns")).otherwise(pl.col("host_ns")).alias("step_ns"),
+        pl.col("host_ns").alias("dur_ns"),
         pl.when(periodic).then(pl.lit("period")).otherwise(pl.lit("range")).alias("basis"),
     )
 

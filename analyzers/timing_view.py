@@ -46,7 +46,7 @@ def timing_instances(events: pl.DataFrame, phase: str | None = None, rank: int |
         .group_by("phase_id")
         .agg(pl.col("gpu_ns").max())
     )
-    out = inst.join(gpu, on="phase_id", how="left").rename({"dur_ns": "host_ns"})
+    out = inst.join(gpu, on="phase_id", how="left")
     if rank is not None:
         have = sorted(out.get_column("rank").unique().to_list())
         if rank not in have:

@@ -9,7 +9,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.finalize.membership import annotate_phases, innermost, phase_instances
+from tracekit.analyzers.phase_rows import phase_instances
+from tracekit.finalize.membership import annotate_phases, innermost
 from tracekit.finalize.phases import format_facts, format_label
 from tracekit.schema import conform, empty_events
 

@@ -16,8 +16,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit.finalize.membership import FACT_COLUMNS, annotate_phases
-from tracekit.finalize.phases import format_facts, format_label, parse_label, phase_of_span
+from tracekit.finalize.membership import annotate_phases
+from tracekit.finalize.phases import (
+    FACT_COLUMNS,
+    format_facts,
+    format_label,
+    parse_label,
+    phase_of_span,
+)
 from tracekit.schema import conform
 
 PHASES = ("verify", "draft", "draft_extend", "decode")

@@ -21,9 +21,10 @@ import sglang_shapes as S
 import sglang_wheels
 from click.testing import CliRunner
 
+from tracekit.analyzers.phase_rows import phase_instances
 from tracekit.cli import cli
 from tracekit.collectors.sglang.spans import describe, rules_for
-from tracekit.finalize.membership import annotate_phases, phase_instances
+from tracekit.finalize.membership import annotate_phases
 from tracekit.ingest import ingest_traces
 from tracekit.store import load_run
 

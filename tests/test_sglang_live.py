@@ -17,9 +17,9 @@ pytest.importorskip("torch")
 
 import sglang_shapes as S
 
+from tracekit.analyzers.phase_rows import phase_instances
 from tracekit.collectors.sglang.live import LoadConfig, run_live_capture
 from tracekit.errors import TracekitError
-from tracekit.finalize.membership import phase_instances
 from tracekit.store import load_run
 
 HERE = Path(__file__).parent

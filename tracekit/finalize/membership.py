@@ -44,12 +44,11 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.finalize.phases import parse_label, phase_of_span
+from tracekit.finalize.phases import FACT_COLUMNS, parse_label, phase_of_span
 from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, KINDS, LAUNCH, RANGE, conform
 
 I64 = npt.NDArray[np.int64]
 
-FACT_COLUMNS: Final = ("cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len")
 _FACT_DTYPES: Final[dict[str, pl.DataType]] = {
     "cycle": pl.Int64(),
     "batch_size": pl.Int64(),
@@ -476,36 +475,6 @@ def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.D
     return r.rename({"_map_phase": "_phase"}).with_columns(pl.Series("_id", ids))
 
 
-def phase_instances(events: pl.DataFrame) -> pl.DataFrame:
-    """One row per phase instance of an annotated table.
-
-    Columns: phase_id, phase, rank, pid, tid, source ("host" range or "gpu_range"),
-    start_ns, end_ns, host_ns (the outermost range of the instance), the fact columns.
-    """
-    rows = events.filter(
-        pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null()
-    )
-    # a phase range row owns its instance when no enclosing same-phase row exists: the
-    # outermost row per phase_id (earliest start, longest).
-    inst = (
-        rows.sort(["phase_id", "start_ns", "dur_ns"], descending=[False, False, True])
-        .group_by("phase_id", maintain_order=True)
-        .first()
-    )
-    return inst.select(
-        "phase_id",
-        "phase",
-        "rank",
-        "pid",
-        "tid",
-        pl.when(pl.col("kind") == RANGE).then(pl.lit("host")).otherwise(pl.lit("gpu_range")).alias("source"),
-        "start_ns",
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        pl.col("dur_ns").alias("host_ns"),
-        *FACT_COLUMNS,
-    )
-
-
 def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
     """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
 
@@ -528,10 +497,8 @@ def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
 
 
 __all__ = [
-    "FACT_COLUMNS",
     "annotate_phases",
     "innermost",
-    "phase_instances",
     "range_parents",
     "unique_phase_ids",
 ]

@@ -31,6 +31,8 @@ FACT_KEYS: Final[dict[str, str]] = {
     "graphed": "graphed",
     "accept": "accept_len",
 }
+# the phase facts as event-table columns, in this order everywhere (phase range rows carry them)
+FACT_COLUMNS: Final = tuple(FACT_KEYS.values())
 _INT_COLUMNS: Final = {"cycle", "batch_size", "num_tokens", "seq_len"}
 
 
