@@ -37,26 +37,6 @@ import polars as pl
 
 from tracekit import schema
 
-_CAT_KIND: dict[str, str] = {
-    "kernel": schema.KERNEL,
-    "gpu_memcpy": schema.MEMCPY,
-    "gpu_memset": schema.MEMSET,
-    "cuda_runtime": schema.RUNTIME,
-    "cuda_driver": schema.RUNTIME,
-    "cuda_sync": schema.SYNC,
-    "user_annotation": schema.RANGE,
-    "gpu_user_annotation": schema.GPU_RANGE,
-    "cpu_op": schema.OP,
-    "python_function": schema.PYTHON,
-    "cpu_instant_event": schema.INSTANT,
-    "overhead": schema.RUNTIME,
-}
-_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"})
-_LAUNCH_RE = re.compile(
-    r"^(cuda|cu)(Launch|GraphLaunch|Memcpy|Memset|MemcpyPeer|Memcpy2D|Memcpy3D)|^cu(MemcpyHtoD|MemcpyDtoH|MemcpyDtoD)"
-)
-_SYNC_RE = re.compile(r"^(cuda|cu)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize)")
-_GRAPH_LAUNCH_RE = re.compile(r"^(cuda|cu)GraphLaunch")
 _RELATIVE_LIMIT_NS = 10**17  # ~3 years: anything below is not a Unix-epoch time stamp
 
 
@@ -100,87 +80,49 @@ def _categories(kevents: Any, names: list[str]) -> list[str]:
     return [_infer_category(n, g, u, ann) for n, g, u in zip(names, on_gpu, ua, strict=True)]
 
 
-def kineto_to_frame(kevents: Any, rank: int, pid: int, trace_start_ns: int = 0) -> tuple[pl.DataFrame, str]:
+def kineto_to_frame(kevents: Any, rank: int, trace_start_ns: int = 0) -> tuple[pl.DataFrame, str]:
     """Convert ``_KinetoEvent``s to an event frame (schema columns). Returns (frame, time base note).
 
-    Works with and without ``activity_type``/``external_id`` on the event objects (torch 2.13 has
-    both, torch 2.11 neither).
+    The events become the Kineto columns ingest reads from a trace file (``kineto.RAW_SCHEMA``:
+    category, name, pid/tid as the JSON has them (``device_index`` / ``device_resource_id``: the
+    process / thread, the device / stream for GPU events), times,
+    correlation, External id) and go through the one converter, ``tracekit.ingest.kineto
+    .kineto_events``. In-process events carry no args: collective sizes and communicators,
+    memcpy bytes stay null (the op comes from the kernel name at finalize). Works with and
+    without ``activity_type``/``external_id`` on the event objects (torch 2.13 has both, 2.11
+    neither).
     """
-    kinds: list[str] = []
-    names: list[str] = []
-    devs: list[int] = []
-    streams: list[int | None] = []
-    tids: list[int | None] = []
-    starts: list[int] = []
-    durs: list[int] = []
-    corrs: list[int | None] = []
-    exts: list[int | None] = []
-    all_names = [ev.name() for ev in kevents]
-    cats = _categories(kevents, all_names)
-    has_ext = bool(len(kevents)) and hasattr(kevents[0], "external_id")
-    for ev, name, cat in zip(kevents, all_names, cats, strict=True):
-        kind = _CAT_KIND.get(cat)
-        if kind is None:
-            continue
-        if kind == schema.RUNTIME:
-            if _LAUNCH_RE.match(name):
-                kind = schema.LAUNCH
-            elif _SYNC_RE.match(name):
-                kind = schema.SYNC
-        names.append(name)
-        kinds.append(kind)
-        starts.append(ev.start_ns())
-        durs.append(ev.duration_ns())
-        rid = ev.device_resource_id()
-        if cat in _GPU_CATS:
-            devs.append(ev.device_index())
-            streams.append(rid)
-            tids.append(None)
-        else:
-            devs.append(-1)
-            streams.append(None)
-            tids.append(rid)
-        if kind in (schema.LAUNCH, schema.RUNTIME, schema.SYNC) or cat in _GPU_CATS:
-            c = ev.correlation_id()
-            corrs.append(c if c else None)
-        else:
-            corrs.append(None)
-        x = ev.external_id() if has_ext else None
-        exts.append(x if x else None)
+    from tracekit.ingest.kineto import GPU_CATEGORIES, RAW_SCHEMA, RUNTIME_CATEGORIES, kineto_events
+
+    n = len(kevents)
+    names = [ev.name() for ev in kevents]
+    cats = _categories(kevents, names)
+    gpu = [c in GPU_CATEGORIES for c in cats]
+    linked = [g or c in RUNTIME_CATEGORIES for g, c in zip(gpu, cats, strict=True)]
+    has_ext = bool(n) and hasattr(kevents[0], "external_id")
+    starts = [ev.start_ns() for ev in kevents]
     base = "absolute"
     if starts and min(starts) < _RELATIVE_LIMIT_NS:
         starts = [s + trace_start_ns for s in starts]
         base = f"relative, shifted by trace_start_ns={trace_start_ns}"
-    df = pl.DataFrame(
-        {
-            "rank": pl.Series([rank] * len(kinds), dtype=pl.Int32),
-            "kind": pl.Series(kinds, dtype=pl.String),
-            "name": pl.Series(names, dtype=pl.String),
-            "device": pl.Series(devs, dtype=pl.Int16),
-            "stream": pl.Series(streams, dtype=pl.Int64),
-            "pid": pl.Series([pid] * len(kinds), dtype=pl.Int64),
-            "tid": pl.Series(tids, dtype=pl.Int64),
-            "start_ns": pl.Series(starts, dtype=pl.Int64),
-            "dur_ns": pl.Series(durs, dtype=pl.Int64),
-            "correlation": pl.Series(corrs, dtype=pl.Int64),
-            "external_id": pl.Series(exts, dtype=pl.Int64),
-        }
+    cols: dict[str, list[Any]] = {
+        "cat": cats,
+        "instant": [c == "cpu_instant_event" for c in cats],
+        "name": names,
+        # what Kineto writes as the JSON pid: the device of a GPU event, else the process (-1 for
+        # its own overhead events)
+        "pid_int": [ev.device_index() for ev in kevents],
+        "tid_raw": [ev.device_resource_id() for ev in kevents],
+        "start_ns": starts,
+        "dur_ns": [ev.duration_ns() for ev in kevents],
+        "correlation": [(ev.correlation_id() or None) if k else None for ev, k in zip(kevents, linked, strict=True)],
+        "external_id": [ev.external_id() or None for ev in kevents] if has_ext else [None] * n,
+    }
+    raw = pl.DataFrame(
+        {c: cols[c] if c in cols else [None] * n for c in RAW_SCHEMA}, schema=RAW_SCHEMA
     )
-    # graph: cudaGraphLaunch rows and every GPU row that shares their correlation
-    is_gl = (pl.col("kind") == schema.LAUNCH) & pl.col("name").str.contains(_GRAPH_LAUNCH_RE.pattern)
-    gl_corr = df.filter(is_gl).get_column("correlation").drop_nulls().unique()
-    is_gpu = pl.col("kind").is_in(list(schema.GPU_KINDS))
-    df = df.with_columns(
-        pl.when(is_gl)
-        .then(True)
-        .when(is_gpu)
-        .then(pl.col("correlation").is_in(gl_corr.implode()).fill_null(False))
-        .when(pl.col("kind") == schema.LAUNCH)
-        .then(False)
-        .otherwise(None)
-        .alias("graph")
-    )
-    return schema.conform(df), base
+    ev = kineto_events(raw).events.drop("pid_raw")
+    return schema.conform(ev.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))), base
 
 
 def finalize(events: pl.DataFrame) -> pl.DataFrame:
@@ -292,7 +234,7 @@ class ProfilerSession:
         t1 = time.perf_counter_ns()
         base_fn = getattr(kr, "trace_start_ns", None)
         base = int(base_fn()) if callable(base_fn) else 0
-        df, note = kineto_to_frame(kev, self.rank, os.getpid(), base)
+        df, note = kineto_to_frame(kev, self.rank, base)
         t2 = time.perf_counter_ns()
         self.info.update(
             {

@@ -60,9 +60,9 @@ class _Torch211Event:
 def test_torch_211_surface_and_relative_times_give_the_same_table(window: tuple[Any, int, int]) -> None:
     s, _, _ = window
     kev = s.prof.profiler.kineto_results.events()
-    ref, note = kineto_to_frame(kev, 0, 1)
+    ref, note = kineto_to_frame(kev, 0)
     base = min(int(e.start_ns()) for e in kev) - 5
-    old, note_old = kineto_to_frame([_Torch211Event(e, shift=base) for e in kev], 0, 1, trace_start_ns=base)
+    old, note_old = kineto_to_frame([_Torch211Event(e, shift=base) for e in kev], 0, trace_start_ns=base)
     assert note == "absolute" and note_old.startswith("relative")
     assert old.select("kind", "name", "start_ns", "dur_ns", "tid").equals(ref.select("kind", "name", "start_ns", "dur_ns", "tid"))
     assert old["external_id"].null_count() == old.height
@@ -115,7 +115,7 @@ def test_graph_flag_links_replayed_kernels_to_their_graph_launch() -> None:
     evs = [Ev("cudaGraphLaunch", "CPU", 43, base), Ev("gemm_a", "CUDA", 43, base + 100),
            Ev("gemm_b", "CUDA", 43, base + 200), Ev("cudaLaunchKernel", "CPU", 44, base + 300),
            Ev("eager_kernel", "CUDA", 44, base + 400)]
-    df, _ = kineto_to_frame(evs, 1, 2)
+    df, _ = kineto_to_frame(evs, 1)
     got = {r["name"]: (r["kind"], r["graph"], r["stream"]) for r in df.iter_rows(named=True)}
     assert got["cudaGraphLaunch"] == ("launch", True, None)
     assert got["gemm_a"] == ("kernel", True, 7) and got["gemm_b"] == ("kernel", True, 7)

@@ -143,6 +143,8 @@ _CAT_KIND: dict[str, str] = {
 }
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_sync", "gpu_user_annotation"})
 _API_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
+GPU_CATEGORIES = _GPU_CATS  # Kineto categories of GPU-side events (their pid / tid: device / stream)
+RUNTIME_CATEGORIES = _API_CATS  # CUDA API calls (launch / sync / runtime by name)
 
 # CUDA API calls that enqueue GPU work (kind "launch") and that block the host (kind "sync").
 _LAUNCH_RE = r"^(cuda|cu)(Launch|GraphLaunch|Memcpy|Memset|MemcpyPeer|Memcpy2D|Memcpy3D)|^cu(MemcpyHtoD|MemcpyDtoH|MemcpyDtoD)"
@@ -462,6 +464,25 @@ def _api_kind(name: str) -> str:
     if _SYNC_PAT.search(name):
         return schema.SYNC
     return schema.RUNTIME
+
+
+# The raw event columns both sources give (``_columns`` from the JSON, the capture session from
+# torch's in-process event objects), as Kineto names them: the one Kineto -> events converter
+# (``kineto_events``) starts here.
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    "cat": pl.String(), "instant": pl.Boolean(), "name": pl.String(), "pid_raw": pl.String(),
+    "pid_int": pl.Int64(), "tid_raw": pl.Int64(), "start_ns": pl.Int64(), "dur_ns": pl.Int64(),
+    "correlation": pl.Int64(), "external_id": pl.Int64(), "a_device": pl.Int64(), "a_stream": pl.Int64(),
+    "bytes": pl.Int64(), "coll_name": pl.String(), "in_nelems": pl.Int64(), "out_nelems": pl.Int64(),
+    "dtype": pl.String(), "pg_name": pl.String(), "group_size": pl.Int64(),
+}
+
+
+def kineto_events(raw: pl.DataFrame, path: str = "") -> ParsedTrace:
+    """Kineto events in ``RAW_SCHEMA`` columns (``cat`` the Kineto category; ``pid_int`` / ``tid_raw``
+    the trace's pid / tid: the device and stream for GPU events; ``a_device`` / ``a_stream`` the
+    args' device / stream) -> the event table (no rank column yet). Used by ingest and capture."""
+    return _to_events(raw, path, {}, raw.height)
 
 
 def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int) -> ParsedTrace:
