@@ -16,6 +16,8 @@ import click
 from tracekit import __version__
 from tracekit.cli_errors import _State, guarded
 from tracekit.errors import TracekitError
+from tracekit.exporters import FORMATS as EXPORTERS  # the registry imports no writer
+from tracekit.exporters import format_names
 
 if TYPE_CHECKING:
     from tracekit.store import Run
@@ -415,6 +417,7 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
 # --- export / validate-trace (export) ---
 
 
+
 def _flows_opt(value: str) -> tuple[str, ...]:
     parts = {p.strip() for p in value.split(",") if p.strip()}
     if parts <= {"none"}:
@@ -430,8 +433,8 @@ def _flows_opt(value: str) -> tuple[str, ...]:
 @cli.command("export")
 @click.argument("run_path", metavar="RUN", type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Trace to write: .pftrace (Perfetto), .json or .json.gz (Chrome JSON).")
-@click.option("--format", "fmt", type=click.Choice(["perfetto", "json"]), default=None,
+              help="Trace to write: " + ", ".join(f"{' or '.join(f.suffixes[:2])} ({f.title})" for f in EXPORTERS) + ".")
+@click.option("--format", "fmt", type=click.Choice(format_names()), default=None,
               help="Output format [default: from the suffix of -o].")
 @click.option("--phase", default=None, help="Only the time of this phase's instances (verify, draft, ...).")
 @click.option("--cycles", default=None, help="With --phase: cycles A-B (inclusive) or one cycle N.")

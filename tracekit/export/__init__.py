@@ -2,8 +2,8 @@
 
 ``export_run(run, out)`` reads a run, selects ranks / phases / a window
 (``select.Selection``), lays it out (``layout.build_layout``) and streams it to a
-``.pftrace`` (``perfetto.write_perfetto``) or ``.json[.gz]``
-(``chrome.write_chrome``), atomically. ``validate.validate_trace`` checks a file.
+file in one of the registered formats (``tracekit.exporters.FORMATS``: ``.pftrace`` Perfetto,
+``.json[.gz]`` Chrome JSON), atomically. ``validate.validate_trace`` checks a file.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.export.select import Selection, select_events
+from tracekit.exporters import WriteContext, format_for
 from tracekit.outputs import named_os_error, temp_beside
 from tracekit.schema import GPU_KINDS, GPU_RANGE, RANGE
 from tracekit.store import publish
 
 WARN_BYTES: Final = 500_000_000
-PERFETTO_SUFFIXES: Final = (".pftrace", ".perfetto-trace", ".perfetto", ".pb", ".proto")
-JSON_SUFFIXES: Final = (".json", ".json.gz")
 
 
 @dataclass
@@ -45,17 +44,9 @@ class ExportResult:
 
 
 def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
-    """``perfetto`` or ``json``, from ``fmt`` or the file suffix. Raises ValueError."""
-    if fmt is not None:
-        if fmt not in ("perfetto", "json"):
-            raise ValueError(f"unknown format {fmt!r} (perfetto or json)")
-        return fmt
-    name = str(path).lower()
-    if name.endswith(JSON_SUFFIXES):
-        return "json"
-    if name.endswith(PERFETTO_SUFFIXES):
-        return "perfetto"
-    raise ValueError(f"cannot tell the format from {str(path)!r}: use .pftrace, .json or .json.gz, or --format")
+    """The registry name of the format (``tracekit.exporters``) from ``fmt`` or the
+    file suffix. Raises ValueError."""
+    return format_for(path, fmt).name
 
 
 def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> dict[tuple[int, int], dict[str, int]] | None:
@@ -101,10 +92,9 @@ def export_events(
     source: str | None = None,
 ) -> ExportResult:
     """Export an event table (one run) to ``out``. Raises AnalysisError on an empty selection."""
-    from tracekit.export import chrome, perfetto
     from tracekit.export.layout import build_layout
 
-    kind = format_of(out, fmt)
+    form = format_for(out, fmt)
     sel = selection or Selection()
     warnings: list[str] = []
     bad = events.select(
@@ -122,7 +112,7 @@ def export_events(
         ev = ev.filter(pl.col("rank").is_in(list(sel.ranks)))
     bk = attribution_buckets(ev, warnings) if buckets else None
     lay = build_layout(picked, manifest, flows=flows, buckets=bk, outstanding=outstanding)
-    est = perfetto.estimate_size(lay) if kind == "perfetto" else chrome.estimate_size(lay)
+    est = form.estimate_size(lay)
     if est > WARN_BYTES:
         warnings.append(
             f"the export will be about {est / 1e6:.0f} MB ({lay.n_slices} slices); the Perfetto UI struggles above "
@@ -133,11 +123,7 @@ def export_events(
     tmp = temp_beside(dest)
     try:
         with open(tmp, "wb") as fh:
-            if kind == "perfetto":
-                written = perfetto.write_perfetto(lay, fh)
-            else:
-                meta = {"selection": sel.describe(), "source": source or ""}
-                written = chrome.write_chrome(lay, fh, gz=str(dest).lower().endswith(".gz"), meta=meta)
+            written = form.write(lay, fh, WriteContext(path=str(dest), selection=sel.describe(), source=source or ""))
         publish(tmp, dest)
     except BaseException as exc:
         if os.path.exists(tmp):
@@ -147,7 +133,7 @@ def export_events(
             raise named from None
         raise
     return ExportResult(
-        path=str(dest), format=kind, bytes_written=written, estimated_bytes=est, n_slices=lay.n_slices,
+        path=str(dest), format=form.name, bytes_written=written, estimated_bytes=est, n_slices=lay.n_slices,
         n_gpu_slices=int(lay.is_gpu.sum()), n_counters=lay.n_counters, n_flows=int(lay.flow_id.size),
         n_tracks=len(lay.tracks), ranks=lay.ranks, selection=sel.describe(), warnings=lay.warnings + warnings,
     )

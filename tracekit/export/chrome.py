@@ -22,6 +22,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.export.layout import INT_ARGS, Layout
+from tracekit.exporters import WriteContext
 
 BATCH: Final = 1 << 17
 
@@ -155,9 +156,15 @@ def write_chrome(lay: Layout, out: IO[bytes], *, gz: bool, meta: dict[str, Any] 
     return total
 
 
+def write(lay: Layout, out: IO[bytes], ctx: WriteContext) -> int:
+    """The registry's writer (``tracekit.exporters``): gzip when the path ends in .gz."""
+    meta = {"selection": ctx.selection, "source": ctx.source}
+    return write_chrome(lay, out, gz=ctx.path.lower().endswith(".gz"), meta=meta)
+
+
 def estimate_size(lay: Layout) -> int:
     """Uncompressed JSON bytes, roughly."""
     return 340 * lay.n_slices + 90 * lay.n_counters + 200 * int(lay.flow_id.size)
 
 
-__all__ = ["base_ns", "estimate_size", "iter_chunks", "write_chrome"]
+__all__ = ["base_ns", "estimate_size", "iter_chunks", "write", "write_chrome"]

@@ -22,6 +22,7 @@ from tracekit._native import core
 from tracekit.errors import AnalysisError
 from tracekit.export import pbenc as pe
 from tracekit.export.layout import INT_ARGS, ArgValue, Layout, Track
+from tracekit.exporters import WriteContext
 
 I64 = npt.NDArray[np.int64]
 
@@ -328,9 +329,14 @@ def write_perfetto(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:
     return total
 
 
+def write(lay: Layout, out: IO[bytes], ctx: WriteContext) -> int:
+    """The registry's writer (``tracekit.exporters``)."""
+    return write_perfetto(lay, out)
+
+
 def estimate_size(lay: Layout) -> int:
     """A quick upper-side estimate of the .pftrace size in bytes (before writing)."""
     return 60 * lay.n_slices + 26 * int((lay.dur > 0).sum()) + 30 * lay.n_counters + 20 * int(lay.flow_id.size)
 
 
-__all__ = ["estimate_size", "iter_packets", "records", "track_descriptor", "write_perfetto"]
+__all__ = ["estimate_size", "iter_packets", "records", "track_descriptor", "write", "write_perfetto"]

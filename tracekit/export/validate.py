@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tracekit.errors import BadTraceError, TracekitError
+from tracekit.exporters import FORMATS, format_of_bytes
 
 MAX_LINES: Final = 40
 _RANK = re.compile(r"\brank (\d+)\b")
@@ -425,19 +426,20 @@ def validate_chrome(path: str | Path, *, collect: bool = False) -> TraceCheck:
 
 
 def validate_trace(path: str | Path, *, collect: bool = False) -> TraceCheck:
-    """Validate a .pftrace / .perfetto-trace (protobuf) or .json / .json.gz (Chrome) file."""
+    """Validate a file of any registered export format (``tracekit.exporters``), told
+    by its first bytes."""
     p = Path(path)
     if not p.exists():
         raise BadTraceError("no such file", path=str(p))
     if p.is_dir():
         raise BadTraceError("is a directory, not a trace file", path=str(p))
     with open(p, "rb") as f:
-        head = f.read(2)
-    if head[:1] == b"\x0a":
-        return validate_perfetto(p, collect=collect)
-    if head == b"\x1f\x8b" or head[:1] in (b"{", b"["):
-        return validate_chrome(p, collect=collect)
-    raise BadTraceError("neither a Perfetto protobuf trace nor Chrome JSON", path=str(p))
+        head = f.read(16)
+    form = format_of_bytes(head)
+    if form is None:
+        titles = " trace nor ".join(f.title for f in FORMATS)
+        raise BadTraceError(f"neither a {titles}", path=str(p))
+    return form.check(p, collect=collect)
 
 
 __all__ = ["Slice", "TraceCheck", "iter_packet_bytes", "validate_chrome", "validate_perfetto", "validate_trace"]
