@@ -30,7 +30,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit.errors import AnalysisError
-from tracekit.finalize.categories import rule_table
+from tracekit.finalize.categories import CATEGORIES, rule_table
 from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
@@ -52,26 +52,10 @@ from .whole_trace import WHOLE_TRACE_PHASE, is_whole_trace, whole_trace
 
 I64 = npt.NDArray[np.int64]
 
-# category (categories.py vocabulary and common synonyms) -> bucket
-CATEGORY_BUCKET: Final[dict[str, str]] = {
-    **{b: b for b in BUCKETS[:10]},
-    "dense_gemm": "gemm",
-    "matmul": "gemm",
-    "moe_routing": "moe",
-    "moe_experts": "moe",
-    "rotary": "norm",
-    "spec": "sampling",
-    "speculative": "sampling",
-    "memcpy": "memory",
-    "memset": "memory",
-    "copy": "memory",
-    "communication": "comm",
-    "allgather": "comm",
-    "reducescatter": "comm",
-    "alltoall": "comm",
-    "dispatch": "comm",
-    "combine": "comm",
-}
+# category -> bucket: every category of the rule vocabulary (tracekit.categories.CATEGORIES,
+# the only values a rule can give) is the bucket of the same name
+CATEGORY_BUCKET: Final[dict[str, str]] = {c: c for c in CATEGORIES}
+assert set(CATEGORY_BUCKET) <= set(BUCKETS)
 _CODE: Final = {b: i for i, b in enumerate(BUCKETS)}
 
 

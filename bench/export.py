@@ -1,7 +1,7 @@
 """Benchmark of the Perfetto export: encoder speed vs pb2 objects, and .pftrace size vs Kineto JSON.
 
 Plain script (not a test). Builds a multi-rank run (the synthetic EAGLE-3 shape of
-``tracekit.export.synth``, replicated in time to the requested size) or reads
+``tests/export_synth.py``, replicated in time to the requested size) or reads
 ``--run`` and writes, in the same process:
 
 - the layout once (tracks, lanes, arg sets, flows), timed on its own;
@@ -40,10 +40,12 @@ import polars as pl
 from tracekit.export import export_events, export_run
 from tracekit.export.layout import build_layout
 from tracekit.export.perfetto import records, write_perfetto
-from tracekit.export.reference import write_reference
-from tracekit.export.synth import make_events, make_manifest
 from tracekit.schema import GPU_KINDS
 from tracekit.store import write_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test support, not in the wheel
+from export_synth import make_events, make_manifest
+from perfetto_reference import write_reference
 
 
 class _Count(io.RawIOBase):

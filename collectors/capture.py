@@ -58,7 +58,6 @@ class CaptureConfig:
     coll_timeout_s: float = 60.0  # process-group timeout (a collective waiting on a dead peer)
     nvml_interval_s: float = 0.02  # 0: no NVML counter sampling
     rank_env: dict[int, dict[str, str | None]] = field(default_factory=dict)  # per-rank env edits (None: unset)
-    fault: tuple[int, int, str] | None = None  # (rank, cycle, "exit" | "hang" | "raise"): failure injection
     keep_logs: bool = False  # keep <out>.d/rank-*.log even when every rank succeeded
     profile: str = "auto"  # full | lite | timing | auto (resolve_profile: lite on GPU, full on CPU)
 
@@ -161,10 +160,16 @@ def log_tail(path: Path, lines: int = 12) -> list[str]:
     return [ln.rstrip() for ln in text.splitlines() if ln.strip()][-lines:]
 
 
-def _fault(cc: CaptureConfig, rank: int, cycle: int) -> None:
-    if cc.fault is None or cc.fault[0] != rank or cc.fault[1] != cycle:
+FAULT_ENV = "TRACEKIT_TEST_FAULT"  # "CYCLE:exit|hang|raise" in one rank's env (rank_env): the fault tests
+
+
+def _fault(cycle: int) -> None:
+    """The capture fault tests' failure (a rank that exits, hangs or raises at a cycle), set
+    through that rank's environment; nothing in the capture configuration."""
+    spec = os.environ.get(FAULT_ENV)
+    if spec is None or spec.split(":")[0] != str(cycle):
         return
-    kind = cc.fault[2]
+    kind = spec.split(":", 1)[1]
     if kind == "exit":
         os._exit(17)
     if kind == "hang":
@@ -271,7 +276,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     for c in range(cc.warmup):
         if ctl is not None and not ctl.may_start(rank, c):
             break
-        _fault(cc, rank, c)
+        _fault(c)
         wl.timer.window = "unprofiled" if c >= skip else None
         wl.run_cycle(c)
         q.put(("beat", rank, c))
@@ -298,7 +303,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         for c in range(cc.warmup, total):
             if ctl is not None and not ctl.may_start(rank, c):
                 break  # Ctrl-C: every rank ends its window after the same cycle
-            _fault(cc, rank, c)
+            _fault(c)
             wl.run_cycle(c)
             done += 1
             q.put(("beat", rank, c))

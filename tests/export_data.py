@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import polars as pl
+from export_synth import make_events, make_manifest
 
-from tracekit.export.synth import make_events, make_manifest
 from tracekit.export.validate import Slice
 from tracekit.finalize import finalize_events, stamp
 from tracekit.schema import GPU_KINDS

@@ -9,14 +9,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 from export_data import RANK, exported_gpu, gpu_rows, synth_run
+from export_synth import make_events, make_manifest
+from perfetto_reference import packets_equal, write_reference
 
 from tracekit.errors import AnalysisError
 from tracekit.export import attribution_buckets, export_run
 from tracekit.export.layout import build_layout
 from tracekit.export.perfetto import write_perfetto
-from tracekit.export.reference import packets_equal, write_reference
 from tracekit.export.select import Selection, phase_spans
-from tracekit.export.synth import make_events, make_manifest
 from tracekit.export.validate import validate_trace
 from tracekit.schema import GPU_KINDS
 from tracekit.store import read_run

@@ -26,7 +26,11 @@ def _trace_sets() -> list[tuple[Path, str]]:
 SETS = _trace_sets()
 
 
-@pytest.mark.skipif(not SETS, reason="no raw multi-rank Kineto traces under samples/ yet")
+def test_the_committed_trace_sets_are_found() -> None:
+    found = {(str(d.relative_to(SAMPLES)), prefix) for d, prefix in SETS}
+    assert {("h200x2-builtin", "eager"), ("h200x2-builtin", "graphed")} <= found
+
+
 @pytest.mark.parametrize(("trace_dir", "prefix"), SETS, ids=lambda v: str(v.relative_to(SAMPLES)) if isinstance(v, Path) else v)
 def test_real_sample_counts_busy_span(tmp_path: Path, trace_dir: Path, prefix: str) -> None:
     files = sorted(trace_dir.glob(f"{prefix}-rank-*.trace.json*"))
@@ -49,8 +53,7 @@ def test_real_sample_counts_busy_span(tmp_path: Path, trace_dir: Path, prefix: s
 
 
 def test_sample_directory_walk_skips_non_trace_json(tmp_path: Path) -> None:
-    if not SETS:
-        pytest.skip("no samples")
+    assert SETS, "the committed sample traces are missing"
     trace_dir, prefix = SETS[0]
     # a directory holding one window of traces next to a bench.json: the JSON is skipped and said
     d = tmp_path / "w"

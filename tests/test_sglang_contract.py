@@ -55,7 +55,7 @@ def test_contract_check_catches_a_rename(src: tuple[str, Path], tmp_path: Path) 
 
 
 def test_v1_and_v2_per_version(src: tuple[str, Path]) -> None:
-    """Which workers exist where (reference/sglang.md table), read from the source."""
+    """Which workers exist where (the HOOKS since/until in collectors/sglang/hooktable.py), read from the source."""
     version, root = src
     v1 = find_class(root, "sglang.srt.speculative.eagle_worker.EAGLEWorker")
     v2 = find_class(root, "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2")

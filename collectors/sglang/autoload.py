@@ -119,10 +119,6 @@ def disable() -> None:
     _FINDER = None
 
 
-def enable_from_env() -> HookFinder | None:
-    return enable() if os.environ.get(ENV) == "1" else None
-
-
 def write_sitecustomize(directory: str | os.PathLike[str]) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ _V2D: Final = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
 _MR: Final = "sglang.srt.model_executor.model_runner.ModelRunner"
 
 # Ranges are checked against the real source at these versions only; the
-# boundaries between them come from reference/sglang.md.
+# boundaries between them are the since/until of each HOOKS entry below (docs/sglang.md).
 # Versions whose real source the contract tests read.
 SUPPORTED_VERSIONS: Final = ("0.5.2", "0.5.9", "0.5.12", "0.5.23")
 
@@ -47,11 +47,6 @@ class HookSpec:
     @property
     def module(self) -> str:
         return self.target.rsplit(".", 2)[0]
-
-    @property
-    def qualname(self) -> str:
-        """``Class.method``."""
-        return ".".join(self.target.rsplit(".", 2)[1:])
 
     def applies(self, version: Version) -> bool:
         return version >= self.since and (self.until is None or version < self.until)

@@ -5,7 +5,7 @@ the trace as a whole: in 0.5.12 an eager forward of the *draft* runner is labell
 ``step[DECODE bs=N]``, exactly like a plain decode step of a run without
 speculation. A trace that holds target-verify steps (``step[TARGET_VERIFY ...]``)
 or tracekit verify ranges ran with speculation on, where the target never runs a
-plain decode (reference/sglang.md): there, ``step[DECODE ...]`` is a draft step.
+plain decode (docs/sglang.md, span names per version): there, ``step[DECODE ...]`` is a draft step.
 
 ``rules_for(names)`` (= ``tracekit.finalize.phases.trace_rules``, which ``finalize_events``
 applies to every trace) returns the ``(regex, phase)`` rules for such a trace, and

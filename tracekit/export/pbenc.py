@@ -80,11 +80,6 @@ def field_double(field_no: int, v: float) -> bytes:
     return key(field_no, WIRE_FIXED64) + struct.pack("<d", v)
 
 
-def field_sint_as_int64(field_no: int, v: int) -> bytes:
-    """An ``int32``/``int64`` field (plain varint, negative as 10 bytes)."""
-    return field_varint(field_no, v)
-
-
 def packet(body: bytes) -> bytes:
     """Wrap an encoded TracePacket as ``Trace.packet`` (field 1)."""
     return field_bytes(1, body)

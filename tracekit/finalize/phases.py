@@ -148,7 +148,7 @@ def phase_of_span(name: str) -> tuple[str, dict[str, int | float | bool]] | None
 # forward of the draft runner is `step[DECODE bs=N]`, like a plain decode step of a run
 # without speculation. A trace holding target-verify steps (`step[TARGET_VERIFY ...]`) or
 # tracekit verify ranges ran with speculation on, where the target never runs a plain
-# decode (reference/sglang.md): there, `step[DECODE ...]` is a draft step.
+# decode (docs/sglang.md, span names per version): there, `step[DECODE ...]` is a draft step.
 _VERIFY_SPAN = re.compile(r"^(step\[(TARGET_)?VERIFY\b|tracekit:verify\b)")
 SPEC_DECODE_IS_DRAFT: Final[tuple[str, str]] = (r"^step\[DECODE\b", "draft")
 
