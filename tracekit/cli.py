@@ -176,19 +176,17 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None) ->
 
 
 def _parse_ranks(value: str) -> list[int] | None:
-    if value.strip().lower() == "all":
-        return None
+    from tracekit.ranklist import parse_rank_list
+
     try:
-        ranks = sorted({int(x) for x in value.split(",") if x.strip()})
-    except ValueError:
-        raise click.BadParameter(f"expected 'all' or a list like 0,3,5, not {value!r}") from None
-    if not ranks or min(ranks) < 0:
-        raise click.BadParameter(f"expected 'all' or a list of ranks >= 0, not {value!r}")
-    return ranks
+        ranks = parse_rank_list(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ranks") from None
+    return None if ranks is None else list(ranks)
 
 
 @cli.command("capture")
-@click.option("--ranks", "ranks_opt", default="all", show_default=True, help="Ranks to capture: all, or 0,3,5 (all ranks still run).")
+@click.option("--ranks", "ranks_opt", default="all", show_default=True, help="Ranks to capture: all, 3, 0,3,5 or 0-3,7 (all ranks still run).")
 @click.option("--world", type=click.IntRange(1), default=None, help="Number of ranks [default: every visible GPU, else 8 CPU ranks].")
 @click.option("--cycles", type=click.IntRange(1), default=8, show_default=True, help="Profiled speculative cycles.")
 @click.option("--warmup", type=click.IntRange(0), default=4, show_default=True, help="Unprofiled cycles before the window (later ones timed for dilation).")
@@ -438,7 +436,7 @@ def _flows_opt(value: str) -> tuple[str, ...]:
               help="Output format [default: from the suffix of -o].")
 @click.option("--phase", default=None, help="Only the time of this phase's instances (verify, draft, ...).")
 @click.option("--cycles", default=None, help="With --phase: cycles A-B (inclusive) or one cycle N.")
-@click.option("--ranks", "ranks_opt", default=None, help="Ranks to export, e.g. 0,5 or 0-3 [default: all].")
+@click.option("--ranks", "ranks_opt", default=None, help="Ranks to export: all, 3, 0,5 or 0-3,7 [default: all].")
 @click.option("--window", default=None, help="START:END in ns relative to the run's first event (either side optional; 2ms, 500us also read).")
 @click.option("--flows", "flows_opt", default="launches", show_default=True,
               help="Arrows: launches (launch -> its kernels), collectives (same collective across ranks), all, none; comma-separated.")
@@ -461,7 +459,7 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
     try:
         kind = format_of(output, fmt)
         sel = Selection(
-            ranks=parse_ranks(ranks_opt) if ranks_opt is not None else None,
+            ranks=parse_ranks(ranks_opt) if ranks_opt is not None else None,  # None: all
             phase=phase,
             cycles=parse_cycles(cycles) if cycles is not None else None,
             window=parse_window(window) if window is not None else None,

@@ -22,7 +22,7 @@ from tracekit.errors import TracekitError
 @click.option("--concurrency", type=click.IntRange(1), default=8, show_default=True, help="Requests in flight.")
 @click.option("--cycles", type=click.IntRange(1), default=20, show_default=True,
               help="Scheduler iterations to profile on every rank (/start_profile num_steps; one speculative cycle each).")
-@click.option("--ranks", "world", type=click.IntRange(1), default=None, help="Rank files to expect [default: tp_size x pp_size from the server].")
+@click.option("--world", "world", type=click.IntRange(1), default=None, help="Rank files to expect [default: tp_size x pp_size from the server].")
 @click.option("--trace-dir", type=click.Path(file_okay=False), default=None,
               help="Where the server writes rank traces (same host) [default: <out>-sglang-traces].")
 @click.option("--manifest-dir", type=click.Path(file_okay=False), default=None,

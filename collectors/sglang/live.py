@@ -116,7 +116,7 @@ def expected_ranks(info: dict[str, Any], ranks: int | None) -> int:
     tp = info.get("tp_size")
     pp = info.get("pp_size") or 1
     if not isinstance(tp, int) or not isinstance(pp, int):
-        raise TracekitError("server info has no tp_size: pass the number of ranks explicitly (--ranks N)")
+        raise TracekitError("server info has no tp_size: pass the number of ranks explicitly (--world N)")
     return tp * pp
 
 

@@ -19,6 +19,7 @@ import polars as pl
 
 from tracekit.errors import AnalysisError
 from tracekit.intervals import merge
+from tracekit.ranklist import parse_rank_list
 from tracekit.schema import GPU_KINDS, RANGE
 
 I64 = npt.NDArray[np.int64]
@@ -50,24 +51,9 @@ class Selection:
         return ", ".join(parts) if parts else "whole run"
 
 
-def parse_ranks(text: str) -> tuple[int, ...]:
-    """``"0,5"`` / ``"0-3,7"`` -> sorted unique ranks. Raises ValueError."""
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        if sep:
-            a, b = int(lo), int(hi)
-            if b < a:
-                raise ValueError(f"empty rank range {part!r}")
-            out.update(range(a, b + 1))
-        else:
-            out.add(int(part))
-    if not out:
-        raise ValueError("no ranks given")
-    return tuple(sorted(out))
+def parse_ranks(text: str) -> tuple[int, ...] | None:
+    """The rank-list syntax of every command (``tracekit.ranklist``): None for ``all``."""
+    return parse_rank_list(text)
 
 
 def parse_cycles(text: str) -> tuple[int, int]:
