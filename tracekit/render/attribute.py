@@ -20,6 +20,7 @@ from rich.table import Table
 from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO
 from tracekit.buckets import BUCKETS
 from tracekit.documents import ATTRIBUTE
+from tracekit.render.units import dur
 
 LABELS: Final = {
     "attention": "attention",
@@ -70,18 +71,6 @@ def whole_trace(report: dict[str, pl.DataFrame]) -> bool:
     """True when the report attributes whole traces (no phase ranges)."""
     w = report.get("whole_trace")
     return bool(w is not None and w.height and w.item(0, 0))
-
-
-def ms(ns: float | None, digits: int = 2) -> str:
-    """A duration with a unit that keeps it readable: ms, µs or ns."""
-    if ns is None:
-        return "n/a"
-    a = abs(ns)
-    if a >= 1e6:
-        return f"{ns / 1e6:.{digits}f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.{max(digits - 1, 0)}f} µs"
-    return f"{ns:.0f} ns"
 
 
 def pct(part: float, whole: float) -> str:
@@ -156,7 +145,7 @@ def outlier_reason(row: dict[str, Any], what: str) -> str:
     """Why an instance is an outlier (``analyzers.robust.outliers`` row), in words."""
     ratio = "" if row["ratio"] is None else f"{row['ratio']:.0f}x the median, "
     return (
-        f"{what} {ratio}{ms(row['value_ns'])} vs a median of {ms(row['median_ns'])} on rank {row['rank']}: above "
+        f"{what} {ratio}{dur(row['value_ns'])} vs a median of {dur(row['median_ns'])} on rank {row['rank']}: above "
         f"{OUTLIER_RATIO:g}x the median and {OUTLIER_MADS:g} scaled MADs above it"
     )
 
@@ -345,13 +334,13 @@ def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
     if row.get("graphed_label_conflicts"):
         g += f" by the collector's label, which the launches of {int(row['graphed_label_conflicts'])} contradict"
     text = (
-        f"{row['phase']} {ms(win / n)} per instance on the GPU ({n} instances on {row['ranks']} rank(s), "
-        f"host range {ms(row['host_ns'] / n)}): " + ", ".join(parts) + f" — {launches:,.0f} launches per instance, {g}."
+        f"{row['phase']} {dur(win / n)} per instance on the GPU ({n} instances on {row['ranks']} rank(s), "
+        f"host range {dur(row['host_ns'] / n)}): " + ", ".join(parts) + f" — {launches:,.0f} launches per instance, {g}."
     )
     if row["queue_delay_ns"] > 0:
-        text += f" The GPU was still busy with earlier work for {ms(row['queue_delay_ns'] / n)} per instance after the range opened (queue delay, not counted)."
+        text += f" The GPU was still busy with earlier work for {dur(row['queue_delay_ns'] / n)} per instance after the range opened (queue delay, not counted)."
     if row["overlapped_comm_ns"] > 0:
-        text += f" {ms(row['overlapped_comm_ns'] / n)} per instance of communication overlapped compute."
+        text += f" {dur(row['overlapped_comm_ns'] / n)} per instance of communication overlapped compute."
     if row["mean_seq_len"] is not None:
         text += f" Mean sequence length {row['mean_seq_len']:,.0f}."
     return text
@@ -370,15 +359,15 @@ def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Ta
         v = ph_row[f"{b}_ns"]
         if v == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
             continue
-        t.add_row(LABELS[b], ms(v / n, 3), pct(v, win), *cells(_share(f"{b}_ns", "gpu_window_ns")))
+        t.add_row(LABELS[b], dur(v / n, digits=3), pct(v, win), *cells(_share(f"{b}_ns", "gpu_window_ns")))
     blank = ["" for _ in cells(lambda r: None)]
-    t.add_row("GPU window", ms(win / n, 3), "100%", *blank, style="bold")
+    t.add_row("GPU window", dur(win / n, digits=3), "100%", *blank, style="bold")
     if ph_row.get("median_gpu_window_ns") is not None:
-        t.add_row("GPU window median / p90", f"{ms(ph_row['median_gpu_window_ns'], 3)} / {ms(ph_row['p90_gpu_window_ns'], 3)}",
+        t.add_row("GPU window median / p90", f"{dur(ph_row['median_gpu_window_ns'], digits=3)} / {dur(ph_row['p90_gpu_window_ns'], digits=3)}",
                   "", *blank, style="bold")
-    t.add_row("host range", ms(ph_row["host_ns"] / n, 3), "", *blank, style="dim")
-    t.add_row("queue delay (beside)", ms(ph_row["queue_delay_ns"] / n, 3), "", *cells(_share("queue_delay_ns", "gpu_window_ns")), style="dim")
-    t.add_row("overlapped comm (beside)", ms(ph_row["overlapped_comm_ns"] / n, 3), "", *cells(_share("overlapped_comm_ns", "gpu_window_ns")), style="dim")
+    t.add_row("host range", dur(ph_row["host_ns"] / n, digits=3), "", *blank, style="dim")
+    t.add_row("queue delay (beside)", dur(ph_row["queue_delay_ns"] / n, digits=3), "", *cells(_share("queue_delay_ns", "gpu_window_ns")), style="dim")
+    t.add_row("overlapped comm (beside)", dur(ph_row["overlapped_comm_ns"] / n, digits=3), "", *cells(_share("overlapped_comm_ns", "gpu_window_ns")), style="dim")
     return t
 
 
@@ -405,7 +394,7 @@ def robust_lines(row: dict[str, Any], out: pl.DataFrame | None, gpu: bool = True
     med = row.get(f"median_{col}")
     if med is None:
         return []
-    lines = [f"  {what} per instance: median {ms(med)}, p90 {ms(row[f'p90_{col}'])}, mean {ms(row[col] / n)} "
+    lines = [f"  {what} per instance: median {dur(med)}, p90 {dur(row[f'p90_{col}'])}, mean {dur(row[col] / n)} "
              f"(over all ranks' {n} instances)"]
     rows = [] if out is None else list(out.filter(pl.col("phase") == row["phase"]).iter_rows(named=True))
     if rows and med and row[col] / n > 1.5 * med:
@@ -413,7 +402,7 @@ def robust_lines(row: dict[str, Any], out: pl.DataFrame | None, gpu: bool = True
     for r in sorted(rows, key=lambda r: -r["value_ns"])[:MAX_OUTLIER_LINES]:
         cyc = "" if r["cycle"] is None else f" cycle {r['cycle']}"
         ratio = "" if r["ratio"] is None else f" = {r['ratio']:.0f}x the median"
-        lines.append(f"  outlier: rank {r['rank']}{cyc}, {ms(r['value_ns'], 1)}{ratio} ({ms(r['median_ns'])} on that rank)")
+        lines.append(f"  outlier: rank {r['rank']}{cyc}, {dur(r['value_ns'], 1)}{ratio} ({dur(r['median_ns'])} on that rank)")
     if len(rows) > MAX_OUTLIER_LINES:
         lines.append(f"  ... and {len(rows) - MAX_OUTLIER_LINES} more outliers (--json lists them all)")
     return lines
@@ -456,11 +445,11 @@ def _cycle_table(inst: pl.DataFrame, phase: str) -> Table:
             "" if r["batch_size"] is None else str(r["batch_size"]),
             "" if r["seq_len"] is None else str(r["seq_len"]),
             "" if r["graphed"] is None else ("yes" if r["graphed"] else "no"),
-            ms(r["host_ns"]),
-            ms(w),
+            dur(r["host_ns"]),
+            dur(w),
             *[pct(r[f"{b}_ns"], w) for b in main],
             pct(rest, w),
-            ms(r["queue_delay_ns"]),
+            dur(r["queue_delay_ns"]),
         )
     return t
 
@@ -475,8 +464,8 @@ def _seq_table(seq: pl.DataFrame, phase: str) -> Table:
         t.add_row(
             label,
             str(r["instances"]),
-            ms(r["gpu_window_ns"] / n),
-            *[ms(r[f"{b}_ns"] / n) for b in ("attention", "moe", "gemm", "allreduce", "launch_overhead", "idle")],
+            dur(r["gpu_window_ns"] / n),
+            *[dur(r[f"{b}_ns"] / n) for b in ("attention", "moe", "gemm", "allreduce", "launch_overhead", "idle")],
         )
     return t
 
@@ -514,8 +503,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         if phase in dil:
             d = dil[phase]
             console.print(
-                f"  profiler dilation: {phase} {ms(d['unprofiled_ns'])} unprofiled, "
-                f"{ms(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
+                f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
+                f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
             )
         typ = typical_instance(report["instances"], phase)
         est = phase_estimate(typ, timers.get(phase))
@@ -525,12 +514,12 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
                 console.print(line, highlight=False, markup=False, soft_wrap=True)
         s = strag.get(phase)
         if s is not None:
-            bg = "" if s["before_gap_ns"] is None else f"; before those arrivals its GPU sat idle {ms(s['before_gap_ns'])} on average"
+            bg = "" if s["before_gap_ns"] is None else f"; before those arrivals its GPU sat idle {dur(s['before_gap_ns'])} on average"
             bk = "" if s["before_kernel"] is None else f" after {s['before_kernel'][:60]}"
             console.print(
-                f"  straggler: rank {s['last_rank']} made the other ranks wait {ms(s['inflicted_wait_ns'])} in total "
+                f"  straggler: rank {s['last_rank']} made the other ranks wait {dur(s['inflicted_wait_ns'])} in total "
                 f"(all instances); it arrived last at {s['times_last']} of {s['collectives']} matched collectives "
-                f"({100 * s['share_last']:.0f}%), {ms(s['mean_late_ns'])} after the others' mean{bg}{bk}"
+                f"({100 * s['share_last']:.0f}%), {dur(s['mean_late_ns'])} after the others' mean{bg}{bk}"
             )
         console.print(summary(row, s), soft_wrap=True)
         console.print()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Protocol
 
+from tracekit.render.units import ms
+
 PHASE_ORDER = ("draft", "verify", "draft_extend", "decode", "prefill")
 
 
@@ -16,10 +18,6 @@ class _Result(Protocol):
     events: int
     size_bytes: int
     manifest: dict[str, Any]
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
 
 
 def dilation_lines(manifest: dict[str, Any]) -> list[str]:
@@ -38,7 +36,7 @@ def dilation_lines(manifest: dict[str, Any]) -> list[str]:
         a, b, clock = per_phase[ph]
         u, p = statistics.median(a), statistics.median(b)
         ratio = f"x{p / u:.2f}" if u > 0 else "n/a"
-        lines.append(f"  {ph:<13} {_ms(u)} unprofiled, {_ms(p)} in the window ({ratio}; {clock}, median over {len(a)} rank(s))")
+        lines.append(f"  {ph:<13} {ms(u)} unprofiled, {ms(p)} in the window ({ratio}; {clock}, median over {len(a)} rank(s))")
     return lines
 
 

@@ -11,26 +11,12 @@ from rich.table import Table
 
 from tracekit.analyzers.manifest_diff import collapse
 from tracekit.documents import DIFF
+from tracekit.render.units import dur
 
 SUB_BUCKETS: Final = ("allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm")
 KERNEL_LINES: Final = 5
 KERNEL_ROWS: Final = 20
 SMALL_SHARE: Final = 0.01  # explanation items under 1% of the phase's delta are summarised
-
-
-def dur(ns: float | None, signed: bool = False) -> str:
-    """A duration with a readable unit (ns, µs, ms); ``signed`` prefixes + or -."""
-    if ns is None:
-        return "n/a"
-    sign = ("+" if ns > 0 else "-" if ns < 0 else "±") if signed else ("-" if ns < 0 else "")
-    a = abs(ns)
-    if a >= 1e6:
-        body = f"{a / 1e6:.2f} ms"
-    elif a >= 1e3:
-        body = f"{a / 1e3:.1f} µs"
-    else:
-        body = f"{a:.0f} ns"
-    return sign + body
 
 
 def ranks_text(scopes: list[str]) -> str:

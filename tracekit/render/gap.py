@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.documents import GAP
-from tracekit.render.attribute import LABELS, ms
+from tracekit.render.attribute import LABELS
+from tracekit.render.units import dur
 
 
 def _num(v: Any) -> Any:
@@ -93,10 +94,10 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         label = "GPU window" if name == "gpu_window" else LABELS[name]
         t.add_row(
             label,
-            ms(r["a_ns"]),
-            ms(r["b_ns"]),
-            ("+" if r["delta_ns"] > 0 else "") + ms(r["delta_ns"]),
-            "n/a" if r["delta_per_token_ns"] is None else ms(r["delta_per_token_ns"]),
+            dur(r["a_ns"]),
+            dur(r["b_ns"]),
+            ("+" if r["delta_ns"] > 0 else "") + dur(r["delta_ns"]),
+            "n/a" if r["delta_per_token_ns"] is None else dur(r["delta_per_token_ns"]),
             "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
             style="bold" if name == "gpu_window" else None,
         )
@@ -116,9 +117,9 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
             kt.add_row(
                 r["family"][:48],
                 r["category"] or "",
-                f"{r['a_count']:.1f}×{ms(r['a_mean_ns'])}" if r["a_count"] else "-",
-                f"{r['b_count']:.1f}×{ms(r['b_mean_ns'])}" if r["b_count"] else "-",
-                ("+" if r["delta_ns"] > 0 else "") + ms(r["delta_ns"]),
+                f"{r['a_count']:.1f}×{dur(r['a_mean_ns'])}" if r["a_count"] else "-",
+                f"{r['b_count']:.1f}×{dur(r['b_mean_ns'])}" if r["b_count"] else "-",
+                ("+" if r["delta_ns"] > 0 else "") + dur(r["delta_ns"]),
                 {"a": an, "b": bn}.get(r["only"] or "", ""),
             )
         console.print(kt)
@@ -128,8 +129,8 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         for c in ("seq len", f"{an} n", an, f"{bn} n", bn, "delta"):
             st.add_column(c, justify="right")
         for r in seq.iter_rows(named=True):
-            st.add_row(f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}", str(r["a_instances"]), ms(r["a_window_ns"]),
-                       str(r["b_instances"]), ms(r["b_window_ns"]), ms(r["delta_ns"]))
+            st.add_row(f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}", str(r["a_instances"]), dur(r["a_window_ns"]),
+                       str(r["b_instances"]), dur(r["b_window_ns"]), dur(r["delta_ns"]))
         console.print(st)
     if by_rank:
         rt = Table(title=f"per rank: GPU window per instance ({stat})")
@@ -141,18 +142,18 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
             rb = br.filter((pl.col("rank") == rank) & (pl.col("side") == "b"))
             va = ra.get_column("gpu_window_ns")[0] if ra.height else None
             vb = rb.get_column("gpu_window_ns")[0] if rb.height else None
-            rt.add_row(str(rank), ms(va), ms(vb), ms(va - vb) if va is not None and vb is not None else "n/a")
+            rt.add_row(str(rank), dur(va), dur(vb), dur(va - vb) if va is not None and vb is not None else "n/a")
         console.print(rt)
     total = rep["total_delta_ns"]
     tm = rep.get("timing") or {}
     if tm.get("timing_source") == "unprofiled":
         d = tm["delta_ns"]
-        console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {an} {ms(tm['a_ns'])}, "
-                      f"{bn} {ms(tm['b_ns'])}: {an} costs {('+' if d > 0 else '')}{ms(d)} more. The buckets above "
+        console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {an} {dur(tm['a_ns'])}, "
+                      f"{bn} {dur(tm['b_ns'])}: {an} costs {('+' if d > 0 else '')}{dur(d)} more. The buckets above "
                       "are profiled (the profiler dilates host-bound time):", soft_wrap=True)
     elif tm:
         console.print(f"times are profiled only ({tm.get('why')})", soft_wrap=True)
-    console.print(f"{an} costs {('+' if total > 0 else '')}{ms(total)} per instance ({stat}) more than {bn} on the GPU "
+    console.print(f"{an} costs {('+' if total > 0 else '')}{dur(total)} per instance ({stat}) more than {bn} on the GPU "
                   "(profiled window); explained by:")
     for line in rep["explanations"]:
         console.print(f"  {line}", soft_wrap=True)

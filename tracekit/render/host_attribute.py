@@ -24,13 +24,13 @@ from tracekit.render.attribute import (
     _share,
     cycle_item,
     dilation,
-    ms,
     outlier_items,
     pct,
     phase_item,
     robust_lines,
 )
 from tracekit.render.gap import STAT_NOTE, stat_of
+from tracekit.render.units import dur
 
 HOST_LABELS: Final = {
     "attention": "attention",
@@ -117,8 +117,8 @@ def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
     for b in HOST_BUCKETS:
         if row[f"{b}_ns"] == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
             continue
-        t.add_row(HOST_LABELS[b], ms(row[f"{b}_ns"] / n, 3), pct(row[f"{b}_ns"], host), *cells(_share(f"{b}_ns", "host_ns")))
-    t.add_row("host range (= sum)", ms(host / n, 3), "100%", *["" for _ in cells(lambda r: None)], style="bold")
+        t.add_row(HOST_LABELS[b], dur(row[f"{b}_ns"] / n, digits=3), pct(row[f"{b}_ns"], host), *cells(_share(f"{b}_ns", "host_ns")))
+    t.add_row("host range (= sum)", dur(host / n, digits=3), "100%", *["" for _ in cells(lambda r: None)], style="bold")
     return t
 
 
@@ -134,7 +134,7 @@ def _host_cycle_table(inst: pl.DataFrame, phase: str) -> Table:
             "" if r["cycle"] is None else str(r["cycle"]),
             "" if r["batch_size"] is None else str(r["batch_size"]),
             "" if r["seq_len"] is None else str(r["seq_len"]),
-            ms(h),
+            dur(h),
             *[pct(r[f"{b}_ns"], h) for b in main],
             pct(h - sum(r[f"{b}_ns"] for b in main), h),
             f"{r['ops']:,}",
@@ -150,7 +150,7 @@ def _host_seq_table(seq: pl.DataFrame, phase: str) -> Table:
     for r in seq.filter(pl.col("phase") == phase).iter_rows(named=True):
         n = max(int(r["instances"]), 1)
         label = "unknown" if r["seq_lo"] is None else f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}"
-        t.add_row(label, str(r["instances"]), ms(r["host_ns"] / n), *[ms(r[f"{b}_ns"] / n) for b in main])
+        t.add_row(label, str(r["instances"]), dur(r["host_ns"] / n), *[dur(r[f"{b}_ns"] / n) for b in main])
     return t
 
 
@@ -160,7 +160,7 @@ def host_summary(row: dict[str, Any]) -> str:
     host = row["host_ns"]
     shares = sorted(((row[f"{b}_ns"], b) for b in HOST_BUCKETS), reverse=True)
     parts = [f"{HOST_LABELS[b]} {100 * v / host:.0f}%" for v, b in shares[:4] if host > 0 and v / host >= 0.01]
-    text = (f"{row['phase']} {ms(host / n)} per instance on the host ({n} instances on {row['ranks']} rank(s); "
+    text = (f"{row['phase']} {dur(host / n)} per instance on the host ({n} instances on {row['ranks']} rank(s); "
             f"no GPU events, so no GPU window): " + ", ".join(parts) + ".")
     if host > 0 and (row["allreduce_ns"] + row["comm_ns"]) / host >= 0.5:
         text += (" Most of the range is spent inside collective calls, waiting for the slowest rank"
@@ -186,8 +186,8 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         if phase in dil:
             d = dil[phase]
             console.print(
-                f"  profiler dilation: {phase} {ms(d['unprofiled_ns'])} unprofiled, "
-                f"{ms(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
+                f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
+                f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
             )
         console.print(host_summary(row), soft_wrap=True)
         console.print()
@@ -242,16 +242,16 @@ def render_host_gap(rep: dict[str, Any], console: Console) -> None:
             continue
         t.add_row(
             "host range (= sum)" if name == "host_range" else HOST_LABELS[name],
-            ms(r["a_ns"]), ms(r["b_ns"]),
-            ("+" if r["delta_ns"] > 0 else "") + ms(r["delta_ns"]),
-            "n/a" if r["delta_per_token_ns"] is None else ms(r["delta_per_token_ns"]),
+            dur(r["a_ns"]), dur(r["b_ns"]),
+            ("+" if r["delta_ns"] > 0 else "") + dur(r["delta_ns"]),
+            "n/a" if r["delta_per_token_ns"] is None else dur(r["delta_per_token_ns"]),
             "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
             style="bold" if name == "host_range" else None,
         )
     console.print(t)
     total = rep["total_delta_ns"]
     more = "more" if total >= 0 else "less"
-    console.print(f"{an} takes {ms(abs(total))} per instance ({stat}) {more} host time than {bn}; by bucket:")
+    console.print(f"{an} takes {dur(abs(total))} per instance ({stat}) {more} host time than {bn}; by bucket:")
     for line in rep["explanations"]:
         console.print(f"  {line}", soft_wrap=True)
     for w in rep["warnings"]:

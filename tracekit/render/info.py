@@ -11,11 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from tracekit.finalize.categories import CATEGORIES
+from tracekit.render.units import ms
 
 
-def ms(ns: int | None) -> str:
-    """ns -> milliseconds text (display only; documents keep int ns)."""
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+def _ms(ns: int | None) -> str:
+    return ms(ns, unit=False, grouping=True, none="-")
 
 
 def _short(v: Any, width: int = 40) -> str:
@@ -30,7 +30,7 @@ def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: in
     head.append("run: ", style="bold")
     head.append(f"{doc.get('source') or '?'} · world size {doc.get('world_size')} · ranks present "
                 f"{', '.join(str(r) for r in doc.get('ranks_present', [])) or 'none'} · "
-                f"{doc.get('events', 0):,} events over {ms(doc.get('span_ns'))} ms")
+                f"{doc.get('events', 0):,} events over {_ms(doc.get('span_ns'))} ms")
     console.print(head)
     if missing:
         for r, why in missing.items():
@@ -45,8 +45,8 @@ def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: in
         span = r.get("span_ns") or 0
         pct = f"{100.0 * r['busy_ns'] / span:.1f}" if span else "-"
         t.add_row(
-            str(r["rank"]), ", ".join(r.get("devices") or []) or "-", f"{r['kernels']:,}", ms(r["kernel_ns"]),
-            ms(r["busy_ns"]), ms(r["span_ns"]), ms(r["comm_ns"]), pct,
+            str(r["rank"]), ", ".join(r.get("devices") or []) or "-", f"{r['kernels']:,}", _ms(r["kernel_ns"]),
+            _ms(r["busy_ns"]), _ms(r["span_ns"]), _ms(r["comm_ns"]), pct,
         )
     console.print(t)
 
@@ -58,7 +58,7 @@ def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: in
             ct.add_column(c, justify="right")
         for r in ranks:
             bc = r.get("by_category_ns") or {}
-            ct.add_row(str(r["rank"]), *[ms(bc.get(c)) if c in bc else "-" for c in present])
+            ct.add_row(str(r["rank"]), *[_ms(bc.get(c)) if c in bc else "-" for c in present])
         console.print(ct)
 
     versions = doc.get("versions") or {}
@@ -100,7 +100,7 @@ def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: in
         ut.add_column("count", justify="right")
         ut.add_column("ms", justify="right")
         for u in unmatched:
-            ut.add_row(_short(u["normalized"], 70), f"{u['count']:,}", ms(u["total_ns"]))
+            ut.add_row(_short(u["normalized"], 70), f"{u['count']:,}", _ms(u["total_ns"]))
         console.print(ut)
     for note in doc.get("notes") or []:
         console.print(Text(note, style="yellow"))

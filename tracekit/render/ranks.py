@@ -9,15 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.documents import RANKS
-from tracekit.render.diff import dur
+from tracekit.render.units import dur, ms
 
 
 def _short(name: str, limit: int = 70) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
-
-
-def _ms(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:.3f}"
 
 
 COMPACT: Final = ("sm_clock_mhz", "max_sm_clock_mhz", "throttle_reasons", "pcie_gen", "pcie_width", "temperature_c", "power_w")
@@ -63,7 +59,7 @@ def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[st
     skew = coll.get_column("skew_ns")
     lines = [
         f"{n} collectives matched on all {ranks.height} ranks; {late.height} had an arrival spread >= 1 µs"
-        f" (spread median {_ms(skew.median())} ms, max {_ms(skew.max())} ms)."  # type: ignore[arg-type]
+        f" (spread median {ms(unit=False, ns=skew.median())} ms, max {ms(unit=False, ns=skew.max())} ms)."  # type: ignore[arg-type]
     ]
     order = ranks.sort(["inflicted_wait_ns", "rank"], descending=[True, False])
     kernels = view["kernels"]
@@ -75,8 +71,8 @@ def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[st
         line = (
             f"rank {r['rank']} arrived last at {r['last_count']}/{r['collectives']} collectives ({share * 100:.0f}%,"
             f" {'well above' if share > 1.5 * fair else 'about'} the {fair * 100:.0f}% of an even spread),"
-            f" making the others wait {_ms(r['inflicted_wait_ns'])} ms in total"
-            f" ({_ms(r['late_margin_ns'])} ms behind the next-latest rank)."
+            f" making the others wait {ms(unit=False, ns=r['inflicted_wait_ns'])} ms in total"
+            f" ({ms(unit=False, ns=r['late_margin_ns'])} ms behind the next-latest rank)."
         )
         if r["last_count"] > 1 and r["worst_wait_ns"] is not None and r["worst_wait_ns"] >= 0.25 * (r["inflicted_wait_ns"] or 0):
             where = f"in {r['worst_phase']}" if r["worst_phase"] else "outside any phase"
@@ -146,10 +142,10 @@ def render(view: dict[str, pl.DataFrame], state: pl.DataFrame, console: Console)
             str(r["rank"]),
             str(r["collectives"]),
             f"{r['last_count']} ({share * 100:.0f}%)" if share is not None else str(r["last_count"]),
-            _ms(r["inflicted_wait_ns"]),
-            _ms(r["own_wait_ns"]),
-            _ms(r["busy_ns_excess"]),
-            _ms(r["launch_gap_ns_excess"]),
+            ms(unit=False, ns=r["inflicted_wait_ns"]),
+            ms(unit=False, ns=r["own_wait_ns"]),
+            ms(unit=False, ns=r["busy_ns_excess"]),
+            ms(unit=False, ns=r["launch_gap_ns_excess"]),
             "" if r["syncs_before_late"] is None else str(r["syncs_before_late"]),
             _state_text(state, r["rank"]),
         )

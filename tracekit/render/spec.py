@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.documents import SPEC
+from tracekit.render.units import ms
 
 PART_LABELS: Final = {
     "draft_ns": "draft",
@@ -35,8 +36,8 @@ CONVENTIONS: Final = {
 }
 
 
-def ms(ns: float | None, digits: int = 2) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:.{digits}f} ms"
+def _ms(ns: float | None) -> str:
+    return ms(ns, 2)
 
 
 def _num(x: float | None, digits: int = 2) -> str:
@@ -50,7 +51,7 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
     for r in table.iter_rows(named=True):
         bs = r["batch_size"]
         parts = " + ".join(f"{PART_LABELS[p]} {r[p] / 1e6:.2f}" for p in PART_LABELS)
-        head = f"bs={bs}, {r['cycles']} cycles on {rank_note}: cycle {ms(r['cycle_ns'])} = {parts} ms"
+        head = f"bs={bs}, {r['cycles']} cycles on {rank_note}: cycle {_ms(r['cycle_ns'])} = {parts} ms"
         lines.append(head)
         src = r.get("timing_source")
         if src == "unprofiled" and r.get("profiled_cycle_ns") and r["profiled_cycle_ns"] != r["cycle_ns"]:
@@ -69,7 +70,7 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
         if r["decode_step_ns"] is not None:
             be = r["break_even_tokens"]
             line = (
-                f"  plain decode {ms(r['decode_step_ns'])}/step ({r['decode_tps_per_seq']:.1f} tok/s): "
+                f"  plain decode {_ms(r['decode_step_ns'])}/step ({r['decode_tps_per_seq']:.1f} tok/s): "
                 f"break-even {be:.2f} tokens/cycle ({be - 1:.2f} accepted draft tokens + bonus)"
             )
             if r["tokens_per_cycle"] is not None:
@@ -101,14 +102,14 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
             if r["needed_cycle_ns"] is not None:
                 lines.append(
                     f"  or, at the current {r['tokens_per_cycle']:.2f} tokens/cycle, the cycle must fall"
-                    f" from {ms(r['cycle_ns'])} to {ms(r['needed_cycle_ns'])}:"
+                    f" from {_ms(r['cycle_ns'])} to {_ms(r['needed_cycle_ns'])}:"
                 )
                 for p_col, label in PART_LABELS.items():
                     new = r[f"shrink_{p_col}"]
                     if new is None:
-                        lines.append(f"    {label} alone cannot get there ({ms(r[p_col])} is less than the excess)")
+                        lines.append(f"    {label} alone cannot get there ({_ms(r[p_col])} is less than the excess)")
                     elif new < r[p_col]:
-                        lines.append(f"    {label} must fall from {ms(r[p_col])} to {ms(new)} (others unchanged)")
+                        lines.append(f"    {label} must fall from {_ms(r[p_col])} to {_ms(new)} (others unchanged)")
     return lines
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from tracekit.render.diff import dur
+from tracekit.render.units import dur
 
 from .collect import Got, RunDocs
 from .common import short_name
