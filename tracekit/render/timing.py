@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.documents import ATTRIBUTE_TIMING
-from tracekit.render.attribute import PHASE_ORDER, ms
+from tracekit.render.attribute import PHASE_ORDER
 from tracekit.render.capture import profile_line
+from tracekit.render.units import dur
 
 CANNOT: Final = ("no profiler ran: no kernels, so no kernel buckets, launch overhead or allreduce wait; "
                  "phase times are unprofiled (host range; GPU time between CUDA events around the phase)")
@@ -79,7 +80,7 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
                 t.add_row(*("" if r[k] is None else str(r[k]) for k in ("rank", "cycle", "batch_size", "num_tokens", "seq_len")),
                           "" if r["accept_len"] is None else f"{r['accept_len']:.2f}",
                           "" if r["graphed"] is None else ("yes" if r["graphed"] else "no"),
-                          ms(r["host_ns"], 3), ms(r["gpu_ns"], 3))
+                          dur(r["host_ns"], digits=3), dur(r["gpu_ns"], digits=3))
         else:
             t = Table(title=f"{ph}: phase time per instance (unprofiled; median and p90 over instances)", title_justify="left")
             for c in ("rank", "instances", "cycles", "host median", "host p90", "GPU median", "GPU p90", "bs", "tokens",
@@ -87,8 +88,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
                 t.add_column(c, justify="right")
             for r in br.filter(pl.col("phase") == ph).iter_rows(named=True):
                 t.add_row(str(r["rank"]), str(r["instances"]), f"{r['first_cycle']}..{r['last_cycle']}",
-                          ms(r["median_host_ns"], 3), ms(r["p90_host_ns"], 3), ms(r["median_gpu_ns"], 3),
-                          ms(r["p90_gpu_ns"], 3),
+                          dur(r["median_host_ns"], digits=3), dur(r["p90_host_ns"], digits=3), dur(r["median_gpu_ns"], digits=3),
+                          dur(r["p90_gpu_ns"], digits=3),
                           *("n/a" if r[k] is None else f"{r[k]:,.{d}f}" for k, d in (
                               ("mean_batch_size", 1), ("mean_tokens", 1), ("mean_seq_len", 0), ("mean_accept_len", 2))),
                           f"{r['graphed_instances']}/{r['instances']}")
