@@ -1,5 +1,10 @@
 """Kernel-name normalisation for grouping (the full name stays in the ``name`` column).
 
+``demangle`` turns an Itanium-mangled C++ name (``_ZN7cutlass13device_kernel...``, as CUPTI
+reports CUTLASS grouped GEMMs) into its C++ spelling with ``itanium-demangler`` (pure Python; GNU
+c++filt fails on the longest CUTLASS names); ``normalize_kernel_name`` demangles first, so every
+table and export that shows kernel families shows the demangled name. The run keeps the raw name.
+
 ``normalize_kernel_name`` is a stable public helper used by the analyzers (gap,
 diff) and the exporters: it drops the return type, template arguments and the
 parameter list, and looks through generic launch wrappers
@@ -24,6 +29,8 @@ _WRAPPERS: Final = frozenset({
     "flash::enable_sm90",
     "cute::device_kernel",
     "cutlass::device_kernel_with_params",
+    "at::cuda::detail::enable_3x_kernel_for_sm9x",
+    "at::cuda::detail::enable_3x_kernel_for_sm10x",
 })
 _SPACE = re.compile(r"\s+")
 _LEADING = re.compile(r"^(?:void|__global__|static|inline|\s)+\s")
@@ -66,6 +73,25 @@ def _first_arg(args: str) -> str:
 
 
 @lru_cache(maxsize=1 << 16)
+def demangle(name: str) -> str:
+    """``name`` demangled when it is an Itanium C++ mangled name, else ``name`` unchanged (also
+    when the demangler cannot parse it).
+
+    >>> demangle("_ZN2at6native13reduce_kernelILi512ELi1EEEvi")
+    'void at::native::reduce_kernel<(int)512, (int)1>(int)'
+    """
+    if not name.startswith("_Z"):
+        return name
+    from itanium_demangler import parse
+
+    try:
+        node = parse(name)
+    except Exception:  # the demangler's own parse errors (it raises more than one type)
+        return name
+    return name if node is None else str(node)
+
+
+@lru_cache(maxsize=1 << 16)
 def normalize_kernel_name(name: str) -> str:
     """A short, stable grouping key for a kernel name.
 
@@ -74,7 +100,7 @@ def normalize_kernel_name(name: str) -> str:
     >>> normalize_kernel_name("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
     'ncclDevKernel_AllReduce_Sum_bf16_RING_LL'
     """
-    s = _SPACE.sub(" ", name).replace("(anonymous namespace)", "anon").strip()
+    s = _SPACE.sub(" ", demangle(name)).replace("(anonymous namespace)", "anon").strip()
     for _ in range(4):  # wrappers nest at most a few levels
         s = _LEADING.sub("", s).strip()
         base, args, _rest = _split_template(s)
@@ -98,4 +124,4 @@ def normalize_names(names: pl.Series) -> pl.Series:
     return names.replace_strict(mapping, default=None, return_dtype=pl.String)
 
 
-__all__ = ["MAX_LEN", "normalize_kernel_name", "normalize_names"]
+__all__ = ["MAX_LEN", "demangle", "normalize_kernel_name", "normalize_names"]
