@@ -52,7 +52,7 @@ from .whole_trace import WHOLE_TRACE_PHASE, is_whole_trace, whole_trace
 
 I64 = npt.NDArray[np.int64]
 
-# category -> bucket: every category of the rule vocabulary (tracekit.categories.CATEGORIES,
+# category -> bucket: every category of the rule vocabulary (tracekit.finalize.categories.CATEGORIES,
 # the only values a rule can give) is the bucket of the same name
 CATEGORY_BUCKET: Final[dict[str, str]] = {c: c for c in CATEGORIES}
 assert set(CATEGORY_BUCKET) <= set(BUCKETS)

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.export.layout import display_names
-from tracekit.names import demangle, normalize_kernel_name
+from tracekit.finalize.names import demangle, normalize_kernel_name
 from tracekit.store import read_run
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "h200x2-mainjob" / "eager.parquet"
