@@ -27,10 +27,12 @@ import numpy as np
 import polars as pl
 
 from tracekit.errors import AnalysisError
+from tracekit.manifest import hosts as rank_hosts
 
 from .coll_match import matched_collectives
 
 METHODS: Final = ("collectives", "none")
+SAME_HOST_SKEW_NS: Final = 100_000  # auto alignment with unknown hosts: larger offsets mean several hosts
 TRIM_FACTOR: Final = 10.0
 
 
@@ -93,19 +95,37 @@ def estimate_offsets(events: pl.DataFrame) -> ClockFit:
 
 
 def hosts(manifest: dict[str, Any]) -> set[str]:
-    """Distinct host names of the ranks in a manifest."""
-    out: set[str] = set()
-    for meta in (manifest.get("ranks") or {}).values():
-        if isinstance(meta, dict):
-            h = meta.get("host") or meta.get("hostname")
-            if isinstance(h, str) and h:
-                out.add(h)
-    return out
+    """Distinct known host names of the ranks in a manifest (``tracekit.manifest.hosts``)."""
+    return {h for h in rank_hosts(manifest).values() if h}
 
 
-def default_method(manifest: dict[str, Any]) -> str:
-    """``collectives`` when the ranks ran on more than one host, else ``none``."""
-    return "collectives" if len(hosts(manifest)) > 1 else "none"
+def auto_method(manifest: dict[str, Any], events: pl.DataFrame | None = None) -> tuple[str, str]:
+    """(method, why) for ``--align auto``: ``collectives`` when the ranks ran on more than one
+    host. Where the manifest does not name every rank's host (a Kineto trace names none) and
+    ``events`` are given, the offsets are fitted and applied only when one exceeds
+    SAME_HOST_SKEW_NS: ranks of one host share its clock to the µs, ranks of several hosts are
+    NTP-synchronised (typically 0.1-10 ms apart)."""
+    by_rank = rank_hosts(manifest)
+    known = {h for h in by_rank.values() if h}
+    if len(known) > 1:
+        return "collectives", f"ranks on {len(known)} hosts"
+    if by_rank and all(by_rank.values()):
+        return "none", "every rank on one host"
+    if events is None:
+        return "none", "hosts unknown"
+    try:
+        fit = estimate_offsets(events)
+    except AnalysisError:
+        return "none", "hosts unknown and no collective on every rank to fit offsets from"
+    worst = max((abs(v) for v in fit.offsets_ns.values()), default=0)
+    if worst > SAME_HOST_SKEW_NS:
+        return "collectives", f"hosts unknown; fitted offsets up to {worst} ns > {SAME_HOST_SKEW_NS} ns (not one host)"
+    return "none", f"hosts unknown; fitted offsets up to {worst} ns <= {SAME_HOST_SKEW_NS} ns (one host's clock)"
+
+
+def default_method(manifest: dict[str, Any], events: pl.DataFrame | None = None) -> str:
+    """The method of ``auto_method``."""
+    return auto_method(manifest, events)[0]
 
 
 def shift_ranks(events: pl.DataFrame, add_ns: dict[int, int]) -> pl.DataFrame:
@@ -129,10 +149,13 @@ def align_events(
     """Shift every rank onto rank 0's clock; record offsets and residual in the manifest.
 
     ``method``: ``collectives`` (fit offsets), ``none`` (leave times, record zero
-    offsets unless the run was aligned before) or None (``default_method``).
+    offsets unless the run was aligned before) or None (``auto_method``; its reason goes to
+    ``clock["auto"]``).
     Returns new (events, manifest); the inputs are not modified.
     """
-    method = default_method(manifest) if method is None else method
+    why = None
+    if method is None:
+        method, why = auto_method(manifest, events)
     if method not in METHODS:
         raise ValueError(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
     man = dict(manifest)
@@ -143,6 +166,8 @@ def align_events(
         clock = dict(prev)
         clock.setdefault("align", "none")
         clock["offsets_ns"] = {str(r): prev_off.get(r, 0) for r in ranks}
+        if why is not None:
+            clock["auto"] = why
         man["clock"] = clock
         return events, man
     fit = estimate_offsets(events)
@@ -159,6 +184,8 @@ def align_events(
         "unaligned_ranks": [str(r) for r in ranks if r not in fit.offsets_ns],
         "note": "raw start_ns = start_ns - offsets_ns[rank]",
     }
+    if why is not None:
+        man["clock"]["auto"] = why
     return out, man
 
 

@@ -6,7 +6,8 @@ per scope: ``run`` (top level: world size, capture/workload config, missing
 ranks), ``launcher`` (the launching process) and each rank. Values are compared
 as canonical JSON. Keys that differ between any two captures by nature (time
 stamps, pids, file hashes, measured timings and profiler session counters) are
-left out: VOLATILE lists them.
+left out: VOLATILE (``tracekit.manifest.RUN_VOLATILE``, the one table of key kinds)
+lists them; sections come from ``tracekit.manifest.section_of``.
 
 Each difference has a ``section`` used to rank it: rank (a rank present in one
 run only), env, version, gpu_state (clocks, throttle reasons, power limit),
@@ -17,17 +18,13 @@ move between any two runs, so they rank last), other.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Final
 
 import polars as pl
 
-VOLATILE: Final = re.compile(
-    r"(^|\.)(taken_unix_ns|created_unix_ns|pid|ppid|when|uuid|pci_bus_id|nvml_errors|finalize_ns|MASTER_PORT)(\.|$)"
-    r"|^(sources|clock|session|unprofiled|profiled|dilation|counters|tracekit_version_build)(\.|$)"
-    r"|^end\.env(\.|$)|^end\.taken_unix_ns$"
-)
-SECTION_ORDER: Final = ("rank", "env", "version", "gpu_state", "pcie", "hardware", "world", "config", "gpu_sensor", "other")
+from tracekit.manifest import RUN_VOLATILE, SECTION_ORDER, section_of
+
+VOLATILE: Final = RUN_VOLATILE
 DIFF_SCHEMA: Final = {
     "scope": pl.String(),  # "run", "launcher" or the rank number as text
     "section": pl.String(),
@@ -47,28 +44,6 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
     elif prefix:
         out[prefix] = json.dumps(obj, sort_keys=True, default=str)
     return out
-
-
-def section_of(scope: str, key: str) -> str:
-    """The ranking section of a (scope, key) difference."""
-    k = key.lower()
-    if k.startswith("env.") or ".env." in k:
-        return "env"
-    if k.startswith("versions.") or k.endswith(".driver") or k.endswith("cuda_driver") or k in ("tracekit_version", "schema_version"):
-        return "version"
-    if "pcie" in k:
-        return "pcie"
-    if any(s in k for s in ("power_w", "temperature")):
-        return "gpu_sensor"
-    if any(s in k for s in ("clock", "throttle", "power")):
-        return "gpu_state"
-    if k.endswith("gpu.name") or k.startswith("gpu.") or k in ("device", "backend", "host"):
-        return "hardware"
-    if "world_size" in k or k in ("world", "missing_ranks") or k.startswith("missing_ranks."):
-        return "world"
-    if scope == "run" or k.startswith(("capture.", "workload.", "window.")) or k in ("cuda_visible_devices", "device_index", "argv"):
-        return "config"
-    return "other"
 
 
 def _scope_diff(scope: str, old: dict[str, str], new: dict[str, str]) -> list[tuple[str, str, str, str, str | None, str | None]]:

@@ -30,29 +30,13 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit import schema
+from tracekit.manifest import is_gpu_state
 
 from .coll_match import matched_collectives
 from .families import family_column
 
 I64 = npt.NDArray[np.int64]
 MIN_SKEW_NS: Final = 1_000
-STATE_KEYS: Final = ("clock", "throttle", "pcie", "power", "temp")
-NOT_STATE_ROOTS: Final = ("profiled", "unprofiled", "dilation", "session", "workload", "window", "counters", "capture", "versions")
-NOT_STATE: Final = ("uuid", "pci_bus_id", "nvml_errors", "device_index", "nvml", "persistence_mode", "cuda_driver", "driver")
-
-
-def _is_state(path: str) -> bool:
-    """Clock / throttle / PCIe / power / temperature keys, and the GPU's own facts
-    (anything under a ``gpu`` section but ids and versions); never environment variables."""
-    parts = path.lower().split(".")
-    if "env" in parts or parts[0] in NOT_STATE_ROOTS:
-        return False
-    last = parts[-1]
-    if any(p.startswith("nvml_errors") for p in parts) or last in NOT_STATE:
-        return False
-    return "gpu" in parts or any(k in last for k in STATE_KEYS)
-
-
 def collective_skew(matched: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS) -> pl.DataFrame:
     """One row per matched collective: key, group, coll_seq, coll_op, phase, first/last arrival,
     skew_ns, margin_ns, last_rank (null when skew < min_skew_ns), others_wait_ns."""
@@ -229,14 +213,14 @@ def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame
 def rank_state(manifest: dict[str, Any]) -> pl.DataFrame:
     """Clocks, throttle reasons, PCIe, power and temperature per rank from the manifest,
     flattened to (rank, key, value) rows; whatever layout the collectors used, any key
-    path naming one of STATE_KEYS is taken."""
+    path that is GPU state (``tracekit.manifest.is_gpu_state``) is taken."""
     rows: list[tuple[int, str, str]] = []
 
     def walk(rank: int, prefix: str, obj: Any) -> None:
         if isinstance(obj, dict):
             for k, v in obj.items():
                 walk(rank, f"{prefix}.{k}" if prefix else str(k), v)
-        elif prefix and obj is not None and _is_state(prefix):
+        elif prefix and obj is not None and is_gpu_state(prefix):
             rows.append((rank, prefix, obj if isinstance(obj, str) else repr(obj)))
 
     for r, meta in (manifest.get("ranks") or {}).items():

@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import __version__, schema
+from tracekit.manifest import RankManifest, rank_section_dict
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_", "PYTORCH_", "NVSHMEM_", "TRACEKIT_")
 ENV_NAMES = ("OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LD_PRELOAD")
@@ -162,15 +163,14 @@ def _host() -> dict[str, Any]:
 
 def rank_section(rank: int, world: int, device_index: int | None, when: str = "start") -> dict[str, Any]:
     """One rank's manifest part at ``when`` ("start" or "end" of the window)."""
-    sec: dict[str, Any] = {
-        "rank": rank,
-        "world_size": world,
-        **_host(),
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "env": env_vars(),
-        "taken_unix_ns": time.time_ns(),
-        "when": when,
-    }
+    h = _host()
+    sec = rank_section_dict(
+        RankManifest(rank=rank, world_size=world, host=h["host"], host_source="process", pid=h["pid"], env=env_vars()),
+        ppid=h["ppid"],
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        taken_unix_ns=time.time_ns(),
+        when=when,
+    )
     if device_index is not None:
         sec["device_index"] = device_index
         sec["gpu"] = gpu_snapshot(device_index)

@@ -8,6 +8,7 @@ from forensic_frames import Spec, build, manifest
 
 from tracekit.analyzers.align import (
     align_events,
+    auto_method,
     default_method,
     estimate_offsets,
     raw_times,
@@ -69,7 +70,22 @@ def test_default_none_on_one_host_and_none_method_records_zero() -> None:
     assert default_method(man) == "none"
     out, man2 = align_events(ev, man)
     assert out.equals(ev)
-    assert man2["clock"] == {"align": "none", "offsets_ns": {"0": 0, "1": 0}}
+    assert man2["clock"] == {"align": "none", "offsets_ns": {"0": 0, "1": 0}, "auto": "every rank on one host"}
+
+
+def test_auto_with_unknown_hosts_fits_and_applies_only_a_multi_host_offset() -> None:
+    """Ingested Kineto traces name no host: auto fits the offsets and applies them only when one
+    is larger than a single host's clock could show."""
+    man = manifest(2)
+    for sec in man["ranks"].values():  # type: ignore[attr-defined]
+        sec.pop("host")
+    far = build(Spec(ranks=2, cycles=6, clock_offset_ns={1: 3_000_000_123}, jitter_ns=200))
+    method, why = auto_method(man, far)
+    assert method == "collectives" and why.startswith("hosts unknown; fitted offsets up to 3000000")
+    near = build(Spec(ranks=2, cycles=6, clock_offset_ns={1: 20_000}, jitter_ns=200))
+    assert auto_method(man, near)[0] == "none"
+    _, man2 = align_events(far, man)
+    assert man2["clock"]["align"] == "collectives" and man2["clock"]["auto"].startswith("hosts unknown")
 
 
 def test_trimming_drops_an_outlier_collective() -> None:

@@ -25,20 +25,13 @@ from tracekit import schema
 from tracekit.documents import INFO
 from tracekit.finalize.categories import COMM_CATEGORIES, Rule, unmatched_kernels
 from tracekit.intervals import union_ns
+from tracekit.manifest import RANK_IDENTITY, RANK_MEASUREMENTS
 
-# Manifest leaves that identify a rank or sample a moving quantity: never "differences".
-_IDENTITY: Final = frozenset({
-    "rank", "pid", "ppid", "taken_unix_ns", "when", "device_index", "device", "id", "uuid", "pci_bus_id",
-    "trace_id", "traceName", "sources", "devices", "cuda_visible_devices", "rank_source", "dropped_events",
-    "stages", "merged_from", "sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "util_pct",
-    "throttle_mask", "throttle_reasons", "nvml_errors", "created_unix_ns", "LOCAL_RANK", "RANK",
-    "CUDA_VISIBLE_DEVICES", "argv", "host_pid", "gpu_name_index",
-})
+# Manifest leaves that identify a rank or sample a moving quantity, and per-rank sections that
+# hold measurements: never "differences" (tracekit.manifest, the one table of key kinds).
+_IDENTITY: Final = RANK_IDENTITY
 _ENV_PREFIXES_LOUD: Final = ("NCCL_",)
-# Per-rank sections that hold measurements of the run, not its configuration: never "differences".
-_MEASUREMENTS: Final = frozenset({
-    "counters", "dilation", "profiled", "unprofiled", "session", "window", "end", "clock", "timing", "phases",
-})
+_MEASUREMENTS: Final = RANK_MEASUREMENTS
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError, Rank
 from tracekit.ingest.discover import Source, discover, read_trace_bytes
 from tracekit.ingest.kineto import ParsedTrace, parse_kineto
 from tracekit.ingest.ranks import MERGED_LABEL, RankHint, Unit, assign_ranks, hint_from_name
+from tracekit.manifest import RankManifest, host_from_trace_name, rank_section_dict
 from tracekit.store import Run, new_manifest
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, current file)
@@ -140,6 +141,10 @@ def _sort_part(ev: pl.DataFrame) -> pl.DataFrame:
     if tie:
         return schema.sort_events(ev)
     return ev[idx]
+
+
+def _pids(ev: pl.DataFrame) -> set[int]:
+    return {int(x) for x in ev.get_column("pid").drop_nulls().unique().to_list()}
 
 
 def _cpu_only(ev: pl.DataFrame) -> bool:
@@ -261,7 +266,13 @@ def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: 
     seen_src: set[str] = set()
     for p in parts:
         r = str(p.unit.rank)
-        entry = ranks.setdefault(r, {"sources": [], "cpu_only": True, "rank_source": p.unit.rank_source})
+        if r not in ranks:
+            ranks[r] = rank_section_dict(RankManifest(rank=p.unit.rank, cpu_only=True), sources=[],
+                                         rank_source=p.unit.rank_source)
+        entry = ranks[r]
+        host = host_from_trace_name(os.path.basename(p.src.path), _pids(p.events))
+        if host is not None and "host" not in entry:
+            entry["host"], entry["host_source"] = host, "file name"
         entry["sources"].append(p.unit.source)
         entry["cpu_only"] = entry["cpu_only"] and p.cpu_only
         for k, v in p.meta.items():

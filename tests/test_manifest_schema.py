@@ -1,0 +1,32 @@
+"""The typed manifest (tracekit.manifest) reads every committed run's manifest, old or new."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracekit.manifest import RankManifest, rank_section_dict, typed
+from tracekit.store import read_manifest
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+RUNS = [p for p in sorted(SAMPLES.rglob("*.parquet")) if not p.name.startswith("rank-")]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[str(p.relative_to(SAMPLES)) for p in RUNS])
+def test_committed_manifests_read_typed(run: Path) -> None:
+    raw = read_manifest(run)
+    man = typed(raw)
+    assert man.schema_version == raw["schema_version"] and man.source == raw.get("source")
+    assert set(man.ranks) == set(raw.get("ranks") or {})
+    for r, sec in man.ranks.items():
+        assert sec.rank in (None, int(r))
+        if man.source == "capture":  # every capture names the rank's host
+            assert sec.host, (run, r)
+            assert sec.env == raw["ranks"][r]["env"]
+
+
+def test_rank_section_dict_keeps_set_keys_and_env() -> None:
+    sec = rank_section_dict(RankManifest(rank=3, host="n1", host_source="process"), when="start")
+    assert sec == {"rank": 3, "host": "n1", "host_source": "process", "env": {}, "when": "start"}
+    assert typed({"ranks": {"3": sec, "x": "not a section"}}).ranks["3"].host == "n1"
