@@ -4,7 +4,8 @@ The manifest lives in the Parquet key-value metadata under the key ``tracekit``.
 Wherever a run is read, a directory of per-rank shards (``rank-00003.parquet``,
 each itself a run file) is accepted too and merged on the fly.
 
-Manifest layout (all keys optional except ``schema_version``):
+Manifest layout (all keys optional except ``schema_version``; the keys capture and ingest share
+are typed in ``tracekit.manifest``, whose ``typed(manifest)`` reads any stored manifest):
 
     {
       "schema_version": 1,
