@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from export_synth import make_events, make_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit._native import core
 from tracekit.export import attribution_buckets, lanes, perfetto
 from tracekit.export.layout import build_layout
-from tracekit.export.synth import make_events, make_manifest
 from tracekit.store import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
