@@ -28,5 +28,6 @@ def test_committed_manifests_read_typed(run: Path) -> None:
 
 def test_rank_section_dict_keeps_set_keys_and_env() -> None:
     sec = rank_section_dict(RankManifest(rank=3, host="n1", host_source="process"), when="start")
-    assert sec == {"rank": 3, "host": "n1", "host_source": "process", "env": {}, "when": "start"}
+    assert sec == {"rank": 3, "host": "n1", "host_source": "process", "when": "start"}
+    assert rank_section_dict(RankManifest(env={}))["env"] == {}  # set, even empty: kept
     assert typed({"ranks": {"3": sec, "x": "not a section"}}).ranks["3"].host == "n1"

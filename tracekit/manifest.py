@@ -40,11 +40,11 @@ class RankManifest(msgspec.Struct, kw_only=True):
     host: str | None = None
     host_source: str | None = None  # "process" (capture) | "file name" (ingest) | None: unknown
     pid: int | None = None
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    versions: dict[str, Any] = msgspec.field(default_factory=dict)
+    env: dict[str, str] | None = None  # None: not known (ingest: a trace does not say)
+    versions: dict[str, Any] | None = None
     gpu: dict[str, Any] | None = None
-    devices: list[int] = msgspec.field(default_factory=list)
-    sources: list[str] = msgspec.field(default_factory=list)
+    devices: list[int] | None = None
+    sources: list[str] | None = None
     cpu_only: bool | None = None
 
 
@@ -89,14 +89,10 @@ def rank_section_dict(rank: RankManifest, **more: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in RankManifest.__struct_fields__:
         v = getattr(rank, name)
-        if v is None or (name not in _ALWAYS and isinstance(v, (dict, list)) and not v):
-            continue
-        out[name] = v
+        if v is not None:
+            out[name] = v
     out.update(more)
     return out
-
-
-_ALWAYS: Final = ("env",)  # written even when empty (a rank that saw no NCCL_* variable at all)
 
 
 def hosts(manifest: Mapping[str, Any]) -> dict[str, str | None]:
