@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any, Protocol
 
 from tracekit.render.units import ms
@@ -22,21 +21,16 @@ class _Result(Protocol):
 
 def dilation_lines(manifest: dict[str, Any]) -> list[str]:
     """One line per phase: unprofiled vs profiled median per phase instance (median over ranks), and the ratio."""
-    ranks = manifest.get("ranks", {})
-    per_phase: dict[str, tuple[list[float], list[float], str]] = {}
-    for sec in ranks.values():
-        un, pr = sec.get("unprofiled", {}), sec.get("profiled", sec.get("timed", {}))
-        for ph, st in un.items():
-            if ph in pr:
-                a, b, _ = per_phase.setdefault(ph, ([], [], st.get("clock", "?")))
-                a.append(st["median_ns"])
-                b.append(pr[ph]["median_ns"])
+    from tracekit.analyzers.unprofiled import phase_timers
+
+    timers = {ph: t for ph, t in phase_timers(manifest).items()
+              if t.window_ns is not None and t.paired_unprofiled_ns is not None}
     lines = []
-    for ph in sorted(per_phase, key=lambda p: PHASE_ORDER.index(p) if p in PHASE_ORDER else 99):
-        a, b, clock = per_phase[ph]
-        u, p = statistics.median(a), statistics.median(b)
-        ratio = f"x{p / u:.2f}" if u > 0 else "n/a"
-        lines.append(f"  {ph:<13} {ms(u)} unprofiled, {ms(p)} in the window ({ratio}; {clock}, median over {len(a)} rank(s))")
+    for ph in sorted(timers, key=lambda p: PHASE_ORDER.index(p) if p in PHASE_ORDER else 99):
+        t = timers[ph]
+        ratio = "n/a" if t.ratio is None else f"x{t.ratio:.2f}"
+        lines.append(f"  {ph:<13} {ms(t.paired_unprofiled_ns)} unprofiled, {ms(t.window_ns)} in the window "
+                     f"({ratio}; {t.clock}, median over {t.ranks} rank(s))")
     return lines
 
 

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from tracekit.analyzers.unprofiled import Estimate, PhaseTimer, estimate_buckets
 from tracekit.buckets import BUCKETS
-from tracekit.render.attribute import LABELS, ms
+from tracekit.render.attribute import LABELS
+from tracekit.render.units import dur
 
 METHOD = ("estimate: the typical instance (median GPU window) with its kernel time as measured; launch overhead, "
           "GPU idle and the allreduce time spent waiting for another rank scaled by one factor so that the buckets add "
@@ -68,15 +69,15 @@ def estimate_table(phase: str, inst: dict[str, Any], est: Estimate, timer: Phase
         v = inst[f"{b}_ns"]
         if v == 0 and est.buckets_ns[b] == 0:
             continue
-        t.add_row(LABELS[b], ms(v, 3), ms(est.buckets_ns[b], 3))
-    t.add_row("GPU window / unprofiled time", ms(est.measured_window_ns, 3),
-              f"{ms(est.window_ns, 3)} ({timer.clock} median)", style="bold")
+        t.add_row(LABELS[b], dur(v, digits=3), dur(est.buckets_ns[b], digits=3))
+    t.add_row("GPU window / unprofiled time", dur(est.measured_window_ns, digits=3),
+              f"{dur(est.window_ns, digits=3)} ({timer.clock} median)", style="bold")
     return t
 
 
 def estimate_lines(est: Estimate) -> list[str]:
     lines = [f"  {METHOD}"]
     if est.kernels_exceed_ns > 0:
-        lines.append(f"  the measured kernel work alone exceeds the unprofiled time by {ms(est.kernels_exceed_ns)}: "
+        lines.append(f"  the measured kernel work alone exceeds the unprofiled time by {dur(est.kernels_exceed_ns)}: "
                      "host-bound buckets set to 0 and the estimate is longer than the unprofiled time")
     return lines
