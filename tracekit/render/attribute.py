@@ -402,7 +402,7 @@ def robust_lines(row: dict[str, Any], out: pl.DataFrame | None, gpu: bool = True
     for r in sorted(rows, key=lambda r: -r["value_ns"])[:MAX_OUTLIER_LINES]:
         cyc = "" if r["cycle"] is None else f" cycle {r['cycle']}"
         ratio = "" if r["ratio"] is None else f" = {r['ratio']:.0f}x the median"
-        lines.append(f"  outlier: rank {r['rank']}{cyc}, {dur(r['value_ns'], 1)}{ratio} ({dur(r['median_ns'])} on that rank)")
+        lines.append(f"  outlier: rank {r['rank']}{cyc}, {dur(r['value_ns'], digits=1)}{ratio} ({dur(r['median_ns'])} on that rank)")
     if len(rows) > MAX_OUTLIER_LINES:
         lines.append(f"  ... and {len(rows) - MAX_OUTLIER_LINES} more outliers (--json lists them all)")
     return lines
