@@ -1,0 +1,87 @@
+"""What every command shares: the ``tracekit`` group, loading a run, the table console,
+claiming an output, the partial-run lines and the forensic JSON printer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tracekit import __version__
+from tracekit.cli_errors import _State
+
+if TYPE_CHECKING:
+    from tracekit.store import Run
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tracekit")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+def cli(debug: bool) -> None:
+    """Profile and explain speculative decoding (draft / verify / draft-extend) on every rank.
+
+    \b
+    tracekit capture --ranks all                  # built-in workload, every rank
+    tracekit attribute run.parquet                # where the verify time went
+    tracekit export run.parquet -o run.pftrace    # open in ui.perfetto.dev
+
+    \b
+    Exit status: 0 done; 1 bad data or an error (one line; --debug for a traceback);
+    2 usage error, or an output that names an input; 3 partial run (written, but some rank
+    has no data: one line says which); 130 interrupted (Ctrl-C).
+    Outputs: the parent directory must exist (tracekit creates none you did not name);
+    every output is written to a temp file beside it and renamed when complete, under
+    OUTPUT.lock (a second writer of the same output is refused, naming the pid).
+    """
+    _State.debug = debug
+
+
+def _load(path: str, columns: list[str] | None = None) -> Run:
+    """``tracekit.store.load_run``; one line on stderr when the run was finalized again on read."""
+    from tracekit.render.store import refinalized_line
+    from tracekit.store import load_run
+
+    run = load_run(path, columns)
+    if run.refinalized is not None:
+        click.echo(refinalized_line(run.refinalized), err=True)
+    return run
+
+
+PIPED_TABLE_WIDTH = 200  # piped output: wide enough that no header or number is cut (tests: 80 columns)
+
+
+def _table_console() -> Any:
+    """The console of a command that prints tables: the terminal's width, or wide when piped."""
+    from tracekit.render.attribute import make_console
+
+    return make_console(PIPED_TABLE_WIDTH)
+
+
+@contextmanager
+def _claim(out: str, inputs: Iterable[str] = (), *, runs: bool = True) -> Iterator[None]:
+    """Every command that writes: the output rule (tracekit.outputs), then its lock while writing."""
+    from tracekit.outputs import claimed_output
+
+    with claimed_output(out, inputs, runs=runs) as lock:
+        if lock.stale is not None:
+            click.echo(f"tracekit: note: replaced a stale lock {lock.path} (pid {lock.stale} no longer runs)", err=True)
+        yield
+
+
+def _note_partial(*paths: str | None) -> None:
+    """One stderr line per way each run is not whole (missing ranks, interrupted capture)."""
+    from tracekit.render.run_state import run_state_lines
+    from tracekit.store import read_manifest
+
+    for path in paths:
+        if path is not None:
+            for line in run_state_lines(path, read_manifest(path)):
+                click.echo(f"tracekit: warning: {line}", err=True)
+
+
+def _forensic_json(doc: Any) -> None:
+    import json
+
+    click.echo(json.dumps(doc, indent=2, sort_keys=False, allow_nan=False))

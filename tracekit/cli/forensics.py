@@ -1,0 +1,142 @@
+"""``tracekit spec``, ``align``, ``diff`` and ``ranks`` (forensics)."""
+
+from __future__ import annotations
+
+import click
+
+from tracekit.cli.common import _claim, _forensic_json, _load, _note_partial, _table_console, cli
+from tracekit.cli_errors import guarded
+
+
+@cli.command("spec")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("--baseline", "baseline", type=click.Path(dir_okay=True), help="A plain-decode run (speculation off) for the decode step time.")
+@click.option("--baseline-tps", type=click.FloatRange(min=0, min_open=True), help="Plain-decode tok/s per sequence instead of a baseline run.")
+@click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence (e.g. 150).")
+@click.option("--rank", type=int, default=None, help="Use this rank's cycles (default: the slowest rank).")
+@click.option("--draft-tokens", type=click.IntRange(min=0), default=None, help="k for the chain model (default: verify tokens per request - 1).")
+@click.option("--accept-len", type=click.FloatRange(min=0), default=None, help="Accepted draft tokens per cycle, bonus excluded, when the trace lacks them.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def spec_cmd(
+    run: str,
+    baseline: str | None,
+    baseline_tps: float | None,
+    target_tps: float | None,
+    rank: int | None,
+    draft_tokens: int | None,
+    accept_len: float | None,
+    as_json: bool,
+) -> None:
+    """What speculation pays: tokens/cycle, tok/s, break-even accept length, accept rate for a target."""
+
+    from tracekit.analyzers.spec import spec_report
+    from tracekit.errors import AnalysisError, side_path
+    from tracekit.render import spec as render_spec
+
+    if baseline is not None and baseline_tps is not None:
+        raise click.UsageError("give --baseline or --baseline-tps, not both")
+    loaded = _load(run)
+    events = loaded.events
+    base_run = _load(baseline) if baseline is not None else None
+    base = base_run.events if base_run is not None else None
+    _note_partial(run, baseline)
+    try:
+        table, ctx = spec_report(
+            events,
+            baseline=base,
+            baseline_tps=baseline_tps,
+            target_tps=target_tps,
+            rank=rank,
+            draft_tokens=draft_tokens,
+            accept_len=accept_len,
+            manifest=loaded.manifest,
+            baseline_manifest=base_run.manifest if base_run is not None else None,
+        )
+    except AnalysisError as exc:
+        raise exc.located(path=side_path(exc, run, baseline)) from None
+    if as_json:
+        _forensic_json(render_spec.to_json(table, ctx))
+    else:
+        render_spec.render(table, ctx, _table_console())
+
+
+@cli.command("align")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Aligned run.parquet to write.")
+@click.option("--align", "method", type=click.Choice(["collectives", "none", "auto"]), default="collectives", show_default=True,
+              help="collectives: fit per-rank clock offsets from allreduce ends; auto: collectives only when ranks ran on several hosts.")
+@guarded
+def align_cmd(run: str, output: str, method: str) -> None:
+    """Put every rank on rank 0's clock (offsets and residual go to the manifest; raw times stay recoverable)."""
+    from tracekit.analyzers.align import align_events
+    from tracekit.errors import AnalysisError
+    from tracekit.store import write_run
+
+    with _claim(output, [run]):
+        r = _load(run)
+        try:
+            events, man = align_events(r.events, r.manifest, None if method == "auto" else method)
+        except AnalysisError as exc:
+            raise exc.located(path=run) from None
+        write_run(events, output, man)
+    from tracekit.render.ingest import alignment_line
+
+    line = alignment_line(man["clock"])
+    click.echo(f"{line} -> {output}" if line else f"no alignment (ranks share one host clock) -> {output}")
+
+
+@cli.command("diff")
+@click.argument("old", type=click.Path(dir_okay=True))
+@click.argument("new", type=click.Path(dir_okay=True))
+@click.option("--phase", default="verify", show_default=True, help="Phase name or regex to compare; 'all' compares every phase both runs have.")
+@click.option("--seq-width", type=click.IntRange(min=1), default=None, help="Sequence-length bucket width in tokens (default: about 8 buckets).")
+@click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
+              help="Compare medians per instance (robust to stalls) or means (the buckets add up).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, as_json: bool) -> None:
+    """What changed between two runs: time at matched sequence length, buckets, kernels, manifests."""
+
+    from tracekit.analyzers.diff import diff_runs
+    from tracekit.analyzers.manifest_diff import manifest_diff
+    from tracekit.errors import AnalysisError, side_path
+    from tracekit.render import diff as render_diff
+
+    a = _load(old)
+    b = _load(new)
+    _note_partial(old, new)
+    try:
+        view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width, stat)
+    except AnalysisError as exc:
+        raise exc.located(path=side_path(exc, old, new, both=f"{old}, {new}")) from None
+    md = manifest_diff(a.manifest, b.manifest)
+    from tracekit.analyzers.unprofiled import compare_timers
+
+    timing = {p: compare_timers(a.manifest, p, b.manifest, p) for p in view["phases"].get_column("phase").to_list()}
+    if as_json:
+        _forensic_json(render_diff.to_json(view, md, old, new, timing))
+    else:
+        render_diff.render(view, md, _table_console(), timing)
+
+
+@cli.command("ranks")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("--min-skew-us", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="A collective has a last rank only when arrivals spread at least this much.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
+    """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why."""
+
+    from tracekit.analyzers.stragglers import rank_state, stragglers
+    from tracekit.render import ranks as render_ranks
+
+    r = _load(run)
+    _note_partial(run)
+    view = stragglers(r.events, round(min_skew_us * 1000))
+    state = rank_state(r.manifest)
+    if as_json:
+        _forensic_json(render_ranks.to_json(view, state))
+    else:
+        render_ranks.render(view, state, _table_console())

@@ -1,0 +1,101 @@
+"""``tracekit ingest`` and ``tracekit info`` (foundation)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tracekit.cli.common import _claim, _load, _table_console, cli
+from tracekit.cli_errors import guarded
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="run.parquet to write.")
+@click.option("--allow-missing-ranks", is_flag=True, help="Ingest even if some ranks of the world have no trace.")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="fail: stop at the first unreadable file; skip: ingest the good files, report the rest.")
+@click.option("--categories", "categories_file", type=click.Path(dir_okay=False),
+              help="TOML file of category rules tried before the built-in table.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
+@click.option("--align", "align_method", type=click.Choice(["auto", "collectives", "none"]), default="auto",
+              show_default=True, help="Clock alignment across ranks: fit offsets from collective ends, or none. "
+              "auto: collectives when the ranks ran on more than one host.")
+@guarded
+def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_error: str,
+           categories_file: str | None, quiet: bool, align_method: str) -> None:
+    """Ingest torch-profiler (Kineto) traces into one run.parquet.
+
+    TRACES are files (.json / .json.gz), globs or directories: SGLang's
+    per-rank *-TP-<r>*.trace.json.gz, its merged-*.trace.json.gz, or any
+    torch.profiler export_chrome_trace output.
+    """
+    import time
+
+    from rich.console import Console
+
+    from tracekit.analyzers.align import align_events
+    from tracekit.finalize.categories import load_rules
+    from tracekit.ingest import ingest_traces
+    from tracekit.ingest.discover import discover
+    from tracekit.render.ingest import ByteProgress, print_ingest_summary
+    from tracekit.store import write_run
+
+    rules = load_rules(categories_file) if categories_file else None
+    err = Console(stderr=True, soft_wrap=True)  # never break file paths
+    progress = ByteProgress(err, enabled=not quiet)
+    t0 = time.perf_counter()
+    with _claim(output, [*traces, *map(str, discover(traces))], runs=False):
+        try:
+            run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks,
+                                on_error=on_error,  # type: ignore[arg-type]
+                                progress=progress, rules=rules)
+        finally:
+            progress.stop()
+        events, man = align_events(run.events, run.manifest, None if align_method == "auto" else align_method)
+        out = write_run(events, output, man)
+    if not quiet:
+        print_ingest_summary(err, out, events.height, man, time.perf_counter() - t0)
+    from tracekit.render.run_state import resolution_line
+    from tracekit.resolution import time_resolution
+
+    line = resolution_line(time_resolution(events))
+    if line:
+        click.echo(f"tracekit: warning: {out}: {line}", err=True)
+    if man.get("missing_ranks"):
+        from tracekit.cli_errors import EXIT_PARTIAL
+
+        sys.exit(EXIT_PARTIAL)
+
+
+@cli.command()
+@click.argument("run_path", metavar="RUN", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of tables.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Unmatched kernel names to list.")
+@click.option("--categories", "categories_file", type=click.Path(dir_okay=False),
+              help="Also use these category rules when listing unmatched kernels.")
+@guarded
+def info(run_path: str, as_json: bool, top: int, categories_file: str | None) -> None:
+    """Ranks, devices, versions, per-rank kernel/busy/span/comm time, manifest differences."""
+    from tracekit.finalize.categories import load_rules
+    from tracekit.summary import run_summary
+
+    run = _load(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns"])
+    rules = load_rules(categories_file) if categories_file else None
+    doc = run_summary(run.events, run.manifest, rules=rules, top=top)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(doc, indent=2, default=str))
+        return
+
+    from tracekit.render.info import render_info
+
+    render_info(doc, _table_console())
+    from tracekit.render.run_state import resolution_line
+    from tracekit.resolution import time_resolution
+
+    line = resolution_line(time_resolution(run.events))
+    if line:
+        click.echo(f"tracekit: warning: {run_path}: {line}", err=True)

@@ -1,0 +1,57 @@
+"""``tracekit report`` (report) and ``tracekit merge`` (reliability: partial runs)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tracekit.cli.common import _claim, cli
+from tracekit.cli_errors import guarded
+
+
+@cli.command("report")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", default="report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="HTML file to write (self-contained: opens offline).")
+@click.option("--b-run", type=click.Path(dir_okay=True), default=None, help="Compare with this run: plots side by side and the diff table.")
+@click.option("--png-dir", type=click.Path(file_okay=False), default=None, help="Also write every plot as PNG here (needs Chrome or Chromium).")
+@click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence for the speculation plot.")
+@guarded
+def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, target_tps: float | None) -> None:
+    """One HTML page of plots of RUN: buckets, time vs sequence length, cycles, skew, gap, speculation, facts."""
+    from tracekit.render.report import build_report
+    from tracekit.render.report.summary import report_lines
+    from tracekit.render.store import refinalized_line
+
+    with _claim(output, [run, *([b_run] if b_run else [])]):
+        res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)
+    for note in res.refinalized:
+        click.echo(refinalized_line(note), err=True)
+    for line in report_lines(res):
+        click.echo(line)
+
+
+@cli.command("merge")
+@click.argument("shard_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="run.parquet to write.")
+@guarded
+def merge_cmd(shard_dir: str, output: str) -> None:
+    """Merge a capture's shard directory (DIR/rank-*.parquet) into one run file.
+
+    A capture that was aborted, or whose launcher died, leaves its per-rank shards in
+    RUN.d/; this merges them (DIR is left as it is). Exit 3 when ranks are missing.
+    """
+    from tracekit.cli_errors import EXIT_PARTIAL
+    from tracekit.render.run_state import missing_line
+    from tracekit.store import merge_shards, read_manifest
+
+    with _claim(output, [shard_dir]):
+        merge_shards(shard_dir, output, {"merged_by": "tracekit merge", "merged_from": shard_dir})
+    man = read_manifest(output)
+    n = len(man.get("ranks", {}))
+    click.echo(f"merged {n} shard(s) from {shard_dir} into {output} (the shards are left in {shard_dir})")
+    line = missing_line(output, man)
+    if line:
+        click.echo(f"tracekit: warning: {line}", err=True)
+        sys.exit(EXIT_PARTIAL)
