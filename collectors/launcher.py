@@ -1,4 +1,7 @@
-"""The capture launcher's watch over its rank processes: progress, deadlines, Ctrl-C, why a rank failed.
+"""The capture launcher: spawn the rank processes, signals and Ctrl-C, why a rank failed.
+
+- :func:`launch` spawns one process per rank (tracekit.collectors.rank_process), follows
+  them (tracekit.collectors.progress) and ends the capture (tracekit.collectors.merge).
 
 - :class:`Control` is shared with the ranks (spawn-safe multiprocessing primitives): before
   each cycle a rank asks :meth:`Control.may_start`; the launcher's first Ctrl-C sets the
@@ -7,8 +10,6 @@
 - :class:`Interrupts` counts SIGINT (Ctrl-C) in the launcher; the rank processes ignore
   SIGINT (it reaches the whole process group), so only the launcher decides. A second
   SIGINT, or SIGTERM, raises KeyboardInterrupt: abort.
-- :class:`Progress` prints one line per stage when every live rank has reached it, and on a
-  terminal the cycles done / total of every rank every few seconds.
 - :func:`explain` orders the failures: the first rank to fail is the root cause; a rank
   whose collective failed after that "lost its peer".
 """
@@ -16,16 +17,21 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
+import socket
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracekit.collectors.capture import CaptureConfig, CaptureResult
 
 Say = Callable[[str], None]
-TICK_S = 3.0  # terminal progress period
 
 
 class Control:
@@ -157,59 +163,78 @@ def rank_ranges(ranks: list[int]) -> str:
     return ",".join(parts)
 
 
-@dataclass
-class Progress:
-    """What the launcher prints while the ranks run (see the module docstring)."""
-
-    say: Say
-    world: int
-    total_cycles: int
-    live: bool = False  # a terminal: also print every rank's cycles every TICK_S seconds
-    t0: float = field(default_factory=time.monotonic)
-    cycles: dict[int, int] = field(default_factory=dict)
-    stages: dict[str, dict[int, str]] = field(default_factory=dict)
-    done_stages: set[str] = field(default_factory=set)
-    gone: set[int] = field(default_factory=set)
-    _last_tick: float = field(default_factory=time.monotonic)
-
-    def cycle(self, rank: int, c: int) -> None:
-        self.cycles[rank] = c + 1
-
-    def stage(self, rank: int, key: str, text: str) -> None:
-        self.stages.setdefault(key, {})[rank] = text
-        self._flush(key)
-
-    def rank_gone(self, rank: int) -> None:
-        self.gone.add(rank)
-        for key in list(self.stages):
-            self._flush(key)
-
-    def _flush(self, key: str) -> None:
-        got = self.stages.get(key, {})
-        live = set(range(self.world)) - self.gone
-        if key in self.done_stages or not got or not live <= set(got):
-            return
-        self.done_stages.add(key)
-        texts = sorted(set(got.values()))
-        text = texts[0] if len(texts) == 1 else "; ".join(f"rank {r}: {t}" for r, t in sorted(got.items()))
-        n = len(set(got) - self.gone)
-        self.say(f"capture: {text} ({n}/{self.world} ranks, {time.monotonic() - self.t0:.1f} s)")
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if not self.live or now - self._last_tick < TICK_S:
-            return
-        self._last_tick = now
-        if not self.cycles:
-            return
-        by: dict[int, list[int]] = {}
-        for r in range(self.world):
-            if r not in self.gone:
-                by.setdefault(self.cycles.get(r, 0), []).append(r)
-        parts = [f"rank{'s' if len(rs) > 1 else ''} {rank_ranges(rs)} {n}/{self.total_cycles}"
-                 for n, rs in sorted(by.items(), reverse=True)]
-        self.say(f"capture: {now - self.t0:.0f} s, cycles done: {', '.join(parts)}")
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
-__all__ = ["Control", "Failure", "Interrupts", "Progress", "exit_reason", "explain", "rank_ranges", "short_error",
-           "sigint_ignored"]
+# After every rank wrote its shard, teardown gets this long before the launcher ends the process.
+DONE_GRACE_S = 20.0
+
+
+def stop_all(procs: dict[int, Any]) -> None:
+    for p in procs.values():
+        if p.is_alive():
+            p.kill()
+    for p in procs.values():
+        p.join(timeout=10)
+
+
+def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str, world: int, captured: list[int],
+           out: Path, shard_dir: Path) -> CaptureResult:
+    import multiprocessing as mp
+
+    from tracekit.collectors.capture import SAFE_ENV
+    from tracekit.collectors.manifest import launcher_section
+    from tracekit.collectors.merge import finish
+    from tracekit.collectors.progress import Progress, watch
+    from tracekit.collectors.rank_process import rank_main
+    from tracekit.errors import InterruptedCapture
+
+    launcher = launcher_section()
+    for k, v in SAFE_ENV.items():
+        os.environ.setdefault(k, v)
+    # spawn, not fork/forkserver: a rank must see the launcher's environment as it is now (inheritance at
+    # spawn is how NCCL_* reach ranks; a forkserver started earlier would hand out a stale environment)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ctl = Control(ctx, world)
+    port = free_port()
+    say(f"capture: {world} ranks ({'NCCL on GPU' if kind == 'cuda' else 'gloo on CPU'}), capturing {captured}, "
+        f"{cc.warmup} warm-up + {cc.cycles} cycles in profile mode {cc.profile}")
+    procs = {r: ctx.Process(target=rank_main, args=(r, world, kind, cc, port, str(shard_dir), q, ctl),
+                            name=f"tracekit-rank{r}") for r in range(world)}
+    intr = Interrupts()
+    with sigint_ignored():
+        for p in procs.values():
+            p.start()
+    intr.install()
+    try:
+        say("capture: rank processes started (pid per rank: "
+            + ", ".join(f"{r}: {p.pid}" for r, p in procs.items()) + f"); logs in {shard_dir}/")
+        prog = Progress(say, world, cc.warmup + cc.cycles, live=live)
+        seen = watch(cc, procs, q, ctl, intr, prog, say)
+        if seen.stop is not None and seen.stop <= cc.warmup:
+            stop_all(procs)
+            shutil.rmtree(shard_dir, ignore_errors=True)
+            raise InterruptedCapture("interrupted before the profiling window: nothing was captured", path=str(out))
+        return finish(cc, say, seen, procs, world, captured, out, shard_dir, launcher)
+    except KeyboardInterrupt:
+        stop_all(procs)
+        shards = sorted(shard_dir.glob("rank-*.parquet"))
+        if not shards:
+            shutil.rmtree(shard_dir, ignore_errors=True)
+            raise InterruptedCapture(f"aborted ({intr.name or 'SIGINT'} twice): nothing was captured",
+                                     path=str(out)) from None
+        raise InterruptedCapture(f"aborted ({intr.name or 'SIGINT'} twice): {len(shards)} rank shard(s) kept in "
+                                 f"{shard_dir}; merge them with `tracekit merge {shard_dir} -o {out}`",
+                                 path=str(out)) from None
+    finally:
+        intr.restore()
+
+
+__all__ = ["DONE_GRACE_S", "Control", "Failure", "Interrupts", "exit_reason", "explain", "free_port", "launch",
+           "rank_ranges", "short_error", "sigint_ignored", "stop_all"]
+

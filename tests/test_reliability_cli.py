@@ -244,7 +244,8 @@ def test_full_disk_is_one_line_and_the_old_output_survives(tmp_path: Path, pair:
 
 
 def test_terminal_progress_lists_every_rank_s_cycles() -> None:
-    from tracekit.collectors.launcher import Failure, Progress, explain
+    from tracekit.collectors.launcher import Failure, explain
+    from tracekit.collectors.progress import Progress
 
     said: list[str] = []
     prog = Progress(said.append, world=8, total_cycles=12, live=True)

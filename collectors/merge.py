@@ -1,0 +1,106 @@
+"""The end of a capture: why ranks failed, the merged run, which shards and logs stay."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tracekit.collectors.capture import CaptureConfig, CaptureResult, log_path, shard_path
+from tracekit.collectors.progress import Watch
+
+
+def log_tail(path: Path, lines: int = 12) -> list[str]:
+    """The last non-empty lines of a rank log ([] when there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip()][-lines:]
+
+
+def _failures(cc: CaptureConfig, w: Watch, procs: dict[int, Any]) -> dict[int, Any]:
+    from tracekit.collectors.launcher import Failure, exit_reason
+
+    out: dict[int, Failure] = {}
+    for r in sorted(set(w.errors) | set(w.died) | set(w.timed_out)):
+        if r in w.finished and r not in w.errors:
+            continue
+        if r in w.timed_out:
+            what, coll, at = f"no progress for {w.timed_out[r]:g} s (killed)", False, w.died.get(r, time.monotonic())
+        elif r in w.errors:
+            err, coll, at = w.errors[r]
+            what = f"failed: {err}"
+            at = min(at, w.died.get(r, at))
+        else:
+            what, coll, at = exit_reason(procs[r].exitcode), False, w.died[r]
+        c = w.last_cycle.get(r)
+        if r in w.window_done:
+            stage = "after its profiling window"
+        elif r not in w.window_started:
+            stage = "before the profiling window"
+        else:
+            done = 0 if c is None or c < cc.warmup else c - cc.warmup + 1
+            stage = f"in the profiling window after {done} of {cc.cycles} cycles"
+        out[r] = Failure(rank=r, at=at, what=what, collective=coll, stage=stage)
+    return out
+
+
+def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[int, Any], world: int,
+            captured: list[int], out: Path, shard_dir: Path, launcher: dict[str, Any]) -> CaptureResult:
+    from tracekit.collectors.launcher import explain, rank_ranges
+    from tracekit.errors import TracekitError
+    from tracekit.store import merge_shards, read_manifest
+
+    failures = _failures(cc, w, procs)
+    lines = explain(failures)
+    from tracekit.collectors.launcher import exit_reason
+
+    missing: dict[str, str] = {}
+    for f, line in lines:
+        say(line)
+        if f.rank in captured and not shard_path(shard_dir, f.rank).exists():
+            missing[str(f.rank)] = f.what + (f" {f.stage}" if f.stage else "")
+    for r in captured:  # no failure seen, yet no shard (should not happen): say so
+        if str(r) not in missing and not shard_path(shard_dir, r).exists():
+            missing[str(r)] = f"no shard written ({exit_reason(procs[r].exitcode)})"
+    if lines:
+        root = lines[0][0]
+        tail = log_tail(log_path(shard_dir, root.rank))
+        if tail:
+            say(f"rank {root.rank}: last lines of {log_path(shard_dir, root.rank)}:")
+            for line in tail:
+                say(f"  | {line}")
+        say(f"capture: full logs of every rank kept in {shard_dir}/ (rank-00000.log ...)")
+    if len(missing) == len(captured):
+        root_line = lines[0][1] if lines else "no rank wrote a shard"
+        peers = [f.rank for f, _ in lines[1:] if f.collective]
+        others = [ln for f, ln in lines[1:] if not f.collective]
+        parts = [root_line] + ([f"{'ranks' if len(peers) > 1 else 'rank'} {rank_ranges(peers)} lost {'their' if len(peers) > 1 else 'its'} peer"] if peers else [])
+        raise TracekitError("no rank produced data: " + "; ".join(parts + others) + f" (logs kept in {shard_dir}/)",
+                            path=str(out))
+    extra: dict[str, Any] = {"source": "capture", "launcher": launcher, "world_size": world,
+                             "capture": cc.to_dict(), "captured_ranks": captured}
+    if missing:
+        extra["missing_ranks"] = missing
+    if w.stop is not None:
+        extra["interrupted"] = {"signal": "SIGINT", "cycles_done": max(0, min(w.stop - cc.warmup, cc.cycles)),
+                                "cycles_requested": cc.cycles,
+                                "note": "Ctrl-C ended the window early; the run holds the cycles captured"}
+    merge_shards(shard_dir, out, extra)
+    man = read_manifest(out)
+    aborted = [r for r, sec in man.get("ranks", {}).items() if isinstance(sec, dict) and sec.get("aborted")]
+    if missing or w.errors or aborted or cc.keep_logs:  # the merged file holds every shard: keep only the logs
+        for r in range(world):
+            shard_path(shard_dir, r).unlink(missing_ok=True)
+        say(f"rank logs (stdout/stderr of every rank process) kept in {shard_dir}/")
+    else:
+        shutil.rmtree(shard_dir, ignore_errors=True)
+    import pyarrow.parquet as pq
+
+    n = pq.ParquetFile(out).metadata.num_rows
+    return CaptureResult(out=out, world=world, captured=captured, missing=missing, events=n,
+                         size_bytes=out.stat().st_size, manifest=man, interrupted=extra.get("interrupted"))
+

@@ -1,0 +1,267 @@
+"""The body of one capture rank process (spawned by tracekit.collectors.launcher).
+
+``rank_main`` redirects the process's output to its log, runs the rank (process group,
+workload, warm-up, profiling window), writes its shard and always ends in ``os._exit``;
+it reports to the launcher through a queue (beat / stage / error / done messages).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tracekit.collectors.capture import (
+    FAULT_ENV,
+    SAFE_ENV,
+    CaptureConfig,
+    log_path,
+    shard_path,
+    window_label,
+)
+
+
+def redirect_output(path: Path) -> None:
+    """Point this process's stdout and stderr file descriptors (C++ and Python alike) at ``path``."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
+
+def _fault(cycle: int) -> None:
+    """The capture fault tests' failure (a rank that exits, hangs or raises at a cycle), set
+    through that rank's environment; nothing in the capture configuration."""
+    spec = os.environ.get(FAULT_ENV)
+    if spec is None or spec.split(":")[0] != str(cycle):
+        return
+    kind = spec.split(":", 1)[1]
+    if kind == "exit":
+        os._exit(17)
+    if kind == "hang":
+        time.sleep(10**6)
+    raise RuntimeError(f"injected failure at cycle {cycle}")
+
+
+
+def _die_with_launcher() -> None:
+    """Linux: this rank gets SIGKILL when the launcher dies, however it dies (no orphan ranks)."""
+    import ctypes
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the launcher decides
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _from_collective(exc: BaseException) -> bool:
+    """True when the exception came out of torch.distributed (a collective whose peer went away)."""
+    import torch.distributed as dist
+
+    if isinstance(exc, dist.DistError):
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and "torch/distributed" in frames[-1].filename.replace("\\", "/")
+
+
+def rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: str, q: Any,
+               ctl: Any = None) -> None:
+    """Body of one rank process; always ends in os._exit (NCCL threads must not keep it alive)."""
+    import sys
+
+    code = 0
+    _die_with_launcher()
+    try:
+        redirect_output(log_path(Path(shard_dir), rank))
+        _rank_body(rank, world, kind, cc, port, Path(shard_dir), q, ctl)
+    except BaseException as exc:
+        traceback.print_exc()  # the whole traceback goes to the rank's log
+        from tracekit.collectors.launcher import short_error
+
+        coll = False
+        with contextlib.suppress(Exception):
+            coll = _from_collective(exc)
+        q.put(("error", rank, short_error(f"{exc.__class__.__name__}: {exc}"), coll))
+        code = 1
+    finally:
+        try:
+            q.close()
+            q.join_thread()
+        except Exception:
+            pass
+        for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's buffers
+            with contextlib.suppress(Exception):
+                stream.flush()
+    os._exit(code)
+
+
+def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: Path, q: Any,
+               ctl: Any = None) -> None:
+    os.environ.update(SAFE_ENV)
+    for k, v in cc.rank_env.get(rank, {}).items():  # None unsets: a launcher variable that never reached this rank
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    os.environ.update(
+        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
+         "LOCAL_RANK": str(rank)}
+    )
+    q.put(("beat", rank, "started"))
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from tracekit.collectors.manifest import NvmlSampler, rank_section
+    from tracekit.collectors.session import ProfilerSession
+    from tracekit.collectors.workload.runner import Workload
+
+
+    cuda = kind == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=cc.coll_timeout_s),
+        device_id=device if cuda else None,
+    )
+    q.put(("stage", rank, "pg", "process group up"))
+    total = cc.warmup + cc.cycles
+    build = getattr(cc.workload, "build", None)  # another engine (transformers) builds its own
+    wl = build(rank, world, device, total) if build is not None else Workload(cc.workload, rank, world, device, total)
+    wl.capture_graphs()
+    q.put(("stage", rank, "ready", f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
+    skip = min(2, max(cc.warmup - 1, 0))
+    for c in range(cc.warmup):
+        if ctl is not None and not ctl.may_start(rank, c):
+            break
+        _fault(c)
+        wl.timer.window = "unprofiled" if c >= skip else None
+        wl.run_cycle(c)
+        q.put(("beat", rank, c))
+    wl.sync()
+    wl.timer.window = None
+    me = rank in cc.captured(world)
+    dev_index = rank if cuda else None
+    start = rank_section(rank, world, dev_index, "start")
+    session = ProfilerSession(rank, cuda, mode=cc.profile) if me else None
+    sampler = NvmlSampler(rank, rank, cc.nvml_interval_s) if (me and cuda and cc.nvml_interval_s > 0) else None
+    if sampler is not None:
+        sampler.start()
+    if session is not None:
+        session.start()
+    # Ranks start their profilers at different speeds (CUPTI activation: ~0.9 s apart on 2x H200); without
+    # this barrier the first profiled collective would wait that long and pollute the window.
+    dist.barrier()
+    wl.sync()
+    wl.timer.window = window_label(cc.profile)
+    aborted: str | None = None
+    done = 0
+    q.put(("stage", rank, "window", "profiling window started"))
+    try:
+        for c in range(cc.warmup, total):
+            if ctl is not None and not ctl.may_start(rank, c):
+                break  # Ctrl-C: every rank ends its window after the same cycle
+            _fault(c)
+            wl.run_cycle(c)
+            done += 1
+            q.put(("beat", rank, c))
+        wl.sync()
+    except Exception as exc:
+        from tracekit.collectors.launcher import short_error
+
+        lost = ""
+        with contextlib.suppress(Exception):
+            lost = "lost its peer: " if _from_collective(exc) else ""
+        aborted = lost + short_error(f"{exc.__class__.__name__}: {exc}")
+    wl.timer.window = None
+    if session is not None:
+        session.stop()
+    counters = sampler.stop() if sampler is not None else None
+    end = rank_section(rank, world, dev_index, "end")
+    stats = wl.timer.stats() if aborted is None else {}
+    q.put(("stage", rank, "window done", f"window done: {done}/{cc.cycles} cycles"))
+    if aborted:
+        q.put(("status", rank, f"window ended early after {done}/{cc.cycles} cycles: {aborted[:200]}"))
+    if session is not None:
+        _write_shard(rank, world, cc, wl, session, sampler, counters, start, end, stats, done, aborted, device,
+                     shard_dir, q)
+    if aborted is None:  # every rank has written its shard before any exits (rank 0 hosts the TCPStore)
+        dist.barrier()
+        if dist.get_backend() != "nccl":
+            dist.destroy_process_group()
+        # NCCL: destroy_process_group hung for minutes on 2x H200 (torch 2.11, NCCL 2.28.9) after the
+        # shards were written; the rank ends in os._exit instead (the brief's rule after NCCL work).
+
+
+def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
+                 start: dict[str, Any], end: dict[str, Any], stats: dict[str, Any], done: int,
+                 aborted: str | None, device: Any, shard_dir: Path, q: Any) -> None:
+    import polars as pl
+    import torch.distributed as dist
+
+    from tracekit.collectors.manifest import versions
+    from tracekit.collectors.session import finalize
+    from tracekit.collectors.timing import dilation, split_cycle
+    from tracekit.finalize.pipeline import stamp
+    from tracekit.store import new_manifest, write_run
+
+    events = session.events()
+    if (keep := cc.keep_json) and session.prof is not None:
+        session.export_json(Path(keep) / f"rank-{rank:05d}.trace.json.gz")
+    if counters is not None and counters.height:
+        events = pl.concat([events, counters], how="vertical_relaxed")
+    t0 = time.perf_counter_ns()
+    finalized = False
+    try:
+        events = finalize(events)
+        finalized = True
+    except Exception as exc:  # keep the raw events: the merge refinalizes them; say why in the manifest
+        session.info["finalize_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+    session.info["finalize_ns"] = time.perf_counter_ns() - t0
+    label = window_label(cc.profile)
+    unprof, cyc_u = split_cycle(stats.get("unprofiled", {}))
+    prof, cyc_p = split_cycle(stats.get(label, {}))
+    section = {
+        **start,
+        "end": {"taken_unix_ns": end["taken_unix_ns"], "env": end["env"], "gpu": end["gpu"]},
+        "versions": versions(),
+        "device": str(device),
+        "backend": dist.get_backend(),
+        "window": {"first_cycle": cc.warmup, "cycles": done, "requested": cc.cycles},
+        "profile_mode": cc.profile,
+        "profile_note": session.info.get("note", ""),
+        "unprofiled": unprof,
+        label: prof,
+        "cycle_time": {k: v for k, v in (("unprofiled", cyc_u), (label, cyc_p)) if v is not None},
+        "dilation": dilation(unprof, prof),
+        "aborted": aborted,
+        "session": session.info,
+        "counters": {"nvml": "off" if sampler is None else (sampler.error or "ok"),
+                     "rows": 0 if counters is None else counters.height},
+        "workload": wl.describe(),
+    }
+    man = new_manifest(
+        source="capture",
+        world_size=world,
+        capture=cc.to_dict(),
+        ranks={str(rank): section},
+        clock={"align": "none", "note": "ranks share one host's system clock", "offsets_ns": {str(rank): 0}},
+    )
+    write_run(events, shard_path(shard_dir, rank), stamp(man) if finalized else man)
+    q.put(("done", rank, events.height))
