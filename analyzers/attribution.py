@@ -488,7 +488,7 @@ def attribute_report(
         if rank not in ranks:
             raise AnalysisError(f"no {'/'.join(phases)} instances on this rank (ranks with instances: {ranks})", rank=rank)
         inst = inst.filter(pl.col("rank") == rank)
-    strag = stragglers(ev, inst, collectives=coll)
+    strag = stragglers(ev, inst, collectives=coll, launch_latency_ns=launch_latency_ns)
     from tracekit.finalize.collectives import collective_issues
 
     issues = collective_issues(coll)

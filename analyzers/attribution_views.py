@@ -1,17 +1,19 @@
 """Views over attribution's instance table: per rank, per phase, per sequence-length bucket,
-the straggler per phase, and the bucket-sum invariant. Pure functions over polars frames."""
+the straggler per phase (``analyzers.stragglers``), and the bucket-sum invariant. Pure functions
+over polars frames."""
 
 from __future__ import annotations
 
 from typing import Final
 
-import numpy as np
 import polars as pl
 
 from tracekit.buckets import BUCKETS
-from tracekit.schema import GPU_KINDS
 
+from .buckets import DEFAULT_LAUNCH_LATENCY_NS
 from .robust import median_p90
+from .stragglers import MIN_SKEW_NS, phase_stragglers
+from .stragglers import stragglers as straggler_view
 
 BUCKET_COLUMNS: Final = tuple(f"{b}_ns" for b in BUCKETS)
 SUM_COLUMNS: Final = (
@@ -82,74 +84,17 @@ def by_seq(instances: pl.DataFrame) -> pl.DataFrame:
 
 
 def stragglers(
-    events: pl.DataFrame, instances: pl.DataFrame, min_skew_ns: int = 1_000, collectives: pl.DataFrame | None = None
+    events: pl.DataFrame,
+    instances: pl.DataFrame,
+    min_skew_ns: int = MIN_SKEW_NS,
+    collectives: pl.DataFrame | None = None,
+    launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
 ) -> pl.DataFrame:
-    """Per phase: the straggler rank at matched collectives, and what it did before.
-
-    The straggler is the rank whose late arrivals made the other ranks wait longest
-    (sum of their waits at collectives where it arrived last); ties: most often last.
-    Columns: phase, collectives (matched, skew >= min_skew_ns), last_rank, times_last,
-    share_last, mean_late_ns (its arrival minus the mean arrival of the others, when
-    last), inflicted_wait_ns, before_gap_ns (mean GPU idle right before its late
-    collective), before_kernel (its most frequent preceding kernel when late).
-    """
-    schema = {
-        "phase": pl.String, "collectives": pl.UInt32, "last_rank": pl.Int32, "times_last": pl.UInt32,
-        "share_last": pl.Float64, "mean_late_ns": pl.Float64, "inflicted_wait_ns": pl.Int64,
-        "before_gap_ns": pl.Float64, "before_kernel": pl.String,
-    }
-    if collectives is None and events.get_column("coll_seq").null_count() == events.height:
-        return pl.DataFrame(schema=schema)
-    if collectives is None:
-        from .attribution import matched
-
-        collectives = matched(events)
-    m = collectives.filter(
-        pl.col("matched") & pl.col("phase").is_not_null()
-    )
-    m = m.filter(pl.col("phase").is_in(instances.get_column("phase").unique().implode()))
-    if m.height == 0 or m.get_column("rank").n_unique() < 2:
-        return pl.DataFrame(schema=schema)
-    per = m.group_by(["group", "coll_seq"]).agg(
-        pl.col("phase").first(),
-        (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("skew"),
-        pl.col("last_rank").first(),
-        (pl.col("start_ns").max() - pl.col("start_ns").sort().head(pl.len() - 1).mean()).alias("late"),
-        pl.col("wait_ns").sum().alias("inflicted"),
-    ).filter(pl.col("skew") >= min_skew_ns)
-    if per.height == 0:
-        return pl.DataFrame(schema=schema)
-    counts = per.group_by(["phase", "last_rank"]).agg(
-        pl.len().alias("times_last"),
-        pl.col("late").mean().alias("mean_late_ns"),
-        pl.col("inflicted").sum().alias("inflicted_wait_ns"),
-    )
-    # the straggler: the rank whose late arrivals made the others wait longest (then most often)
-    top = (
-        counts.sort(["phase", "inflicted_wait_ns", "times_last", "last_rank"], descending=[False, True, True, False])
-        .group_by("phase", maintain_order=True)
-        .first()
-    )
-    tot = per.group_by("phase").agg(pl.len().alias("collectives"))
-    top = top.join(tot, on="phase").with_columns((pl.col("times_last") / pl.col("collectives")).alias("share_last"))
-    # what the straggler did right before its late arrivals: previous GPU event on its device
-    rows = []
-    gpu = events.select("kind", "rank", "name", "start_ns", "dur_ns").filter(pl.col("kind").is_in(list(GPU_KINDS)))
-    for phase, rank in top.select("phase", "last_rank").iter_rows():
-        late = per.filter((pl.col("phase") == phase) & (pl.col("last_rank") == rank)).select("group", "coll_seq")
-        arr = m.filter(pl.col("rank") == rank).join(late, on=["group", "coll_seq"]).get_column("start_ns").to_numpy()
-        g = gpu.filter(pl.col("rank") == rank).sort("start_ns")
-        gs = g.get_column("start_ns").to_numpy()
-        ge = np.maximum.accumulate(gs + g.get_column("dur_ns").fill_null(0).to_numpy())
-        pos = np.searchsorted(gs, arr, side="left") - 1
-        okp = pos >= 0
-        gap = np.maximum(arr[okp] - ge[pos[okp]], 0)
-        names = g.get_column("name").to_numpy()[pos[okp]].tolist()
-        kern = max(set(names), key=names.count) if names else None
-        rows.append({"phase": phase, "before_gap_ns": float(gap.mean()) if gap.size else None, "before_kernel": kern})
-    before = pl.DataFrame(rows, schema={"phase": pl.String, "before_gap_ns": pl.Float64, "before_kernel": pl.String})
-    out = top.join(before, on="phase", how="left")
-    return out.select([pl.col(k).cast(v) for k, v in schema.items()]).sort("phase")
+    """Per phase of ``instances``: its straggler, by the one straggler analysis
+    (``analyzers.stragglers.phase_stragglers``: the columns of ``tracekit ranks`` restricted to the
+    phase's collectives). ``collectives``: ``match_collectives`` over the run, when known."""
+    view = straggler_view(events, min_skew_ns, launch_latency_ns=launch_latency_ns, match=collectives, kernels=False)
+    return phase_stragglers(view, instances.get_column("phase").unique().to_list())
 
 
 def check_sums(instances: pl.DataFrame) -> None:

@@ -19,12 +19,13 @@ from tracekit.finalize.collectives import MATCH_SCHEMA, match_collectives
 OUT_SCHEMA: dict[str, pl.DataType] = {"key": pl.String(), **MATCH_SCHEMA}
 
 
-def matched_collectives(events: pl.DataFrame) -> pl.DataFrame:
-    """Matched collective kernels (see module doc); empty frame when nothing matches."""
+def matched_collectives(events: pl.DataFrame, match: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Matched collective kernels (see module doc); empty frame when nothing matches.
+    ``match``: ``match_collectives(events)`` when the caller has it already."""
     n_ranks = events.get_column("rank").drop_nulls().n_unique()
     if n_ranks < 2:
         return pl.DataFrame(schema=OUT_SCHEMA)
-    m = match_collectives(events).filter(pl.col("matched"))
+    m = (match_collectives(events) if match is None else match).filter(pl.col("matched"))
     m = m.with_columns(
         pl.concat_str([pl.col("group").fill_null(""), pl.col("coll_seq").cast(pl.String())], separator="#").alias("key")
     )

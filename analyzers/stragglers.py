@@ -13,12 +13,17 @@ Definitions (over collectives matched on every rank, ``coll_match``):
 - **before the arrival**: the segment of r's GPU timeline from the end of its
   previous matched collective to its arrival (collective ends are nearly
   simultaneous on all ranks, so segment lengths differ by the lateness). Each
-  segment splits into GPU busy (interval union of r's GPU events), launch gaps
-  (GPU idle before a kernel whose launch call started after the GPU went idle:
-  the GPU waited for the host) and other idle. For late arrivals the excess over
-  the mean of the other ranks' same segment is reported, plus host syncs
-  (``sync`` rows on r starting inside the segment) and kernel families whose
-  time in the segment exceeds the other ranks' mean.
+  segment splits by the attribution walk (``analyzers.buckets.walk``, DESIGN.md
+  section 4: one definition of a launch gap) into GPU busy (interval union of r's
+  GPU events), launch gaps (the part of an idle gap before the next event's launch
+  call returned plus the launch latency: the GPU waited for the host) and other
+  idle. For late arrivals the excess over the mean of the other ranks' same
+  segment is reported, plus host syncs (``sync`` rows on r starting inside the
+  segment) and kernel families whose time in the segment exceeds the other ranks' mean.
+
+This is the one straggler analysis: ``tracekit ranks`` prints ``stragglers``, ``attribute``
+the straggler of each phase (``phase_stragglers``, through ``analyzers.attribution_views``) and
+the report its plots from the ``ranks`` document.
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ import polars as pl
 from tracekit import schema
 from tracekit.manifest import is_gpu_state
 
+from .buckets import DEFAULT_LAUNCH_LATENCY_NS, UNKNOWN_LAUNCH, Walk, walk
+from .buckets import LAUNCH as LAUNCH_BUCKET
 from .coll_match import matched_collectives
 from .families import family_column
+from .timeline import first_of_launch, launch_ends
 
 I64 = npt.NDArray[np.int64]
 MIN_SKEW_NS: Final = 1_000
@@ -63,93 +71,103 @@ def collective_skew(matched: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS) -> pl
     )
 
 
-def _covered(s: I64, e: I64, a: I64, b: I64) -> I64:
-    """For disjoint sorted intervals [s, e): length of their intersection with each [a, b)."""
-    if s.size == 0:
-        return np.zeros(a.size, dtype=np.int64)
-    prefix = np.concatenate([[0], np.cumsum(e - s)]).astype(np.int64)
+def _split(
+    g_start: I64, g_end: I64, g_lend: I64, g_first: npt.NDArray[np.bool_], a: I64, b: I64, launch_latency_ns: int
+) -> Walk:
+    """The attribution walk (``analyzers.buckets.walk``) over segments [a_k, b_k] of one timeline.
 
-    def before(t: I64) -> I64:
-        k = np.searchsorted(s, t, side="right") - 1
-        kk = np.maximum(k, 0)
-        inside = np.clip(t - s[kk], 0, e[kk] - s[kk])
-        return np.where(k >= 0, prefix[kk] + inside, 0)
-
-    return before(b) - before(a)
-
-
-def _rank_timeline(events: pl.DataFrame) -> tuple[I64, I64, I64, I64]:
-    """Busy blocks (merged GPU intervals) and launch-bound gaps of one rank's events."""
-    gpu = events.filter(pl.col("kind").is_in(list(schema.GPU_KINDS))).sort("start_ns")
-    if gpu.is_empty():
-        z = np.zeros(0, dtype=np.int64)
-        return z, z, z, z
-    launches = (
-        events.filter((pl.col("kind") == schema.LAUNCH) & pl.col("correlation").is_not_null())
-        .group_by("correlation")
-        .agg(pl.col("start_ns").min().alias("_launch"))
-    )
-    gpu = gpu.join(launches, on="correlation", how="left", maintain_order="left")
-    s = gpu.get_column("start_ns").to_numpy().astype(np.int64)
-    e = s + gpu.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
-    launch = gpu.get_column("_launch").fill_null(np.iinfo(np.int64).min).to_numpy().astype(np.int64)
-    run_max = np.maximum.accumulate(e)
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_max[:-1]
-    idx = np.flatnonzero(new)
-    bs = s[idx]
-    be = np.maximum.reduceat(e, idx)
-    # gap before block i (i >= 1) is launch-bound when the block's first kernel was launched
-    # after the previous block ended (the GPU had nothing queued: it waited for the host)
-    gs = be[:-1]
-    ge = bs[1:]
-    bound = launch[idx[1:]] > gs
-    return bs, be, gs[bound], ge[bound]
+    ``g_*``: the GPU events of one rank in start order (launch end, first of its launch call);
+    segments disjoint and sorted (a_k = end of the previous collective >= b_(k-1)). Every event
+    overlapping a segment is clipped to it and belongs to that segment's instance (an event starting
+    exactly at b_k, the arriving collective, counts as zero-length at b_k: the gap before it is
+    classified by its launch); a zero-length marker at each a_k starts the window there. All
+    events carry one work code, so the walk's work bucket is the busy union, ``launch_overhead``
+    the launch gaps and ``idle`` the rest, by the walk's own rule.
+    """
+    k1 = np.searchsorted(b, g_start, side="left")  # first segment with b_k >= start
+    k2 = np.searchsorted(a, g_end, side="left") - 1  # last segment with a_k < end
+    n = np.maximum(k2 - k1 + 1, 0)
+    rows = np.repeat(np.arange(g_start.size), n)
+    seg = np.repeat(k1 - np.cumsum(n) + n, n) + np.arange(rows.size)
+    K = a.size
+    # the markers first, then the events in start order: already sorted by (segment, start) unless an
+    # event spans segments (the walk sorts then)
+    inst = np.concatenate([np.arange(K), seg]).astype(np.int64)
+    start = np.concatenate([a, np.maximum(g_start[rows], a[seg])])
+    end = np.concatenate([a, np.minimum(g_end[rows], b[seg])])
+    lend = np.concatenate([np.full(K, UNKNOWN_LAUNCH, dtype=np.int64), g_lend[rows]])
+    firsts = np.concatenate([np.ones(K, dtype=bool), g_first[rows]])
+    return walk(inst, start, end, np.zeros(inst.size, dtype=np.int8), lend, K, launch_latency_ns, firsts)
 
 
-def segments(events: pl.DataFrame, matched: pl.DataFrame) -> pl.DataFrame:
-    """Per (key, rank): the GPU segment before the arrival and its split (see module doc)."""
+SEGMENT_SCHEMA: Final = {
+    "key": pl.String(), "rank": pl.Int32(), "seg_start": pl.Int64(), "arrival_ns": pl.Int64(),
+    "busy_ns": pl.Int64(), "launch_gap_ns": pl.Int64(), "syncs": pl.Int64(), "sync_ns": pl.Int64(),
+    "seg_ns": pl.Int64(), "other_idle_ns": pl.Int64(),
+}
+
+
+def _i64(s: pl.Series, fill: int = 0) -> I64:
+    return s.fill_null(fill).to_numpy().astype(np.int64, copy=False)
+
+
+def _by_rank_and_start(rows: npt.NDArray[np.intp], rank: I64, start: I64) -> npt.NDArray[np.intp]:
+    """``rows`` in (rank, start) order (as they come when the table is sorted: no sort then)."""
+    r, s = rank[rows], start[rows]
+    if np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (s[1:] >= s[:-1]))):
+        return rows
+    return rows[np.lexsort((s, r))]
+
+
+def segments(events: pl.DataFrame, matched: pl.DataFrame, launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
+             keys: pl.Series | None = None) -> pl.DataFrame:
+    """Per (key, rank): the GPU segment before the arrival and its split (see module doc);
+    ``keys``: only the segments before these collectives."""
     order = matched.sort(["rank", "start_ns"]).with_columns(
         pl.col("end_ns").shift(1).over("rank").alias("seg_start")
     ).filter(pl.col("seg_start").is_not_null() & (pl.col("seg_start") <= pl.col("start_ns")))
-    need = events.filter(pl.col("kind").is_in([*schema.GPU_KINDS, schema.LAUNCH, schema.SYNC])).select(
-        "rank", "kind", "start_ns", "dur_ns", "correlation"
-    )
-    by_rank = need.partition_by("rank", as_dict=True)
-    empty = need.clear()
-    parts: list[pl.DataFrame] = []
-    for rank in order.get_column("rank").unique().sort().to_list():
-        mine = by_rank.get((rank,), empty)
-        seg = order.filter(pl.col("rank") == rank)
-        a = seg.get_column("seg_start").to_numpy().astype(np.int64)
-        b = seg.get_column("start_ns").to_numpy().astype(np.int64)
-        bs, be, ls, le = _rank_timeline(mine)
-        busy = _covered(bs, be, a, b)
-        lgap = _covered(ls, le, a, b)
-        sy = mine.filter(pl.col("kind") == schema.SYNC).sort("start_ns")
-        st = sy.get_column("start_ns").to_numpy().astype(np.int64)
-        sd = sy.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64)
+    if keys is not None:
+        order = order.filter(pl.col("key").is_in(keys.implode()))
+    if order.is_empty():
+        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+    kind = events.get_column("kind")
+    corr_s = events.get_column("correlation")
+    rank, start, corr = _i64(events.get_column("rank"), -1), _i64(events.get_column("start_ns")), _i64(corr_s)
+    end = start + _i64(events.get_column("dur_ns"))
+    has = ~corr_s.is_null().to_numpy() if corr_s.null_count() else np.ones(rank.size, dtype=bool)
+    g = _by_rank_and_start(np.flatnonzero(kind.is_in(list(schema.GPU_KINDS)).to_numpy()), rank, start)
+    lr = np.flatnonzero((kind == schema.LAUNCH).to_numpy() & has)
+    sy = _by_rank_and_start(np.flatnonzero((kind == schema.SYNC).to_numpy()), rank, start)
+    g_rank, g_start, g_end = rank[g], start[g], end[g]
+    g_lend = launch_ends(rank[lr], corr[lr], end[lr], g_rank, corr[g], has[g])
+    g_first = first_of_launch(g_rank, corr[g], has[g], g_start)
+    s_rank, s_start, s_dur = rank[sy], start[sy], end[sy] - start[sy]
+    o_rank = _i64(order.get_column("rank"), -1)
+    a_all, b_all = _i64(order.get_column("seg_start")), _i64(order.get_column("start_ns"))
+    busy = np.zeros(a_all.size, dtype=np.int64)
+    lgap = np.zeros(a_all.size, dtype=np.int64)
+    n_sync = np.zeros(a_all.size, dtype=np.int64)
+    t_sync = np.zeros(a_all.size, dtype=np.int64)
+    for r in np.unique(o_rank).tolist():
+        o = slice(*np.searchsorted(o_rank, [r, r + 1]).tolist())
+        gs = slice(*np.searchsorted(g_rank, [r, r + 1]).tolist())
+        a, b = a_all[o], b_all[o]
+        w = _split(g_start[gs], g_end[gs], g_lend[gs], g_first[gs], a, b, launch_latency_ns)
+        busy[o] = w.buckets[:, 0]
+        lgap[o] = w.buckets[:, LAUNCH_BUCKET]
+        ss = slice(*np.searchsorted(s_rank, [r, r + 1]).tolist())
+        st, sd = s_start[ss], s_dur[ss]
         lo = np.searchsorted(st, a, side="left")
         hi = np.searchsorted(st, b, side="left")
-        sprefix = np.concatenate([[0], np.cumsum(sd)]).astype(np.int64)
-        parts.append(
-            seg.select("key", "rank", "seg_start", pl.col("start_ns").alias("arrival_ns")).with_columns(
-                pl.Series("busy_ns", busy),
-                pl.Series("launch_gap_ns", lgap),
-                pl.Series("syncs", (hi - lo).astype(np.int64)),
-                pl.Series("sync_ns", sprefix[hi] - sprefix[lo]),
-            )
-        )
-    if not parts:
-        return pl.DataFrame(
-            schema={
-                "key": pl.String(), "rank": pl.Int32(), "seg_start": pl.Int64(), "arrival_ns": pl.Int64(),
-                "busy_ns": pl.Int64(), "launch_gap_ns": pl.Int64(), "syncs": pl.Int64(), "sync_ns": pl.Int64(),
-                "seg_ns": pl.Int64(), "other_idle_ns": pl.Int64(),
-            }
-        )
-    out = pl.concat(parts).with_columns((pl.col("arrival_ns") - pl.col("seg_start")).alias("seg_ns"))
+        prefix = np.concatenate([[0], np.cumsum(sd)]).astype(np.int64)
+        n_sync[o] = hi - lo
+        t_sync[o] = prefix[hi] - prefix[lo]
+    out = order.select("key", "rank", "seg_start", pl.col("start_ns").alias("arrival_ns")).with_columns(
+        pl.Series("busy_ns", busy),
+        pl.Series("launch_gap_ns", lgap),
+        pl.Series("syncs", n_sync),
+        pl.Series("sync_ns", t_sync),
+    ).with_columns((pl.col("arrival_ns") - pl.col("seg_start")).alias("seg_ns"))
     return out.with_columns((pl.col("seg_ns") - pl.col("busy_ns") - pl.col("launch_gap_ns")).alias("other_idle_ns"))
 
 
@@ -167,6 +185,9 @@ def _excess(per: pl.DataFrame, skew: pl.DataFrame, cols: list[str]) -> pl.DataFr
         ],
         *[pl.col(c).filter(pl.col("_is_last")).sum().alias(f"{c}_last") for c in ("syncs", "sync_ns") if c in cols],
     )
+
+
+KERNELS_SCHEMA: Final = {"rank": pl.Int32(), "family": pl.String(), "late_arrivals": pl.UInt32(), "excess_ns": pl.Float64()}
 
 
 def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame) -> pl.DataFrame:
@@ -187,7 +208,7 @@ def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame
         .sort("start_ns")
     )
     if kern.is_empty() or seg.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32(), "family": pl.String(), "late_arrivals": pl.UInt32(), "excess_ns": pl.Float64()})
+        return pl.DataFrame(schema=KERNELS_SCHEMA)
     kern = kern.with_columns(family_column(kern.get_column("name")))
     joined = kern.join_asof(
         seg.sort("seg_start"), left_on="start_ns", right_on="seg_start", by="rank", strategy="backward",
@@ -232,10 +253,52 @@ def rank_state(manifest: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"rank": pl.Int32(), "key": pl.String(), "value": pl.String()}, orient="row")
 
 
-def stragglers(events: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS) -> dict[str, pl.DataFrame]:
-    """The straggler view: ``ranks`` (one row per rank), ``kernels`` (slow families before
-    late arrivals), ``collectives`` (one row per matched collective)."""
-    matched = matched_collectives(events)
+def late_arrivals(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame,
+                  launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS) -> pl.DataFrame:
+    """One row per collective with a last rank: key, phase, rank (the last one), first_arrival_ns,
+    others_wait_ns, margin_ns, and what that rank did in the segment before it minus the other
+    ranks' mean (``busy_ns_excess``, ``launch_gap_ns_excess``, ``other_idle_ns_excess``; null for a
+    rank's first collective, which has no segment) with its own ``syncs`` / ``sync_ns`` there."""
+    late = skew.filter(pl.col("last_rank").is_not_null()).select(
+        "key", "phase", pl.col("last_rank").cast(pl.Int32()).alias("rank"), "first_arrival_ns", "others_wait_ns",
+        "margin_ns",
+    )
+    seg = segments(events, matched, launch_latency_ns, keys=late.get_column("key"))
+    exc = _excess(seg, skew, ["busy_ns", "launch_gap_ns", "other_idle_ns", "syncs", "sync_ns"])
+    exc = exc.select("key", pl.col("last_rank").alias("rank"), *[f"{c}_excess" for c in EXCESS],
+                     pl.col("syncs_last").alias("syncs"), pl.col("sync_ns_last").alias("sync_ns"))
+    return late.join(exc, on=["key", "rank"], how="left")
+
+
+EXCESS: Final = ("busy_ns", "launch_gap_ns", "other_idle_ns")
+
+
+def _late_totals(late: pl.DataFrame) -> list[pl.Expr]:
+    """Aggregations of late arrivals (per rank, or per phase and rank): how often last, the wait
+    inflicted, the margin, and the segment excesses, totals over the late arrivals."""
+    return [
+        pl.len().alias("last_count"),
+        pl.col("others_wait_ns").sum().alias("inflicted_wait_ns"),
+        pl.col("margin_ns").sum().alias("late_margin_ns"),
+        *[_sum_known(f"{c}_excess", f"{c}_excess") for c in EXCESS],
+        _sum_known("syncs", "syncs_before_late"),
+        _sum_known("sync_ns", "sync_ns_before_late"),
+    ]
+
+
+def _sum_known(col: str, alias: str) -> pl.Expr:
+    """Sum of the known values; null when none is known (no segment before any late arrival)."""
+    return pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum()).otherwise(None).alias(alias)
+
+
+def stragglers(events: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS, *,
+               launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS, match: pl.DataFrame | None = None,
+               kernels: bool = True) -> dict[str, pl.DataFrame]:
+    """The straggler analysis: ``ranks`` (one row per rank), ``kernels`` (slow families before
+    late arrivals; empty unless ``kernels``), ``collectives`` (one row per matched collective),
+    ``late`` (one row per late arrival, ``late_arrivals``). ``match``: ``match_collectives``
+    over the run when the caller has it already."""
+    matched = matched_collectives(events, match)
     skew = collective_skew(matched, min_skew_ns)
     ranks = sorted(int(r) for r in events.get_column("rank").drop_nulls().unique().to_list())
     base = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32()})
@@ -244,30 +307,20 @@ def stragglers(events: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS) -> dict[str
         pl.col("wait_ns").sum().alias("own_wait_ns"),
         pl.col("transfer_ns").sum().alias("transfer_ns"),
     )
+    late = late_arrivals(events, matched, skew, launch_latency_ns)
     last = (
-        skew.filter(pl.col("last_rank").is_not_null())
-        .sort(["others_wait_ns", "first_arrival_ns"], descending=[True, False])
-        .group_by(pl.col("last_rank").cast(pl.Int32()).alias("rank"), maintain_order=True)
+        late.sort(["others_wait_ns", "first_arrival_ns"], descending=[True, False])
+        .group_by("rank", maintain_order=True)
         .agg(
-            pl.len().alias("last_count"),
-            pl.col("others_wait_ns").sum().alias("inflicted_wait_ns"),
-            pl.col("margin_ns").sum().alias("late_margin_ns"),
+            *_late_totals(late),
             pl.col("others_wait_ns").first().alias("worst_wait_ns"),
             pl.col("key").first().alias("worst_key"),
             pl.col("phase").first().alias("worst_phase"),
         )
     )
-    seg = segments(events, matched)
-    cols = ["seg_ns", "busy_ns", "launch_gap_ns", "other_idle_ns", "syncs", "sync_ns"]
-    exc = _excess(seg, skew, cols).group_by(pl.col("last_rank").alias("rank")).agg(
-        *[pl.col(f"{c}_excess").sum() for c in ("busy_ns", "launch_gap_ns", "other_idle_ns")],
-        pl.col("syncs_last").sum().alias("syncs_before_late"),
-        pl.col("sync_ns_last").sum().alias("sync_ns_before_late"),
-    )
     out = (
         base.join(part, on="rank", how="left")
         .join(last, on="rank", how="left")
-        .join(exc, on="rank", how="left")
         .with_columns(
             pl.col("collectives").fill_null(0),
             pl.col("last_count").fill_null(0),
@@ -279,4 +332,36 @@ def stragglers(events: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS) -> dict[str
         )
         .sort("rank")
     )
-    return {"ranks": out, "kernels": slow_kernels(events, matched, skew), "collectives": skew}
+    slow = slow_kernels(events, matched, skew) if kernels else pl.DataFrame(schema=KERNELS_SCHEMA)
+    return {"ranks": out, "kernels": slow, "collectives": skew, "late": late}
+
+
+PHASE_SCHEMA: Final = {
+    "phase": pl.String(), "collectives": pl.UInt32(), "last_rank": pl.Int32(), "last_count": pl.UInt32(),
+    "last_share": pl.Float64(), "inflicted_wait_ns": pl.Int64(), "late_margin_ns": pl.Int64(),
+    **{f"{c}_excess": pl.Float64() for c in EXCESS},
+    "syncs_before_late": pl.Int64(), "sync_ns_before_late": pl.Int64(),
+}
+
+
+def phase_stragglers(view: dict[str, pl.DataFrame], phases: list[str] | None = None) -> pl.DataFrame:
+    """Per phase (of its collectives), the straggler: the rank whose late arrivals made the other
+    ranks wait longest (ties: most often last, then the lower rank), with the ``ranks`` columns
+    restricted to that phase's collectives (``PHASE_SCHEMA``). ``phases``: only these."""
+    coll = view["collectives"].filter(pl.col("phase").is_not_null())
+    late = view["late"].filter(pl.col("phase").is_not_null())
+    if phases is not None:
+        coll = coll.filter(pl.col("phase").is_in(phases))
+        late = late.filter(pl.col("phase").is_in(phases))
+    if late.is_empty():
+        return pl.DataFrame(schema=PHASE_SCHEMA)
+    per = late.group_by(["phase", "rank"]).agg(*_late_totals(late))
+    top = (
+        per.sort(["phase", "inflicted_wait_ns", "last_count", "rank"], descending=[False, True, True, False])
+        .group_by("phase", maintain_order=True)
+        .first()
+        .rename({"rank": "last_rank"})
+    )
+    tot = coll.group_by("phase").agg(pl.len().alias("collectives"))
+    out = top.join(tot, on="phase").with_columns((pl.col("last_count") / pl.col("collectives")).alias("last_share"))
+    return out.select([pl.col(k).cast(v) for k, v in PHASE_SCHEMA.items()]).sort("phase")

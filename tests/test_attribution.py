@@ -127,8 +127,10 @@ def test_allreduce_wait_transfer_and_straggler() -> None:
     assert one(inst, rank=0)["allreduce_wait_ns"] == 3_000 and one(inst, rank=0)["allreduce_transfer_ns"] == 2_000
     assert one(inst, rank=1)["allreduce_wait_ns"] == 0 and one(inst, rank=1)["allreduce_kernel_ns"] == 2_000
     s = rep["stragglers"].row(0, named=True)
-    assert s["last_rank"] == 1 and s["times_last"] == 1 and s["before_kernel"] == "g"
-    assert s["mean_late_ns"] == pytest.approx(3_000 - 250)
+    assert s["last_rank"] == 1 and s["last_count"] == 1 and s["collectives"] == 1 and s["last_share"] == 1.0
+    assert s["inflicted_wait_ns"] == 3_000 + 2_500  # the others' waits
+    assert s["late_margin_ns"] == 3_000 - 500  # behind the next-latest rank
+    assert s["busy_ns_excess"] is None  # its first collective: no segment before it
 
 
 def test_unmatched_collectives_are_reported_and_wait_left_unknown() -> None:

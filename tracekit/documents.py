@@ -52,7 +52,7 @@ INFO = DocumentType(
           "versions", "unmatched_kernels", "differences", "notes", "skipped"),
 )
 ATTRIBUTE = DocumentType(
-    "attribute", 4, "tracekit attribute --json",
+    "attribute", 5, "tracekit attribute --json",
     keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
           "issues", "whole_trace", "definitions"),
     optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes"),
@@ -69,7 +69,7 @@ GAP = DocumentType(
     optional=("by_rank", "mode", "definitions"),
 )
 RANKS = DocumentType(
-    "ranks", 1, "tracekit ranks --json",
+    "ranks", 2, "tracekit ranks --json",
     keys=("ranks", "kernels", "collectives", "state", "summary"),
 )
 SPEC = DocumentType(

@@ -124,9 +124,11 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
 @click.argument("run", type=click.Path(dir_okay=True))
 @click.option("--min-skew-us", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="A collective has a last rank only when arrivals spread at least this much.")
+@click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,
+              help="Idle after a launch call returns that still counts as a launch gap (as for attribute).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @guarded
-def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
+def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: bool) -> None:
     """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why."""
 
     from tracekit.analyzers.stragglers import rank_state, stragglers
@@ -134,7 +136,7 @@ def ranks_cmd(run: str, min_skew_us: float, as_json: bool) -> None:
 
     r = _load(run)
     _note_partial(run)
-    view = stragglers(r.events, round(min_skew_us * 1000))
+    view = stragglers(r.events, round(min_skew_us * 1000), launch_latency_ns=round(launch_latency_us * 1000))
     state = rank_state(r.manifest)
     if as_json:
         _forensic_json(render_ranks.to_json(view, state))

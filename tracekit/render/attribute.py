@@ -20,6 +20,7 @@ from rich.table import Table
 from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO
 from tracekit.buckets import BUCKETS
 from tracekit.documents import ATTRIBUTE
+from tracekit.render.ranks import before_late
 from tracekit.render.units import dur
 
 LABELS: Final = {
@@ -308,6 +309,18 @@ def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
             if t.ratio is not None and t.paired_unprofiled_ns is not None and t.window_ns is not None}
 
 
+def straggler_line(s: dict[str, Any]) -> str:
+    """The straggler of a phase (an ``analyzers.stragglers.phase_stragglers`` row), in the words
+    of ``tracekit ranks`` (which also names the slower kernels)."""
+    why = before_late(s)
+    return (
+        f"  straggler: rank {s['last_rank']} made the other ranks wait {dur(s['inflicted_wait_ns'])} in total "
+        f"(all instances); it arrived last at {s['last_count']} of {s['collectives']} matched collectives "
+        f"({100 * s['last_share']:.0f}%), {dur(s['late_margin_ns'])} in total behind the next-latest rank"
+        + (f"; before its late arrivals: {'; '.join(why)}" if why else "")
+    )
+
+
 def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
     """One paragraph for a phase over all ranks (a by_phase row)."""
     n = max(int(row["instances"]), 1)
@@ -514,13 +527,7 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
                 console.print(line, highlight=False, markup=False, soft_wrap=True)
         s = strag.get(phase)
         if s is not None:
-            bg = "" if s["before_gap_ns"] is None else f"; before those arrivals its GPU sat idle {dur(s['before_gap_ns'])} on average"
-            bk = "" if s["before_kernel"] is None else f" after {s['before_kernel'][:60]}"
-            console.print(
-                f"  straggler: rank {s['last_rank']} made the other ranks wait {dur(s['inflicted_wait_ns'])} in total "
-                f"(all instances); it arrived last at {s['times_last']} of {s['collectives']} matched collectives "
-                f"({100 * s['share_last']:.0f}%), {dur(s['mean_late_ns'])} after the others' mean{bg}{bk}"
-            )
+            console.print(straggler_line(s), soft_wrap=True)
         console.print(summary(row, s), soft_wrap=True)
         console.print()
     for issue in report["issues"].get_column("issue").to_list():

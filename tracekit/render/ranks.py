@@ -49,6 +49,19 @@ def state_by_rank(state: pl.DataFrame) -> dict[int, dict[str, str]]:
     return out
 
 
+def before_late(r: dict[str, Any]) -> list[str]:
+    """What a late rank did in the segments before its late arrivals (a ``ranks`` row, or an
+    ``attribute`` straggler row: the same columns), as the other ranks' mean excess."""
+    if r["busy_ns_excess"] is None:
+        return []
+    return [
+        f"GPU busy {dur(r['busy_ns_excess'], True)} vs the other ranks' mean",
+        f"launch gaps {dur(r['launch_gap_ns_excess'], True)}",
+        f"other idle {dur(r['other_idle_ns_excess'], True)}",
+        f"{r['syncs_before_late']} host syncs ({dur(r['sync_ns_before_late'])})",
+    ]
+
+
 def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[str]:
     ranks = view["ranks"]
     coll = view["collectives"]
@@ -81,12 +94,7 @@ def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[st
                 " of it: a first collective waiting for a late rank is waiting, not transfer."
             )
         lines.append(line)
-        why: list[str] = []
-        if r["busy_ns_excess"] is not None:
-            why.append(f"GPU busy {dur(r['busy_ns_excess'], True)} vs the other ranks' mean")
-            why.append(f"launch gaps {dur(r['launch_gap_ns_excess'], True)}")
-            why.append(f"other idle {dur(r['other_idle_ns_excess'], True)}")
-            why.append(f"{r['syncs_before_late']} host syncs ({dur(r['sync_ns_before_late'])})")
+        why = before_late(r)
         top = kernels.filter(pl.col("rank") == r["rank"]).head(3)
         if top.height:
             why.append(
