@@ -16,7 +16,9 @@ comes from a spec-off run).
 - Launches and graph use per side; mean sequence length per side and the gap
   per power-of-two sequence-length bucket present on both sides (comparing
   at different sequence lengths misleads).
-- Explanations: one line per bucket with a material delta, ranked by |delta|.
+- Explanations: one item per bucket with a material delta, ranked by |delta|, with
+  its evidence (kernel families, allreduce wait shares); the words are
+  ``tracekit.render.gap``'s.
 - Statistic (``stat``): ``median`` per instance by default (nearest rank,
   ``analyzers.robust``): one stalled instance does not move it; bucket medians
   need not add up to the window median. ``mean``: the buckets add up to the
@@ -25,6 +27,7 @@ comes from a spec-off run).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 import polars as pl
@@ -51,20 +54,6 @@ SIDE_MEANS: Final = (
     "allreduce_kernel_ns",
     "allreduce_wait_ns",
 )
-LABEL: Final = {
-    "attention": "attention",
-    "moe": "MoE",
-    "gemm": "dense GEMM",
-    "norm": "norm / rotary",
-    "elementwise": "elementwise",
-    "sampling": "sampling / spec bookkeeping",
-    "other": "other kernels",
-    "memory": "memcpy / memset",
-    "allreduce": "exposed allreduce",
-    "comm": "exposed other communication",
-    "launch_overhead": "launch overhead",
-    "idle": "GPU idle (dependency / sync)",
-}
 
 
 def _tokens(inst: pl.DataFrame) -> pl.Expr:
@@ -180,68 +169,60 @@ def seq_table(inst_a: pl.DataFrame, inst_b: pl.DataFrame, stat: str = "median") 
     return t.with_columns((pl.col("a_window_ns") - pl.col("b_window_ns")).alias("delta_ns")).sort("seq_lo")
 
 
-def _ms(ns: float) -> str:
-    a = abs(ns)
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
+SEQ_RATIO: Final = 1.25  # sides whose mean sequence lengths differ by more than this are flagged
 
 
-def _families(kern: pl.DataFrame, cats: tuple[str, ...], sign: float, names: tuple[str, str], limit: int = 2) -> str:
-    k = kern.filter(pl.col("category").is_in(list(cats)))
-    k = k.filter((pl.col("delta_ns") * sign) > 0).head(limit)
-    bits = []
-    for r in k.iter_rows(named=True):
-        fam = r["family"][:50]
-        if r["only"] == "a":
-            bits.append(f"{fam} only in {names[0]} ({r['a_count']:.1f}/instance, {_ms(r['a_mean_ns'])} each)")
-        elif r["only"] == "b":
-            bits.append(f"{fam} only in {names[1]} ({r['b_count']:.1f}/instance, {_ms(r['b_mean_ns'])} each)")
-        else:
-            bits.append(
-                f"{fam} {r['a_count']:.1f} x {_ms(r['a_mean_ns'])} vs {r['b_count']:.1f} x {_ms(r['b_mean_ns'])} per instance"
-            )
-    return "; ".join(bits)
+def seq_check(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """``differs`` when the sides' mean sequence lengths differ by more than ``SEQ_RATIO`` either
+    way, ``unknown`` when a side has none, else None (side summaries with ``mean_seq_len``)."""
+    if a["mean_seq_len"] and b["mean_seq_len"]:
+        ratio = a["mean_seq_len"] / b["mean_seq_len"]
+        return "differs" if ratio > SEQ_RATIO or ratio < 1 / SEQ_RATIO else None
+    if a["mean_seq_len"] is None or b["mean_seq_len"] is None:
+        return "unknown"
+    return None
 
 
-def _stat_word(side: dict[str, Any]) -> str:
-    return "medians: " if side.get("stat") == "median" else ""
+@dataclass(frozen=True)
+class Explanation:
+    """A bucket whose delta is material, with its evidence (words: ``tracekit.render.gap``).
+
+    ``families``: the kernel rows (``kernel_table``) of the bucket's category that moved the same
+    way as the bucket, largest first, at most two; ``wait_share_a`` / ``_b``: for ``allreduce``,
+    the share of allreduce kernel time spent waiting for the last rank on each side."""
+
+    bucket: str
+    a_ns: float
+    b_ns: float
+    delta_ns: float
+    families: tuple[dict[str, Any], ...] = ()
+    wait_share_a: float | None = None
+    wait_share_b: float | None = None
+
+
+def _wait_share(side: dict[str, Any]) -> float | None:
+    k, w = side["allreduce_kernel_ns"], side["allreduce_wait_ns"]
+    return w / k if k and w is not None else None
 
 
 def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b: dict[str, Any],
-                 a_name: str, b_name: str, min_share: float = 0.02) -> list[str]:
-    """Plain-language lines, one per bucket whose |delta| is at least min_share of the total, ranked."""
+                 min_share: float = 0.02, families: int = 2) -> list[Explanation]:
+    """One item per bucket whose |delta| is at least ``min_share`` of the total, ranked by |delta|."""
     total = abs(a["gpu_window_ns"] - b["gpu_window_ns"])
     rows = [r for r in buckets.iter_rows(named=True) if r["bucket"] != "gpu_window"]
     rows.sort(key=lambda r: abs(r["delta_ns"]), reverse=True)
-    lines = []
+    out = []
     for r in rows:
-        d = r["delta_ns"]
+        d, bucket = r["delta_ns"], r["bucket"]
         if d == 0 or (total > 0 and abs(d) < min_share * total):
             continue
-        bucket = r["bucket"]
-        head = f"{'+' if d > 0 else '-'}{_ms(abs(d))} {LABEL[bucket]} per instance ({_stat_word(a)}{_ms(r['a_ns'])} in {a_name} vs {_ms(r['b_ns'])} in {b_name})"
-        if bucket == "launch_overhead":
-            why = (
-                f"{a_name} {int(a['graphed_instances'])}/{a['instances']} instances graphed, "
-                f"{a['eager_launches']:,.0f} eager + {a['graph_launches']:,.0f} graph launches per instance; "
-                f"{b_name} {int(b['graphed_instances'])}/{b['instances']} graphed, "
-                f"{b['eager_launches']:,.0f} eager + {b['graph_launches']:,.0f} graph launches"
-            )
-        elif bucket in ("allreduce", "comm"):
-            wa = a["allreduce_wait_ns"] / a["allreduce_kernel_ns"] if a["allreduce_kernel_ns"] and a["allreduce_wait_ns"] is not None else None
-            wb = b["allreduce_wait_ns"] / b["allreduce_kernel_ns"] if b["allreduce_kernel_ns"] and b["allreduce_wait_ns"] is not None else None
-            why = _families(kern, (bucket,), d, (a_name, b_name))
-            if bucket == "allreduce" and wa is not None and wb is not None:
-                why += f"; waiting for the last rank: {100 * wa:.0f}% of allreduce time in {a_name} vs {100 * wb:.0f}%"
-        elif bucket == "idle":
-            why = "the GPU waited on dependencies, syncs or copies with work already issued"
-        else:
-            why = _families(kern, (bucket,), d, (a_name, b_name))
-        lines.append(head + (f": {why}" if why else ""))
-    return lines
+        fam: tuple[dict[str, Any], ...] = ()
+        if bucket not in ("launch_overhead", "idle"):
+            k = kern.filter((pl.col("category") == bucket) & ((pl.col("delta_ns") * d) > 0)).head(families)
+            fam = tuple(k.to_dicts())
+        wa, wb = (_wait_share(a), _wait_share(b)) if bucket == "allreduce" else (None, None)
+        out.append(Explanation(bucket, r["a_ns"], r["b_ns"], d, fam, wa, wb))
+    return out
 
 
 def gap_report(
@@ -258,8 +239,8 @@ def gap_report(
     ``stat``: median (default) or mean per instance (module doc).
 
     Keys: a, b (side summaries: dicts of means per instance), buckets, kernels,
-    seq, by_rank (bucket means per side and rank), explanations (list of str),
-    total_delta_ns, warnings (list of str). An AnalysisError carries
+    seq, by_rank (bucket means per side and rank), explanations (``Explanation`` items),
+    total_delta_ns, seq_check (``seq_check``). An AnalysisError carries
     ``side`` "A" or "B" so the caller can name the right file.
     """
     try:
@@ -274,17 +255,6 @@ def gap_report(
     sa["phase"], sb["phase"] = a, b
     buckets = bucket_table(sa, sb)
     kern = kernel_table(ev_a, inst_a, ev_b, inst_b)
-    a_name, b_name = (a, b) if a != b else ("A", "B")
-    warnings: list[str] = []
-    if sa["mean_seq_len"] and sb["mean_seq_len"]:
-        ratio = sa["mean_seq_len"] / sb["mean_seq_len"]
-        if ratio > 1.25 or ratio < 0.8:
-            warnings.append(
-                f"sequence lengths differ: {a_name} at {sa['mean_seq_len']:,.0f} vs {b_name} at {sb['mean_seq_len']:,.0f} "
-                "on average; see the matched sequence-length rows"
-            )
-    elif sa["mean_seq_len"] is None or sb["mean_seq_len"] is None:
-        warnings.append("sequence length unknown on at least one side: the comparison cannot be matched by sequence length")
     per_rank = pl.concat(
         [
             inst_a.group_by("rank").agg(pl.lit("a").alias("side"), pl.len().alias("instances"),
@@ -301,10 +271,11 @@ def gap_report(
         "seq": seq_table(inst_a, inst_b, stat),
         "stat": stat,
         "by_rank": per_rank,
-        "explanations": explanations(buckets, kern, sa, sb, a_name, b_name),
+        "explanations": explanations(buckets, kern, sa, sb),
         "total_delta_ns": sa["gpu_window_ns"] - sb["gpu_window_ns"],
-        "warnings": warnings,
+        "seq_check": seq_check(sa, sb),
     }
 
 
-__all__ = ["bucket_table", "explanations", "gap_report", "kernel_table", "seq_table", "side", "side_summary"]
+__all__ = ["SEQ_RATIO", "Explanation", "bucket_table", "explanations", "gap_report", "kernel_table", "seq_check", "seq_table",
+           "side", "side_summary"]

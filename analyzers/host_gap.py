@@ -6,19 +6,23 @@ thread; buckets sum to the host range). Per bucket: mean per instance on each
 side (every instance of every selected rank counts once), delta = A - B, delta
 per token (A's mean per token minus B's; tokens = ``num_tokens``, else
 ``batch_size``), share of the total host-range gap. Explanations: one line per
-bucket with a material delta, ranked by |delta|.
+bucket with a material delta, ranked by |delta| (the words: ``tracekit.render.host_attribute``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
 from tracekit.errors import AnalysisError, Side
 
+from .gap import seq_check
 from .host_attribution import HOST_BUCKET_COLUMNS, HOST_BUCKETS, host_report
 from .robust import center
+
+MIN_SHARE: Final = 0.03  # a bucket explains the gap when its |delta| is at least this share of it
+MAX_LINES: Final = 6
 
 
 def _side(events: pl.DataFrame, phase: str, rank: int | None, tag: Side) -> pl.DataFrame:
@@ -65,33 +69,25 @@ def host_gap_report(
     rank: int | None = None, stat: str = "median",
 ) -> dict[str, Any]:
     """Keys: a, b (side summaries: ``stat`` per instance, median by default as ``analyzers.gap``),
-    buckets, explanations, total_delta_ns, warnings, stat.
+    buckets, explanations (the ``buckets`` rows whose |delta| is at least ``MIN_SHARE`` of the
+    total, ranked, at most ``MAX_LINES``), total_delta_ns, seq_check (``analyzers.gap.seq_check``,
+    ``differs`` only), stat.
 
     AnalysisError messages start with ``A:`` or ``B:`` (as ``analyzers.gap``)."""
     ia = _side(a_events, a, rank, "A")
     ib = _side(b_events if b_events is not None else a_events, b, rank, "B")
     sa, sb = _summary(ia, a, stat), _summary(ib, b, stat)
-    warnings = []
-    if sa["mean_seq_len"] and sb["mean_seq_len"]:
-        ratio = sa["mean_seq_len"] / sb["mean_seq_len"]
-        if ratio > 1.25 or ratio < 0.8:
-            warnings.append(f"sequence lengths differ: {sa['mean_seq_len']:,.0f} vs {sb['mean_seq_len']:,.0f} on average")
     buckets = host_bucket_table(sa, sb)
     total = sa["host_ns"] - sb["host_ns"]
     ranked = buckets.filter(pl.col("bucket") != "host_range").sort(pl.col("delta_ns").abs(), descending=True)
-    explanations = [
-        f"{r['bucket']}: {'+' if r['delta_ns'] > 0 else ''}{r['delta_ns'] / 1e6:.3f} ms per instance ({stat})"
-        + ("" if r["share"] is None else f" ({100 * r['share']:.0f}% of the host-range gap)")
-        for r in ranked.iter_rows(named=True)
-        if total and abs(r["delta_ns"]) >= 0.03 * abs(total)
-    ][:6]
+    material = ranked.filter(pl.lit(total != 0) & (pl.col("delta_ns").abs() >= MIN_SHARE * abs(total))).head(MAX_LINES)
     return {
         "a": sa,
         "b": sb,
         "buckets": buckets,
-        "explanations": explanations,
+        "explanations": material,
         "total_delta_ns": total,
-        "warnings": warnings,
+        "seq_check": "differs" if seq_check(sa, sb) == "differs" else None,
         "stat": stat,
     }
 

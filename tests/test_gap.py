@@ -16,6 +16,7 @@ from tracekit.cli import cli
 from tracekit.errors import AnalysisError
 from tracekit.finalize import finalize_events, stamp
 from tracekit.finalize.phases import format_label
+from tracekit.render.gap import explanation_lines, warning_lines
 from tracekit.schema import conform
 from tracekit.store import new_manifest, write_run
 
@@ -69,7 +70,11 @@ def test_gap_terms_by_hand() -> None:
     # per token: A 8 tokens per instance, B 2 (decode: batch size)
     assert b["attention"]["delta_per_token_ns"] == pytest.approx(20_000 / 8 - 6_000 / 2)
     # ranked explanations: attention first (14 µs), launch overhead (9 µs) second
-    ex = rep["explanations"]
+    items = rep["explanations"]
+    assert [e.bucket for e in items[:2]] == ["attention", "launch_overhead"]
+    assert items[0].delta_ns == 14_000 and items[0].families[0]["family"] == "extend_attn_fwd_kernel"
+    assert items[0].families[0]["only"] == "a" and items[1].families == ()
+    ex = explanation_lines(rep)  # the words are the renderer's
     assert ex[0].startswith("+14.0 µs attention") and "extend_attn_fwd_kernel only in verify" in ex[0]
     assert ex[1].startswith("+9.0 µs launch overhead") and "0/6 instances graphed" in ex[1]
     k = rep["kernels"]
@@ -79,7 +84,7 @@ def test_gap_terms_by_hand() -> None:
     moe = k.filter(pl.col("family") == "fused_moe_kernel").row(0, named=True)
     assert moe["a_count"] == 1 and moe["a_mean_ns"] == 15_000 and moe["b_mean_ns"] == 12_000
     assert rep["a"]["graphed_instances"] == 0 and rep["b"]["graphed_instances"] == 6
-    assert rep["warnings"] == []
+    assert rep["seq_check"] is None and warning_lines(rep) == []
 
 
 def test_gap_of_a_phase_with_itself_is_zero() -> None:
@@ -92,10 +97,10 @@ def test_gap_of_a_phase_with_itself_is_zero() -> None:
 
 def test_sequence_length_mismatch_warns_and_matches_buckets() -> None:
     rep = gap_report(frame(verify_eager, seq=4000), frame(decode_graphed, seq=1000))
-    assert rep["warnings"] and "sequence lengths differ" in rep["warnings"][0]
+    assert rep["seq_check"] == "differs" and "sequence lengths differ" in warning_lines(rep)[0]
     assert rep["seq"].height == 0  # no common power-of-two bucket
     rep = gap_report(frame(verify_eager, seq=1100), frame(decode_graphed, seq=1300))
-    assert rep["warnings"] == [] and rep["seq"].get_column("seq_lo").to_list() == [1024]
+    assert rep["seq_check"] is None and rep["seq"].get_column("seq_lo").to_list() == [1024]
 
 
 def test_rank_filter_and_missing_side() -> None:

@@ -38,6 +38,67 @@ def stat_of(rep: dict[str, Any]) -> str:
     return str(rep.get("stat", "mean"))
 
 
+def side_names(rep: dict[str, Any], tagged: bool = False) -> tuple[str, str]:
+    """What the words call the two sides: the phase names, or (one phase on both sides) A and B
+    (``tagged``: ``A:verify`` / ``B:verify``, as the table headers say)."""
+    an, bn = rep["a"]["phase"], rep["b"]["phase"]
+    if an != bn:
+        return an, bn
+    return (f"A:{an}", f"B:{bn}") if tagged else ("A", "B")
+
+
+def _family(r: dict[str, Any], names: tuple[str, str]) -> str:
+    fam = r["family"][:50]
+    if r["only"] == "a":
+        return f"{fam} only in {names[0]} ({r['a_count']:.1f}/instance, {dur(r['a_mean_ns'])} each)"
+    if r["only"] == "b":
+        return f"{fam} only in {names[1]} ({r['b_count']:.1f}/instance, {dur(r['b_mean_ns'])} each)"
+    return f"{fam} {r['a_count']:.1f} x {dur(r['a_mean_ns'])} vs {r['b_count']:.1f} x {dur(r['b_mean_ns'])} per instance"
+
+
+def explanation_lines(rep: dict[str, Any]) -> list[str]:
+    """The ranked explanations (``analyzers.gap.Explanation`` items) in words."""
+    a, b = rep["a"], rep["b"]
+    an, bn = side_names(rep)
+    medians = "medians: " if a.get("stat") == "median" else ""
+    lines = []
+    for e in rep["explanations"]:
+        head = (f"{dur(e.delta_ns, signed=True)} {LABELS[e.bucket]} per instance "
+                f"({medians}{dur(e.a_ns)} in {an} vs {dur(e.b_ns)} in {bn})")
+        if e.bucket == "launch_overhead":
+            why = (
+                f"{an} {int(a['graphed_instances'])}/{a['instances']} instances graphed, "
+                f"{a['eager_launches']:,.0f} eager + {a['graph_launches']:,.0f} graph launches per instance; "
+                f"{bn} {int(b['graphed_instances'])}/{b['instances']} graphed, "
+                f"{b['eager_launches']:,.0f} eager + {b['graph_launches']:,.0f} graph launches"
+            )
+        elif e.bucket == "idle":
+            why = "the GPU waited on dependencies, syncs or copies with work already issued"
+        else:
+            why = "; ".join(_family(r, (an, bn)) for r in e.families)
+            if e.wait_share_a is not None and e.wait_share_b is not None:
+                why += (f"; waiting for the last rank: {100 * e.wait_share_a:.0f}% of allreduce time in {an} "
+                        f"vs {100 * e.wait_share_b:.0f}%")
+        lines.append(head + (f": {why}" if why else ""))
+    return lines
+
+
+def warning_lines(rep: dict[str, Any], see_rows: bool = True) -> list[str]:
+    """The comparison's caveats (``seq_check``) in words; ``see_rows``: the output has the
+    matched sequence-length rows (GPU mode)."""
+    a, b = rep["a"], rep["b"]
+    check = rep.get("seq_check")
+    if check == "differs":
+        if not see_rows:
+            return [f"sequence lengths differ: {a['mean_seq_len']:,.0f} vs {b['mean_seq_len']:,.0f} on average"]
+        an, bn = side_names(rep)
+        return [f"sequence lengths differ: {an} at {a['mean_seq_len']:,.0f} vs {bn} at {b['mean_seq_len']:,.0f} "
+                "on average; see the matched sequence-length rows"]
+    if check == "unknown" and see_rows:
+        return ["sequence length unknown on at least one side: the comparison cannot be matched by sequence length"]
+    return []
+
+
 def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
     """The stable ``--json`` document (times in ns, ``statistic`` per instance: median or mean)."""
     stat = stat_of(rep)
@@ -58,10 +119,10 @@ def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: 
             if r["bucket"] != "gpu_window"
         },
         "total_delta_ns": rep["total_delta_ns"],
-        "explanations": rep["explanations"],
+        "explanations": explanation_lines(rep),
         "kernels": rep["kernels"].to_dicts(),
         "seq": rep["seq"].to_dicts(),
-        "warnings": rep["warnings"],
+        "warnings": warning_lines(rep),
     }
     timing = rep.get("timing") or {"timing_source": "profiled", "why": "no capture timers given"}
     doc["timing_source"] = timing["timing_source"]
@@ -73,9 +134,8 @@ def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: 
 
 def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None:
     a, b = rep["a"], rep["b"]
-    an, bn = a["phase"], b["phase"]
-    if an == bn:
-        an, bn = f"A:{an}", f"B:{bn}"
+    an, bn = side_names(rep, tagged=True)
+
     def desc(x: dict[str, Any]) -> str:
         tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
         seq = "unknown" if x["mean_seq_len"] is None else f"{x['mean_seq_len']:,.0f}"
@@ -155,10 +215,10 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         console.print(f"times are profiled only ({tm.get('why')})", soft_wrap=True)
     console.print(f"{an} costs {('+' if total > 0 else '')}{dur(total)} per instance ({stat}) more than {bn} on the GPU "
                   "(profiled window); explained by:")
-    for line in rep["explanations"]:
+    for line in explanation_lines(rep):
         console.print(f"  {line}", soft_wrap=True)
-    for w in rep["warnings"]:
+    for w in warning_lines(rep):
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
 
 
-__all__ = ["STAT_NOTE", "render", "stat_of", "to_json"]
+__all__ = ["STAT_NOTE", "explanation_lines", "render", "side_names", "stat_of", "to_json", "warning_lines"]

@@ -29,8 +29,8 @@ from tracekit.render.attribute import (
     phase_item,
     robust_lines,
 )
-from tracekit.render.gap import STAT_NOTE, stat_of
-from tracekit.render.units import dur
+from tracekit.render.gap import STAT_NOTE, side_names, stat_of, warning_lines
+from tracekit.render.units import dur, ms
 
 HOST_LABELS: Final = {
     "attention": "attention",
@@ -193,6 +193,16 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         console.print()
 
 
+def host_explanation_lines(rep: dict[str, Any]) -> list[str]:
+    """The host-mode gap's ranked buckets (``analyzers.host_gap``) in words."""
+    stat = stat_of(rep)
+    return [
+        f"{r['bucket']}: {'+' if r['delta_ns'] > 0 else ''}{ms(r['delta_ns'])} per instance ({stat})"
+        + ("" if r["share"] is None else f" ({100 * r['share']:.0f}% of the host-range gap)")
+        for r in rep["explanations"].iter_rows(named=True)
+    ]
+
+
 def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> dict[str, Any]:
     """``tracekit gap --json`` in host mode: the GPU document's keys, ``mode: host``, host-range buckets."""
     def side(x: dict[str, Any], run: str | None) -> dict[str, Any]:
@@ -212,10 +222,10 @@ def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> 
             if r["bucket"] != "host_range"
         },
         "total_delta_ns": rep["total_delta_ns"],
-        "explanations": rep["explanations"],
+        "explanations": host_explanation_lines(rep),
         "kernels": [],
         "seq": [],
-        "warnings": rep["warnings"],
+        "warnings": warning_lines(rep, see_rows=False),
         "definitions": HOST_DEFINITIONS,
     })
 
@@ -223,7 +233,7 @@ def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> 
 def render_host_gap(rep: dict[str, Any], console: Console) -> None:
     """Print the host-mode gap table (means per instance) and its ranked explanations."""
     a, b = rep["a"], rep["b"]
-    an, bn = (a["phase"], b["phase"]) if a["phase"] != b["phase"] else (f"A:{a['phase']}", f"B:{b['phase']}")
+    an, bn = side_names(rep, tagged=True)
 
     def desc(x: dict[str, Any]) -> str:
         tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
@@ -252,9 +262,9 @@ def render_host_gap(rep: dict[str, Any], console: Console) -> None:
     total = rep["total_delta_ns"]
     more = "more" if total >= 0 else "less"
     console.print(f"{an} takes {dur(abs(total))} per instance ({stat}) {more} host time than {bn}; by bucket:")
-    for line in rep["explanations"]:
+    for line in host_explanation_lines(rep):
         console.print(f"  {line}", soft_wrap=True)
-    for w in rep["warnings"]:
+    for w in warning_lines(rep, see_rows=False):
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
 
 
@@ -262,6 +272,7 @@ __all__ = [
     "HOST_BUCKETS",
     "HOST_HEADER",
     "HOST_LABELS",
+    "host_explanation_lines",
     "host_gap_json",
     "host_mode_line",
     "host_summary",
