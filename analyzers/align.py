@@ -28,6 +28,7 @@ import polars as pl
 
 from tracekit.errors import AnalysisError
 from tracekit.manifest import hosts as rank_hosts
+from tracekit.manifest import typed
 
 from .coll_match import matched_collectives
 
@@ -191,5 +192,5 @@ def align_events(
 
 def raw_times(events: pl.DataFrame, manifest: dict[str, Any]) -> pl.DataFrame:
     """Undo the recorded alignment: start_ns back on each rank's own clock."""
-    off = {int(k): int(v) for k, v in ((manifest.get("clock") or {}).get("offsets_ns") or {}).items()}
+    off = {int(k): int(v) for k, v in (typed(manifest).clock.get("offsets_ns") or {}).items()}
     return shift_ranks(events, {r: -v for r, v in off.items() if v})

@@ -19,13 +19,13 @@ import polars as pl
 
 from tracekit.errors import AnalysisError
 from tracekit.finalize.phases import CUDA_EVENT_ARG
+from tracekit.manifest import typed
 from tracekit.schema import RANGE
 
 
 def is_timing_run(manifest: dict[str, Any]) -> bool:
     """True when the run was captured in profile mode ``timing``."""
-    cap = manifest.get("capture")
-    return isinstance(cap, dict) and cap.get("profile_mode") == "timing"
+    return bool(typed(manifest).capture.get("profile_mode") == "timing")
 
 
 def timing_instances(events: pl.DataFrame, phase: str | None = None, rank: int | None = None) -> pl.DataFrame:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tracekit.buckets import BUCKETS
+from tracekit.manifest import typed
 
 HOST_BOUND: Final = ("launch_overhead", "idle")  # + the waiting part of exposed allreduce
 WINDOWS: Final = ("profiled", "timed")
@@ -58,13 +59,13 @@ def _typical(st: Any) -> float | None:
 def phase_timers(manifest: dict[str, Any] | None, ranks: list[int] | None = None) -> dict[str, PhaseTimer]:
     """Per phase with an unprofiled timer on at least one (selected) rank: ``PhaseTimer``."""
     per: dict[str, tuple[list[float], list[tuple[float, float]], str | None, str]] = {}
-    secs = (manifest or {}).get("ranks") or {}
-    for r, sec in secs.items():
-        if not isinstance(sec, dict) or (ranks is not None and int(r) not in ranks):
+    for r, sec in typed(manifest or {}).ranks.items():
+        if ranks is not None and int(r) not in ranks:
             continue
-        un = sec.get("unprofiled") or {}
-        win_name = next((w for w in WINDOWS if isinstance(sec.get(w), dict)), None)
-        win = sec.get(win_name) or {} if win_name else {}
+        un = sec.unprofiled or {}
+        windows = {"profiled": sec.profiled, "timed": sec.timed}
+        win_name = next((w for w in WINDOWS if windows[w] is not None), None)
+        win = (windows[win_name] or {}) if win_name else {}
         for ph, st in un.items():
             u = _typical(st)
             if u is None:

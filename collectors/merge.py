@@ -52,6 +52,7 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
             captured: list[int], out: Path, shard_dir: Path, launcher: dict[str, Any]) -> CaptureResult:
     from tracekit.collectors.launcher import explain, rank_ranges
     from tracekit.errors import TracekitError
+    from tracekit.manifest import typed
     from tracekit.store import merge_shards, read_manifest
 
     failures = _failures(cc, w, procs)
@@ -91,7 +92,7 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
                                 "note": "Ctrl-C ended the window early; the run holds the cycles captured"}
     merge_shards(shard_dir, out, extra)
     man = read_manifest(out)
-    aborted = [r for r, sec in man.get("ranks", {}).items() if isinstance(sec, dict) and sec.get("aborted")]
+    aborted = [r for r, sec in typed(man).ranks.items() if sec.aborted]
     if missing or w.errors or aborted or cc.keep_logs:  # the merged file holds every shard: keep only the logs
         for r in range(world):
             shard_path(shard_dir, r).unlink(missing_ok=True)

@@ -24,6 +24,19 @@ def test_committed_manifests_read_typed(run: Path) -> None:
         if man.source == "capture" and "env" in raw["ranks"][r]:  # a capture's rank section names its host
             assert sec.host, (run, r)
             assert sec.env == raw["ranks"][r]["env"]
+        for key in ("window", "aborted", "profile_note", "unprofiled", "profiled", "timed", "time_resolution_ns"):
+            assert getattr(sec, key) == raw["ranks"][r].get(key), (run, r, key)
+    for key in ("missing_ranks", "captured_ranks", "interrupted", "clock", "capture"):
+        assert getattr(man, key) == (raw.get(key) if key in raw else getattr(typed({}), key)), (run, key)
+
+
+def test_a_field_of_the_wrong_type_drops_only_that_field() -> None:
+    man = typed({"world_size": "two", "missing_ranks": {"1": "killed"},
+                 "ranks": {"0": {"host": "n1", "window": 5, "aborted": "lost its peer"}, "1": "not a section"}})
+    assert man.world_size is None and man.missing_ranks == {"1": "killed"}
+    assert list(man.ranks) == ["0"] and man.rank_ids() == [0]
+    sec = man.ranks["0"]
+    assert sec.host == "n1" and sec.window is None and sec.aborted == "lost its peer"
 
 
 def test_rank_section_dict_keeps_set_keys_and_env() -> None:

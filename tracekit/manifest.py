@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
+
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 # --- the schema ---------------------------------------------------------------------------------
 
 
 class RankManifest(msgspec.Struct, kw_only=True):
-    """One rank's section (``manifest["ranks"]["<r>"]``): the keys capture and ingest share."""
+    """One rank's section (``manifest["ranks"]["<r>"]``): the keys capture and ingest share, then
+    those only one of them writes. Readers take these; only the generic walkers (``info``'s
+    differences, ``diff``'s manifest diff, ``ranks``' GPU state) read the stored JSON, keys and all."""
 
     rank: int | None = None
     world_size: int | None = None
@@ -46,6 +50,17 @@ class RankManifest(msgspec.Struct, kw_only=True):
     devices: list[int] | None = None
     sources: list[str] | None = None
     cpu_only: bool | None = None
+    time_resolution_ns: int | None = None  # ingest: the trace's time stamps are this coarse
+    # capture only (collectors/rank_process.py): the window, the profile mode, the phase timers
+    device: str | None = None
+    window: dict[str, Any] | None = None  # first_cycle, cycles (done), requested
+    profile_mode: str | None = None
+    profile_note: str | None = None
+    aborted: str | None = None  # why the window ended early
+    unprofiled: dict[str, Any] | None = None  # phase -> timer stats of the unprofiled warm-up cycles
+    profiled: dict[str, Any] | None = None  # the same over the profiled window
+    timed: dict[str, Any] | None = None  # ... over the window of a --profile timing capture
+    cycle_time: dict[str, Any] | None = None
 
 
 class RunManifest(msgspec.Struct, kw_only=True):
@@ -62,25 +77,42 @@ class RunManifest(msgspec.Struct, kw_only=True):
     clock: dict[str, Any] = msgspec.field(default_factory=dict)
     capture: dict[str, Any] = msgspec.field(default_factory=dict)
     launcher: dict[str, Any] = msgspec.field(default_factory=dict)
+    captured_ranks: list[int] | None = None  # capture: the ranks asked for (None: see capture / world_size)
+    interrupted: dict[str, Any] | None = None  # capture: Ctrl-C ended the window (cycles_done, cycles_requested, signal)
+    sources: list[dict[str, Any]] = msgspec.field(default_factory=list)  # ingest: the files read (path, size, ranks)
+    ingest: dict[str, Any] = msgspec.field(default_factory=dict)  # ingest: skipped files, notes
+
+    def rank_ids(self) -> list[int]:
+        """The ranks with a section, in order."""
+        return sorted(int(r) for r in self.ranks)
+
+
+def _convert(fields: Mapping[str, Any], kind: type[_S]) -> _S:
+    """``fields`` as ``kind``; a field of the wrong type is left out (None / empty), not the section."""
+    try:
+        return msgspec.convert(dict(fields), kind, strict=False)
+    except msgspec.ValidationError:
+        good = {}
+        for k, v in fields.items():
+            try:
+                msgspec.convert({k: v}, kind, strict=False)
+            except msgspec.ValidationError:
+                continue
+            good[k] = v
+        return msgspec.convert(good, kind, strict=False)
 
 
 def typed(manifest: Mapping[str, Any]) -> RunManifest:
     """Any stored manifest as a RunManifest (unknown keys ignored; a section that is not a
     mapping, as in hand-made test manifests, is left out)."""
     ranks = {str(r): sec for r, sec in (manifest.get("ranks") or {}).items() if isinstance(sec, Mapping)}
-    known = {k: manifest[k] for k in RunManifest.__struct_fields__ if k in manifest and k != "ranks"}
-    try:
-        out = msgspec.convert({**known, "ranks": {}}, RunManifest, strict=False)
-    except msgspec.ValidationError:
-        out = RunManifest()
+    out = _convert({k: manifest[k] for k in RunManifest.__struct_fields__ if k in manifest and k != "ranks"},
+                   RunManifest)
     for r, sec in ranks.items():
         fields = {k: sec[k] for k in RankManifest.__struct_fields__ if k in sec}
         if "host" not in fields and isinstance(sec.get("hostname"), str):  # early captures
             fields["host"] = sec["hostname"]
-        try:
-            out.ranks[r] = msgspec.convert(fields, RankManifest, strict=False)
-        except msgspec.ValidationError:
-            out.ranks[r] = RankManifest(host=fields.get("host") if isinstance(fields.get("host"), str) else None)
+        out.ranks[r] = _convert(fields, RankManifest)
     return out
 
 

@@ -38,6 +38,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.errors import RunError
+from tracekit.manifest import typed
 from tracekit.outputs import named_os_error, temp_beside
 from tracekit.schema import SCHEMA, SCHEMA_VERSION, conform, empty_events, sort_events
 
@@ -267,20 +268,20 @@ def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> 
 
 def expected_ranks(manifest: Mapping[str, Any]) -> list[int]:
     """The ranks a run should hold: ``captured_ranks``, the capture's ``ranks``, else the whole world."""
-    if isinstance(manifest.get("captured_ranks"), list):
-        return sorted(int(r) for r in manifest["captured_ranks"])
-    cap = manifest.get("capture")
-    if isinstance(cap, dict) and isinstance(cap.get("ranks"), list):
-        return sorted(int(r) for r in cap["ranks"])
-    world = manifest.get("world_size")
-    return list(range(int(world))) if isinstance(world, int) else sorted(int(r) for r in manifest.get("ranks", {}))
+    man = typed(manifest)
+    if man.captured_ranks is not None:
+        return sorted(man.captured_ranks)
+    if isinstance(man.capture.get("ranks"), list):
+        return sorted(int(r) for r in man.capture["ranks"])
+    return list(range(man.world_size)) if man.world_size is not None else man.rank_ids()
 
 
 def shard_missing(shard_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> dict[str, str]:
     """Ranks the shards of ``shard_dir`` should hold but do not, each with why (its log named when kept)."""
     d = Path(shard_dir)
-    have = {str(r) for r in manifest.get("ranks", {})}
-    known = dict(manifest.get("missing_ranks", {}))
+    man = typed(manifest)
+    have = set(man.ranks)
+    known = man.missing_ranks
     out: dict[str, str] = {}
     for r in expected_ranks(manifest):
         if str(r) in have:

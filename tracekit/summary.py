@@ -25,7 +25,7 @@ from tracekit import schema
 from tracekit.documents import INFO
 from tracekit.finalize.categories import COMM_CATEGORIES, Rule, unmatched_kernels
 from tracekit.intervals import union_ns
-from tracekit.manifest import RANK_IDENTITY, RANK_MEASUREMENTS
+from tracekit.manifest import RANK_IDENTITY, RANK_MEASUREMENTS, typed
 
 # Manifest leaves that identify a rank or sample a moving quantity, and per-rank sections that
 # hold measurements: never "differences" (tracekit.manifest, the one table of key kinds).
@@ -183,13 +183,14 @@ def run_summary(
     start, end = _bounds(events)
     unmatched = unmatched_kernels(events, rules).head(top)
     present = [int(r) for r in ranks.get_column("rank").to_list()]
+    man = typed(manifest)
     return INFO.make({
-        "run_schema_version": manifest.get("schema_version"),
-        "tracekit_version": manifest.get("tracekit_version"),
-        "source": manifest.get("source"),
-        "world_size": manifest.get("world_size", len(present)),
+        "run_schema_version": man.schema_version,
+        "tracekit_version": man.tracekit_version,
+        "source": man.source,
+        "world_size": man.world_size if man.world_size is not None else len(present),
         "ranks_present": present,
-        "missing_ranks": dict(manifest.get("missing_ranks") or {}),
+        "missing_ranks": dict(man.missing_ranks),
         "start_ns": start,
         "end_ns": end,
         "span_ns": end - start if start is not None and end is not None else 0,
@@ -199,8 +200,8 @@ def run_summary(
         "versions": versions_by_rank(manifest),
         "unmatched_kernels": unmatched.to_dicts(),
         "differences": [asdict(d) for d in manifest_differences(manifest)],
-        "notes": list((manifest.get("ingest") or {}).get("notes", [])),
-        "skipped": list((manifest.get("ingest") or {}).get("skipped", [])),
+        "notes": list(man.ingest.get("notes", [])),
+        "skipped": list(man.ingest.get("skipped", [])),
     })
 
 

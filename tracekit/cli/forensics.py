@@ -80,9 +80,10 @@ def align_cmd(run: str, output: str, method: str) -> None:
         except AnalysisError as exc:
             raise exc.located(path=run) from None
         write_run(events, output, man)
+    from tracekit.manifest import typed
     from tracekit.render.ingest import alignment_line
 
-    line = alignment_line(man["clock"])
+    line = alignment_line(typed(man).clock)
     click.echo(f"{line} -> {output}" if line else f"no alignment (ranks share one host clock) -> {output}")
 
 

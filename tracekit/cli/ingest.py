@@ -63,7 +63,9 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     line = resolution_line(time_resolution(events))
     if line:
         click.echo(f"tracekit: warning: {out}: {line}", err=True)
-    if man.get("missing_ranks"):
+    from tracekit.manifest import typed
+
+    if typed(man).missing_ranks:
         from tracekit.cli_errors import EXIT_PARTIAL
 
         sys.exit(EXIT_PARTIAL)

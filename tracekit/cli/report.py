@@ -43,13 +43,14 @@ def merge_cmd(shard_dir: str, output: str) -> None:
     RUN.d/; this merges them (DIR is left as it is). Exit 3 when ranks are missing.
     """
     from tracekit.cli_errors import EXIT_PARTIAL
+    from tracekit.manifest import typed
     from tracekit.render.run_state import missing_line
     from tracekit.store import merge_shards, read_manifest
 
     with _claim(output, [shard_dir]):
         merge_shards(shard_dir, output, {"merged_by": "tracekit merge", "merged_from": shard_dir})
     man = read_manifest(output)
-    n = len(man.get("ranks", {}))
+    n = len(typed(man).ranks)
     click.echo(f"merged {n} shard(s) from {shard_dir} into {output} (the shards are left in {shard_dir})")
     line = missing_line(output, man)
     if line:

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
+from tracekit.manifest import typed
+
 PROGRESS_MIN_BYTES = 32 << 20  # show a progress bar from this much input on
 
 
@@ -55,22 +57,22 @@ def alignment_line(clock: dict[str, Any]) -> str | None:
 
 def print_ingest_summary(err: Console, out: object, height: int, man: dict[str, Any], seconds: float) -> None:
     """The lines after a successful ingest: what was written, alignment, missing ranks, notes, skipped files."""
-    ranks = sorted(int(r) for r in man.get("ranks", {}))
-    size = sum(int(s.get("size", 0)) for s in man.get("sources", []))
-    err.print(f"wrote {out}: {height:,} events, ranks {', '.join(map(str, ranks))} of world size "
-              f"{man.get('world_size')}, from {len(man.get('sources', []))} file(s) ({size / 1e6:,.1f} MB) "
+    m = typed(man)
+    size = sum(int(s.get("size", 0)) for s in m.sources)
+    err.print(f"wrote {out}: {height:,} events, ranks {', '.join(map(str, m.rank_ids()))} of world size "
+              f"{m.world_size}, from {len(m.sources)} file(s) ({size / 1e6:,.1f} MB) "
               f"in {seconds:.2f} s")
-    line = alignment_line(man.get("clock") or {})
+    line = alignment_line(m.clock)
     if line:
         err.print(line)
-    skipped = man.get("ingest", {}).get("skipped", [])
+    skipped = m.ingest.get("skipped", [])
     if skipped:  # first: a skipped file is usually why a rank is missing
         err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
         for s in skipped:
             err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
-    for r, why in (man.get("missing_ranks") or {}).items():
+    for r, why in m.missing_ranks.items():
         err.print(f"[yellow]missing rank {r}: {why}[/yellow]")
-    for note in man.get("ingest", {}).get("notes", []):
+    for note in m.ingest.get("notes", []):
         err.print(f"[yellow]{note}[/yellow]")
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from tracekit.manifest import typed
 
-def missing_line(path: str, manifest: dict[str, Any]) -> str | None:
+
+def missing_line(path: str, manifest: Mapping[str, Any]) -> str | None:
     """``RUN: partial run: rank 1 missing (killed by SIGKILL ...)`` or None when every rank is there."""
-    missing = manifest.get("missing_ranks") or {}
+    missing = typed(manifest).missing_ranks
     if not missing:
         return None
     items = sorted(missing.items(), key=lambda kv: int(kv[0]))
@@ -17,16 +20,16 @@ def missing_line(path: str, manifest: dict[str, Any]) -> str | None:
     return f"{path}: partial run: {noun} {ranks} missing ({why})"
 
 
-def interrupted_line(path: str, manifest: dict[str, Any]) -> str | None:
+def interrupted_line(path: str, manifest: Mapping[str, Any]) -> str | None:
     """``RUN: interrupted capture: ...`` or None."""
-    intr = manifest.get("interrupted")
-    if not isinstance(intr, dict):
+    intr = typed(manifest).interrupted
+    if intr is None:
         return None
     return (f"{path}: interrupted capture: the window ended at cycle {intr.get('cycles_done')} of "
             f"{intr.get('cycles_requested')} ({intr.get('signal', 'SIGINT')})")
 
 
-def run_state_lines(path: str, manifest: dict[str, Any]) -> list[str]:
+def run_state_lines(path: str, manifest: Mapping[str, Any]) -> list[str]:
     """Every line that says the run is not whole (empty when it is)."""
     return [x for x in (missing_line(path, manifest), interrupted_line(path, manifest)) if x]
 
