@@ -10,7 +10,7 @@ buckets, never inside them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import polars as pl
@@ -22,6 +22,7 @@ from tracekit.buckets import BUCKETS
 from tracekit.documents import ATTRIBUTE
 from tracekit.render.ranks import before_late
 from tracekit.render.units import dur
+from tracekit.schema import PHASES
 
 LABELS: Final = {
     "attention": "attention",
@@ -37,7 +38,7 @@ LABELS: Final = {
     "launch_overhead": "launch overhead",
     "idle": "GPU idle (dependency / sync)",
 }
-PHASE_ORDER: Final = ("draft", "verify", "draft_extend", "decode", "prefill")
+PHASE_ORDER: Final = PHASES  # tables list the phases in cycle order, then the others by name
 DEFINITIONS: Final = {
     "units": "integer nanoseconds",
     "host_ns": "phase range on the host (CPU), summed over instances",
@@ -130,8 +131,10 @@ def _share(part: str, whole: str) -> Callable[[dict[str, Any]], float | None]:
     return lambda r: None if r[whole] <= 0 else r[part] / r[whole]
 
 
-def _order(phases: list[str]) -> list[str]:
+def phase_order(phases: Iterable[str]) -> list[str]:
+    """``phases`` in the order every table lists them (``PHASE_ORDER``, then the others by name)."""
     return sorted(phases, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
+
 
 
 def _int(v: Any) -> int | None:
@@ -321,6 +324,12 @@ def straggler_line(s: dict[str, Any]) -> str:
     )
 
 
+def dilation_line(phase: str, d: dict[str, float]) -> str:
+    """A phase's profiler dilation (a ``dilation`` item): unprofiled vs profiled time per instance."""
+    return (f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
+            f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)")
+
+
 def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
     """One paragraph for a phase over all ranks (a by_phase row)."""
     n = max(int(row["instances"]), 1)
@@ -359,22 +368,45 @@ def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
     return text
 
 
-def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Table:
-    n = max(int(ph_row["instances"]), 1)
-    win = ph_row["gpu_window_ns"]
-    t = Table(title=f"{phase}: where the GPU window went (mean per instance over all ranks; % of window)")
+def share_table(title: str, share_header: str, row: dict[str, Any], ranks: pl.DataFrame, buckets: tuple[str, ...],
+                labels: dict[str, str], total_col: str, total_label: str) -> tuple[Table, Callable[[Callable[[dict[str, Any]], float | None]], list[str]]]:
+    """A phase's buckets (GPU window or host range): mean per instance over all ranks, share of the
+    total, one share column per rank; the total row last (bold). Returns the table and its per-rank cells."""
+    n = max(int(row["instances"]), 1)
+    total = row[total_col]
+    t = Table(title=title)
     t.add_column("bucket", no_wrap=True)
     t.add_column("mean per instance", justify="right")
-    t.add_column("% of window", justify="right")
+    t.add_column(share_header, justify="right")
     rrows = list(ranks.iter_rows(named=True))
     cells = _rank_columns(t, rrows, "%")
-    for b in BUCKETS:
-        v = ph_row[f"{b}_ns"]
+    for b in buckets:
+        v = row[f"{b}_ns"]
         if v == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
             continue
-        t.add_row(LABELS[b], dur(v / n, digits=3), pct(v, win), *cells(_share(f"{b}_ns", "gpu_window_ns")))
+        t.add_row(labels[b], dur(v / n, digits=3), pct(v, total), *cells(_share(f"{b}_ns", total_col)))
+    t.add_row(total_label, dur(total / n, digits=3), "100%", *["" for _ in cells(lambda r: None)], style="bold")
+    return t, cells
+
+
+def seq_table(seq: pl.DataFrame, phase: str, title: str, total: tuple[str, str], columns: tuple[tuple[str, str], ...]) -> Table:
+    """A phase by sequence-length bucket: instances, the total (header, column) and the ``columns``
+    (header, bucket), each as the mean per instance over all ranks."""
+    t = Table(title=title)
+    for c in ("seq len", "instances", total[0], *[h for h, _ in columns]):
+        t.add_column(c, justify="right")
+    for r in seq.filter(pl.col("phase") == phase).iter_rows(named=True):
+        n = max(int(r["instances"]), 1)
+        label = "unknown" if r["seq_lo"] is None else f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}"
+        t.add_row(label, str(r["instances"]), dur(r[total[1]] / n), *[dur(r[f"{b}_ns"] / n) for _, b in columns])
+    return t
+
+
+def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Table:
+    n = max(int(ph_row["instances"]), 1)
+    t, cells = share_table(f"{phase}: where the GPU window went (mean per instance over all ranks; % of window)",
+                           "% of window", ph_row, ranks, BUCKETS, LABELS, "gpu_window_ns", "GPU window")
     blank = ["" for _ in cells(lambda r: None)]
-    t.add_row("GPU window", dur(win / n, digits=3), "100%", *blank, style="bold")
     if ph_row.get("median_gpu_window_ns") is not None:
         t.add_row("GPU window median / p90", f"{dur(ph_row['median_gpu_window_ns'], digits=3)} / {dur(ph_row['p90_gpu_window_ns'], digits=3)}",
                   "", *blank, style="bold")
@@ -468,19 +500,10 @@ def _cycle_table(inst: pl.DataFrame, phase: str) -> Table:
 
 
 def _seq_table(seq: pl.DataFrame, phase: str) -> Table:
-    t = Table(title=f"{phase}: by sequence length (mean per instance over all ranks)")
-    for c in ("seq len", "instances", "window", "attention", "moe", "gemm", "allreduce", "launch", "idle"):
-        t.add_column(c, justify="right")
-    for r in seq.filter(pl.col("phase") == phase).iter_rows(named=True):
-        n = max(int(r["instances"]), 1)
-        label = "unknown" if r["seq_lo"] is None else f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}"
-        t.add_row(
-            label,
-            str(r["instances"]),
-            dur(r["gpu_window_ns"] / n),
-            *[dur(r[f"{b}_ns"] / n) for b in ("attention", "moe", "gemm", "allreduce", "launch_overhead", "idle")],
-        )
-    return t
+    return seq_table(seq, phase, f"{phase}: by sequence length (mean per instance over all ranks)",
+                     ("window", "gpu_window_ns"),
+                     (("attention", "attention"), ("moe", "moe"), ("gemm", "gemm"), ("allreduce", "allreduce"),
+                      ("launch", "launch_overhead"), ("idle", "idle")))
 
 
 def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest: dict[str, Any] | None = None) -> None:
@@ -499,7 +522,7 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
     timers = phase_timers(manifest) if manifest is not None else {}
     if whole_trace(report):
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
-    for phase in _order(list(bp)):
+    for phase in phase_order(bp):
         row = bp[phase]
         ranks = report["by_rank"].filter(pl.col("phase") == phase)
         if by == "cycle":
@@ -514,11 +537,7 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         for line in robust_lines(row, report.get("outliers")):
             console.print(line, soft_wrap=True)
         if phase in dil:
-            d = dil[phase]
-            console.print(
-                f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
-                f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
-            )
+            console.print(dilation_line(phase, dil[phase]))
         typ = typical_instance(report["instances"], phase)
         est = phase_estimate(typ, timers.get(phase))
         if est is not None and typ is not None and by == "rank":
@@ -540,10 +559,15 @@ __all__ = [
     "DEFINITIONS",
     "LABELS",
     "dilation",
+    "dilation_line",
     "make_console",
     "outlier_items",
+    "phase_order",
     "render",
     "robust_lines",
+    "seq_table",
+    "share_table",
+    "straggler_line",
     "summary",
     "to_json",
 ]

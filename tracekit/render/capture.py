@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from tracekit.manifest import typed
 from tracekit.render.units import ms
 
-PHASE_ORDER = ("draft", "verify", "draft_extend", "decode", "prefill")
+if TYPE_CHECKING:
+    from tracekit.collectors.capture import CaptureResult
 
-
-class _Result(Protocol):
-    out: Any
-    world: int
-    captured: list[int]
-    missing: dict[str, str]
-    events: int
-    size_bytes: int
-    manifest: dict[str, Any]
 
 
 def dilation_lines(manifest: dict[str, Any]) -> list[str]:
@@ -26,7 +19,9 @@ def dilation_lines(manifest: dict[str, Any]) -> list[str]:
     timers = {ph: t for ph, t in phase_timers(manifest).items()
               if t.window_ns is not None and t.paired_unprofiled_ns is not None}
     lines = []
-    for ph in sorted(timers, key=lambda p: PHASE_ORDER.index(p) if p in PHASE_ORDER else 99):
+    from tracekit.render.attribute import phase_order
+
+    for ph in phase_order(timers):
         t = timers[ph]
         ratio = "n/a" if t.ratio is None else f"x{t.ratio:.2f}"
         lines.append(f"  {ph:<13} {ms(t.paired_unprofiled_ns)} unprofiled, {ms(t.window_ns)} in the window "
@@ -38,38 +33,38 @@ def profile_line(manifest: dict[str, Any] | None) -> str | None:
     """'profile mode lite: <what it records and cannot give>' from a capture manifest, else None."""
     if not manifest:
         return None
-    mode = (manifest.get("capture") or {}).get("profile_mode")
+    man = typed(manifest)
+    mode = man.capture.get("profile_mode")
     if not mode:
         return None
-    notes = sorted({sec["profile_note"] for sec in (manifest.get("ranks") or {}).values()
-                    if isinstance(sec, dict) and sec.get("profile_note")})
+    notes = sorted({sec.profile_note for sec in man.ranks.values() if sec.profile_note})
     return f"profile mode {mode}: " + (" / ".join(notes) if notes else "(no rank recorded a note)")
 
 
-def render_capture_summary(result: _Result) -> str:
-    man = result.manifest
-    cap = man.get("capture", {})
-    windows = [sec.get("window", {}).get("cycles", 0) for sec in man.get("ranks", {}).values()]
+def render_capture_summary(result: CaptureResult) -> str:
+    man = typed(result.manifest)
+    cap = man.capture
+    windows = [(sec.window or {}).get("cycles", 0) for sec in man.ranks.values()]
     lines = [
         f"wrote {result.out} ({result.size_bytes / 1e6:.2f} MB, {result.events} events)",
-        f"ranks: {len(man.get('ranks', {}))} of {len(result.captured)} captured (world {result.world}); "
+        f"ranks: {len(man.ranks)} of {len(result.captured)} captured (world {result.world}); "
         f"cycles per rank: {min(windows) if windows else 0}..{max(windows) if windows else 0} "
         f"of {cap.get('cycles')} (after {cap.get('warmup')} warm-up)",
     ]
-    intr = man.get("interrupted")
-    if isinstance(intr, dict):
+    intr = man.interrupted
+    if intr is not None:
         lines[0] += f" (interrupted: {intr.get('cycles_done')} of {intr.get('cycles_requested')} cycles)"
         lines.append("interrupted: Ctrl-C ended the window early; the run holds the cycles captured on every rank")
     for r, why in sorted(result.missing.items(), key=lambda kv: int(kv[0])):
         lines.append(f"  missing rank {r}: {why}")
-    for r, sec in sorted(man.get("ranks", {}).items(), key=lambda kv: int(kv[0])):
-        if sec.get("aborted"):
-            lines.append(f"  rank {r} window ended early: {sec['aborted']}")
+    for rank in man.rank_ids():
+        if ended := man.ranks[str(rank)].aborted:
+            lines.append(f"  rank {rank} window ended early: {ended}")
     mode = cap.get("profile_mode")
-    pl_line = profile_line(man)
+    pl_line = profile_line(result.manifest)
     if pl_line:
         lines.append(pl_line)
-    dl = dilation_lines(man)
+    dl = dilation_lines(result.manifest)
     if dl:
         word = "timing-mode cost" if mode == "timing" else "profiler dilation"
         lines.append(f"{word} per phase (median time per phase instance, {'timed' if mode == 'timing' else 'profiled'} "

@@ -132,6 +132,31 @@ def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: 
     return GAP.make(doc)
 
 
+def bucket_table(rep: dict[str, Any], title: str, heads: tuple[str, str, str, str, str], labels: dict[str, str],
+                 total: tuple[str, str]) -> Table:
+    """The gap's bucket rows (``analyzers.gap.bucket_table`` or ``analyzers.host_gap``'s): A, B, delta,
+    delta per token, share of the gap; buckets zero on both sides left out; ``total`` (bucket, label)
+    last, bold."""
+    t = Table(title=title)
+    t.add_column("bucket", no_wrap=True)
+    for c in heads:
+        t.add_column(c, justify="right")
+    for r in rep["buckets"].iter_rows(named=True):
+        name = r["bucket"]
+        if name != total[0] and r["a_ns"] == 0 and r["b_ns"] == 0:
+            continue
+        t.add_row(
+            total[1] if name == total[0] else labels[name],
+            dur(r["a_ns"]),
+            dur(r["b_ns"]),
+            ("+" if r["delta_ns"] > 0 else "") + dur(r["delta_ns"]),
+            "n/a" if r["delta_per_token_ns"] is None else dur(r["delta_per_token_ns"]),
+            "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
+            style="bold" if name == total[0] else None,
+        )
+    return t
+
+
 def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None:
     a, b = rep["a"], rep["b"]
     an, bn = side_names(rep, tagged=True)
@@ -144,24 +169,8 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
     stat = stat_of(rep)
     console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
     console.print(f"compared by {STAT_NOTE[stat]}", soft_wrap=True)
-    t = Table(title=f"{an} vs {bn}: GPU window per instance ({stat} over instances of all selected ranks)")
-    for c in ("bucket", an, bn, "delta", "delta/token", "share of gap"):
-        t.add_column(c, justify="right" if c != "bucket" else "left")
-    for r in rep["buckets"].iter_rows(named=True):
-        name = r["bucket"]
-        if name != "gpu_window" and r["a_ns"] == 0 and r["b_ns"] == 0:
-            continue
-        label = "GPU window" if name == "gpu_window" else LABELS[name]
-        t.add_row(
-            label,
-            dur(r["a_ns"]),
-            dur(r["b_ns"]),
-            ("+" if r["delta_ns"] > 0 else "") + dur(r["delta_ns"]),
-            "n/a" if r["delta_per_token_ns"] is None else dur(r["delta_per_token_ns"]),
-            "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
-            style="bold" if name == "gpu_window" else None,
-        )
-    console.print(t)
+    console.print(bucket_table(rep, f"{an} vs {bn}: GPU window per instance ({stat} over instances of all selected ranks)",
+                               (an, bn, "delta", "delta/token", "share of gap"), LABELS, ("gpu_window", "GPU window")))
     console.print(
         f"  launches per instance: {an} {a['eager_launches']:,.1f} eager + {a['graph_launches']:,.1f} graph "
         f"({int(a['graphed_instances'])}/{a['instances']} graphed); {bn} {b['eager_launches']:,.1f} eager + "
@@ -221,4 +230,4 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
 
 
-__all__ = ["STAT_NOTE", "explanation_lines", "render", "side_names", "stat_of", "to_json", "warning_lines"]
+__all__ = ["STAT_NOTE", "bucket_table", "explanation_lines", "render", "side_names", "stat_of", "to_json", "warning_lines"]

@@ -19,17 +19,18 @@ from tracekit.documents import ATTRIBUTE, GAP
 from tracekit.render.attribute import (
     _facts_line,
     _int,
-    _order,
-    _rank_columns,
-    _share,
     cycle_item,
     dilation,
+    dilation_line,
     outlier_items,
     pct,
     phase_item,
+    phase_order,
     robust_lines,
+    seq_table,
+    share_table,
 )
-from tracekit.render.gap import STAT_NOTE, side_names, stat_of, warning_lines
+from tracekit.render.gap import STAT_NOTE, bucket_table, side_names, stat_of, warning_lines
 from tracekit.render.units import dur, ms
 
 HOST_LABELS: Final = {
@@ -106,20 +107,8 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
 
 
 def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
-    n = max(int(row["instances"]), 1)
-    host = row["host_ns"]
-    t = Table(title=f"{phase}: {HOST_HEADER}; mean over all ranks' instances")
-    t.add_column("bucket", no_wrap=True)
-    t.add_column("mean per instance", justify="right")
-    t.add_column("% of host range", justify="right")
-    rrows = list(ranks.iter_rows(named=True))
-    cells = _rank_columns(t, rrows, "%")
-    for b in HOST_BUCKETS:
-        if row[f"{b}_ns"] == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
-            continue
-        t.add_row(HOST_LABELS[b], dur(row[f"{b}_ns"] / n, digits=3), pct(row[f"{b}_ns"], host), *cells(_share(f"{b}_ns", "host_ns")))
-    t.add_row("host range (= sum)", dur(host / n, digits=3), "100%", *["" for _ in cells(lambda r: None)], style="bold")
-    return t
+    return share_table(f"{phase}: {HOST_HEADER}; mean over all ranks' instances", "% of host range", row, ranks,
+                       HOST_BUCKETS, HOST_LABELS, "host_ns", "host range (= sum)")[0]
 
 
 def _host_cycle_table(inst: pl.DataFrame, phase: str) -> Table:
@@ -143,15 +132,10 @@ def _host_cycle_table(inst: pl.DataFrame, phase: str) -> Table:
 
 
 def _host_seq_table(seq: pl.DataFrame, phase: str) -> Table:
-    t = Table(title=f"{phase}: by sequence length; {HOST_HEADER}; mean per instance over all ranks")
-    main = ("attention", "moe", "gemm", "allreduce", "comm", "host_overhead")
-    for c in ("seq len", "instances", "host range", "attention", "moe", "gemm", "allreduce", "comm", "overhead"):
-        t.add_column(c, justify="right")
-    for r in seq.filter(pl.col("phase") == phase).iter_rows(named=True):
-        n = max(int(r["instances"]), 1)
-        label = "unknown" if r["seq_lo"] is None else f"{r['seq_lo']:,}-{r['seq_hi'] - 1:,}"
-        t.add_row(label, str(r["instances"]), dur(r["host_ns"] / n), *[dur(r[f"{b}_ns"] / n) for b in main])
-    return t
+    return seq_table(seq, phase, f"{phase}: by sequence length; {HOST_HEADER}; mean per instance over all ranks",
+                     ("host range", "host_ns"),
+                     (("attention", "attention"), ("moe", "moe"), ("gemm", "gemm"), ("allreduce", "allreduce"),
+                      ("comm", "comm"), ("overhead", "host_overhead")))
 
 
 def host_summary(row: dict[str, Any]) -> str:
@@ -172,7 +156,7 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
     """Print the host-mode tables and summary for every phase in the report."""
     bp = {r["phase"]: r for r in report["by_phase"].iter_rows(named=True)}
     dil = dilation(manifest) if manifest is not None else {}
-    for phase in _order(list(bp)):
+    for phase in phase_order(bp):
         row = bp[phase]
         if by == "cycle":
             console.print(_host_cycle_table(report["instances"], phase))
@@ -184,11 +168,7 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         for line in robust_lines(row, report.get("outliers"), gpu=False):
             console.print(line, soft_wrap=True)
         if phase in dil:
-            d = dil[phase]
-            console.print(
-                f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
-                f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
-            )
+            console.print(dilation_line(phase, dil[phase]))
         console.print(host_summary(row), soft_wrap=True)
         console.print()
 
@@ -242,23 +222,10 @@ def render_host_gap(rep: dict[str, Any], console: Console) -> None:
     stat = stat_of(rep)
     console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
     console.print(f"compared by {STAT_NOTE[stat].replace('window', 'host range')}", soft_wrap=True)
-    t = Table(title=f"{an} vs {bn}: {HOST_HEADER}; {stat} per instance over all selected ranks")
-    t.add_column("bucket", no_wrap=True)
-    for c in (f"{an} per instance", f"{bn} per instance", "delta per instance", "delta per token", "share of gap"):
-        t.add_column(c, justify="right")
-    for r in rep["buckets"].iter_rows(named=True):
-        name = r["bucket"]
-        if name != "host_range" and r["a_ns"] == 0 and r["b_ns"] == 0:
-            continue
-        t.add_row(
-            "host range (= sum)" if name == "host_range" else HOST_LABELS[name],
-            dur(r["a_ns"]), dur(r["b_ns"]),
-            ("+" if r["delta_ns"] > 0 else "") + dur(r["delta_ns"]),
-            "n/a" if r["delta_per_token_ns"] is None else dur(r["delta_per_token_ns"]),
-            "n/a" if r["share"] is None else f"{100 * r['share']:.0f}%",
-            style="bold" if name == "host_range" else None,
-        )
-    console.print(t)
+    console.print(bucket_table(
+        rep, f"{an} vs {bn}: {HOST_HEADER}; {stat} per instance over all selected ranks",
+        (f"{an} per instance", f"{bn} per instance", "delta per instance", "delta per token", "share of gap"),
+        HOST_LABELS, ("host_range", "host range (= sum)")))
     total = rep["total_delta_ns"]
     more = "more" if total >= 0 else "less"
     console.print(f"{an} takes {dur(abs(total))} per instance ({stat}) {more} host time than {bn}; by bucket:")

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.documents import ATTRIBUTE_TIMING
-from tracekit.render.attribute import PHASE_ORDER
+from tracekit.render.attribute import phase_order
 from tracekit.render.capture import profile_line
 from tracekit.render.units import dur
 
@@ -70,7 +70,7 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"timing mode: {CANNOT}", highlight=False, markup=False, soft_wrap=True)
     br = report["by_rank"]
-    phases = sorted(br["phase"].unique().to_list(), key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
+    phases = phase_order(br["phase"].unique().to_list())
     for ph in phases:
         if by == "cycle":
             t = Table(title=f"{ph}: one row per instance (unprofiled)", title_justify="left")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tracekit.render.attribute import LABELS, _order
+from tracekit.render.attribute import LABELS, phase_order
 from tracekit.render.host_attribute import HOST_LABELS
 
 NS_PER_MS: Final = 1e6
@@ -63,7 +63,7 @@ def phase_color(phase: str, i: int = 0) -> str:
 
 
 def ordered_phases(phases: list[str]) -> list[str]:
-    return _order(phases)
+    return phase_order(phases)
 
 
 def short_name(path: str) -> str:
