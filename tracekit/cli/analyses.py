@@ -99,18 +99,13 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
 
     timing = compare_timers(read_manifest(run), a, read_manifest(b_run or run), b, sel)
     if host_mode:
+        hrep["timing"] = timing
         if as_json:
-            hdoc = render_host.host_gap_json(hrep, run, b_run or run)
-            hdoc.update(timing_source=timing["timing_source"], unprofiled=timing)
-            click.echo(json.dumps(hdoc, indent=2, allow_nan=False))
+            click.echo(json.dumps(render_host.host_gap_json(hrep, run, b_run or run), indent=2, allow_nan=False))
         else:
             console = Console(width=max(Console().width, 120))
             console.print(render_host.host_mode_line(sel).replace("phase time is attributed", "phases are compared"), soft_wrap=True)
             render_host.render_host_gap(hrep, console)
-            if timing["timing_source"] == "unprofiled":
-                console.print(f"unprofiled (capture timers, {timing['clock']}, median per instance): {a} "
-                              f"{timing['a_ns'] / 1e6:.3f} ms, {b} {timing['b_ns'] / 1e6:.3f} ms "
-                              f"({timing['delta_ns'] / 1e6:+.3f} ms); the table above is profiled", soft_wrap=True)
         return
     rep["timing"] = timing
     if as_json:

@@ -34,6 +34,13 @@ STAT_NOTE: Final = {
 }
 
 
+def timing_of(rep: dict[str, Any]) -> dict[str, Any]:
+    """The capture-timer comparison the command added (``analyzers.unprofiled.compare_timers``), or
+    what a document says without one."""
+    timing: dict[str, Any] = rep.get("timing") or {"timing_source": "profiled", "why": "no capture timers given"}
+    return timing
+
+
 def stat_of(rep: dict[str, Any]) -> str:
     return str(rep.get("stat", "mean"))
 
@@ -124,7 +131,7 @@ def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: 
         "seq": rep["seq"].to_dicts(),
         "warnings": warning_lines(rep),
     }
-    timing = rep.get("timing") or {"timing_source": "profiled", "why": "no capture timers given"}
+    timing = timing_of(rep)
     doc["timing_source"] = timing["timing_source"]
     doc["unprofiled"] = timing
     if by_rank:
@@ -230,4 +237,5 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
 
 
-__all__ = ["STAT_NOTE", "bucket_table", "explanation_lines", "render", "side_names", "stat_of", "to_json", "warning_lines"]
+__all__ = ["STAT_NOTE", "bucket_table", "explanation_lines", "render", "side_names", "stat_of", "timing_of", "to_json",
+           "warning_lines"]

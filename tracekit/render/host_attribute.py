@@ -30,7 +30,14 @@ from tracekit.render.attribute import (
     seq_table,
     share_table,
 )
-from tracekit.render.gap import STAT_NOTE, bucket_table, side_names, stat_of, warning_lines
+from tracekit.render.gap import (
+    STAT_NOTE,
+    bucket_table,
+    side_names,
+    stat_of,
+    timing_of,
+    warning_lines,
+)
 from tracekit.render.units import dur, ms
 
 HOST_LABELS: Final = {
@@ -207,6 +214,8 @@ def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> 
         "seq": [],
         "warnings": warning_lines(rep, see_rows=False),
         "definitions": HOST_DEFINITIONS,
+        "timing_source": timing_of(rep)["timing_source"],
+        "unprofiled": timing_of(rep),
     })
 
 
@@ -233,6 +242,12 @@ def render_host_gap(rep: dict[str, Any], console: Console) -> None:
         console.print(f"  {line}", soft_wrap=True)
     for w in warning_lines(rep, see_rows=False):
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+    tm = timing_of(rep)
+    if tm["timing_source"] == "unprofiled":
+        d = tm["delta_ns"]
+        console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {a['phase']} {ms(tm['a_ns'])}, "
+                      f"{b['phase']} {ms(tm['b_ns'])} ({'+' if d >= 0 else ''}{ms(d)}); the table above is profiled",
+                      soft_wrap=True)
 
 
 __all__ = [

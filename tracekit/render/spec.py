@@ -50,7 +50,7 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
     rank_note = f"rank {ctx['rank']} ({ctx['rank_choice']}{', largest mean cycle' if ctx['rank_choice'] == 'slowest' else ''})"
     for r in table.iter_rows(named=True):
         bs = r["batch_size"]
-        parts = " + ".join(f"{PART_LABELS[p]} {r[p] / 1e6:.2f}" for p in PART_LABELS)
+        parts = " + ".join(f"{PART_LABELS[p]} {ms(r[p], 2, unit=False)}" for p in PART_LABELS)
         head = f"bs={bs}, {r['cycles']} cycles on {rank_note}: cycle {_ms(r['cycle_ns'])} = {parts} ms"
         lines.append(head)
         src = r.get("timing_source")
