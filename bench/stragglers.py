@@ -29,19 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from forensic_frames import Spec, build  # noqa: E402
-from forensics import replicate  # noqa: E402
+from forensics import replicate, timed  # noqa: E402
 
 from tracekit.analyzers import attribution_views, stragglers  # noqa: E402
 from tracekit.analyzers.attribution import attribute_instances, matched, prepare  # noqa: E402
-
-
-def cpu(fn: Callable[[], Any], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t)
-    return best
 
 
 def at_revision(rev: str, path: str, name: str, tmp: Path) -> ModuleType:
@@ -70,7 +61,7 @@ def main() -> int:
     coll = matched(ev)
     inst = attribute_instances(ev, phases, collectives=coll)
     print(f"table: {ev.height:,} events on {args.ranks} ranks; load average {os.getloadavg()}")
-    ref = cpu(lambda: ev.group_by("rank", "name").agg(pl.col("dur_ns").sum()), args.repeat)
+    ref = timed(lambda: ev.group_by("rank", "name").agg(pl.col("dur_ns").sum()), args.repeat, time.process_time)
     print(f"reference group_by(rank, name).sum(dur): {ref * 1e3:8.1f} ms CPU")
     rows: list[tuple[str, Callable[[], Any]]] = [
         ("ranks: stragglers(events)", lambda: stragglers.stragglers(ev)),
@@ -87,7 +78,7 @@ def main() -> int:
                  lambda: old_v.stragglers(ev, inst, collectives=coll)),
             ]
         for name, fn in rows:
-            t = cpu(fn, args.repeat)
+            t = timed(fn, args.repeat, time.process_time)
             print(f"{name:<58}: {t * 1e3:8.1f} ms CPU ({t / ref:5.1f}x the reference)")
     print(f"load average at the end {os.getloadavg()}")
     return 0
