@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit._native import core
-from tracekit.export import attribution_buckets, lanes, perfetto
-from tracekit.export.layout import build_layout
+from tracekit.export import attribution_buckets, chrome, lanes, layout, perfetto
+from tracekit.export.fastlayout import build_layout_fast
+from tracekit.export.layout import Layout, build_layout, build_layout_reference
+from tracekit.exporters import WriteContext
 from tracekit.store import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,26 +36,54 @@ def test_core_is_built_in_ci() -> None:
 
 
 class _Pure:
-    """Context: the reference (numpy / Python) paths of lanes and the Perfetto writer."""
+    """Context: the reference (polars / numpy / Python) paths of the layout, lanes and the Perfetto writer."""
 
     def __enter__(self) -> None:
-        self.saved = (lanes.core, perfetto.core)
-        lanes.core = perfetto.core = None
+        self.saved = (lanes.core, perfetto.core, layout.core)
+        lanes.core = perfetto.core = layout.core = None
 
     def __exit__(self, *exc: object) -> None:
-        lanes.core, perfetto.core = self.saved
+        lanes.core, perfetto.core, layout.core = self.saved
+
+
+def _same_layout(a: Layout, b: Layout) -> None:
+    """Every field equal, arrays with their dtype, arg-set values with their Python type."""
+    for f in a.__dataclass_fields__:
+        x, y = getattr(a, f), getattr(b, f)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, f
+            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f
+        elif f == "ints":
+            assert x.keys() == y.keys()
+            for k in x:
+                assert x[k][0].dtype == y[k][0].dtype and np.array_equal(x[k][0], y[k][0]), k
+                assert np.array_equal(x[k][1], y[k][1]), k
+        elif f == "argsets":
+            assert x == y
+            assert [type(v) for s in x for _, v in s] == [type(v) for s in y for _, v in s]
+        else:
+            assert x == y, f
 
 
 def _both(events: pl.DataFrame, manifest: dict[str, object], **kw: object) -> Iterator[bytes]:
+    """The .pftrace and .json.gz bytes with the compiled paths, then with the reference paths;
+    the two layouts compared field by field on the way."""
     bk = attribution_buckets(events, [])
-    for pure in (False, True):
-        buf = io.BytesIO()
+    fast_lay = build_layout(events, manifest, buckets=bk, **kw)  # type: ignore[arg-type]
+    with _Pure():
+        ref_lay = build_layout(events, manifest, buckets=bk, **kw)  # type: ignore[arg-type]
+    _same_layout(fast_lay, ref_lay)
+    for pure, lay in ((False, fast_lay), (True, ref_lay)):
+        buf, js = io.BytesIO(), io.BytesIO()
+        ctx = WriteContext(path="x.json.gz", selection="whole run", source="s")
         if pure:
             with _Pure():
-                perfetto.write_perfetto(build_layout(events, manifest, buckets=bk, **kw), buf)  # type: ignore[arg-type]
+                perfetto.write_perfetto(lay, buf)  # type: ignore[arg-type]
+                chrome.write(lay, js, ctx)  # type: ignore[arg-type]
         else:
-            perfetto.write_perfetto(build_layout(events, manifest, buckets=bk, **kw), buf)  # type: ignore[arg-type]
-        yield buf.getvalue()
+            perfetto.write_perfetto(lay, buf)  # type: ignore[arg-type]
+            chrome.write(lay, js, ctx)  # type: ignore[arg-type]
+        yield buf.getvalue() + b"|" + js.getvalue()
 
 
 @needs_core
