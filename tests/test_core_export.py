@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from export_data import layout_differences
 from export_synth import make_events, make_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from tracekit._native import core
 from tracekit.export import attribution_buckets, chrome, lanes, layout, perfetto
 from tracekit.export.fastlayout import build_layout_fast
-from tracekit.export.layout import Layout, build_layout, build_layout_reference
+from tracekit.export.layout import build_layout, build_layout_reference
 from tracekit.exporters import WriteContext
 from tracekit.store import load_run
 
@@ -46,25 +47,6 @@ class _Pure:
         lanes.core, perfetto.core, layout.core = self.saved
 
 
-def _same_layout(a: Layout, b: Layout) -> None:
-    """Every field equal, arrays with their dtype, arg-set values with their Python type."""
-    for f in a.__dataclass_fields__:
-        x, y = getattr(a, f), getattr(b, f)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and x.shape == y.shape, f
-            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f
-        elif f == "ints":
-            assert x.keys() == y.keys()
-            for k in x:
-                assert x[k][0].dtype == y[k][0].dtype and np.array_equal(x[k][0], y[k][0]), k
-                assert np.array_equal(x[k][1], y[k][1]), k
-        elif f == "argsets":
-            assert x == y
-            assert [type(v) for s in x for _, v in s] == [type(v) for s in y for _, v in s]
-        else:
-            assert x == y, f
-
-
 def _both(events: pl.DataFrame, manifest: dict[str, object], **kw: object) -> Iterator[bytes]:
     """The .pftrace and .json.gz bytes with the compiled paths, then with the reference paths;
     the two layouts compared field by field on the way."""
@@ -72,7 +54,7 @@ def _both(events: pl.DataFrame, manifest: dict[str, object], **kw: object) -> It
     fast_lay = build_layout(events, manifest, buckets=bk, **kw)  # type: ignore[arg-type]
     with _Pure():
         ref_lay = build_layout(events, manifest, buckets=bk, **kw)  # type: ignore[arg-type]
-    _same_layout(fast_lay, ref_lay)
+    assert layout_differences(fast_lay, ref_lay) == []
     for pure, lay in ((False, fast_lay), (True, ref_lay)):
         buf, js = io.BytesIO(), io.BytesIO()
         ctx = WriteContext(path="x.json.gz", selection="whole run", source="s")

@@ -114,8 +114,11 @@ def _pack(cols: Sequence[I64]) -> list[I64]:
 
 
 def _int_col(df: pl.DataFrame, c: str) -> tuple[I64, BoolA]:
+    """(values with nulls as 0, present) of an integer column."""
     s = df[c]
-    return s.fill_null(0).to_numpy().astype(np.int64), s.is_not_null().to_numpy()
+    if s.null_count() == 0:
+        return s.to_numpy().astype(np.int64, copy=False), np.ones(s.len(), dtype=bool)
+    return s.fill_null(0).to_numpy().astype(np.int64, copy=False), s.is_not_null().to_numpy()
 
 
 def _order(start: I64, dur: I64) -> I64:

@@ -291,42 +291,34 @@ def add_buckets(rows: I64, rank: npt.NDArray[np.integer], phase_id: I64, argset_
             argset_arr[i] = len(argsets) - 1
 
 
-_CSCHEMA: Final = {"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}
-
-
 def counter_samples(dur_ts: I64, dur_rank: list[Any], dur_phase: list[Any], dur_ns: npt.NDArray[np.integer],
                     ctr: pl.DataFrame, track_of: Mapping[tuple[Any, ...], int],
                     out: tuple[I64, I64, I64, I64, I64, BoolA] | None) -> tuple[I64, I64, F64, BoolA]:
-    """Counter samples sorted by (ts, track): each GPU-window phase slice's duration at its start
-    (``dur_*``, in slice order), the run's counter rows (``ctr``), and with ``out`` = (launch edge
-    sources, destinations, and per slice rank, start, dur, is_gpu) the outstanding GPU work."""
-    c_parts = [
-        pl.DataFrame({
-            "ts": dur_ts,
-            "track": [track_of[(int(r), "dur", f"{p} duration")] for r, p in zip(dur_rank, dur_phase, strict=True)],
-            "value": np.asarray(dur_ns, dtype=np.float64),
-            "is_int": np.ones(dur_ts.size, dtype=bool),
-        }, schema=_CSCHEMA),
-        pl.DataFrame({
-            "ts": ctr["start_ns"],
-            "track": [track_of[(int(r), "ctr", n)] for r, n in zip(ctr["rank"], ctr["name"], strict=True)],
-            "value": ctr["value"].fill_null(float("nan")),
-            "is_int": pl.Series([False] * ctr.height, dtype=pl.Boolean()),
-        }, schema=_CSCHEMA),
-    ]
+    """Counter samples sorted by (ts, track), stable, non-finite values left out: each GPU-window phase
+    slice's duration at its start (``dur_*``, in slice order), the run's counter rows (``ctr``), and with
+    ``out`` = (launch edge sources, destinations, and per slice rank, start, dur, is_gpu) the outstanding
+    GPU work."""
+    ts = [np.asarray(dur_ts, dtype=np.int64), ctr["start_ns"].to_numpy().astype(np.int64, copy=False)]
+    track = [np.array([track_of[(int(r), "dur", f"{p} duration")] for r, p in zip(dur_rank, dur_phase, strict=True)],
+                      dtype=np.int64),
+             np.array([track_of[(int(r), "ctr", n)] for r, n in zip(ctr["rank"].to_list(), ctr["name"].to_list(), strict=True)],
+                      dtype=np.int64)]
+    value = [np.asarray(dur_ns, dtype=np.float64), ctr["value"].fill_null(float("nan")).to_numpy().astype(np.float64, copy=False)]
+    is_int = [np.ones(ts[0].size, dtype=bool), np.zeros(ts[1].size, dtype=bool)]
     if out is not None:
         le_src, le_dst, rank_arr, start, dur, is_gpu = out
         issued = start.copy()
         issued[le_dst] = np.minimum(start[le_src], start[le_dst])
         g = np.flatnonzero(is_gpu)
         orank, ots, ocount = outstanding_samples(rank_arr[g], start[g], start[g] + dur[g], issued[g])
-        c_parts.append(pl.DataFrame({
-            "ts": ots, "track": np.array([track_of[(int(r), "out")] for r in orank], dtype=np.int64),
-            "value": ocount.astype(np.float64), "is_int": np.ones(ots.size, dtype=bool),
-        }, schema=_CSCHEMA))
-    cdf = pl.concat(c_parts).filter(pl.col("value").is_finite()).sort("ts", "track", maintain_order=True)
-    return (cdf["ts"].to_numpy().astype(np.int64), cdf["track"].to_numpy().astype(np.int64),
-            cdf["value"].to_numpy().astype(np.float64), cdf["is_int"].to_numpy())
+        ts.append(ots.astype(np.int64))
+        track.append(np.array([track_of[(int(r), "out")] for r in orank.tolist()], dtype=np.int64))
+        value.append(ocount.astype(np.float64))
+        is_int.append(np.ones(ots.size, dtype=bool))
+    t, k, v, i = (np.concatenate(x) for x in (ts, track, value, is_int))
+    keep = np.flatnonzero(np.isfinite(v))
+    o = keep[np.lexsort((k[keep], t[keep]))]
+    return t[o], k[o], v[o], i[o]
 
 
 def build_layout(
