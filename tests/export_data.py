@@ -35,7 +35,8 @@ def layout_differences(a: Layout, b: Layout) -> list[str]:
                 x[k][0].dtype == y[k][0].dtype and np.array_equal(x[k][0], y[k][0]) and np.array_equal(x[k][1], y[k][1])
                 for k in x)
         elif f == "argsets":
-            ok = x == y and [type(v) for s in x for _, v in s] == [type(v) for s in y for _, v in s]
+            # repr: NaN equals NaN, -0.0 differs from 0.0, and 1 from 1.0 and True
+            ok = [[(k, type(v), repr(v)) for k, v in s] for s in x] == [[(k, type(v), repr(v)) for k, v in s] for s in y]
         else:
             ok = x == y
         if not ok:

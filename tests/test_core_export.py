@@ -134,3 +134,55 @@ def test_records_merge_matches_lexsort() -> None:
     ref = perfetto.records_reference(lay)
     for a, b in zip(fast, ref, strict=True):
         assert a.tolist() == b.tolist()
+
+
+_NULLABLE = ("name", "category", "args", "phase", "pid", "tid", "device", "stream", "batch_size", "num_tokens",
+             "seq_len", "graphed", "graph", "accept_len", "coll_op", "group", "coll_seq", "correlation", "cycle", "dur_ns")
+
+
+@needs_core
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), holes=st.lists(st.tuples(st.sampled_from(_NULLABLE), st.integers(0, 10_000)), max_size=40),
+       accept=st.lists(st.sampled_from([0.0, -0.0, float("nan"), 1.5, 2.0]), min_size=1, max_size=5),
+       dup_start=st.booleans())
+def test_generated_runs_with_nulls_same_layout(seed: int, holes: list[tuple[str, int]], accept: list[float],
+                                               dup_start: bool) -> None:
+    """Nulls where the schema allows them, -0.0 / NaN accept lengths, equal start times: the compiled
+    layout equals the reference one, and so do the .pftrace and .json.gz bytes."""
+    ev = make_events(2, 2, 5, seed=seed).with_row_index("_i")
+    n = ev.height
+    for col, at in holes:
+        ev = ev.with_columns(pl.when(pl.col("_i") == at % n).then(None).otherwise(pl.col(col)).alias(col))
+    acc = pl.Series([accept[i % len(accept)] for i in range(n)], dtype=pl.Float64())
+    ev = ev.with_columns(pl.when(pl.col("accept_len").is_not_null()).then(acc).otherwise(None).alias("accept_len"))
+    if dup_start:  # many slices opening at one time, some of equal length
+        ev = ev.with_columns(pl.when(pl.col("_i") % 7 == 0).then(pl.col("start_ns") // 1000 * 1000).otherwise(pl.col("start_ns"))
+                             .alias("start_ns"))
+    ev = ev.drop("_i")
+    for kw in ({}, {"flows": ("launches", "collectives"), "outstanding": True}):
+        fast, ref = _both(ev, make_manifest(2), **kw)
+        assert fast == ref
+
+
+@needs_core
+def test_fast_layout_is_the_compiled_path() -> None:
+    ev = make_events(2, 2, 4, seed=3)
+    assert layout_differences(build_layout_fast(ev, make_manifest(2)), build_layout_reference(ev, make_manifest(2))) == []
+    with _Pure():
+        assert layout.core is None
+    assert layout.core is not None
+
+
+@needs_core
+def test_first_seen_ids() -> None:
+    from tracekit.export.fastlayout import first_seen
+
+    rng = np.random.default_rng(5)
+    for cols in ([rng.integers(0, 5, 1000)], [rng.integers(0, 3, 500), rng.integers(-(2**62), 2**62, 500) % 4],
+                 [rng.integers(0, 2**40, 300)], [np.zeros(0, np.int64)]):
+        ids, first = first_seen(cols)
+        rows = list(zip(*(c.tolist() for c in cols), strict=True))
+        seen: dict[tuple[int, ...], int] = {}
+        want = [seen.setdefault(r, len(seen)) for r in rows]
+        assert ids.tolist() == want
+        assert [rows[i] for i in first.tolist()] == list(seen)
