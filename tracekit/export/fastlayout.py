@@ -50,13 +50,15 @@ _INT_SET = ("batch_size", "num_tokens", "seq_len")
 _BOOL_SET = ("graph", "graphed")
 
 
-def first_seen(cols: Sequence[npt.NDArray[Any]]) -> tuple[I64, I64]:
-    """(id of each row's tuple, numbered in order of first appearance; first row of each id)."""
-    n = int(cols[0].size) if cols else 0
+def first_seen(cols: Sequence[npt.NDArray[Any]], order: I64 | None = None) -> tuple[I64, I64]:
+    """(id of each row's tuple, numbered in order of first appearance; first row of each id). Rows are
+    the tuples of ``cols`` at the indices ``order`` when given (no gathered copy), else in order."""
+    n = int(cols[0].size if order is None else order.size)
     ids = np.empty(n, dtype=np.int64)
     first = np.empty(n, dtype=np.int64)
     assert core is not None
-    k = core.first_seen(tuple(np.ascontiguousarray(c, dtype=np.int64) for c in cols), ids, first)
+    k = core.first_seen(tuple(np.ascontiguousarray(c, dtype=np.int64) for c in cols), ids, first,
+                        None if order is None else np.ascontiguousarray(order, dtype=np.int64))
     return ids, first[:k]
 
 
@@ -78,12 +80,20 @@ class _Strings:
         return np.fromiter((self.get(v) for v in vals), dtype=np.int64, count=len(vals))
 
 
-def _codes(series: pl.Series, rows: I64, strings: _Strings) -> I64:
-    """Codes (``strings``) of ``series[rows]``: a dictionary cast, first-seen ids, one lookup per distinct value."""
-    phys = series.cast(pl.Categorical).to_physical().fill_null(np.iinfo(np.uint32).max).to_numpy()
-    ids, first = first_seen([phys[rows]])
+def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None) -> I64:
+    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: a dictionary cast, first-seen ids,
+    one lookup per distinct value (a null read as ``null_as``)."""
+    phys = series.cast(pl.Categorical).to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
+    ids, first = first_seen([phys], order=rows)
     vals = series.gather(rows[first]).to_list() if first.size else []
-    return strings.lut(vals)[ids] if ids.size else np.zeros(0, np.int64)
+    lut = strings.lut([null_as if v is None else v for v in vals] if null_as is not None else vals)
+    h = 0 if head is None else head.size
+    out = np.empty(h + ids.size, dtype=np.int64)
+    if head is not None:
+        out[:h] = head
+    if ids.size:
+        np.take(lut, ids, out=out[h:])
+    return out
 
 
 def _pack(cols: Sequence[I64]) -> list[I64]:
@@ -119,6 +129,14 @@ def _int_col(df: pl.DataFrame, c: str) -> tuple[I64, BoolA]:
     if s.null_count() == 0:
         return s.to_numpy().astype(np.int64, copy=False), np.ones(s.len(), dtype=bool)
     return s.fill_null(0).to_numpy().astype(np.int64, copy=False), s.is_not_null().to_numpy()
+
+
+def _cat(head: npt.NDArray[Any], col: npt.NDArray[Any], rows: I64) -> npt.NDArray[Any]:
+    """``np.concatenate([head, col[rows]])`` without the intermediate copy."""
+    out = np.empty(head.size + rows.size, dtype=col.dtype)
+    out[:head.size] = head
+    np.take(col, rows, out=out[head.size:])
+    return out
 
 
 def _order(start: I64, dur: I64) -> I64:
@@ -207,25 +225,24 @@ def build_layout_fast(
     is_launch = np.concatenate([fp, b_launch])
     # strings as codes
     all_ph = np.arange(npf, dtype=np.int64)
-    ph_str = {c: _codes(phases[c], all_ph, strings) for c in ("name", "category", "phase", "window")}
     none = strings.get(None)
+    # a missing name is shown as ""; categories: GPU rows their category (else their kind), other rows
+    # their kind, null -> "other"
+    ph_str = {c: _codes(phases[c], all_ph, strings, null_as="" if c == "name" else None)
+              for c in ("name", "category", "phase", "window")}
     code: dict[str, I64] = {}
     for c in _STR_COLS:
-        b = _codes(events[c], rows, strings)
-        p = ph_str.get(c, np.full(npf, none, np.int64))
-        if c == "name":  # a missing name is shown as ""
-            p, b = (np.where(x == none, strings.get(""), x) for x in (p, b))
-        code[c] = np.concatenate([p, b])
-    # category: GPU rows their category (else their kind), other rows their kind; null -> "other"
-    cat = np.concatenate([ph_str["category"], _codes(m["category"], rows, strings)])
-    cat = np.where(cat == none, strings.get("other"), cat)
+        code[c] = _codes(events[c], rows, strings, ph_str.get(c, np.full(npf, none, np.int64)),
+                         null_as="" if c == "name" else None)
+    cat = _codes(m["category"], rows, strings, ph_str["category"])
+    cat[cat == none] = strings.get("other")
     code["window"] = np.concatenate([ph_str["window"], np.full(nb, none, np.int64)])
     # integer, boolean and float columns (value, present)
     num: dict[str, tuple[I64, BoolA]] = {}
     for c in (*INT_ARGS, *_INT_SET):
         pv, pk = _int_col(phases, c) if c in phases.columns and phases[c].dtype != pl.Null else (zp, fp)
         bv, bk = _int_col(events, c)
-        num[c] = (np.concatenate([pv, bv[rows]]), np.concatenate([pk, bk[rows]]))
+        num[c] = (_cat(pv, bv, rows), _cat(pk, bk, rows))
     for c in _BOOL_SET:
         ps = phases[c] if c in phases.columns and phases[c].dtype != pl.Null else pl.Series([None] * npf, dtype=pl.Boolean())
         pv = ps.cast(pl.Int64).fill_null(2).to_numpy()
@@ -268,40 +285,40 @@ def build_layout_fast(
     track_col = lane0[gid] + lanes
     final = _then_by(o1, start, dur, track_col)
 
-    # the slices in final order
-    f_gpu = is_gpu[final]
-    f_name = code["name"][final]
-    gpu_names = np.unique(f_name[f_gpu])
+    # names, categories and arg sets: codes per slice in input order, ids by first appearance in the final order
+    name = code["name"]
+    gpu_names = np.flatnonzero(np.bincount(name[is_gpu], minlength=len(strings.values)))
     disp_map = display_names(sorted(str(strings.values[int(c)]) for c in gpu_names))
     disp_lut = np.arange(len(strings.values), dtype=np.int64)
     for c in gpu_names.tolist():
         disp_lut[c] = strings.get(disp_map[str(strings.values[c])])
-    f_disp = np.where(f_gpu, disp_lut[f_name], f_name)
-    name_id, nfirst = first_seen([f_disp])
-    names = [str(strings.values[int(c)]) for c in f_disp[nfirst]]
-    f_cat = cat[final]
-    cat_id, cfirst = first_seen([f_cat])
-    cats = [str(strings.values[int(c)]) for c in f_cat[cfirst]]
-    # arg sets: first-seen ids of the SET_ARGS tuples (full name only where it differs from the display name)
-    arg_name = np.where(f_gpu & (f_disp != f_name), f_name, none)
-    key_cols: list[npt.NDArray[Any]] = [arg_name]
+    disp = np.where(is_gpu, disp_lut[name], name)
+    name_id, nfirst = first_seen([disp], order=final)
+    names = [str(strings.values[int(c)]) for c in disp[final[nfirst]]]
+    cat_id, cfirst = first_seen([cat], order=final)
+    cats = [str(strings.values[int(c)]) for c in cat[final[cfirst]]]
+    # arg sets: the SET_ARGS tuples (full name only where it differs from the display name)
+    arg_name = np.where(is_gpu & (disp != name), name, none)
+    key_cols: list[I64] = [arg_name]
     for c in SET_ARGS[1:]:
         if c in code:
-            key_cols.append(code[c][final])
+            key_cols.append(code[c])
         elif c == "accept_len":
             v = np.where(acc == 0.0, 0.0, acc)  # -0.0 and 0.0 are one value
             bits = v.view(np.int64).copy()
             bits[np.isnan(v)] = 0x7FF8000000000000
-            key_cols.append(np.where(acc_ok, bits, 0)[final])
+            key_cols.append(np.where(acc_ok, bits, 0))
         else:
-            key_cols.append(num[c][0][final])
+            key_cols.append(num[c][0])
     nulls = np.zeros(n, dtype=np.int64)
     for i, c in enumerate((*_INT_SET, "accept_len")):
         ok = acc_ok if c == "accept_len" else num[c][1]
         nulls |= (~ok).astype(np.int64) << i
-    key_cols.append(nulls[final])
-    aid, afirst = first_seen(_pack(key_cols))
-    argsets = _argset_values(afirst, final, arg_name, code, num, acc, acc_ok, strings)
+    key_cols.append(nulls)
+    set_u, _ = first_seen(_pack(key_cols))
+    aid, afirst = first_seen([set_u], order=final)
+    argsets = _argset_values(final[afirst], arg_name, code, num, acc, acc_ok, strings)
+    f_gpu = is_gpu[final]
     ints = {c: (num[c][0][final], num[c][1][final]) for c in INT_ARGS}
     argset_arr = aid.copy()
     f_window = code["window"][final]
@@ -343,11 +360,10 @@ def build_layout_fast(
     )
 
 
-def _argset_values(first: I64, final: I64, arg_name: I64, code: Mapping[str, I64], num: Mapping[str, tuple[I64, BoolA]],
+def _argset_values(rows: I64, arg_name: I64, code: Mapping[str, I64], num: Mapping[str, tuple[I64, BoolA]],
                    acc: npt.NDArray[np.float64], acc_ok: BoolA, strings: _Strings) -> list[ArgSet]:
-    """The distinct arg sets as (key, value) tuples, in SET_ARGS order, nulls left out."""
-    rows = final[first]
-    cols: list[list[Any]] = [[strings.values[int(c)] for c in arg_name[first]]]
+    """The arg sets of slices ``rows`` as (key, value) tuples, in SET_ARGS order, nulls left out."""
+    cols: list[list[Any]] = [[strings.values[int(c)] for c in arg_name[rows]]]
     for c in SET_ARGS[1:]:
         if c in code:
             cols.append([strings.values[int(x)] for x in code[c][rows]])
