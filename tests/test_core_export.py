@@ -180,9 +180,15 @@ def test_first_seen_ids() -> None:
     rng = np.random.default_rng(5)
     for cols in ([rng.integers(0, 5, 1000)], [rng.integers(0, 3, 500), rng.integers(-(2**62), 2**62, 500) % 4],
                  [rng.integers(0, 2**40, 300)], [np.zeros(0, np.int64)]):
-        ids, first = first_seen(cols)
-        rows = list(zip(*(c.tolist() for c in cols), strict=True))
-        seen: dict[tuple[int, ...], int] = {}
-        want = [seen.setdefault(r, len(seen)) for r in rows]
-        assert ids.tolist() == want
-        assert [rows[i] for i in first.tolist()] == list(seen)
+        n = cols[0].size
+        for order in (None, rng.permutation(n), rng.integers(0, max(n, 1), n // 2) if n else None):
+            ids, first = first_seen(cols, order=order)
+            rows = list(zip(*(c.tolist() for c in cols), strict=True))
+            if order is not None:
+                rows = [rows[i] for i in order.tolist()]
+            seen: dict[tuple[int, ...], int] = {}
+            want = [seen.setdefault(r, len(seen)) for r in rows]
+            assert ids.tolist() == want
+            assert [rows[i] for i in first.tolist()] == list(seen)
+    with pytest.raises(IndexError):
+        first_seen([np.arange(3)], order=np.array([0, 5]))
