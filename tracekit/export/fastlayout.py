@@ -387,7 +387,7 @@ def _launch_edges(rank: I64, corr: I64, launch: BoolA, gpu: BoolA) -> tuple[I64,
     if lrows.size == 0 or grows.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     both = np.concatenate([lrows, grows])
-    ids, first = first_seen([rank[both], corr[both]])
+    ids, first = first_seen(_pack([rank, corr]), order=both)
     f = first[ids[lrows.size:]]
     hit = f < lrows.size
     src, dst = lrows[f[hit]], grows[hit]
