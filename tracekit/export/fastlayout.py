@@ -14,7 +14,7 @@ Layout field by field and byte by byte.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -32,12 +32,13 @@ from tracekit.export.layout import (
     ArgSet,
     ArgValue,
     Layout,
+    LayoutOptions,
     _phase_slices,
     _rank_info,
     add_buckets,
-    check_flows,
     counter_samples,
     display_names,
+    layout_options,
     make_tracks,
 )
 from tracekit.schema import COUNTER, GPU_KINDS, GPU_RANGE, LAUNCH
@@ -170,16 +171,9 @@ def _then_by(o: I64, start: I64, dur: I64, key: I64) -> I64:
     return np.lexsort((o, key, -dur, start))
 
 
-def build_layout_fast(
-    events: pl.DataFrame,
-    manifest: Mapping[str, Any],
-    *,
-    flows: Sequence[str] = ("launches",),
-    buckets: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
-    outstanding: bool = False,
-) -> Layout:
+def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts: Unpack[LayoutOptions]) -> Layout:
     """``layout.build_layout`` on integer codes (see the module docstring); same Layout."""
-    check_flows(flows)
+    flows, buckets, outstanding = layout_options(opts)
     ranks = sorted(int(r) for r in events["rank"].unique().drop_nulls().to_list())
     info = _rank_info(manifest, events, ranks)
     phases = _phase_slices(events)
@@ -290,8 +284,8 @@ def build_layout_fast(
     gpu_names = np.flatnonzero(np.bincount(name[is_gpu], minlength=len(strings.values)))
     disp_map = display_names(sorted(str(strings.values[int(c)]) for c in gpu_names))
     disp_lut = np.arange(len(strings.values), dtype=np.int64)
-    for c in gpu_names.tolist():
-        disp_lut[c] = strings.get(disp_map[str(strings.values[c])])
+    for nc in gpu_names.tolist():
+        disp_lut[nc] = strings.get(disp_map[str(strings.values[nc])])
     disp = np.where(is_gpu, disp_lut[name], name)
     name_id, nfirst = first_seen([disp], order=final)
     names = [str(strings.values[int(c)]) for c in disp[final[nfirst]]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -335,7 +335,7 @@ def build_layout(
     shown as args of the GPU-window phase slices. ``outstanding``: add a counter per rank of
     the GPU work issued and not finished (``outstanding_samples``).
     """
-    check_flows(flows)
+    layout_options({"flows": flows})
     if core is not None:
         from tracekit.export.fastlayout import build_layout_fast
 
@@ -343,20 +343,24 @@ def build_layout(
     return build_layout_reference(events, manifest, flows=flows, buckets=buckets, outstanding=outstanding)
 
 
-def check_flows(flows: Sequence[str]) -> None:
+class LayoutOptions(TypedDict, total=False):
+    """The keyword options of ``build_layout`` (see there)."""
+
+    flows: Sequence[str]
+    buckets: Mapping[tuple[int, int], Mapping[str, int]] | None
+    outstanding: bool
+
+
+def layout_options(opts: LayoutOptions) -> tuple[Sequence[str], Mapping[tuple[int, int], Mapping[str, int]] | None, bool]:
+    """(flows, buckets, outstanding) with their defaults; raises ValueError on an unknown flow kind."""
+    flows = opts.get("flows", ("launches",))
     for f in flows:
         if f not in FLOW_KINDS:
             raise ValueError(f"unknown flow kind {f!r} (use {', '.join(FLOW_KINDS)})")
+    return flows, opts.get("buckets"), opts.get("outstanding", False)
 
 
-def build_layout_reference(
-    events: pl.DataFrame,
-    manifest: Mapping[str, Any],
-    *,
-    flows: Sequence[str] = ("launches",),
-    buckets: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
-    outstanding: bool = False,
-) -> Layout:
+def build_layout_reference(events: pl.DataFrame, manifest: Mapping[str, Any], **opts: Unpack[LayoutOptions]) -> Layout:
     """``build_layout`` with polars frames and numpy (the reference of ``fastlayout.build_layout_fast``;
     the compiled path gives the same Layout). Lays out selected events as tracks, slices, counters, flows.
 
@@ -364,7 +368,7 @@ def build_layout_reference(
     shown as args of the GPU-window phase slices. ``outstanding``: add a counter per rank of
     the GPU work issued and not finished (``outstanding_samples``).
     """
-    check_flows(flows)
+    flows, buckets, outstanding = layout_options(opts)
     ev = events.with_row_index("_row")
     ranks = sorted(int(r) for r in ev["rank"].unique().drop_nulls().to_list())
     info = _rank_info(manifest, ev, ranks)
@@ -556,5 +560,18 @@ def _flows(sl: pl.DataFrame, kinds: Sequence[str]) -> tuple[I64, I64]:
     return np.concatenate(src), np.concatenate(dst)
 
 
-__all__ = ["FLOW_KINDS", "INT_ARGS", "SET_ARGS", "Layout", "Track", "add_buckets", "build_layout", "build_layout_reference",
-           "check_flows", "counter_samples", "display_names", "make_tracks"]
+__all__ = [
+    "FLOW_KINDS",
+    "INT_ARGS",
+    "SET_ARGS",
+    "Layout",
+    "LayoutOptions",
+    "Track",
+    "add_buckets",
+    "build_layout",
+    "build_layout_reference",
+    "counter_samples",
+    "display_names",
+    "layout_options",
+    "make_tracks",
+]
