@@ -14,7 +14,7 @@ Layout field by field and byte by byte.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +42,9 @@ from tracekit.export.layout import (
     make_tracks,
 )
 from tracekit.schema import COUNTER, GPU_KINDS, GPU_RANGE, LAUNCH
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; annotations are not evaluated at run time
+    from typing import Unpack
 
 I64 = npt.NDArray[np.int64]
 BoolA = npt.NDArray[np.bool_]

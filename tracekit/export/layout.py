@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,9 @@ import polars as pl
 from tracekit._native import core
 from tracekit.export.lanes import assign_lanes_grouped
 from tracekit.schema import COUNTER, GPU_KINDS, GPU_RANGE, LAUNCH, RANGE
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; annotations are not evaluated at run time
+    from typing import Unpack
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
