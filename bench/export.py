@@ -1,22 +1,32 @@
-"""Benchmark of the Perfetto export: encoder speed vs pb2 objects, and .pftrace size vs Kineto JSON.
+"""Benchmark of the Perfetto export: layout and encoder against their references, end to end and
+the CLI on real multi-rank runs, and .pftrace size vs Kineto JSON.
 
 Plain script (not a test). Builds a multi-rank run (the synthetic EAGLE-3 shape of
-``tests/export_synth.py``, replicated in time to the requested size) or reads
-``--run`` and writes, in the same process:
+``tests/export_synth.py``, replicated in time to the requested size, finalized as
+``tracekit ingest`` writes runs) or reads ``--run``, and measures in the same run:
 
-- the layout once (tracks, lanes, arg sets, flows), timed on its own;
-- the trace with tracekit's vectorised encoder and with the reference writer
-  (one ``perfetto_trace_pb2.TracePacket`` object per packet, as Perfetto's
-  ``StreamingTraceProtoBuilder`` does), both from that layout: events/s and ratio;
-- the Kineto-style JSON the events would come from (torch.profiler's layout and
-  args; or the real files given with ``--kineto``), to compare sizes.
+- the layout (tracks, lanes, arg sets, flows): the compiled path (``fastlayout``) and the
+  reference (``layout.build_layout_reference``, polars frames), same Layout checked;
+- the encoder: ``tracekit._core`` and the pb2 reference writer (one
+  ``perfetto_trace_pb2.TracePacket`` object per packet, as Perfetto's
+  ``StreamingTraceProtoBuilder`` does), both from one layout;
+- ``export_run`` end to end (read + attribution buckets + layout + encode + write), in child
+  processes, with the compiled core and with ``TRACEKIT_PURE=1`` (the reference paths), the
+  files compared byte for byte; CPU of export_run itself (imports excluded) and of the process;
+- the CLI (``tracekit export``, a child process: start-up and imports included) on real
+  multi-rank runs, both ways, files compared: ``--cli-run`` (default the 2-rank H200 main job
+  and the 8-rank CPU capture in samples/) and the main job replicated to ``--replicate`` x 2 ranks
+  (each copy the same real events under new rank numbers, phase ids made unique);
+- the Kineto-style JSON the events would come from, to compare sizes.
+
+CPU seconds include polars' worker threads (the per-core rate of issue 14's target). The
+committed samples predate ``finalize_version`` (the CLI would finalize them again on every
+read); the bench exports a copy rewritten once, as ``tracekit align --align none`` does.
 
     python bench/export.py                     # ~1M events, 8 ranks
-    python bench/export.py --events 200000
+    python bench/export.py --events 200000 --no-pb2
     python bench/export.py --run samples/x/run.parquet --kineto samples/x/traces
 
-Also times the CLI (``tracekit export``, a child process: its CPU seconds include start-up and
-imports) on a real multi-rank run (``--cli-run``, default the 2-rank H200 capture in samples/).
 Prints the load average before and after (the box may be shared).
 """
 
@@ -37,13 +47,15 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.export import export_events, export_run
-from tracekit.export.layout import build_layout
+from tracekit.export import export_run
+from tracekit.export.layout import build_layout, build_layout_reference
 from tracekit.export.perfetto import records, write_perfetto
+from tracekit.finalize.pipeline import finalize_events, stamp
 from tracekit.schema import GPU_KINDS
-from tracekit.store import write_run
+from tracekit.store import load_run, write_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test support, not in the wheel
+from export_data import layout_differences
 from export_synth import make_events, make_manifest
 from perfetto_reference import write_reference
 
@@ -120,36 +132,121 @@ def kineto_json(events: pl.DataFrame, rank: int) -> bytes:
     return out.getvalue().encode()
 
 
+def finalized_copy(src: Path, dest: Path) -> int:
+    """``src`` rewritten as the current tracekit writes runs (finalized, manifest stamped); its row count."""
+    r = load_run(src)
+    write_run(r.events, dest, r.manifest)
+    return r.events.height
+
+
+def replicate_run(src: Path, copies: int, dest: Path) -> int:
+    """A larger real run: ``copies`` copies of ``src``'s events side by side, copy k's ranks
+    renumbered r + k * world, phase ids made unique; the rank sections of the manifest copied."""
+    r = load_run(src)
+    ev, man = r.events, dict(r.manifest)
+    world = int(ev["rank"].max()) + 1  # type: ignore[arg-type]
+    pid_span = int(ev["phase_id"].max()) + 1  # type: ignore[arg-type]
+    parts = [ev.with_columns(pl.col("rank") + k * world, pl.col("phase_id") + k * pid_span) for k in range(copies)]
+    ranks = man.get("ranks", {})
+    man["ranks"] = {str(int(q) + k * world): v for k in range(copies) for q, v in ranks.items()}
+    man["world_size"] = world * copies
+    man["captured_ranks"] = list(range(world * copies))
+    out = pl.concat(parts)
+    write_run(out, dest, stamp(man))
+    return out.height
+
+
+def child_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Run a child; (its CPU seconds user+sys, wall seconds, stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    p = subprocess.run(cmd, check=True, env=env, stdout=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall, p.stdout
+
+
+def envs() -> tuple[dict[str, str], dict[str, str]]:
+    fast = {k: v for k, v in os.environ.items() if k != "TRACEKIT_PURE"}
+    return fast, {**fast, "TRACEKIT_PURE": "1"}
+
+
+def same_file(a: Path, b: Path) -> str:
+    return "byte-identical" if a.read_bytes() == b.read_bytes() else "DIFFERENT"
+
+
+def child_export(run: str, out: str) -> int:
+    """--child-export: export_run once, print its CPU (all threads) and wall seconds."""
+    t, c = time.perf_counter(), time.process_time()
+    export_run(run, out)
+    print(f"{time.process_time() - c:.4f} {time.perf_counter() - t:.4f}")
+    return 0
+
+
+def stages(run_file: Path) -> None:
+    """Where export_run's CPU goes (compiled paths, in this process, each stage once)."""
+    from tracekit.export import attribution_buckets
+    from tracekit.export.select import Selection, select_events
+
+    parts: list[str] = []
+
+    def step(label: str, fn: Any) -> Any:
+        c = time.process_time()
+        out = fn()
+        parts.append(f"{label} {time.process_time() - c:.2f}")
+        return out
+
+    r = step("read", lambda: load_run(run_file))
+    picked = step("select", lambda: select_events(r.events, Selection()))
+    bk = step("buckets (analyzers/attribution)", lambda: attribution_buckets(r.events, []))
+    lay = step("layout", lambda: build_layout(picked, r.manifest, buckets=bk))
+    step("encode", lambda: write_perfetto(lay, _Count()))  # type: ignore[arg-type]
+    print("export_run stages, compiled, cpu-s: " + ", ".join(parts))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=1_000_000, help="run rows for the synthetic run")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--run", type=Path, help="use this run.parquet instead of a synthetic one")
     ap.add_argument("--kineto", type=Path, help="directory of the Kineto JSON files the run was ingested from")
-    ap.add_argument("--cli-run", type=Path, default=Path(__file__).resolve().parent.parent / "samples" / "h200x2-builtin" / "eager.parquet",
-                    help="real run exported with the CLI in a child process")
+    samples = Path(__file__).resolve().parent.parent / "samples"
+    ap.add_argument("--cli-run", type=Path, action="append",
+                    help="real run exported with the CLI in a child process (repeatable) "
+                         "[default: samples/h200x2-mainjob/eager.parquet, samples/cpu8-builtin/run.parquet]")
+    ap.add_argument("--replicate", type=int, default=8, help="copies of the main job for the large real run (0: none)")
+    ap.add_argument("--no-pb2", action="store_true", help="skip the pb2 reference writer (slow)")
+    ap.add_argument("--child-export", nargs=2, metavar=("RUN", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child_export:
+        return child_export(*a.child_export)
+    cli_runs = a.cli_run or [samples / "h200x2-mainjob" / "eager.parquet", samples / "cpu8-builtin" / "run.parquet"]
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    fast_env, pure_env = envs()
+    exe = Path(sys.executable).with_name("tracekit")
 
     if a.run:
-        from tracekit.store import load_run
-
         r = load_run(a.run)
         events, manifest = r.events, r.manifest
     else:
-        events, manifest = replicated(a.ranks, a.events), make_manifest(a.ranks)
+        events, manifest = finalize_events(replicated(a.ranks, a.events)), stamp(make_manifest(a.ranks))
     n_rows = events.height
     print(f"run: {n_rows} events, {events['rank'].n_unique()} ranks")
 
-    t = time.perf_counter()
-    lay = build_layout(events, manifest, flows=("launches",))
-    t_layout = time.perf_counter() - t
+    res: dict[str, float] = {}
+    for label, fn in (("reference (polars frames)", build_layout_reference), ("compiled (fastlayout)", build_layout)):
+        t, c = time.perf_counter(), time.process_time()
+        lay = fn(events, manifest, flows=("launches",))
+        res[label] = time.process_time() - c
+        print(f"layout, {label}: {res[label]:.2f} cpu-s ({time.perf_counter() - t:.2f} s wall) = "
+              f"{n_rows / res[label] / 1e6:.2f} M run events/s per core")
+    diff = layout_differences(lay, build_layout_reference(events, manifest, flows=("launches",)))
+    print(f"ratio layout reference / compiled: {res['reference (polars frames)'] / res['compiled (fastlayout)']:.1f}x (cpu); "
+          f"same layout: {not diff} {diff or ''}")
     n_packets = int(records(lay)[0].size)
     print(f"layout: {lay.n_slices} slices, {lay.n_counters} counter values, {lay.flow_id.size} flows, "
-          f"{n_packets} event packets, {len(lay.tracks)} tracks in {t_layout:.2f} s")
+          f"{n_packets} event packets, {len(lay.tracks)} tracks")
 
-    # CPU seconds of this process (both writers are single-threaded numpy / Python): a per-core
-    # rate that a loaded machine distorts less than wall time; wall time printed beside it.
     best = best_wall = float("inf")
     size = 0
     for _ in range(3):
@@ -159,48 +256,59 @@ def main() -> int:
         best = min(best, time.process_time() - c)
         best_wall = min(best_wall, time.perf_counter() - t)
         size = sink.n
-    sink = _Count()
-    t, c = time.perf_counter(), time.process_time()
-    write_reference(lay, sink)  # type: ignore[arg-type]
-    t_ref, t_ref_wall = time.process_time() - c, time.perf_counter() - t
-    print(f"encoder (tracekit, vectorised): {best:.2f} cpu-s ({best_wall:.2f} s wall) = {n_rows / best / 1e6:.2f} M run events/s, "
+    print(f"encoder (tracekit._core): {best:.2f} cpu-s ({best_wall:.2f} s wall) = {n_rows / best / 1e6:.2f} M run events/s, "
           f"{n_packets / best / 1e6:.2f} M trace events (packets)/s per core, {size / 1e6:.1f} MB")
-    print(f"reference (pb2 objects):        {t_ref:.2f} cpu-s ({t_ref_wall:.2f} s wall) = {n_rows / t_ref / 1e6:.2f} M run events/s, "
-          f"{n_packets / t_ref / 1e6:.3f} M trace events (packets)/s per core, {sink.n / 1e6:.1f} MB")
-    print(f"ratio encoder / reference speed: {t_ref / best:.1f}x (cpu), {t_ref_wall / best_wall:.1f}x (wall)")
+    if not a.no_pb2:
+        sink = _Count()
+        t, c = time.perf_counter(), time.process_time()
+        write_reference(lay, sink)  # type: ignore[arg-type]
+        t_ref, t_ref_wall = time.process_time() - c, time.perf_counter() - t
+        print(f"reference (pb2 objects):  {t_ref:.2f} cpu-s ({t_ref_wall:.2f} s wall) = {n_rows / t_ref / 1e6:.2f} M run events/s, "
+              f"{n_packets / t_ref / 1e6:.3f} M trace events (packets)/s per core, {sink.n / 1e6:.1f} MB")
+        print(f"ratio encoder / pb2 reference speed: {t_ref / best:.1f}x (cpu), {t_ref_wall / best_wall:.1f}x (wall)")
 
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run.pftrace"
-        t, c = time.perf_counter(), time.process_time()
-        export_events(events, manifest, out, buckets=False)
-        t_e2e, c_e2e = time.perf_counter() - t, time.process_time() - c
-        pf_size = os.path.getsize(out)
-        # export_run as the CLI runs it: read the run file, attribution buckets, layout, encode, write.
-        # CPU seconds include polars' worker threads (the per-core rate of the issue's target).
-        run_file = a.run if a.run else write_run(events, Path(tmp) / "run.parquet", manifest)
-        t, c = time.perf_counter(), time.process_time()
-        export_run(run_file, Path(tmp) / "run2.pftrace")
-        t_run, c_run = time.perf_counter() - t, time.process_time() - c
-    print(f"end to end (select + layout + encode + write, no buckets): {c_e2e:.2f} cpu-s ({t_e2e:.2f} s wall) = "
-          f"{n_rows / c_e2e / 1e6:.2f} M run events/s per core")
-    print(f"export_run (read + buckets + layout + encode + write): {c_run:.2f} cpu-s ({t_run:.2f} s wall) = "
-          f"{n_rows / c_run / 1e6:.2f} M run events/s per core (target >= 1)")
+        td = Path(tmp)
+        run_file = a.run if a.run else write_run(events, td / "run.parquet", manifest)
+        bench = str(Path(__file__).resolve())
+        got: dict[str, tuple[float, float, float]] = {}
+        for label, env in (("compiled", fast_env), ("reference (TRACEKIT_PURE=1)", pure_env)):
+            out = td / f"{label[:4]}.pftrace"
+            cpu, wall, stdout = child_cpu([sys.executable, bench, "--child-export", str(run_file), str(out)], env)
+            c_in, w_in = (float(x) for x in stdout.split())
+            got[label] = (c_in, w_in, cpu)
+            print(f"export_run (read + buckets + layout + encode + write), {label}: {c_in:.2f} cpu-s ({w_in:.2f} s wall) = "
+                  f"{n_rows / c_in / 1e6:.2f} M run events/s per core; whole child process {cpu:.2f} cpu-s = "
+                  f"{n_rows / cpu / 1e6:.2f} M/s (target >= 1)")
+        print(f"ratio export_run reference / compiled: {got['reference (TRACEKIT_PURE=1)'][0] / got['compiled'][0]:.1f}x (cpu); "
+              f"files {same_file(td / 'comp.pftrace', td / 'refe.pftrace')}")
+        stages(run_file)
+        pf_size = os.path.getsize(td / "comp.pftrace")
 
-    if a.cli_run and a.cli_run.exists():
-        from tracekit.store import load_run as _load
-
-        n_cli = _load(a.cli_run).events.height
-        exe = Path(sys.executable).with_name("tracekit")
-        with tempfile.TemporaryDirectory() as tmp:
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t = time.perf_counter()
-            subprocess.run([str(exe), "export", str(a.cli_run), "-o", str(Path(tmp) / "cli.pftrace")], check=True,
-                           stdout=subprocess.DEVNULL)
-            wall = time.perf_counter() - t
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        print(f"CLI `tracekit export {a.cli_run.name}` ({n_cli} events, child process, start-up included): "
-              f"{cpu:.2f} cpu-s ({wall:.2f} s wall) = {n_cli / cpu / 1e6:.2f} M run events/s per core (target >= 1)")
+        real: list[tuple[str, Path, int]] = []
+        for p in cli_runs:
+            if p.exists():
+                dest = td / f"{p.parent.name}-{p.stem}.parquet"
+                real.append((f"{p.parent.name}/{p.name}", dest, finalized_copy(p, dest)))
+        main_job = samples / "h200x2-mainjob" / "eager.parquet"
+        if a.replicate > 0 and main_job.exists():
+            dest = td / "mainjob-replicated.parquet"
+            n = replicate_run(main_job, a.replicate, dest)
+            real.append((f"h200x2-mainjob/eager.parquet x{a.replicate} ({2 * a.replicate} ranks)", dest, n))
+        for name, path, n in real:
+            row = []
+            for label, env in (("compiled", fast_env), ("TRACEKIT_PURE=1", pure_env)):
+                out = td / f"cli-{label[:4]}.pftrace"
+                cpu, wall, _ = child_cpu([str(exe), "export", str(path), "-o", str(out)], env)
+                row.append(cpu)
+                print(f"CLI `tracekit export` {name} ({n} events, child process, start-up included), {label}: "
+                      f"{cpu:.2f} cpu-s ({wall:.2f} s wall) = {n / cpu / 1e6:.2f} M run events/s per core (target >= 1)")
+            print(f"  ratio reference / compiled: {row[1] / row[0]:.2f}x (cpu); files "
+                  f"{same_file(td / 'cli-comp.pftrace', td / 'cli-TRAC.pftrace')}")
+        cpu, wall, _ = child_cpu([sys.executable, "-c", "import polars, numpy"], fast_env)
+        print(f"start-up floor: `python -c 'import polars, numpy'` {cpu:.2f} cpu-s ({wall:.2f} s wall)")
+        cpu, wall, _ = child_cpu([str(exe), "--help"], fast_env)
+        print(f"`tracekit --help` {cpu:.2f} cpu-s ({wall:.2f} s wall)")
 
     if a.kineto:
         files = sorted(p for p in a.kineto.rglob("*.json*") if p.is_file())

@@ -11,13 +11,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from export_data import layout_differences
 from export_synth import make_events, make_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit._native import core
-from tracekit.export import attribution_buckets, lanes, perfetto
-from tracekit.export.layout import build_layout
+from tracekit.export import attribution_buckets, chrome, lanes, layout, perfetto
+from tracekit.export.fastlayout import build_layout_fast
+from tracekit.export.layout import build_layout, build_layout_reference
+from tracekit.exporters import WriteContext
 from tracekit.store import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,26 +37,35 @@ def test_core_is_built_in_ci() -> None:
 
 
 class _Pure:
-    """Context: the reference (numpy / Python) paths of lanes and the Perfetto writer."""
+    """Context: the reference (polars / numpy / Python) paths of the layout, lanes and the Perfetto writer."""
 
     def __enter__(self) -> None:
-        self.saved = (lanes.core, perfetto.core)
-        lanes.core = perfetto.core = None
+        self.saved = (lanes.core, perfetto.core, layout.core)
+        lanes.core = perfetto.core = layout.core = None
 
     def __exit__(self, *exc: object) -> None:
-        lanes.core, perfetto.core = self.saved
+        lanes.core, perfetto.core, layout.core = self.saved
 
 
 def _both(events: pl.DataFrame, manifest: dict[str, object], **kw: object) -> Iterator[bytes]:
+    """The .pftrace and .json.gz bytes with the compiled paths, then with the reference paths;
+    the two layouts compared field by field on the way."""
     bk = attribution_buckets(events, [])
-    for pure in (False, True):
-        buf = io.BytesIO()
+    fast_lay = build_layout(events, manifest, buckets=bk, **kw)  # type: ignore[arg-type]
+    with _Pure():
+        ref_lay = build_layout(events, manifest, buckets=bk, **kw)  # type: ignore[arg-type]
+    assert layout_differences(fast_lay, ref_lay) == []
+    for pure, lay in ((False, fast_lay), (True, ref_lay)):
+        buf, js = io.BytesIO(), io.BytesIO()
+        ctx = WriteContext(path="x.json.gz", selection="whole run", source="s")
         if pure:
             with _Pure():
-                perfetto.write_perfetto(build_layout(events, manifest, buckets=bk, **kw), buf)  # type: ignore[arg-type]
+                perfetto.write_perfetto(lay, buf)  # type: ignore[arg-type]
+                chrome.write(lay, js, ctx)  # type: ignore[arg-type]
         else:
-            perfetto.write_perfetto(build_layout(events, manifest, buckets=bk, **kw), buf)  # type: ignore[arg-type]
-        yield buf.getvalue()
+            perfetto.write_perfetto(lay, buf)  # type: ignore[arg-type]
+            chrome.write(lay, js, ctx)  # type: ignore[arg-type]
+        yield buf.getvalue() + b"|" + js.getvalue()
 
 
 @needs_core
@@ -122,3 +134,61 @@ def test_records_merge_matches_lexsort() -> None:
     ref = perfetto.records_reference(lay)
     for a, b in zip(fast, ref, strict=True):
         assert a.tolist() == b.tolist()
+
+
+_NULLABLE = ("name", "category", "args", "phase", "pid", "tid", "device", "stream", "batch_size", "num_tokens",
+             "seq_len", "graphed", "graph", "accept_len", "coll_op", "group", "coll_seq", "correlation", "cycle", "dur_ns")
+
+
+@needs_core
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), holes=st.lists(st.tuples(st.sampled_from(_NULLABLE), st.integers(0, 10_000)), max_size=40),
+       accept=st.lists(st.sampled_from([0.0, -0.0, float("nan"), 1.5, 2.0]), min_size=1, max_size=5),
+       dup_start=st.booleans())
+def test_generated_runs_with_nulls_same_layout(seed: int, holes: list[tuple[str, int]], accept: list[float],
+                                               dup_start: bool) -> None:
+    """Nulls where the schema allows them, -0.0 / NaN accept lengths, equal start times: the compiled
+    layout equals the reference one, and so do the .pftrace and .json.gz bytes."""
+    ev = make_events(2, 2, 5, seed=seed).with_row_index("_i")
+    n = ev.height
+    for col, at in holes:
+        ev = ev.with_columns(pl.when(pl.col("_i") == at % n).then(None).otherwise(pl.col(col)).alias(col))
+    acc = pl.Series([accept[i % len(accept)] for i in range(n)], dtype=pl.Float64())
+    ev = ev.with_columns(pl.when(pl.col("accept_len").is_not_null()).then(acc).otherwise(None).alias("accept_len"))
+    if dup_start:  # many slices opening at one time, some of equal length
+        ev = ev.with_columns(pl.when(pl.col("_i") % 7 == 0).then(pl.col("start_ns") // 1000 * 1000).otherwise(pl.col("start_ns"))
+                             .alias("start_ns"))
+    ev = ev.drop("_i")
+    for kw in ({}, {"flows": ("launches", "collectives"), "outstanding": True}):
+        fast, ref = _both(ev, make_manifest(2), **kw)
+        assert fast == ref
+
+
+@needs_core
+def test_fast_layout_is_the_compiled_path() -> None:
+    ev = make_events(2, 2, 4, seed=3)
+    assert layout_differences(build_layout_fast(ev, make_manifest(2)), build_layout_reference(ev, make_manifest(2))) == []
+    with _Pure():
+        assert layout.core is None
+    assert layout.core is not None
+
+
+@needs_core
+def test_first_seen_ids() -> None:
+    from tracekit.export.fastlayout import first_seen
+
+    rng = np.random.default_rng(5)
+    for cols in ([rng.integers(0, 5, 1000)], [rng.integers(0, 3, 500), rng.integers(-(2**62), 2**62, 500) % 4],
+                 [rng.integers(0, 2**40, 300)], [np.zeros(0, np.int64)]):
+        n = cols[0].size
+        for order in (None, rng.permutation(n), rng.integers(0, max(n, 1), n // 2) if n else None):
+            ids, first = first_seen(cols, order=order)
+            rows = list(zip(*(c.tolist() for c in cols), strict=True))
+            if order is not None:
+                rows = [rows[i] for i in order.tolist()]
+            seen: dict[tuple[int, ...], int] = {}
+            want = [seen.setdefault(r, len(seen)) for r in rows]
+            assert ids.tolist() == want
+            assert [rows[i] for i in first.tolist()] == list(seen)
+    with pytest.raises(IndexError):
+        first_seen([np.arange(3)], order=np.array([0, 5]))

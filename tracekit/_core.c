@@ -609,7 +609,116 @@ done:
     return ret;
 }
 
+
+/* ---- first-seen ids of row tuples (export layout: names, arg sets, groups, launch joins) -- */
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* first_seen(cols, ids_out, first_out, order=None) -> number of distinct rows
+ * cols: tuple of K int64 buffers (a row = the K values at one index; the caller encodes nulls as
+ * a further column). Row i is cols[.][order[i]] when `order` (int64 indices) is given, else
+ * cols[.][i]; n = len(ids_out) rows. ids_out[i]: the id of row i's tuple, ids numbered in order of
+ * first appearance; first_out[id]: the first i with that tuple (first_out has n items, the first
+ * `distinct` are written). One column of small non-negative values uses a direct table; otherwise
+ * one open-addressing hash table, equality checked on the values. The GIL is released. */
+static PyObject *first_seen(PyObject *self, PyObject *args) {
+    PyObject *cols, *ids_o, *first_o, *order_o = Py_None;
+    if (!PyArg_ParseTuple(args, "O!OO|O", &PyTuple_Type, &cols, &ids_o, &first_o, &order_o)) return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(cols);
+    Buf ids = {0}, first = {0}, ord = {0};
+    Buf *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
+    int64_t **cv = (int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
+    int64_t *table = NULL;
+    const int64_t *op = NULL;
+    PyObject *ret = NULL;
+    Py_ssize_t n = -1, distinct = 0, m = -1;
+    if (!cb || !cv) { PyErr_NoMemory(); goto done; }
+    if (k < 1) { PyErr_SetString(PyExc_ValueError, "first_seen: no columns"); goto done; }
+    if (get_buf(ids_o, &ids, 8, 1, "ids") < 0 || get_buf(first_o, &first, 8, 1, "first") < 0) goto done;
+    n = N64(ids);
+    if (N64(first) != n) { PyErr_SetString(PyExc_ValueError, "first: not as long as ids"); goto done; }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (get_buf(PyTuple_GET_ITEM(cols, j), &cb[j], 8, 0, "column") < 0) goto done;
+        if (m < 0) m = N64(cb[j]);
+        if (N64(cb[j]) != m) { PyErr_SetString(PyExc_ValueError, "columns of different lengths"); goto done; }
+        cv[j] = P64(cb[j]);
+    }
+    if (order_o != Py_None) {
+        if (get_buf(order_o, &ord, 8, 0, "order") < 0) goto done;
+        if (N64(ord) != n) { PyErr_SetString(PyExc_ValueError, "order: not as long as ids"); goto done; }
+        op = P64(ord);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (op[i] < 0 || op[i] >= m) { PyErr_SetString(PyExc_IndexError, "order: index out of range"); goto done; }
+    } else if (m != n) { PyErr_SetString(PyExc_ValueError, "columns not as long as ids"); goto done; }
+#define ROW(i) (op ? op[i] : (i))
+    if (k == 1 && n > 0) {  /* one column of small non-negative values: a direct table, no hashing */
+        const int64_t *v = cv[0];
+        int64_t lo = v[ROW(0)], hi = lo;
+        for (Py_ssize_t i = 1; i < n; i++) { int64_t x = v[ROW(i)]; if (x < lo) lo = x; if (x > hi) hi = x; }
+        if (lo >= 0 && hi < (int64_t)1 << 24 && hi <= 4 * (int64_t)n + 1024) {
+            table = (int64_t *)malloc((size_t)(hi + 1) * sizeof(int64_t));
+            if (!table) { PyErr_NoMemory(); goto done; }
+            memset(table, 0xff, (size_t)(hi + 1) * sizeof(int64_t));
+            int64_t *io = P64(ids), *fo = P64(first);
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t x = v[ROW(i)];
+                int64_t id = table[x];
+                if (id < 0) { id = table[x] = distinct; fo[distinct++] = i; }
+                io[i] = id;
+            }
+            Py_END_ALLOW_THREADS
+            ret = PyLong_FromSsize_t(distinct);
+            goto done;
+        }
+    }
+    {
+        size_t cap = 16;
+        while (cap < (size_t)n * 2) cap <<= 1;
+        table = (int64_t *)malloc(cap * sizeof(int64_t));
+        if (!table) { PyErr_NoMemory(); goto done; }
+        memset(table, 0xff, cap * sizeof(int64_t));  /* -1: empty */
+        int64_t *io = P64(ids), *fo = P64(first);
+        size_t mask = cap - 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t ri = ROW(i);
+            uint64_t h = 0x9e3779b97f4a7c15ULL;
+            for (Py_ssize_t j = 0; j < k; j++) h = mix64(h ^ (uint64_t)cv[j][ri]) + (uint64_t)j;
+            size_t slot = (size_t)h & mask;
+            for (;;) {
+                int64_t id = table[slot];
+                if (id < 0) {
+                    table[slot] = distinct;
+                    fo[distinct] = i;
+                    io[i] = distinct++;
+                    break;
+                }
+                Py_ssize_t r = ROW(fo[id]);
+                Py_ssize_t j = 0;
+                while (j < k && cv[j][r] == cv[j][ri]) j++;
+                if (j == k) { io[i] = id; break; }
+                slot = (slot + 1) & mask;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+#undef ROW
+    ret = PyLong_FromSsize_t(distinct);
+done:
+    for (Py_ssize_t j = 0; j < k; j++) rel_buf(&cb[j]);
+    rel_buf(&ids); rel_buf(&first); rel_buf(&ord);
+    free(cb); free(cv); free(table);
+    return ret;
+}
+
 static PyMethodDef METHODS[] = {
+    {"first_seen", first_seen, METH_VARARGS, "First-seen ids of row tuples (see export/codes.py)."},
     {"assign_lanes_grouped", assign_lanes_grouped, METH_VARARGS, "Greedy lanes per group (see lanes.py)."},
     {"merge_records", merge_records, METH_VARARGS, "Write order of slice ends, counters and opens."},
     {"encode_batch", encode_batch, METH_VARARGS, "One batch of TracePackets (see perfetto.py)."},

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracekit._native import core
 from tracekit.export.lanes import assign_lanes_grouped
 from tracekit.schema import COUNTER, GPU_KINDS, GPU_RANGE, LAUNCH, RANGE
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; annotations are not evaluated at run time
+    from typing import Unpack
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -241,6 +245,85 @@ def _group_name(g: int, a: int | None, b: int | None, multi: bool) -> str:
     raise ValueError(g)
 
 
+def make_tracks(ranks: list[int], info: Mapping[int, tuple[str, int, tuple[str, ...]]], groups: list[tuple[Any, ...]],
+                multi_set: set[tuple[int, int]], lane_n: Mapping[tuple[Any, ...], int], ctr_names: pl.DataFrame,
+                ph_names: pl.DataFrame, outstanding: bool) -> _TrackBuilder:
+    """The tracks in display order: per rank its process, then phase, counter, thread, stream and
+    annotation tracks (``groups``: the distinct (rank, group, pid/device, tid/stream) sorted, nulls first;
+    ``lane_n``: the highest lane of each)."""
+    tb = _TrackBuilder()
+    for r in ranks:
+        pname, pid, labels = info[r]
+        proc = tb.add(Track(uuid=0, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid, labels=labels), None)
+        rg = [t for t in groups if t[0] == r]
+        for which in (G_PHASE_HOST, G_PHASE_GPU, "dur", "out", G_THREAD, G_STREAM, G_GPU_RANGE, "ctr"):
+            if which == "out":
+                if outstanding and any(t[1] == G_STREAM for t in rg):
+                    tb.add(Track(0, proc, "outstanding GPU work", "counter", r, 0), (r, "out"))
+                continue
+            if which == "dur":
+                for p in ph_names.filter(pl.col("rank") == r)["phase"].to_list():
+                    tb.add(Track(0, proc, f"{p} duration", "counter", r, 0, unit_ns=True), (r, "dur", f"{p} duration"))
+                continue
+            if which == "ctr":
+                for nm in ctr_names.filter(pl.col("rank") == r)["name"].to_list():
+                    tb.add(Track(0, proc, nm, "counter", r, 0), (r, "ctr", nm))
+                continue
+            for _, g, a, b in rg:
+                if g != which:
+                    continue
+                nm = _group_name(g, a, b, (r, g) in multi_set)
+                for lane in range(lane_n[(r, g, a, b)] + 1):
+                    tb.add(Track(0, proc, nm if lane == 0 else f"{nm} (overlap {lane})", "slice", r, 0,
+                                 gpu=g == G_STREAM), (r, g, a, b, lane))
+    return tb
+
+
+def add_buckets(rows: I64, rank: npt.NDArray[np.integer], phase_id: I64, argset_arr: I64, argsets: list[ArgSet],
+                buckets: Mapping[tuple[int, int], Mapping[str, int]]) -> None:
+    """Extend the arg sets of the GPU-window phase slices ``rows`` with their attribution buckets
+    (``bucket.<name>``: ns), one new arg set per phase instance (``argsets``/``argset_arr`` updated)."""
+    label: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for i, r, p, a in zip(rows.tolist(), rank.tolist(), phase_id.tolist(), argset_arr[rows].tolist(), strict=True):
+        b = buckets.get((int(r), int(p)))
+        if b:
+            ks = tuple(b)
+            labs = label.get(ks) or label.setdefault(ks, tuple(f"bucket.{k}" for k in ks))
+            extra = tuple(zip(labs, map(int, b.values()), strict=True))
+            argsets.append(argsets[a] + extra)
+            argset_arr[i] = len(argsets) - 1
+
+
+def counter_samples(dur_ts: I64, dur_rank: list[Any], dur_phase: list[Any], dur_ns: npt.NDArray[np.integer],
+                    ctr: pl.DataFrame, track_of: Mapping[tuple[Any, ...], int],
+                    out: tuple[I64, I64, I64, I64, I64, BoolA] | None) -> tuple[I64, I64, F64, BoolA]:
+    """Counter samples sorted by (ts, track), stable, non-finite values left out: each GPU-window phase
+    slice's duration at its start (``dur_*``, in slice order), the run's counter rows (``ctr``), and with
+    ``out`` = (launch edge sources, destinations, and per slice rank, start, dur, is_gpu) the outstanding
+    GPU work."""
+    ts = [np.asarray(dur_ts, dtype=np.int64), ctr["start_ns"].to_numpy().astype(np.int64, copy=False)]
+    track = [np.array([track_of[(int(r), "dur", f"{p} duration")] for r, p in zip(dur_rank, dur_phase, strict=True)],
+                      dtype=np.int64),
+             np.array([track_of[(int(r), "ctr", n)] for r, n in zip(ctr["rank"].to_list(), ctr["name"].to_list(), strict=True)],
+                      dtype=np.int64)]
+    value = [np.asarray(dur_ns, dtype=np.float64), ctr["value"].fill_null(float("nan")).to_numpy().astype(np.float64, copy=False)]
+    is_int = [np.ones(ts[0].size, dtype=bool), np.zeros(ts[1].size, dtype=bool)]
+    if out is not None:
+        le_src, le_dst, rank_arr, start, dur, is_gpu = out
+        issued = start.copy()
+        issued[le_dst] = np.minimum(start[le_src], start[le_dst])
+        g = np.flatnonzero(is_gpu)
+        orank, ots, ocount = outstanding_samples(rank_arr[g], start[g], start[g] + dur[g], issued[g])
+        ts.append(ots.astype(np.int64))
+        track.append(np.array([track_of[(int(r), "out")] for r in orank.tolist()], dtype=np.int64))
+        value.append(ocount.astype(np.float64))
+        is_int.append(np.ones(ots.size, dtype=bool))
+    t, k, v, i = (np.concatenate(x) for x in (ts, track, value, is_int))
+    keep = np.flatnonzero(np.isfinite(v))
+    o = keep[np.lexsort((k[keep], t[keep]))]
+    return t[o], k[o], v[o], i[o]
+
+
 def build_layout(
     events: pl.DataFrame,
     manifest: Mapping[str, Any],
@@ -255,9 +338,40 @@ def build_layout(
     shown as args of the GPU-window phase slices. ``outstanding``: add a counter per rank of
     the GPU work issued and not finished (``outstanding_samples``).
     """
+    layout_options({"flows": flows})
+    if core is not None:
+        from tracekit.export.fastlayout import build_layout_fast
+
+        return build_layout_fast(events, manifest, flows=flows, buckets=buckets, outstanding=outstanding)
+    return build_layout_reference(events, manifest, flows=flows, buckets=buckets, outstanding=outstanding)
+
+
+class LayoutOptions(TypedDict, total=False):
+    """The keyword options of ``build_layout`` (see there)."""
+
+    flows: Sequence[str]
+    buckets: Mapping[tuple[int, int], Mapping[str, int]] | None
+    outstanding: bool
+
+
+def layout_options(opts: LayoutOptions) -> tuple[Sequence[str], Mapping[tuple[int, int], Mapping[str, int]] | None, bool]:
+    """(flows, buckets, outstanding) with their defaults; raises ValueError on an unknown flow kind."""
+    flows = opts.get("flows", ("launches",))
     for f in flows:
         if f not in FLOW_KINDS:
             raise ValueError(f"unknown flow kind {f!r} (use {', '.join(FLOW_KINDS)})")
+    return flows, opts.get("buckets"), opts.get("outstanding", False)
+
+
+def build_layout_reference(events: pl.DataFrame, manifest: Mapping[str, Any], **opts: Unpack[LayoutOptions]) -> Layout:
+    """``build_layout`` with polars frames and numpy (the reference of ``fastlayout.build_layout_fast``;
+    the compiled path gives the same Layout). Lays out selected events as tracks, slices, counters, flows.
+
+    ``buckets``: optional attribution per phase instance ((rank, phase_id) -> bucket -> ns),
+    shown as args of the GPU-window phase slices. ``outstanding``: add a counter per rank of
+    the GPU work issued and not finished (``outstanding_samples``).
+    """
+    flows, buckets, outstanding = layout_options(opts)
     ev = events.with_row_index("_row")
     ranks = sorted(int(r) for r in ev["rank"].unique().drop_nulls().to_list())
     info = _rank_info(manifest, ev, ranks)
@@ -308,31 +422,7 @@ def build_layout(
     ctr = ev.filter(pl.col("kind") == COUNTER)
     ctr_names = ctr.select("rank", "name").unique().sort("rank", "name")
     ph_names = phases.filter(pl.col("_g") == G_PHASE_GPU).select("rank", "phase").unique().sort("rank", "phase")
-    tb = _TrackBuilder()
-    for r in ranks:
-        pname, pid, labels = info[r]
-        proc = tb.add(Track(uuid=0, parent=0, name=pname, kind="process", rank=r, order=r, pid=pid, labels=labels), None)
-        rg = [t for t in groups.iter_rows() if t[0] == r]
-        for which in (G_PHASE_HOST, G_PHASE_GPU, "dur", "out", G_THREAD, G_STREAM, G_GPU_RANGE, "ctr"):
-            if which == "out":
-                if outstanding and any(t[1] == G_STREAM for t in rg):
-                    tb.add(Track(0, proc, "outstanding GPU work", "counter", r, 0), (r, "out"))
-                continue
-            if which == "dur":
-                for p in ph_names.filter(pl.col("rank") == r)["phase"].to_list():
-                    tb.add(Track(0, proc, f"{p} duration", "counter", r, 0, unit_ns=True), (r, "dur", f"{p} duration"))
-                continue
-            if which == "ctr":
-                for nm in ctr_names.filter(pl.col("rank") == r)["name"].to_list():
-                    tb.add(Track(0, proc, nm, "counter", r, 0), (r, "ctr", nm))
-                continue
-            for _, g, a, b in rg:
-                if g != which:
-                    continue
-                nm = _group_name(g, a, b, (r, g) in multi_set)
-                for lane in range(lane_n[(r, g, a, b)] + 1):
-                    tb.add(Track(0, proc, nm if lane == 0 else f"{nm} (overlap {lane})", "slice", r, 0,
-                                 gpu=g == G_STREAM), (r, g, a, b, lane))
+    tb = make_tracks(ranks, info, list(groups.iter_rows()), multi_set, lane_n, ctr_names, ph_names, outstanding)
     tracks, track_of = tb.tracks, tb.track_of
     # the lanes of a group are consecutive tracks: track = the group's lane-0 track + lane
     lane0 = np.array([track_of[(*grp, 0)] for grp in group_of_key], dtype=np.int64)
@@ -371,16 +461,7 @@ def build_layout(
     if buckets:
         pid_vals, pid_ok = ints["phase_id"]
         rows = np.flatnonzero((sl["window"] == "gpu").fill_null(False).to_numpy() & pid_ok)
-        rank_l = sl["rank"].to_numpy()[rows].tolist()
-        label: dict[tuple[str, ...], tuple[str, ...]] = {}
-        for i, r, p, a in zip(rows.tolist(), rank_l, pid_vals[rows].tolist(), argset_arr[rows].tolist(), strict=True):
-            b = buckets.get((int(r), int(p)))
-            if b:
-                ks = tuple(b)
-                labs = label.get(ks) or label.setdefault(ks, tuple(f"bucket.{k}" for k in ks))
-                extra = tuple(zip(labs, map(int, b.values()), strict=True))
-                argsets.append(argsets[a] + extra)
-                argset_arr[i] = len(argsets) - 1
+        add_buckets(rows, sl["rank"].to_numpy()[rows], pid_vals[rows], argset_arr, argsets, buckets)
     argset_arr = np.where(np.array([len(a) > 0 for a in argsets], dtype=bool)[argset_arr], argset_arr, -1)
     track_arr = sl["_track"].to_numpy().astype(np.int64)
     start = sl["start_ns"].to_numpy().astype(np.int64)
@@ -389,39 +470,19 @@ def build_layout(
     fsrc, fdst = _flows(sl, flows)
     fid = np.arange(1, fsrc.size + 1, dtype=np.int64)
     # counters: phase durations (at the GPU window start) and counter rows
-    dur_rows = sl.with_row_index("_i").filter(pl.col("window") == "gpu")
-    c_parts = [
-        pl.DataFrame({
-            "ts": dur_rows["start_ns"],
-            "track": [track_of[(int(r), "dur", f"{p} duration")] for r, p in zip(dur_rows["rank"], dur_rows["phase"], strict=True)],
-            "value": dur_rows["dur_ns"].cast(pl.Float64),
-            "is_int": pl.Series([True] * dur_rows.height, dtype=pl.Boolean()),
-        }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}),
-        pl.DataFrame({
-            "ts": ctr["start_ns"],
-            "track": [track_of[(int(r), "ctr", n)] for r, n in zip(ctr["rank"], ctr["name"], strict=True)],
-            "value": ctr["value"].fill_null(float("nan")),
-            "is_int": pl.Series([False] * ctr.height, dtype=pl.Boolean()),
-        }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}),
-    ]
+    dur_rows = sl.filter(pl.col("window") == "gpu")
+    out_args = None
     if outstanding:
         le_src, le_dst = launch_edges(sl)
-        issued = start.copy()
-        issued[le_dst] = np.minimum(start[le_src], start[le_dst])
-        g = np.flatnonzero(is_gpu)
-        rank_arr = sl["rank"].to_numpy().astype(np.int64)
-        orank, ots, ocount = outstanding_samples(rank_arr[g], start[g], start[g] + dur[g], issued[g])
-        c_parts.append(pl.DataFrame({
-            "ts": ots, "track": np.array([track_of[(int(r), "out")] for r in orank], dtype=np.int64),
-            "value": ocount.astype(np.float64), "is_int": np.ones(ots.size, dtype=bool),
-        }, schema={"ts": pl.Int64(), "track": pl.Int64(), "value": pl.Float64(), "is_int": pl.Boolean()}))
-    cdf = pl.concat(c_parts).filter(pl.col("value").is_finite()).sort("ts", "track", maintain_order=True)
+        out_args = (le_src, le_dst, sl["rank"].to_numpy().astype(np.int64), start, dur, is_gpu)
+    c_ts, c_track, c_value, c_is_int = counter_samples(
+        dur_rows["start_ns"].to_numpy().astype(np.int64), dur_rows["rank"].to_list(), dur_rows["phase"].to_list(),
+        dur_rows["dur_ns"].to_numpy(), ctr, track_of, out_args)
     return Layout(
         tracks=tracks, start=start, dur=dur, track=track_arr, name_id=name_id.astype(np.int64),
         cat_id=cat_id.astype(np.int64), argset=argset_arr, ints=ints, is_gpu=is_gpu, names=names, cats=cats,
         argsets=argsets, flow_src=fsrc, flow_dst=fdst, flow_id=fid,
-        c_ts=cdf["ts"].to_numpy().astype(np.int64), c_track=cdf["track"].to_numpy().astype(np.int64),
-        c_value=cdf["value"].to_numpy().astype(np.float64), c_is_int=cdf["is_int"].to_numpy(), ranks=ranks,
+        c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int, ranks=ranks,
     )
 
 
@@ -502,4 +563,18 @@ def _flows(sl: pl.DataFrame, kinds: Sequence[str]) -> tuple[I64, I64]:
     return np.concatenate(src), np.concatenate(dst)
 
 
-__all__ = ["FLOW_KINDS", "INT_ARGS", "SET_ARGS", "Layout", "Track", "build_layout", "display_names"]
+__all__ = [
+    "FLOW_KINDS",
+    "INT_ARGS",
+    "SET_ARGS",
+    "Layout",
+    "LayoutOptions",
+    "Track",
+    "add_buckets",
+    "build_layout",
+    "build_layout_reference",
+    "counter_samples",
+    "display_names",
+    "layout_options",
+    "make_tracks",
+]

@@ -51,12 +51,12 @@ def _varint(v: int) -> bytes:
             return bytes(out)
 
 
-_SMALL = [_varint(i) for i in range(1 << 14)]
+_ONE = [bytes((i,)) for i in range(128)]
 
 
 def varint(v: int) -> bytes:
     """Base-128 varint of a non-negative int (negative ints as 64-bit two's complement)."""
-    return _SMALL[v] if 0 <= v < 16384 else _varint(v)
+    return _ONE[v] if 0 <= v < 128 else _varint(v)
 
 
 @functools.lru_cache(maxsize=1024)

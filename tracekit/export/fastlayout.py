@@ -1,0 +1,413 @@
+"""The export layout on integer codes: the same ``Layout`` as ``layout.build_layout_reference``,
+without building, sorting or gathering a frame of every slice.
+
+Each string column of the run becomes one integer code per row (polars' dictionary cast, then
+``tracekit._core.first_seen``: ids in order of first appearance), every string that occurs is
+held once (``_Strings``), and the layout works on numpy arrays of codes: one stable sort for the
+nesting order, one for the final order, lanes by the compiled greedy pass, names, categories and
+arg sets as first-seen ids of code tuples in the final order, the launch -> kernel join as
+first-seen ids of (rank, correlation). Only the distinct values (names, arg sets, groups) are
+turned into Python objects. Used when the compiled core is built; the tests compare both paths
+Layout field by field and byte by byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracekit._native import core
+from tracekit.export.lanes import assign_lanes_grouped
+from tracekit.export.layout import (
+    G_GPU_RANGE,
+    G_PHASE_GPU,
+    G_STREAM,
+    G_THREAD,
+    INT_ARGS,
+    SET_ARGS,
+    ArgSet,
+    ArgValue,
+    Layout,
+    LayoutOptions,
+    _phase_slices,
+    _rank_info,
+    add_buckets,
+    counter_samples,
+    display_names,
+    layout_options,
+    make_tracks,
+)
+from tracekit.schema import COUNTER, GPU_KINDS, GPU_RANGE, LAUNCH
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; annotations are not evaluated at run time
+    from typing import Unpack
+
+I64 = npt.NDArray[np.int64]
+BoolA = npt.NDArray[np.bool_]
+
+_STR_COLS = ("name", "phase", "args", "coll_op", "group")
+_INT_SET = ("batch_size", "num_tokens", "seq_len")
+_BOOL_SET = ("graph", "graphed")
+
+
+def first_seen(cols: Sequence[npt.NDArray[Any]], order: I64 | None = None) -> tuple[I64, I64]:
+    """(id of each row's tuple, numbered in order of first appearance; first row of each id). Rows are
+    the tuples of ``cols`` at the indices ``order`` when given (no gathered copy), else in order."""
+    n = int(cols[0].size if order is None else order.size)
+    ids = np.empty(n, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    assert core is not None
+    k = core.first_seen(tuple(np.ascontiguousarray(c, dtype=np.int64) for c in cols), ids, first,
+                        None if order is None else np.ascontiguousarray(order, dtype=np.int64))
+    return ids, first[:k]
+
+
+class _Strings:
+    """Every distinct string (or None) of the layout once: value -> code."""
+
+    def __init__(self) -> None:
+        self.code: dict[str | None, int] = {}
+        self.values: list[str | None] = []
+
+    def get(self, v: str | None) -> int:
+        c = self.code.get(v)
+        if c is None:
+            c = self.code[v] = len(self.values)
+            self.values.append(v)
+        return c
+
+    def lut(self, vals: Sequence[str | None]) -> I64:
+        return np.fromiter((self.get(v) for v in vals), dtype=np.int64, count=len(vals))
+
+
+def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None) -> I64:
+    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: a dictionary cast, first-seen ids,
+    one lookup per distinct value (a null read as ``null_as``)."""
+    phys = series.cast(pl.Categorical).to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
+    ids, first = first_seen([phys], order=rows)
+    vals = series.gather(rows[first]).to_list() if first.size else []
+    lut = strings.lut([null_as if v is None else v for v in vals] if null_as is not None else vals)
+    h = 0 if head is None else head.size
+    out = np.empty(h + ids.size, dtype=np.int64)
+    if head is not None:
+        out[:h] = head
+    if ids.size:
+        np.take(lut, ids, out=out[h:])
+    return out
+
+
+def _pack(cols: Sequence[I64]) -> list[I64]:
+    """Integer columns combined into as few int64 columns as their value ranges allow (mixed radix):
+    two rows have equal packed tuples exactly when they have equal tuples."""
+    if not cols or cols[0].size == 0:
+        return list(cols)
+    out: list[I64] = []
+    acc: I64 | None = None
+    span = 1
+    for c in cols:
+        lo, hi = int(c.min()), int(c.max())
+        r = hi - lo + 1
+        if r >= 1 << 62:
+            out.append(c)
+            continue
+        x = c - lo if lo else c
+        if acc is not None and span * r < 1 << 62:
+            acc = acc * r + x
+            span *= r
+        else:
+            if acc is not None:
+                out.append(acc)
+            acc, span = x.astype(np.int64), r
+    if acc is not None:
+        out.append(acc)
+    return out
+
+
+def _int_col(df: pl.DataFrame, c: str) -> tuple[I64, BoolA]:
+    """(values with nulls as 0, present) of an integer column."""
+    s = df[c]
+    if s.null_count() == 0:
+        return s.to_numpy().astype(np.int64, copy=False), np.ones(s.len(), dtype=bool)
+    return s.fill_null(0).to_numpy().astype(np.int64, copy=False), s.is_not_null().to_numpy()
+
+
+def _cat(head: npt.NDArray[Any], col: npt.NDArray[Any], rows: I64) -> npt.NDArray[Any]:
+    """``np.concatenate([head, col[rows]])`` without the intermediate copy."""
+    out = np.empty(head.size + rows.size, dtype=col.dtype)
+    out[:head.size] = head
+    np.take(col, rows, out=out[head.size:])
+    return out
+
+
+def _order(start: I64, dur: I64) -> I64:
+    """Stable order by (start, longer first): ``np.lexsort((-dur, start))``, from two stable
+    single-key sorts (the rows are mostly in time order already)."""
+    o = np.argsort(start, kind="stable")
+    s = start[o]
+    if s.size < 2 or not bool((s[1:] == s[:-1]).any()):
+        return o
+    run = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
+    d = dur[o]
+    dmax = int(d.max())
+    if int(run[-1]) < (1 << 62) // (dmax + 1) - 1:
+        return o[np.argsort(run * (dmax + 1) + (dmax - d), kind="stable")]
+    return np.lexsort((-dur, start))
+
+
+def _then_by(o: I64, start: I64, dur: I64, key: I64) -> I64:
+    """``o`` (sorted by start, longer first, row) re-sorted to (start, longer first, key, row)."""
+    s, d = start[o], dur[o]
+    if s.size < 2:
+        return o
+    same = (s[1:] == s[:-1]) & (d[1:] == d[:-1])
+    if not bool(same.any()):
+        return o
+    run = np.cumsum(np.r_[True, ~same]) - 1
+    k = key[o]
+    kmax = int(k.max()) + 1
+    if int(k.min()) >= 0 and int(run[-1]) < (1 << 62) // kmax - 1:
+        return o[np.argsort(run * kmax + k, kind="stable")]
+    return np.lexsort((o, key, -dur, start))
+
+
+def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts: Unpack[LayoutOptions]) -> Layout:
+    """``layout.build_layout`` on integer codes (see the module docstring); same Layout."""
+    flows, buckets, outstanding = layout_options(opts)
+    ranks = sorted(int(r) for r in events["rank"].unique().drop_nulls().to_list())
+    info = _rank_info(manifest, events, ranks)
+    phases = _phase_slices(events)
+    gpu_kinds = list(GPU_KINDS)
+    m = events.select(
+        (pl.col("kind") != COUNTER).fill_null(False).alias("base"),
+        pl.col("kind").is_in(gpu_kinds).fill_null(False).alias("gpu"),
+        (pl.col("kind") == GPU_RANGE).fill_null(False).alias("gr"),
+        (pl.col("kind") == LAUNCH).fill_null(False).alias("launch"),
+        pl.when(pl.col("kind").is_in(gpu_kinds)).then(pl.col("category").fill_null(pl.col("kind")))
+        .otherwise(pl.col("kind")).fill_null("other").alias("category"),
+    )
+    rows = np.flatnonzero(m["base"].to_numpy())
+    nb, npf = int(rows.size), phases.height
+    n = npf + nb
+    b_gpu = m["gpu"].to_numpy()[rows]
+    b_gr = m["gr"].to_numpy()[rows]
+    b_launch = m["launch"].to_numpy()[rows]
+    strings = _Strings()
+    # per slice (phase slices first, then the run's rows in order): the columns the layout reads
+    ph_n = phases.select(
+        pl.col("rank").cast(pl.Int64), pl.col("_g").cast(pl.Int64), "start_ns",
+        pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
+    )
+    bsel = events.select(pl.col("rank").cast(pl.Int64), "start_ns", pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
+                         "pid", "tid", pl.col("device").cast(pl.Int64), "stream")
+    rank = np.concatenate([ph_n["rank"].to_numpy(), bsel["rank"].to_numpy()[rows]]).astype(np.int64)
+    start = np.concatenate([ph_n["start_ns"].to_numpy(), bsel["start_ns"].to_numpy()[rows]]).astype(np.int64)
+    dur = np.concatenate([ph_n["dur_ns"].to_numpy(), bsel["dur_ns"].to_numpy()[rows]]).astype(np.int64)
+    g_b = np.where(b_gpu, G_STREAM, np.where(b_gr, G_GPU_RANGE, G_THREAD)).astype(np.int64)
+    grp = np.concatenate([ph_n["_g"].to_numpy().astype(np.int64), g_b])
+    th = g_b == G_THREAD
+    a_v = {c: _int_col(bsel, c) for c in ("pid", "tid", "device", "stream")}
+    a_val = np.where(th, a_v["pid"][0][rows], a_v["device"][0][rows])
+    a_ok = np.where(th, a_v["pid"][1][rows], a_v["device"][1][rows])
+    b_val = np.where(th, a_v["tid"][0][rows], a_v["stream"][0][rows])
+    b_ok = np.where(th, a_v["tid"][1][rows], a_v["stream"][1][rows])
+    zp = np.zeros(npf, np.int64)
+    fp = np.zeros(npf, bool)
+    a_val, a_ok = np.concatenate([zp, a_val]), np.concatenate([fp, a_ok])
+    b_val, b_ok = np.concatenate([zp, b_val]), np.concatenate([fp, b_ok])
+    is_gpu = np.concatenate([fp, b_gpu])
+    is_launch = np.concatenate([fp, b_launch])
+    # strings as codes
+    all_ph = np.arange(npf, dtype=np.int64)
+    none = strings.get(None)
+    # a missing name is shown as ""; categories: GPU rows their category (else their kind), other rows
+    # their kind, null -> "other"
+    ph_str = {c: _codes(phases[c], all_ph, strings, null_as="" if c == "name" else None)
+              for c in ("name", "category", "phase", "window")}
+    code: dict[str, I64] = {}
+    for c in _STR_COLS:
+        code[c] = _codes(events[c], rows, strings, ph_str.get(c, np.full(npf, none, np.int64)),
+                         null_as="" if c == "name" else None)
+    cat = _codes(m["category"], rows, strings, ph_str["category"])
+    cat[cat == none] = strings.get("other")
+    code["window"] = np.concatenate([ph_str["window"], np.full(nb, none, np.int64)])
+    # integer, boolean and float columns (value, present)
+    num: dict[str, tuple[I64, BoolA]] = {}
+    for c in (*INT_ARGS, *_INT_SET):
+        pv, pk = _int_col(phases, c) if c in phases.columns and phases[c].dtype != pl.Null else (zp, fp)
+        bv, bk = _int_col(events, c)
+        num[c] = (_cat(pv, bv, rows), _cat(pk, bk, rows))
+    for c in _BOOL_SET:
+        ps = phases[c] if c in phases.columns and phases[c].dtype != pl.Null else pl.Series([None] * npf, dtype=pl.Boolean())
+        pv = ps.cast(pl.Int64).fill_null(2).to_numpy()
+        bv = events[c].cast(pl.Int64).fill_null(2).to_numpy()[rows]
+        num[c] = (np.concatenate([pv, bv]).astype(np.int64), np.concatenate([pv, bv]) != 2)
+    acc_p = phases["accept_len"].cast(pl.Float64) if "accept_len" in phases.columns else pl.Series([None] * npf, dtype=pl.Float64())
+    acc_s = pl.concat([acc_p, events["accept_len"].gather(rows)])
+    acc = acc_s.fill_null(0.0).to_numpy().astype(np.float64)
+    acc_ok = acc_s.is_not_null().to_numpy()
+
+    # groups (rank, group kind, pid/device, tid/stream): first-seen ids; lanes in nesting order
+    gid, gfirst = first_seen([rank, grp, a_val, b_val, a_ok.astype(np.int64) * 2 + b_ok])
+    group_of: list[tuple[Any, ...]] = [
+        (int(r), int(g), int(a) if ao else None, int(b) if bo else None)
+        for r, g, a, ao, b, bo in zip(rank[gfirst].tolist(), grp[gfirst].tolist(), a_val[gfirst].tolist(),
+                                      a_ok[gfirst].tolist(), b_val[gfirst].tolist(), b_ok[gfirst].tolist(), strict=True)
+    ]
+    o1 = _order(start, dur)
+    gk = gid.astype(np.int16) if len(group_of) < (1 << 15) else gid
+    by_group = o1[np.argsort(gk[o1], kind="stable")]
+    s_sorted = start[by_group]
+    e_sorted = s_sorted + dur[by_group]
+    bounds = np.r_[0, np.flatnonzero(np.diff(gid[by_group])) + 1, by_group.size].astype(np.int64)
+    sorted_lanes, lane_max = assign_lanes_grouped(s_sorted, e_sorted, bounds)
+    lanes = np.zeros(n, dtype=np.int64)
+    lanes[by_group] = sorted_lanes
+    lane_n = {grp_t: int(lane_max[i]) for i, grp_t in enumerate(group_of)}
+    multi: dict[tuple[int, int], set[Any]] = {}
+    for r, g, a, _ in group_of:
+        if g in (G_THREAD, G_STREAM, G_GPU_RANGE):
+            multi.setdefault((r, g), set()).add(a)
+    multi_set = {k for k, v in multi.items() if len(v) > 1}
+    groups = sorted(group_of, key=lambda t: tuple((0, 0) if v is None else (1, v) for v in t))
+    ctr = events.lazy().filter(pl.col("kind") == COUNTER).select("rank", "name", "start_ns", "value").collect()
+    ctr_names = ctr.select("rank", "name").unique().sort("rank", "name")
+    ph_names = phases.filter(pl.col("_g") == G_PHASE_GPU).select("rank", "phase").unique().sort("rank", "phase")
+    tb = make_tracks(ranks, info, groups, multi_set, lane_n, ctr_names, ph_names, outstanding)
+    tracks, track_of = tb.tracks, tb.track_of
+    lane0 = np.array([track_of[(*g, 0)] for g in group_of], dtype=np.int64)
+    track_col = lane0[gid] + lanes
+    final = _then_by(o1, start, dur, track_col)
+
+    # names, categories and arg sets: codes per slice in input order, ids by first appearance in the final order
+    name = code["name"]
+    gpu_names = np.flatnonzero(np.bincount(name[is_gpu], minlength=len(strings.values)))
+    disp_map = display_names(sorted(str(strings.values[int(c)]) for c in gpu_names))
+    disp_lut = np.arange(len(strings.values), dtype=np.int64)
+    for nc in gpu_names.tolist():
+        disp_lut[nc] = strings.get(disp_map[str(strings.values[nc])])
+    disp = np.where(is_gpu, disp_lut[name], name)
+    name_id, nfirst = first_seen([disp], order=final)
+    names = [str(strings.values[int(c)]) for c in disp[final[nfirst]]]
+    cat_id, cfirst = first_seen([cat], order=final)
+    cats = [str(strings.values[int(c)]) for c in cat[final[cfirst]]]
+    # arg sets: the SET_ARGS tuples (full name only where it differs from the display name)
+    arg_name = np.where(is_gpu & (disp != name), name, none)
+    key_cols: list[I64] = [arg_name]
+    for c in SET_ARGS[1:]:
+        if c in code:
+            key_cols.append(code[c])
+        elif c == "accept_len":
+            v = np.where(acc == 0.0, 0.0, acc)  # -0.0 and 0.0 are one value
+            bits = v.view(np.int64).copy()
+            bits[np.isnan(v)] = 0x7FF8000000000000
+            key_cols.append(np.where(acc_ok, bits, 0))
+        else:
+            key_cols.append(num[c][0])
+    nulls = np.zeros(n, dtype=np.int64)
+    for i, c in enumerate((*_INT_SET, "accept_len")):
+        ok = acc_ok if c == "accept_len" else num[c][1]
+        nulls |= (~ok).astype(np.int64) << i
+    key_cols.append(nulls)
+    set_u, _ = first_seen(_pack(key_cols))
+    aid, afirst = first_seen([set_u], order=final)
+    argsets = _argset_values(final[afirst], arg_name, code, num, acc, acc_ok, strings)
+    f_gpu = is_gpu[final]
+    ints = {c: (num[c][0][final], num[c][1][final]) for c in INT_ARGS}
+    argset_arr = aid.copy()
+    f_window = code["window"][final]
+    f_rank = rank[final]
+    if buckets:
+        pid_vals, pid_ok = ints["phase_id"]
+        brows = np.flatnonzero((f_window == strings.get("gpu")) & pid_ok)
+        add_buckets(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
+    argset_arr = np.where(np.array([len(a) > 0 for a in argsets], dtype=bool)[argset_arr], argset_arr, -1)
+    f_start, f_dur = start[final], dur[final]
+    f_launch = is_launch[final]
+    corr, corr_ok = ints["correlation"]
+    fsrc_l: list[I64] = []
+    fdst_l: list[I64] = []
+    le: tuple[I64, I64] | None = None
+    if "launches" in flows or outstanding:
+        le = _launch_edges(f_rank, corr, f_launch & corr_ok, f_gpu & corr_ok)
+    if "launches" in flows and le is not None:
+        fsrc_l.append(le[0])
+        fdst_l.append(le[1])
+    if "collectives" in flows:
+        s, d = _collective_edges(f_rank, f_start, f_gpu, code["group"][final], ints["coll_seq"], strings, none)
+        fsrc_l.append(s)
+        fdst_l.append(d)
+    fsrc = np.concatenate(fsrc_l) if fsrc_l else np.zeros(0, np.int64)
+    fdst = np.concatenate(fdst_l) if fdst_l else np.zeros(0, np.int64)
+    fid = np.arange(1, fsrc.size + 1, dtype=np.int64)
+    dur_rows = np.flatnonzero(f_window == strings.get("gpu"))
+    f_phase = code["phase"][final]
+    out_args = (le[0], le[1], f_rank, f_start, f_dur, f_gpu) if outstanding and le is not None else None
+    c_ts, c_track, c_value, c_is_int = counter_samples(
+        f_start[dur_rows], f_rank[dur_rows].tolist(), [strings.values[int(c)] for c in f_phase[dur_rows]],
+        f_dur[dur_rows], ctr, track_of, out_args)
+    return Layout(
+        tracks=tracks, start=f_start, dur=f_dur, track=track_col[final], name_id=name_id, cat_id=cat_id,
+        argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets,
+        flow_src=fsrc, flow_dst=fdst, flow_id=fid, c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int,
+        ranks=ranks,
+    )
+
+
+def _argset_values(rows: I64, arg_name: I64, code: Mapping[str, I64], num: Mapping[str, tuple[I64, BoolA]],
+                   acc: npt.NDArray[np.float64], acc_ok: BoolA, strings: _Strings) -> list[ArgSet]:
+    """The arg sets of slices ``rows`` as (key, value) tuples, in SET_ARGS order, nulls left out."""
+    cols: list[list[Any]] = [[strings.values[int(c)] for c in arg_name[rows]]]
+    for c in SET_ARGS[1:]:
+        if c in code:
+            cols.append([strings.values[int(x)] for x in code[c][rows]])
+        elif c == "accept_len":
+            cols.append([v if ok else None for v, ok in zip(acc[rows].tolist(), acc_ok[rows].tolist(), strict=True)])
+        elif c in _BOOL_SET:
+            cols.append([None if v == 2 else bool(v) for v in num[c][0][rows].tolist()])
+        else:
+            cols.append([v if ok else None for v, ok in zip(num[c][0][rows].tolist(), num[c][1][rows].tolist(), strict=True)])
+    out: list[ArgSet] = []
+    for vals in zip(*cols, strict=True):
+        items: list[tuple[str, ArgValue]] = [(k, v) for k, v in zip(SET_ARGS, vals, strict=True) if v is not None]
+        out.append(tuple(items))
+    return out
+
+
+def _launch_edges(rank: I64, corr: I64, launch: BoolA, gpu: BoolA) -> tuple[I64, I64]:
+    """(launch slice, GPU slice) on (rank, correlation), the first launch of a pair; sorted."""
+    lrows = np.flatnonzero(launch)
+    grows = np.flatnonzero(gpu)
+    if lrows.size == 0 or grows.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    both = np.concatenate([lrows, grows])
+    ids, first = first_seen(_pack([rank, corr]), order=both)
+    f = first[ids[lrows.size:]]
+    hit = f < lrows.size
+    src, dst = lrows[f[hit]], grows[hit]
+    o = np.argsort(src, kind="stable")  # dst ascending already
+    return src[o], dst[o]
+
+
+def _collective_edges(rank: I64, start: I64, gpu: BoolA, group: I64, coll_seq: tuple[I64, BoolA], strings: _Strings,
+                      none: int) -> tuple[I64, I64]:
+    """The same collective (group, order) across ranks: from each slice to the next by (start, rank, slice)."""
+    seq, seq_ok = coll_seq
+    i = np.flatnonzero(gpu & (group != none) & seq_ok)
+    if i.size < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    used = np.unique(group[i])
+    order = sorted(used.tolist(), key=lambda c: str(strings.values[c]))
+    g_rank = np.zeros(len(strings.values), dtype=np.int64)
+    g_rank[np.array(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+    gr, sq = g_rank[group[i]], seq[i]
+    o = np.lexsort((i, rank[i], start[i], sq, gr))
+    gi, si, ii = gr[o], sq[o], i[o]
+    nxt = (gi[1:] == gi[:-1]) & (si[1:] == si[:-1])
+    return ii[:-1][nxt], ii[1:][nxt]
+
+
+__all__ = ["build_layout_fast", "first_seen"]
