@@ -16,6 +16,7 @@ samples/ and on generated ones).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +34,14 @@ TOP_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNan
 scanner: ModuleType | None = kineto_ext
 
 
+@dataclass(frozen=True)
+class Codes:
+    """A string column dictionary-encoded: ``codes[i]`` (int64, -1 = null) indexes ``strings``."""
+
+    codes: np.ndarray[Any, np.dtype[np.int64]]
+    strings: list[str]
+
+
 def _i64(raw: bytes) -> np.ndarray[Any, np.dtype[np.int64]]:
     return np.frombuffer(raw, dtype=np.int64)
 
@@ -42,16 +51,17 @@ def _u8(raw: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
 
 
 _INT_COLS = ("correlation", "external_id", "a_device", "a_stream", "bytes")
-_ORDER = ("cat", "instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_ns", *_INT_COLS,
+_ORDER = ("instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_ns", *_INT_COLS,
           "coll_name", "in_nelems", "out_nelems", "dtype", "pg_name", "group_size")
 
 
-def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None:
-    """(top-level raw values by key, columns frame, number of traceEvents elements), or None
-    when the scanner is not built or the file is not of the shape it takes.
+def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int, tuple[Codes, Codes]] | None:
+    """(top-level raw values by key, columns frame, number of traceEvents elements, the ``cat``
+    and ``name`` columns as codes into the interned strings), or None when the scanner is not
+    built or the file is not of the shape it takes.
 
-    The frame has the columns of ``kineto._columns`` before ``_to_events``, with ``start_ns``
-    relative to the file (the caller adds baseTimeNanoseconds)."""
+    The frame has the columns of ``kineto._columns`` before ``_to_events`` but ``cat`` (only its
+    codes are used), with ``start_ns`` relative to the file (the caller adds baseTimeNanoseconds)."""
     if scanner is None:
         return None
     res = scanner.scan(data)
@@ -85,7 +95,6 @@ def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None
         return pl.when(code >= 0).then(tab.gather(code.clip(lower_bound=0))).otherwise(None)
 
     frame = raw.select(
-        text(pl.col("cat")).alias("cat"),
         (pl.col("instant") != 0).alias("instant"),
         text(pl.col("name")).alias("name"),
         text(pl.when(pl.col("pid_k") == 2).then(pl.col("pid")).otherwise(-1)).alias("pid_raw"),
@@ -112,7 +121,7 @@ def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None
             ("coll_name", pl.String()), ("in_nelems", pl.Int64()), ("out_nelems", pl.Int64()), ("dtype", pl.String()),
             ("pg_name", pl.String()), ("group_size", pl.Int64()))]
     frame = frame.with_columns(sparse).select(_ORDER)
-    return top, frame, int(n_all)
+    return top, frame, int(n_all), (Codes(cat, strings), Codes(name, strings))
 
 
-__all__ = ["TOP_KEYS", "scan", "scanner"]
+__all__ = ["TOP_KEYS", "Codes", "scan", "scanner"]
