@@ -226,22 +226,25 @@ def _decode(data: bytes, path: str) -> tuple[_Trace, list[Any]]:
     return top, events
 
 
-def parse_kineto(data: bytes, path: str) -> ParsedTrace:
-    """Decode one Kineto JSON document. Raises BadTraceError (naming ``path``) if it is not a trace."""
-    head = data[:4096].lstrip()
-    if not head:
-        raise BadTraceError("empty file", path=path)
-    if head[:1] not in (b"{", b"["):
-        raise BadTraceError("not JSON (does not start with '{' or '[')", path=path)
+_UNSCANNED: Any = object()
+
+
+def parse_kineto(data: bytes, path: str, scanned: Any = _UNSCANNED) -> ParsedTrace:
+    """Decode one Kineto JSON document. Raises BadTraceError (naming ``path``) if it is not a trace.
+    ``scanned``: ``fastscan.scan_raw(data)`` when the caller ran it already (in a thread); when
+    that is not None, ``data`` is not read (the caller may pass ``b""``)."""
+    if scanned is _UNSCANNED:
+        scanned = fastscan.scan_raw(data)  # the compiled one-pass scanner; None: not its shape
     meta: dict[str, Any] = {}
-    scanned = fastscan.scan(data)  # the compiled one-pass scanner; None: not its shape
-    if scanned is not None:
-        raw_top, frame, n_all, codes = scanned
+    cols = fastscan.columns(scanned)
+    del scanned
+    events: list[Any] = []
+    if cols is not None:
         top = _Trace()
-        for key, raw in raw_top.items():
+        for key, raw in cols[0].items():
             setattr(top, key, raw)
-        events: list[Any] = []
     else:
+        _check_head(data, path)
         top, events = _decode_or_raise(data, path, meta)
     base_raw = _raw(top.baseTimeNanoseconds)
     base_ns = _int_or_none(base_raw)
@@ -255,9 +258,18 @@ def parse_kineto(data: bytes, path: str) -> ParsedTrace:
         val = _raw(getattr(top, key))
         if val is not None:
             meta[key] = val
-    if scanned is not None:
+    if cols is not None:
+        _, frame, n_all, codes = cols
         return _finish(frame.with_columns(pl.col("start_ns") + (base_ns or 0)), path, meta, n_all, codes)
     return _columns(events, base_ns or 0, path, meta)
+
+
+def _check_head(data: bytes, path: str) -> None:
+    head = data[:4096].lstrip()
+    if not head:
+        raise BadTraceError("empty file", path=path)
+    if head[:1] not in (b"{", b"["):
+        raise BadTraceError("not JSON (does not start with '{' or '[')", path=path)
 
 
 def _decode_or_raise(data: bytes, path: str, meta: dict[str, Any]) -> tuple[_Trace, list[Any]]:
