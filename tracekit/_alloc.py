@@ -1,12 +1,14 @@
-"""The allocator setting of tracekit's CLI process: polars' freed memory goes back to the system.
+"""The allocator setting of tracekit's CLI process: polars' freed memory is reused and given back.
 
-polars (on Linux) allocates through its own jemalloc, which keeps freed pages for ten seconds
-by default (``dirty_decay_ms``) before returning them. A ``tracekit ingest`` frees and
-allocates whole tables while it works, so its peak RSS was ~50 MB above the memory it holds
-(bench/ingest.py: 265-280 MB against 222-232 MB with a 100 ms decay, on 130 MB of JSON, and
-no difference in CPU seconds: docs/ingest.md). jemalloc reads the setting from the
-environment when polars' library loads, so the CLI sets it before anything imports polars;
-a value the user set is kept, and it does nothing once polars is loaded (library use).
+polars (on Linux) allocates through its own jemalloc, which by default spreads threads over
+4 arenas per core and keeps freed pages for ten seconds (``dirty_decay_ms``) before returning
+them. A ``tracekit ingest`` frees and allocates whole tables from several threads (the rank
+files' threads, polars' parquet writer), so its peak RSS held 30-60 MB of freed pages
+(bench/ingest.py on 130 MB of JSON: 262-325 MB with the defaults, 232-234 MB with one arena
+and a 100 ms decay, CPU seconds within the box's noise: docs/ingest.md). jemalloc reads the
+setting from the environment when polars' library loads, so the CLI sets it before anything
+imports polars; a value the user set is kept, and it does nothing once polars is loaded
+(library use in a process that imported polars first).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import MutableMapping
 from typing import Final
 
 JEMALLOC_CONF_VAR: Final = "_RJEM_MALLOC_CONF"  # polars' jemalloc is built with the _rjem_ prefix
-JEMALLOC_CONF: Final = "dirty_decay_ms:100"
+JEMALLOC_CONF: Final = "narenas:1,dirty_decay_ms:100"
 
 
 def return_freed_memory(environ: MutableMapping[str, str] = os.environ) -> None:
