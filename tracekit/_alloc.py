@@ -3,12 +3,11 @@
 polars (on Linux) allocates through its own jemalloc, which by default spreads threads over
 4 arenas per core and keeps freed pages for ten seconds (``dirty_decay_ms``) before returning
 them. A ``tracekit ingest`` frees and allocates whole tables from several threads (the rank
-files' threads, polars' parquet writer), so its peak RSS held 30-60 MB of freed pages
-(bench/ingest.py on 130 MB of JSON: 262-325 MB with the defaults, 232-234 MB with one arena
-and a 100 ms decay, CPU seconds within the box's noise: docs/ingest.md). jemalloc reads the
-setting from the environment when polars' library loads, so the CLI sets it before anything
-imports polars; a value the user set is kept, and it does nothing once polars is loaded
-(library use in a process that imported polars first).
+files' threads, polars' parquet writer), so its peak RSS held freed pages (bench/ingest.py on
+130 MB of JSON: 221 MB with this setting, 255 MB with the defaults, bench/results/ingest.txt).
+jemalloc reads the setting from the environment when polars' library loads, so the CLI sets it
+before anything imports polars; a value the user set is kept, and it does nothing once polars
+is loaded (library use in a process that imported polars first).
 """
 
 from __future__ import annotations

@@ -106,8 +106,8 @@ def write_run(
         # polars writes directly (no Arrow copy of the strings); dictionary-encodes strings,
         # the manifest goes into the file's key-value metadata. Row groups of 64 Ki rows: the
         # writer copies a row group's strings (names ~100 bytes each) before encoding them, so
-        # one row group of the whole table raised an ingest's peak RSS by ~55 MB (130 MB of
-        # JSON, 275k events), 64 Ki-row groups by ~20 MB, for a file of JSON/81 instead of JSON/205
+        # one row group of the whole table copied all names at once (31 MB for 275k events of
+        # bench/ingest.py), raising an ingest's peak RSS; the file is JSON/80 instead of JSON/205
         df.write_parquet(
             tmp,
             compression="zstd",
