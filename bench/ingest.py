@@ -14,14 +14,18 @@ Each tool runs in a fresh subprocess on the same files (so peak RSS is its own),
 POLARS_MAX_THREADS=1:
 
 1. tracekit: ``ingest_traces`` + ``write_run`` (the whole `tracekit ingest`; rank files are
-   parsed in threads, one per core: its CPU seconds add up the threads);
-2. tracekit-ref: the same with ``TRACEKIT_PURE=1 TRACEKIT_INGEST_THREADS=1``: the msgspec
-   decoder path, files one after another (the implementation before the compiled scanner);
+   read, gunzipped and scanned in threads, one per core: its CPU seconds add up the threads),
+   with the allocator setting the CLI process has (tracekit/_alloc.py); tracekit-1t: the same
+   with ``TRACEKIT_INGEST_THREADS=1`` (its wall clock against tracekit's: what the threads
+   give); tracekit-lib: without the allocator setting (a process that loaded polars first);
+2. tracekit-ref: ``TRACEKIT_PURE=1 TRACEKIT_INGEST_THREADS=1``: the msgspec decoder path,
+   files one after another (the implementation before the compiled scanner);
 3. floors: gunzip alone; gunzip + msgspec typed decode (tracekit's decoder, ts kept as text);
 4. reference: gunzip + ``orjson.loads`` of every file (JSON to Python objects, nothing else);
 5. HTA 0.5 (``/root/hta-venv`` or $HTA_PYTHON; pip install holistictraceanalysis==0.5.* 'pandas<3'):
    ``Trace(trace_dir).load_traces(use_multiprocessing=False)``; skipped, and said, if absent.
 
+Imports (tracekit's modules, orjson) happen before each process's clock starts.
 Prints CPU and wall seconds, MB/s of uncompressed JSON per core (CPU seconds), peak RSS,
 run.parquet size, the load average, and the ratios against the targets (>= 150 MB/s,
 >= 12x HTA, >= 1.5x orjson, RSS <= 2x JSON, parquet <= JSON/20).
@@ -136,9 +140,11 @@ def _rss_mb() -> float:
 # Per-stage CPU seconds (--stages): (module, function, label); a stage's time includes the
 # stages nested in it. Private names: if one is renamed, the breakdown says so and skips it.
 _STAGES = (
-    ("tracekit.ingest", "read_trace_bytes", "read + gunzip"),
-    ("tracekit.ingest", "parse_kineto", "parse (decode + columns)"),
-    ("tracekit.ingest.fastscan", "scan", "  compiled scanner + columns frame"),
+    ("tracekit.ingest", "_load", "read + gunzip + scanner pass"),
+    ("tracekit.ingest", "read_trace_bytes", "  read + gunzip"),
+    ("tracekit.ingest.fastscan", "scan_raw", "  compiled scanner pass"),
+    ("tracekit.ingest", "parse_kineto", "columns (parse_kineto after the pass)"),
+    ("tracekit.ingest.fastscan", "columns", "  scanner result -> columns frame"),
     ("tracekit.ingest.kineto", "_decode", "  msgspec decode (files the scanner declines)"),
     ("tracekit.ingest.kineto", "_columns", "  msgspec columns (incl. the two below)"),
     ("tracekit.ingest.kineto", "_transpose", "    transpose Structs -> lists"),
@@ -191,7 +197,10 @@ def worker(kind: str, data: Path, out: Path) -> dict[str, Any]:
     files = sorted(data.glob("*.json*"))
     t0 = time.perf_counter()
     c0 = time.process_time()
-    if kind in ("tracekit", "tracekit-ref"):
+    if kind in ("tracekit", "tracekit-1t", "tracekit-lib", "tracekit-ref"):
+        # the modules it runs are imported before the clock starts, as orjson is (start-up
+        # is bench/startup.py's): ingest_traces imports the finalize chain on its first call
+        import tracekit.finalize.pipeline  # noqa: F401
         from tracekit.ingest import ingest_traces
         from tracekit.store import write_run
 
@@ -242,9 +251,13 @@ print(json.dumps({"wall": time.perf_counter() - t0, "seconds": time.process_time
 
 def run_one(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
     env = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    if kind in ("tracekit", "tracekit-1t", "stages"):  # the allocator setting of the `tracekit` CLI process
+        from tracekit._alloc import return_freed_memory
+
+        return_freed_memory(env)
     if kind == "tracekit-ref":
         env.update(TRACEKIT_PURE="1", TRACEKIT_INGEST_THREADS="1")
-    if kind == "stages":  # per-stage CPU seconds of one thread
+    if kind in ("stages", "tracekit-1t"):  # one thread (stages: CPU seconds per stage)
         env.update(TRACEKIT_INGEST_THREADS="1")
     if kind == "hta":
         py = os.environ.get("HTA_PYTHON", "/root/hta-venv/bin/python")
@@ -260,12 +273,21 @@ def run_one(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
     return result
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def _load() -> str:
     return "load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
-TOOLS = ("tracekit", "tracekit-ref", "gunzip", "typed", "orjson")
-LABELS = {"tracekit": "tracekit", "tracekit-ref": "tracekit, msgspec path, sequential (before)",
+TOOLS = ("tracekit", "tracekit-1t", "tracekit-lib", "tracekit-ref", "gunzip", "typed", "orjson")
+LABELS = {"tracekit": "tracekit (as the CLI runs it)", "tracekit-1t": "tracekit, one thread",
+          "tracekit-lib": "tracekit, jemalloc's default decay",
+          "tracekit-ref": "tracekit, msgspec path, sequential (before)",
           "gunzip": "floor: gunzip", "typed": "floor: gunzip + msgspec typed decode", "orjson": "gunzip + orjson.loads",
           "hta": "HTA 0.5 load_traces"}
 
@@ -302,6 +324,14 @@ def measure(data: Path, mb: float, repeat: int, hta: bool) -> dict[str, dict[str
             if isinstance(f, dict):
                 print(f"  tracekit / {LABELS[floor]}: {tk['seconds'] / f['seconds']:.2f}x cpu")
         print(f"  peak RSS {tk['rss_mb']:.0f} MB = {tk['rss_mb'] / mb:.2f}x the JSON (target <= 2x)")
+        one = results["tracekit-1t"]
+        if isinstance(one, dict):
+            print(f"  wall clock, one thread / one thread per core ({_cores()} cores): {one['wall'] / tk['wall']:.2f}x "
+                  f"(CPU {one['seconds'] / tk['seconds']:.2f}x; the load of a shared box moves wall clock most)")
+        lib = results["tracekit-lib"]
+        if isinstance(lib, dict):
+            print(f"  with jemalloc's default decay (library use in a process that loaded polars first): peak RSS "
+                  f"{lib['rss_mb']:.0f} MB = {lib['rss_mb'] / mb:.2f}x the JSON, {lib['seconds'] / tk['seconds']:.2f}x the CPU")
         pq_mb = tk["parquet_bytes"] / 1e6
         print(f"  run.parquet {pq_mb:.2f} MB = JSON/{mb / pq_mb:.0f} (target <= JSON/20)")
     h = results.get("hta")

@@ -25,16 +25,31 @@ typedef struct {
     Py_ssize_t n, cap, item;
 } Vec;
 
-static int vpush(Vec *v, const void *x) {
-    if (v->n == v->cap) {
-        Py_ssize_t cap = v->cap ? 2 * v->cap : 1024;
-        void *p = realloc(v->p, (size_t)(cap * v->item));
-        if (!p) return -1;
-        v->p = p;
-        v->cap = cap;
-    }
+static int vgrow(Vec *v) {
+    Py_ssize_t cap = v->cap ? 2 * v->cap : 1024;
+    void *p = realloc(v->p, (size_t)(cap * v->item));
+    if (!p) return -1;
+    v->p = p;
+    v->cap = cap;
+    return 0;
+}
+
+static inline int vpush(Vec *v, const void *x) {
+    if (v->n == v->cap && vgrow(v)) return -1;
     memcpy((char *)v->p + v->n * v->item, x, (size_t)v->item);
     v->n++;
+    return 0;
+}
+
+static inline int vpush64(Vec *v, int64_t x) {
+    if (v->n == v->cap && vgrow(v)) return -1;
+    ((int64_t *)v->p)[v->n++] = x;
+    return 0;
+}
+
+static inline int vpush8(Vec *v, uint8_t x) {
+    if (v->n == v->cap && vgrow(v)) return -1;
+    ((uint8_t *)v->p)[v->n++] = x;
     return 0;
 }
 
@@ -57,10 +72,32 @@ typedef struct {
     Py_ssize_t arena_n, arena_cap;
 } Table;
 
+/* 8 bytes at p as one little-endian word (memcpy: any alignment) */
+static inline uint64_t load64(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+/* a word at a time (the codes depend on first appearance only, never on the hash) */
 static inline uint64_t hash_bytes(const char *s, Py_ssize_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (Py_ssize_t i = 0; i < n; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ULL; }
-    return h ^ (uint64_t)n;
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        h = (h ^ load64(s + i)) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    if (i < n) {
+        uint64_t w = 0;
+        for (Py_ssize_t k = 0; i + k < n; k++) w |= (uint64_t)(uint8_t)s[i + k] << (8 * k);
+        h = (h ^ w) * 0x94D049BB133111EBULL;
+    }
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    return h ^ (h >> 32);
 }
 
 static const char *str_ptr(const Table *t, const Str *x) { return x->arena ? t->arena + x->off : x->s; }
@@ -118,6 +155,7 @@ typedef struct {
 #define FAIL (-1)
 
 static inline void ws(Sc *s) {
+    if (s->p < s->end && (unsigned char)*s->p > ' ') return; /* the usual case: no whitespace */
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
 }
 
@@ -167,10 +205,20 @@ static int read_u4(const char *p, const char *end, unsigned *u) {
 
 /* A string at s->p (on the opening quote). With want: its interned code in *code. Without:
  * only validated. Escapes are decoded into the table's arena. */
-static int string(Sc *s, int want, int64_t *code) {
+static int string_esc(Sc *s, int want, int64_t *code, int *esc) {
     const char *start = ++s->p;
     int escaped = 0;
     while (1) {
+        /* eight plain bytes at a time: none of '"', '\\', a control byte or a non-ASCII byte */
+        while (s->end - s->p >= 8) {
+            uint64_t w = load64(s->p);
+            uint64_t q = w ^ 0x2222222222222222ULL, b = w ^ 0x5C5C5C5C5C5C5C5CULL;
+            uint64_t m = ((q - 0x0101010101010101ULL) & ~q) | ((b - 0x0101010101010101ULL) & ~b) |
+                         ((w - 0x2020202020202020ULL) & ~w) | w;
+            m &= 0x8080808080808080ULL;
+            if (m) { s->p += __builtin_ctzll(m) >> 3; break; }
+            s->p += 8;
+        }
         if (s->p >= s->end) return FAIL;
         unsigned char c = (unsigned char)*s->p;
         if (c == '"') break;
@@ -208,6 +256,7 @@ static int string(Sc *s, int want, int64_t *code) {
         s->p++;
     }
     const char *stop = s->p++;
+    if (esc) *esc = escaped;
     if (!want) return 0;
     Table *t = s->tab;
     if (!escaped) {
@@ -266,6 +315,8 @@ static int string(Sc *s, int want, int64_t *code) {
     *code = c;
     return 0;
 }
+
+static inline int string(Sc *s, int want, int64_t *code) { return string_esc(s, want, code, NULL); }
 
 /* A JSON number at s->p. kind: 0 integer, 1 decimal (digits[.digits]) , 2 with exponent.
  * For kind 0 / 1: the integer part in *ip (FAIL on int64 overflow), fraction digits in *fp,
@@ -424,10 +475,11 @@ static inline int key_is(const char *k, Py_ssize_t n, const char *w) {
 static int key(Sc *s, const char **k, Py_ssize_t *n) {
     if (s->p >= s->end || *s->p != '"') return FAIL;
     const char *start = s->p + 1;
-    if (string(s, 0, NULL)) return FAIL;
+    int esc;
+    if (string_esc(s, 0, NULL, &esc)) return FAIL;
     *k = start;
     *n = (s->p - 1) - start;
-    if (memchr(start, '\\', (size_t)*n)) return FAIL; /* an escaped key may spell one of ours */
+    if (esc) return FAIL; /* an escaped key may spell one of ours */
     ws(s);
     if (s->p >= s->end || *s->p != ':') return FAIL;
     s->p++;
@@ -442,6 +494,7 @@ typedef struct {
 
 static const char *ARG_KEYS[11] = {"External id", "device", "stream", "correlation", "bytes", "Collective name",
                                    "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name"};
+static const Py_ssize_t ARG_LEN[11] = {11, 6, 6, 11, 5, 15, 13, 14, 10, 5, 18};
 static const int ARG_STR[11] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1};
 
 static int args_obj(Sc *s, Args *a) {
@@ -458,7 +511,7 @@ static int args_obj(Sc *s, Args *a) {
         if (key(s, &k, &n)) return FAIL;
         int which = -1;
         for (int j = 0; j < 11; j++)
-            if (key_is(k, n, ARG_KEYS[j])) { which = j; break; }
+            if (ARG_LEN[j] == n && memcmp(k, ARG_KEYS[j], (size_t)n) == 0) { which = j; break; }
         if (which < 0) {
             if (skip(s)) return FAIL; /* incl. "name" (metadata events): unused here */
         } else {
@@ -543,12 +596,12 @@ static int event(Sc *s, Cols *c) {
     uint8_t u8[N_U8] = {(uint8_t)(ph != 'X'), (uint8_t)dur_ok, (uint8_t)pid_k, (uint8_t)tid_k,
                         (uint8_t)a.ok[3], (uint8_t)a.ok[0], (uint8_t)a.ok[1], (uint8_t)a.ok[2], (uint8_t)a.ok[4]};
     int64_t row = c->i64[0].n;
-    for (int k = 0; k < N_I64; k++) if (vpush(&c->i64[k], &i64[k])) return FAIL;
-    for (int k = 0; k < N_U8; k++) if (vpush(&c->u8[k], &u8[k])) return FAIL;
+    for (int k = 0; k < N_I64; k++) if (vpush64(&c->i64[k], i64[k])) return FAIL;
+    for (int k = 0; k < N_U8; k++) if (vpush8(&c->u8[k], u8[k])) return FAIL;
     if (a.ok[5]) {
         int64_t cv[N_COLL] = {row, a.v[5], a.ok[9] ? a.v[9] : -1, a.ok[10] ? a.v[10] : -1, a.v[6], a.v[7], a.v[8],
                               a.ok[6], a.ok[7], a.ok[8]};
-        for (int k = 0; k < N_COLL; k++) if (vpush(&c->coll[k], &cv[k])) return FAIL;
+        for (int k = 0; k < N_COLL; k++) if (vpush64(&c->coll[k], cv[k])) return FAIL;
     }
     return 1;
 }

@@ -81,7 +81,10 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Add missing columns as nulls, cast to the schema's dtypes, order columns.
 
     Raises ValueError naming the first column that cannot be cast.
+    A frame that conforms already is returned as it is (a select would copy it into one chunk).
     """
+    if df.schema == SCHEMA:
+        return df
     exprs: list[pl.Expr] = []
     for name, dtype in COLUMNS.items():
         if name in df.columns:

@@ -24,6 +24,9 @@ for _cmd in _SGLANG_COMMANDS:
 
 
 def main() -> None:
+    from tracekit._alloc import return_freed_memory
+
+    return_freed_memory()  # before polars loads (docs/ingest.md, "Speed and memory")
     cli(prog_name="tracekit")
 
 

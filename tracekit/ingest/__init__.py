@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import gc
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError, RankError, TracekitError
+from tracekit.ingest import fastscan
 from tracekit.ingest.discover import Source, discover, read_trace_bytes
 from tracekit.ingest.kineto import ParsedTrace, parse_kineto
 from tracekit.ingest.ranks import MERGED_LABEL, RankHint, Unit, assign_ranks, hint_from_name
@@ -94,10 +96,23 @@ def _meta_for_rank(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_parts(path: str) -> list[_Part]:
+_Loaded = tuple[bytes, Source, fastscan.Scanned | None]
+
+
+def _load(path: str) -> _Loaded:
+    """Read, gunzip and scan one file: the part of a file's work that holds no GIL (run in
+    threads); the columns are built in the calling thread (``_read_parts``). The JSON bytes are
+    kept only for a file the scanner declined (the msgspec path reads them)."""
     data, src = read_trace_bytes(Path(path))
-    parsed = parse_kineto(data, path)
-    del data
+    scanned = fastscan.scan_raw(data)
+    return (data if scanned is None else b""), src, scanned
+
+
+def _read_parts(path: str, loaded: _Loaded | None = None) -> list[_Part]:
+    data, src, scanned = loaded if loaded is not None else _load(path)
+    del loaded
+    parsed = parse_kineto(data, path, scanned)
+    del data, scanned
     if parsed.events.height == 0:
         raise EmptyTraceError("metadata only: the trace holds no events", path=path)
     dist = parsed.meta.get("distributedInfo")
@@ -202,18 +217,35 @@ def _ingest(
     done = 0
     parts: list[_Part] = []
     skipped: list[dict[str, str]] = []
-    # files are read and parsed in threads, one per core (the compiled scanner, gunzip and
-    # polars release the GIL); results are taken in file order, so errors and progress come
-    # as in a sequential pass
+    # files are read, gunzipped and scanned in threads, one per core (no GIL held there), at
+    # most one per thread ahead of this one (memory: a few files' JSON); their columns are built
+    # here, one file after another (polars queries of two threads on a single-threaded polars
+    # pool cost more CPU than they save); results are taken in file order, so errors and
+    # progress come as in a sequential pass
     workers = max(1, min(len(files), _cores()))
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
-    pending = [pool.submit(_read_parts, str(f)) for f in files] if pool is not None else []
-    for k, f in enumerate(files):
+    pending: deque[Future[_Loaded]] = deque()
+    ahead = iter(files)
+
+    def submit_next() -> None:
+        nxt = next(ahead, None)
+        if pool is not None and nxt is not None:
+            pending.append(pool.submit(_load, str(nxt)))
+
+    for _ in range(workers):
+        submit_next()
+    for f in files:
         name = str(f)
         if progress is not None:
             progress(done, total, name)
         try:
-            parts.extend(pending[k].result() if pool is not None else _read_parts(name))
+            if pool is not None:
+                fut = pending.popleft()
+                submit_next()
+                parts.extend(_read_parts(name, fut.result()))
+                del fut
+            else:
+                parts.extend(_read_parts(name))
         except BadTraceError as exc:
             metadata_only = isinstance(exc, EmptyTraceError)
             # JSON found by walking a directory that is no trace at all (a manifest, bench output)

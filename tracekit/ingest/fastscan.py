@@ -16,6 +16,7 @@ samples/ and on generated ones).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +34,14 @@ TOP_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNan
 scanner: ModuleType | None = kineto_ext
 
 
+@dataclass(frozen=True)
+class Codes:
+    """A string column dictionary-encoded: ``codes[i]`` (int64, -1 = null) indexes ``strings``."""
+
+    codes: np.ndarray[Any, np.dtype[np.int64]]
+    strings: list[str]
+
+
 def _i64(raw: bytes) -> np.ndarray[Any, np.dtype[np.int64]]:
     return np.frombuffer(raw, dtype=np.int64)
 
@@ -42,33 +51,49 @@ def _u8(raw: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
 
 
 _INT_COLS = ("correlation", "external_id", "a_device", "a_stream", "bytes")
-_ORDER = ("cat", "instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_ns", *_INT_COLS,
+_ORDER = ("instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_ns", *_INT_COLS,
           "coll_name", "in_nelems", "out_nelems", "dtype", "pg_name", "group_size")
 
 
-def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None:
-    """(top-level raw values by key, columns frame, number of traceEvents elements), or None
-    when the scanner is not built or the file is not of the shape it takes.
+Scanned = tuple[dict[str, msgspec.Raw], tuple[Any, ...]]  # (top-level raw values by key, the scanner's result)
 
-    The frame has the columns of ``kineto._columns`` before ``_to_events``, with ``start_ns``
-    relative to the file (the caller adds baseTimeNanoseconds)."""
+
+def scan_raw(data: bytes) -> Scanned | None:
+    """The scanner's pass (no Python object per event; the GIL released, so rank files are
+    scanned in threads) and the top-level values it found, or None when the scanner is not
+    built or declines the file. ``data`` is not needed after it: ``columns`` builds the frame."""
     if scanner is None:
         return None
-    res = scanner.scan(data)
-    if res is None:
+    res: tuple[Any, ...] | None = scanner.scan(data)
+    if res is None or not res[3][0]:  # no kept event: the decoder words what the file holds
         return None
-    n_all, spans, strings, cols, coll = res
     top: dict[str, msgspec.Raw] = {}
-    if spans is not None:
-        for key, lo, hi in spans:
+    if res[1] is not None:
+        for key, lo, hi in res[1]:
             if key in TOP_KEYS:
                 if key in top:  # a repeated key: leave it to the decoder
                     return None
                 top[key] = msgspec.Raw(data[lo:hi])
+    return top, res
+
+
+def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int, tuple[Codes, Codes]] | None:
+    """``columns(scan_raw(data))``."""
+    return columns(scan_raw(data))
+
+
+def columns(scanned: Scanned | None) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int, tuple[Codes, Codes]] | None:
+    """(top-level raw values by key, columns frame, number of traceEvents elements, the ``cat``
+    and ``name`` columns as codes into the interned strings) of ``scan_raw(data)``, or None when
+    the scanner is not built or the file is not of the shape it takes.
+
+    The frame has the columns of ``kineto._columns`` before ``_to_events`` but ``cat`` (only its
+    codes are used), with ``start_ns`` relative to the file (the caller adds baseTimeNanoseconds)."""
+    if scanned is None:
+        return None
+    top, (n_all, _spans, strings, cols, coll) = scanned
     ts, dur, pid, tid, corr, ext, dev, stream, nbytes, cat, name = (_i64(c) for c in cols[:11])
     instant, _dur_ok, pid_k, tid_k, corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok = (_u8(c) for c in cols[11:])
-    if ts.size == 0:
-        return None
     # one spare entry: a gather of a masked (null) row must stay in bounds when no string was met
     table = pl.Series("t", [*strings, ""], dtype=pl.String)
     # one frame of the raw numbers, then one query: masks to nulls, codes to strings (a gather
@@ -85,7 +110,6 @@ def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None
         return pl.when(code >= 0).then(tab.gather(code.clip(lower_bound=0))).otherwise(None)
 
     frame = raw.select(
-        text(pl.col("cat")).alias("cat"),
         (pl.col("instant") != 0).alias("instant"),
         text(pl.col("name")).alias("name"),
         text(pl.when(pl.col("pid_k") == 2).then(pl.col("pid")).otherwise(-1)).alias("pid_raw"),
@@ -112,7 +136,7 @@ def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int] | None
             ("coll_name", pl.String()), ("in_nelems", pl.Int64()), ("out_nelems", pl.Int64()), ("dtype", pl.String()),
             ("pg_name", pl.String()), ("group_size", pl.Int64()))]
     frame = frame.with_columns(sparse).select(_ORDER)
-    return top, frame, int(n_all)
+    return top, frame, int(n_all), (Codes(cat, strings), Codes(name, strings))
 
 
-__all__ = ["TOP_KEYS", "scan", "scanner"]
+__all__ = ["TOP_KEYS", "Codes", "Scanned", "columns", "scan", "scan_raw", "scanner"]
