@@ -45,15 +45,17 @@ class Server:
         self.proc.terminate()
         self.proc.wait(10)
 
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
 
 @pytest.fixture
 def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
-    flags = getattr(request, "param", ("--world", "2", "--style", "0.5.23"))
-    srv = Server(tmp_path, *flags)
-    try:
+    with Server(tmp_path, *getattr(request, "param", ("--world", "2", "--style", "0.5.23"))) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 def test_capture_all_ranks_with_facts_and_manifests(server: Server, tmp_path: Path) -> None:

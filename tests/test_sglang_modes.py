@@ -13,6 +13,7 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -42,23 +43,23 @@ def _requests(url: str) -> list[dict[str, object]]:
     return out
 
 
+SERVE = ("--world", "2", "--style", "0.5.23", "--serve")
+
+
 @pytest.fixture
-def serving(tmp_path: Path, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    flags = getattr(request, "param", ("--world", "2", "--style", "0.5.23"))
-    srv = Server(tmp_path, *flags, "--serve")
-    try:
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    with Server(tmp_path, *request.param) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
-def test_lite_capture_records_phases_in_every_rank(serving: Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", [SERVE], indirect=True)
+def test_lite_capture_records_phases_in_every_rank(server: Server, tmp_path: Path) -> None:
     out = tmp_path / "run.parquet"
-    res = run_live_capture(serving.url, out, load=LOAD, num_steps=3, manifest_dir=serving.manifests,
+    res = run_live_capture(server.url, out, load=LOAD, num_steps=3, manifest_dir=server.manifests,
                            timeout_s=120, mode="lite")
     assert res.mode == "lite" and res.ranks == [0, 1]
     # SGLang was asked for CUDA activity only, no Python stacks
-    sent = _requests(serving.url)
+    sent = _requests(server.url)
     assert len(sent) == 1
     assert {k: sent[0][k] for k in START_PROFILE["lite"]} == {"activities": ["GPU"], "with_stack": False,
                                                                "record_shapes": False}
@@ -85,11 +86,12 @@ def test_lite_capture_records_phases_in_every_rank(serving: Server, tmp_path: Pa
         ops = run.events.filter((pl.col("rank") == rank) & (pl.col("kind") == "op") & (pl.col("phase") == "verify"))
         assert ops.height > 0
     # the window is closed for the next capture
-    ctl = json.loads((serving.manifests / window.CONTROL).read_text())
+    ctl = json.loads((server.manifests / window.CONTROL).read_text())
     assert ctl["state"] == "stop" and ctl["id"] == man["capture"]["window"]
 
 
-def test_timing_capture_has_phase_rows_per_cycle(serving: Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", [SERVE], indirect=True)
+def test_timing_capture_has_phase_rows_per_cycle(server: Server, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from tracekit.analyzers.spec import cycles, spec_report
@@ -97,9 +99,9 @@ def test_timing_capture_has_phase_rows_per_cycle(serving: Server, tmp_path: Path
     from tracekit.cli import cli
 
     out = tmp_path / "t.parquet"
-    res = run_live_capture(serving.url, out, load=LOAD, num_steps=5, manifest_dir=serving.manifests,
+    res = run_live_capture(server.url, out, load=LOAD, num_steps=5, manifest_dir=server.manifests,
                            timeout_s=120, mode="timing")
-    assert _requests(serving.url) == []  # no profiler was started
+    assert _requests(server.url) == []  # no profiler was started
     assert not res.trace_dir.exists()
     run = load_run(out)
     assert run.manifest["capture"]["profile_mode"] == "timing"
@@ -130,29 +132,29 @@ def test_timing_capture_has_phase_rows_per_cycle(serving: Server, tmp_path: Path
     assert sp.exit_code == 0, sp.output
 
 
-@pytest.mark.parametrize("serving", [("--world", "1", "--style", "0.5.23", "--no-hooks")], indirect=True)
-def test_window_without_hooks_names_the_ranks(serving: Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", [("--world", "1", "--style", "0.5.23", "--no-hooks", "--serve")], indirect=True)
+def test_window_without_hooks_names_the_ranks(server: Server, tmp_path: Path) -> None:
     with pytest.raises(TracekitError, match=r"ranks \[0\] did not start tracekit's timing window within 3s"):
-        run_live_capture(serving.url, tmp_path / "r.parquet", load=LOAD, num_steps=2, manifest_dir=serving.manifests,
+        run_live_capture(server.url, tmp_path / "r.parquet", load=LOAD, num_steps=2, manifest_dir=server.manifests,
                          timeout_s=3, mode="timing")
-    assert json.loads((serving.manifests / window.CONTROL).read_text())["state"] == "stop"
+    assert json.loads((server.manifests / window.CONTROL).read_text())["state"] == "stop"
 
 
-@pytest.mark.parametrize("serving", [("--world", "1", "--style", "0.5.9")], indirect=True)
-def test_capture_command_profile_timing(serving: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("server", [("--world", "1", "--style", "0.5.9", "--serve")], indirect=True)
+def test_capture_command_profile_timing(server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
     from tracekit.cli import cli
 
-    monkeypatch.setenv("TRACEKIT_SGLANG_DIR", str(serving.manifests))
+    monkeypatch.setenv("TRACEKIT_SGLANG_DIR", str(server.manifests))
     out = tmp_path / "run.parquet"
-    res = CliRunner().invoke(cli, ["capture", "--ranks", "all", "--sglang", serving.url, "--profile", "timing",
+    res = CliRunner().invoke(cli, ["capture", "--ranks", "all", "--sglang", server.url, "--profile", "timing",
                                    "--cycles", "3", "--requests", "100000", "--input-len", "16", "--output-len", "8",
                                    "--concurrency", "2", "--timeout", "120", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "profile mode timing cannot give: kernels" in res.output
     assert load_run(out).manifest["capture"]["profile_mode"] == "timing"
-    bad = CliRunner().invoke(cli, ["sglang-capture", serving.url, "--profile", "lite", "--allow-no-hooks",
+    bad = CliRunner().invoke(cli, ["sglang-capture", server.url, "--profile", "lite", "--allow-no-hooks",
                                    "-o", str(tmp_path / "x.parquet")])
     assert bad.exit_code == 2 and "--allow-no-hooks needs --profile full" in bad.output
 
