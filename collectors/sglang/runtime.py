@@ -14,6 +14,9 @@ collectors' phase API (tracekit.collectors.hooks.phase / emit_facts):
   returned: ``graphed`` and, for v1 verify, the accept length. v2 hands the
   accept lengths over later, in ``on_verify_complete_cpu`` after its own
   asynchronous copy: the marker is emitted then, for the oldest verify waiting.
+In profile modes ``lite`` and ``timing`` the ranges and markers go into tracekit's own
+recorder instead (window.py): every cycle boundary (``Recorder.tick``) lets that window
+start or stop.
 Nothing here calls ``.cpu()``, ``.item()`` or ``.tolist()`` on a device tensor.
 """
 
@@ -119,7 +122,7 @@ RECORDER = Recorder()
 
 
 def recording() -> bool:
-    """Whether a phase range would be recorded now (torch profiler on, or an NVTX consumer).
+    """Whether a phase range would be recorded now (torch profiler on, an NVTX consumer, or tracekit's window).
 
     Uses the collectors' hook backend so both agree; when False the hooks do only
     their bookkeeping (cycle counter, v2 accept queue) and call straight through.
