@@ -211,6 +211,27 @@ def test_agent_counts_cycles_and_stops_when_idle(tmp_path: Path) -> None:
         assert not t.is_alive()
 
 
+def test_agent_ignores_a_stale_window_and_stops_at_the_deadline(tmp_path: Path) -> None:
+    """A capture killed with its window open must not leave the server recording: no rank starts a
+    window past its deadline, and a recording window stops itself there."""
+    rec = _Rec()
+    agent = window.Agent(rec, tmp_path)
+    stale = window.open_window(tmp_path, "lite", None, max_s=-1.0)
+    rec.cycle += 1
+    agent.tick()
+    assert stale.acks() == {}
+    short = window.open_window(tmp_path, "lite", None, max_s=0.5)
+    agent._last_poll = 0
+    rec.cycle += 1
+    agent.tick()
+    assert short.acks()[0]["mode"] == "lite"
+    time.sleep(0.6)
+    agent._last_poll = 0
+    rec.cycle += 1
+    agent.tick()
+    assert json.loads((tmp_path / short.id / "ranges-TP-0.json").read_text())["why"] == "deadline passed"
+
+
 def test_trim_keeps_the_cycles_inside_the_span() -> None:
     from tracekit.finalize.phases import format_facts, format_label
     from tracekit.schema import conform

@@ -316,8 +316,9 @@ def run_live_capture(
             raise TracekitError(f"/generate failed: {gen.stats.first_error}", path=base)
         if mode != "full":
             mdir.mkdir(parents=True, exist_ok=True)
-            win = window.open_window(mdir, mode, num_steps if mode == "timing" else None)
             ack_s = min(timeout_s, 60.0)
+            # the ranks stop by themselves past every wait below (a capture killed with its window open)
+            win = window.open_window(mdir, mode, num_steps if mode == "timing" else None, max_s=ack_s + 2 * timeout_s + 60)
             late = win.wait_acks(world, ack_s)
             if late:
                 raise _window_error(mode, "did not start", late, mdir, ack_s)

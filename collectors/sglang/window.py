@@ -12,13 +12,15 @@ their environment manifests: rankinfo.py), on the server's host.
 Protocol (capture side ``open_window`` / ``WindowHandle``; server side ``Agent``):
 
 1. The capture writes ``window.json`` atomically: ``{"id", "mode": "lite"|"timing",
-   "cycles": N or null, "state": "open", "created_unix_ns"}``.
+   "cycles": N or null, "state": "open", "created_unix_ns", "deadline_unix_ns"}``.
 2. Every scheduler process notices it (the hooks call ``Agent.tick`` at each cycle boundary
    and look at the file at most every ``POLL_NS``; a watcher thread looks instead while the
    scheduler has been idle for ``IDLE_NS``), starts recording (``hooks.start_recording``,
    ``record_function`` off) and writes ``<id>/ack-TP-<r>.json``.
 3. It stops when ``state`` becomes ``"stop"`` (or another id appears, or the file is removed),
-   or, with ``cycles``, at the cycle boundary after that many cycles; then writes
+   or, with ``cycles``, at the cycle boundary after that many cycles, or at the deadline or
+   after ``MAX_ROWS`` ranges (a capture that died with its window open; a window past its
+   deadline is never started); then writes
    ``<id>/ranges-TP-<r>.parquet`` (range rows in the schema's columns, not finalized) and last
    ``<id>/ranges-TP-<r>.json`` (rank, pid, Kineto thread key -> native thread id, why it
    stopped, cycles, window times): the JSON says the rank is done.
@@ -47,6 +49,7 @@ CONTROL = "window.json"
 MODES = ("lite", "timing")
 POLL_NS = 100_000_000  # the hooks look at the control file at most every 100 ms
 IDLE_NS = 1_000_000_000  # the watcher acts when no cycle began for 1 s
+MAX_ROWS = 1_000_000  # a window stops itself after this many ranges (~100k cycles), whatever the capture does
 ACK_RE = re.compile(r"^ack-TP-(\d+)\.json$")
 DONE_RE = re.compile(r"^ranges-TP-(\d+)\.json$")
 
@@ -139,6 +142,9 @@ class Agent:
             if self._active is not None:
                 self._finish("control file removed")
             return
+        act = self._active
+        if act is not None and (time.time_ns() > act["deadline"] or len(self._recorder) >= MAX_ROWS):
+            self._finish("deadline passed" if time.time_ns() > act["deadline"] else f"{MAX_ROWS} ranges recorded")
         key = (st.st_ino, st.st_mtime_ns)
         if key == self._seen:
             return
@@ -149,7 +155,9 @@ class Agent:
         wid, state = str(doc.get("id")), doc.get("state")
         if self._active is not None and (wid != self._active["id"] or state != "open"):
             self._finish("stopped by the capture" if wid == self._active["id"] else "a new window replaced it")
-        if self._active is None and state == "open" and wid not in self._done and doc.get("mode") in MODES:
+        deadline = doc.get("deadline_unix_ns")
+        if (self._active is None and state == "open" and wid not in self._done and doc.get("mode") in MODES
+                and isinstance(deadline, int) and time.time_ns() < deadline):
             self._start(doc)
 
     def _rank(self) -> int | None:
@@ -173,7 +181,8 @@ class Agent:
             log.warning("tracekit: CUDA events unavailable (%r): host times only", exc)
             self._recorder = RangeRecorder(cuda_events=False)
         self._active = {"id": str(doc["id"]), "mode": mode, "cycles": cycles if isinstance(cycles, int) else None,
-                        "first_cycle": self.rec.cycle, "start_unix_ns": time.time_ns()}
+                        "first_cycle": self.rec.cycle, "start_unix_ns": time.time_ns(),
+                        "deadline": int(doc["deadline_unix_ns"])}
         start_recording(self._recorder, record_function=False)
         self._watcher = threading.Thread(target=self._watch, name="tracekit-window", daemon=True)
         self._watcher.start()
@@ -249,11 +258,12 @@ class RankRanges:
 class WindowHandle:
     """The capture's handle on one window: wait for acks, stop it, collect every rank's ranges."""
 
-    def __init__(self, directory: Path, wid: str, mode: str, cycles: int | None) -> None:
+    def __init__(self, directory: Path, wid: str, mode: str, cycles: int | None, deadline_unix_ns: int) -> None:
         self.directory = directory
         self.id = wid
         self.mode = mode
         self.cycles = cycles
+        self.deadline_unix_ns = deadline_unix_ns
         self.path = directory / wid
 
     def _ranks(self, pattern: re.Pattern[str]) -> set[int]:
@@ -286,7 +296,7 @@ class WindowHandle:
 
     def stop(self) -> None:
         _write_control(self.directory, {"id": self.id, "mode": self.mode, "cycles": self.cycles, "state": "stop",
-                                        "created_unix_ns": time.time_ns()})
+                                        "created_unix_ns": time.time_ns(), "deadline_unix_ns": self.deadline_unix_ns})
 
     def wait_ranges(self, world: int, timeout_s: float, on_idle: Callable[[], None] | None = None) -> list[int]:
         """Ranks that have not delivered their ranges within ``timeout_s``."""
@@ -315,12 +325,18 @@ def _write_control(directory: Path, doc: dict[str, Any]) -> None:
     _write_atomic(directory / CONTROL, json.dumps(doc).encode())
 
 
-def open_window(directory: Path, mode: str, cycles: int | None) -> WindowHandle:
-    """Open a window of ``mode`` on every scheduler process that reads ``directory``."""
+def open_window(directory: Path, mode: str, cycles: int | None, max_s: float = 3600.0) -> WindowHandle:
+    """Open a window of ``mode`` on every scheduler process that reads ``directory``.
+
+    ``max_s``: the window's deadline; a rank stops recording then even if the capture never says
+    so (a capture killed with its window open), and no rank starts a window past its deadline.
+    """
     if mode not in MODES:
         raise ValueError(f"window mode must be one of {MODES}, not {mode!r}")
-    wid = f"window-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
+    now = time.time_ns()
+    wid = f"window-{now}-{uuid.uuid4().hex[:6]}"
+    deadline = now + int(max_s * 1e9)
     (directory / wid).mkdir(parents=True, exist_ok=True)
-    _write_control(directory, {"id": wid, "mode": mode, "cycles": cycles, "state": "open",
-                               "created_unix_ns": time.time_ns()})
-    return WindowHandle(directory, wid, mode, cycles)
+    _write_control(directory, {"id": wid, "mode": mode, "cycles": cycles, "state": "open", "created_unix_ns": now,
+                               "deadline_unix_ns": deadline})
+    return WindowHandle(directory, wid, mode, cycles, deadline)
