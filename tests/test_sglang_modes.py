@@ -287,3 +287,39 @@ def test_lite_join_on_the_gpu_sample_matches_full() -> None:
     want, got = kernel_phases(full), kernel_phases(merged)
     assert want.height == got.height and want.get_column("phase").null_count() == 0
     assert got.get_column("phase").to_list() == want.get_column("phase").to_list()
+
+
+# --- the window through SGLang's real HookRegistry, in one process --------------------------
+
+
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.23"])
+def test_timing_window_through_sglang_hook_registry(tmp_path: Path, version: str) -> None:
+    """The plugin path: tracekit's hooks applied by SGLang's own HookRegistry (real wheel source); a
+    timing window of 3 cycles records exactly cycles 0-2 with their facts, and no profiler runs."""
+    from test_sglang_hooks import _real_hook_registry, fresh_shapes, mapped
+
+    from tracekit.collectors.sglang import plugin, runtime
+    from tracekit.finalize.phases import parse_label
+
+    reg = _real_hook_registry(version)
+    reg.HookRegistry.reset()
+    try:
+        mod = fresh_shapes()
+        rec = runtime.Recorder()
+        rec.window = window.Agent(rec, tmp_path)
+        plugin.register_with(reg.HookRegistry, reg.HookType.AROUND, mapped(version, mod), rec=rec)
+        reg.HookRegistry.apply_hooks()
+        win = window.open_window(tmp_path, "timing", 3)
+        mod.drive(mod.make_worker(version, tp_rank=1), cycles=6)
+        assert win.wait_ranges(2, 0) == [0]  # rank 1 delivered (rank 0 is not in this process)
+    finally:
+        reg.HookRegistry.reset()
+    info = json.loads((tmp_path / win.id / "ranges-TP-1.json").read_text())
+    assert info["why"] == "cycles" and info["cycles"] == 3 and info["first_cycle"] == 0
+    labs = [parse_label(n) for n in pl.read_parquet(tmp_path / win.id / "ranges-TP-1.parquet")["name"]]
+    phases = [(lab.phase, lab.facts["cycle"]) for lab in labs if lab is not None and not lab.is_facts]
+    assert phases == [(p, c) for c in range(3) for p in ("draft", "verify", "draft_extend")]
+    accepts = {lab.facts["cycle"]: lab.facts["accept_len"] for lab in labs
+               if lab is not None and lab.is_facts and "accept_len" in lab.facts}
+    # v2 hands cycle c's accept lengths over during cycle c+1: cycle 2's came after the window closed
+    assert accepts == {c: pytest.approx(sum(S.accepted(c, 4, 3)) / 4, abs=1e-4) for c in range(2)}
