@@ -202,6 +202,7 @@ def test_agent_counts_cycles_and_stops_when_idle(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 5
     info = json.loads((tmp_path / lite.id / "ranges-TP-0.json").read_text())
     assert info["why"] == "stopped by the capture" and info["ranges"] == 1
+    assert info["cycles"] == 1  # the cycle begun at the last boundary ran to its end
     # nothing records any more
     from tracekit.collectors.hooks import _Backend
 

@@ -129,22 +129,25 @@ class Agent:
                         import torch
 
                         torch.cuda.set_device(self._device)
-                    self._poll()
+                    self._poll(boundary=False)
             except Exception:
                 log.exception("tracekit: window watcher")
                 return
 
-    def _poll(self) -> None:
+    def _poll(self, boundary: bool = True) -> None:
+        """Act on the control file. ``boundary``: called at a cycle boundary (the cycle counter has moved
+        to the cycle about to run), not by the watcher of an idle scheduler (its last cycle is done)."""
         path = self.directory() / CONTROL
         try:
             st = path.stat()
         except OSError:
             if self._active is not None:
-                self._finish("control file removed")
+                self._finish("control file removed", boundary)
             return
         act = self._active
         if act is not None and (time.time_ns() > act["deadline"] or len(self._recorder) >= MAX_ROWS):
-            self._finish("deadline passed" if time.time_ns() > act["deadline"] else f"{MAX_ROWS} ranges recorded")
+            self._finish("deadline passed" if time.time_ns() > act["deadline"] else f"{MAX_ROWS} ranges recorded",
+                         boundary)
         key = (st.st_ino, st.st_mtime_ns)
         if key == self._seen:
             return
@@ -154,7 +157,8 @@ class Agent:
         self._seen = key
         wid, state = str(doc.get("id")), doc.get("state")
         if self._active is not None and (wid != self._active["id"] or state != "open"):
-            self._finish("stopped by the capture" if wid == self._active["id"] else "a new window replaced it")
+            self._finish("stopped by the capture" if wid == self._active["id"] else "a new window replaced it",
+                         boundary)
         deadline = doc.get("deadline_unix_ns")
         if (self._active is None and state == "open" and wid not in self._done and doc.get("mode") in MODES
                 and isinstance(deadline, int) and time.time_ns() < deadline):
@@ -191,7 +195,7 @@ class Agent:
                "start_unix_ns": self._active["start_unix_ns"], "cycle": self.rec.cycle}
         self._write(f"ack-TP-{_tag(rank)}.json", json.dumps(ack).encode())
 
-    def _finish(self, why: str) -> None:
+    def _finish(self, why: str, boundary: bool = True) -> None:
         from tracekit.collectors.hooks import stop_recording
 
         act, rec = self._active, self._recorder
@@ -211,7 +215,8 @@ class Agent:
             self._write(f"ranges-TP-{_tag(rank)}.parquet", buf.getvalue(), act["id"])
             info = {"rank": rank, "pid": os.getpid(), "mode": act["mode"], "why": why, "ranges": len(rec),
                     "cuda_events": rec.cuda_events, "device": self._device,
-                    "cycles": self.rec.cycle - act["first_cycle"], "first_cycle": act["first_cycle"],
+                    "cycles": self.rec.cycle - act["first_cycle"] + (0 if boundary else 1),
+                    "first_cycle": act["first_cycle"],
                     "start_unix_ns": act["start_unix_ns"], "end_unix_ns": end,
                     "thread_keys": {str(k): v for k, v in rec.thread_map().items()}}
             self._write(f"ranges-TP-{_tag(rank)}.json", json.dumps(info).encode(), act["id"])
