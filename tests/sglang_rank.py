@@ -80,6 +80,7 @@ def serve(ctl: str, rank: int, style: str, hooks: bool, period_s: float = 0.004)
     worker = mod.make_worker(style, rank)
     batch = mod.ScheduleBatch.make(4, 32, mod.ForwardMode.EXTEND)
     worker.forward_batch_generation(batch)
+    (Path(ctl) / f"ready-{rank}").write_text(str(os.getpid()))  # the server listens once every rank is ready
     pending: list = []  # type: ignore[type-arg]
     seen = None
     prof = None

@@ -19,7 +19,9 @@ The chosen port is written to PORT_FILE once the server listens.
 running speculative cycles without end with tracekit's hooks installed, so tracekit's own window
 (profile modes lite and timing) runs in every rank; ``/start_profile`` hands the request to
 every rank process (a file in a private control directory), which profiles ``num_steps`` cycles
-with the requested activities and writes its file. The rank processes end with the server.
+with the requested activities and writes its file. Like SGLang, the server listens (and writes
+PORT_FILE) only once every rank process has run its first cycle; the server process itself
+imports no torch then. The rank processes end with the server.
 """
 
 from __future__ import annotations
@@ -35,11 +37,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-import sglang_rank  # noqa: E402  (imports torch and the shapes once, at server start)
 
 KNOWN_PROFILE_FIELDS = {"output_dir", "start_step", "num_steps", "activities", "profile_by_stage", "with_stack",
                         "record_shapes", "merge_profiles", "profile_prefix", "profile_stages", "profile_id",
@@ -54,6 +56,7 @@ class State:
     seq = 0
     requests: list[dict] = []  # noqa: RUF012  (the /start_profile bodies, for GET /test/requests)
     ranks: list[subprocess.Popen] = []  # noqa: RUF012
+    rank_module: Any = None  # tests/sglang_rank.py, imported at start unless --serve (its ranks import torch)
 
 
 def run_profile(output_dir: str, num_steps: int) -> None:
@@ -65,7 +68,7 @@ def run_profile(output_dir: str, num_steps: int) -> None:
             if r == a.drop_rank:
                 continue
             out = os.path.join(output_dir, f"{profile_id}-TP-{r}.trace.json.gz")
-            sglang_rank.run_rank(out, r, a.style, num_steps, not a.no_hooks)
+            State.rank_module.run_rank(out, r, a.style, num_steps, not a.no_hooks)
     finally:
         with State.lock:
             State.profiling = False
@@ -158,9 +161,6 @@ def main() -> None:
     State.args = p.parse_args()
     if State.args.serve:
         State.ctl = tempfile.mkdtemp(prefix="tk-fake-sglang-")
-        for r in range(State.args.world):
-            State.ranks.append(subprocess.Popen([sys.executable, str(HERE / "sglang_rank.py"), "--serve", State.ctl,
-                                                 str(r), State.args.style, "0" if State.args.no_hooks else "1"]))
 
         def bye(*_: object) -> None:
             for proc in State.ranks:
@@ -168,6 +168,17 @@ def main() -> None:
             sys.exit(0)
 
         signal.signal(signal.SIGTERM, bye)
+        for r in range(State.args.world):
+            State.ranks.append(subprocess.Popen([sys.executable, str(HERE / "sglang_rank.py"), "--serve", State.ctl,
+                                                 str(r), State.args.style, "0" if State.args.no_hooks else "1"]))
+        while not all((Path(State.ctl) / f"ready-{r}").exists() for r in range(State.args.world)):
+            if any(proc.poll() is not None for proc in State.ranks):
+                bye()
+            time.sleep(0.1)
+    else:
+        import sglang_rank  # imports torch and the shapes once, at server start
+
+        State.rank_module = sglang_rank
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     Path(State.args.port_file).write_text(str(srv.server_address[1]))
     srv.serve_forever()

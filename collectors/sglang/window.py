@@ -17,7 +17,9 @@ Protocol (capture side ``open_window`` / ``WindowHandle``; server side ``Agent``
    and look at the file at most every ``POLL_NS``; a watcher thread looks instead while the
    scheduler has been idle for ``IDLE_NS``), starts recording (``hooks.start_recording``,
    ``record_function`` off) and writes ``<id>/ack-TP-<r>.json``.
-3. It stops when ``state`` becomes ``"stop"`` (or another id appears, or the file is removed),
+3. It stops when ``state`` becomes ``"stop"`` (lite: after one more cycle, whose ranges the capture
+   cuts away, so that SGLang v2's accept lengths of the last profiled cycle, handed over in the
+   next one, are recorded; at once for an idle scheduler), or another id appears, or the file is removed,
    or, with ``cycles``, at the cycle boundary after that many cycles, or at the deadline or
    after ``MAX_ROWS`` ranges (a capture that died with its window open; a window past its
    deadline is never started); then writes
@@ -109,6 +111,10 @@ class Agent:
             with self._lock:
                 self._finish("cycles")
             return
+        if act is not None and act["drain"] is not None and self.rec.cycle >= act["drain"]:
+            with self._lock:
+                self._finish("stopped by the capture")
+            return
         if now - self._last_poll < POLL_NS:
             return
         self._last_poll = now
@@ -145,6 +151,9 @@ class Agent:
                 self._finish("control file removed", boundary)
             return
         act = self._active
+        if act is not None and act["drain"] is not None and not boundary:  # idle: the drained cycle never comes
+            self._finish("stopped by the capture", boundary)
+            act = None
         if act is not None and (time.time_ns() > act["deadline"] or len(self._recorder) >= MAX_ROWS):
             self._finish("deadline passed" if time.time_ns() > act["deadline"] else f"{MAX_ROWS} ranges recorded",
                          boundary)
@@ -157,8 +166,13 @@ class Agent:
         self._seen = key
         wid, state = str(doc.get("id")), doc.get("state")
         if self._active is not None and (wid != self._active["id"] or state != "open"):
-            self._finish("stopped by the capture" if wid == self._active["id"] else "a new window replaced it",
-                         boundary)
+            if boundary and wid == self._active["id"] and self._active["mode"] == "lite":
+                # one more cycle: SGLang v2 hands the last profiled cycle's accept lengths over in the next
+                # one (the capture cuts that cycle's ranges away with the profiler's span, keeps the facts)
+                self._active["drain"] = self.rec.cycle + 1
+            else:
+                self._finish("stopped by the capture" if wid == self._active["id"] else "a new window replaced it",
+                             boundary)
         deadline = doc.get("deadline_unix_ns")
         if (self._active is None and state == "open" and wid not in self._done and doc.get("mode") in MODES
                 and isinstance(deadline, int) and time.time_ns() < deadline):
@@ -186,7 +200,7 @@ class Agent:
             self._recorder = RangeRecorder(cuda_events=False)
         self._active = {"id": str(doc["id"]), "mode": mode, "cycles": cycles if isinstance(cycles, int) else None,
                         "first_cycle": self.rec.cycle, "start_unix_ns": time.time_ns(),
-                        "deadline": int(doc["deadline_unix_ns"])}
+                        "deadline": int(doc["deadline_unix_ns"]), "drain": None}
         start_recording(self._recorder, record_function=False)
         self._watcher = threading.Thread(target=self._watch, name="tracekit-window", daemon=True)
         self._watcher.start()
