@@ -205,15 +205,18 @@ CYCLE_SCHEMA: Final[dict[str, pl.DataType]] = {
 def cycles(events: pl.DataFrame) -> pl.DataFrame:
     """One row per complete speculative cycle per rank.
 
-    A cycle starts at a ``draft`` range (each draft opens the next cycle of its
-    rank) and ends where the first phase range after the cycle's last
-    speculative phase (draft, verify, draft_extend) starts: the next cycle's draft
-    in a serving loop, or a plain ``decode`` / ``prefill`` step the program runs
-    between cycles (the built-in workload runs a reference decode after each
-    cycle), which is then not part of the cycle. A decode/prefill range that
-    starts inside the cycle is subtracted (``other_phases_ns``). A draft with no
-    later phase range on its rank (the last one) and a cycle without a verify are
-    dropped.
+    A cycle is what the trace shows of one: from the first ``draft`` range after the
+    rank's previous verify / draft_extend (or other phase) up to and including the next
+    ``verify`` and the first ``draft_extend`` after it. Consecutive draft ranges are one
+    cycle's draft: SGLang 0.5.12 labels every eager draft step ``step[DECODE ...]`` (k
+    ranges per cycle, remapped to ``draft``), tracekit's hooks give one range around all
+    k steps. The cycle ends where the first phase range after its last member starts:
+    the next cycle's draft in a serving loop, or a plain ``decode`` / ``prefill`` step
+    (or a draft_extend for a prefill) the program runs between cycles (the built-in
+    workload runs a reference decode after each cycle), which is then not part of the
+    cycle. A decode/prefill range that starts inside the cycle is subtracted
+    (``other_phases_ns``). A cycle with no later phase range on its rank (the last
+    one) and a cycle without a verify are dropped.
 
     Columns: rank, cycle (the verify's cycle fact, else the ordinal), start_ns,
     cycle_ns, draft_ns, verify_ns, draft_extend_ns (host range time summed over
@@ -225,16 +228,25 @@ def cycles(events: pl.DataFrame) -> pl.DataFrame:
     if inst.filter(pl.col("phase") == "draft").is_empty():
         return pl.DataFrame(schema=CYCLE_SCHEMA)
     inst = inst.sort(["rank", "start_ns", "host_ns"], descending=[False, False, True])
+    is_draft = pl.col("phase") == "draft"
+    # a draft opens a cycle unless the rank's previous phase instance is a draft too (k draft steps)
+    opens = is_draft & (pl.col("phase").shift(1).over("rank") != "draft").fill_null(True)
+    inst = inst.with_columns(opens.cast(pl.Int64()).cum_sum().over("rank").alias("_ord")).filter(pl.col("_ord") > 0)
+    # members: the leading drafts, the first verify after them, the first draft_extend after that verify
+    is_verify = pl.col("phase") == "verify"
+    inst = inst.with_columns(is_verify.cast(pl.Int64()).cum_sum().over(["rank", "_ord"]).alias("_nv"))
+    is_de = (pl.col("phase") == "draft_extend") & (pl.col("_nv") == 1)
+    inst = inst.with_columns(is_de.cast(pl.Int64()).cum_sum().over(["rank", "_ord"]).alias("_nde"))
     inst = inst.with_columns(
-        (pl.col("phase") == "draft").cast(pl.Int64()).cum_sum().over("rank").alias("_ord"),
-        pl.col("phase").is_in(list(SPEC_PHASES)).alias("_spec"),
-    ).filter(pl.col("_ord") > 0)
+        ((is_draft & (pl.col("_nv") == 0)) | (is_verify & (pl.col("_nv") == 1) & (pl.col("_nde") == 0))
+         | (is_de & (pl.col("_nde") == 1))).alias("_spec"),
+    )
     per = inst.group_by(["rank", "_ord"]).agg(
         pl.col("start_ns").filter(pl.col("phase") == "draft").min().alias("_c0"),
         pl.col("end_ns").filter(pl.col("_spec")).max().alias("_spec_end"),
-        pl.col("host_ns").filter(pl.col("phase") == "draft").sum().alias("draft_ns"),
-        pl.col("host_ns").filter(pl.col("phase") == "verify").sum().alias("verify_ns"),
-        pl.col("host_ns").filter(pl.col("phase") == "draft_extend").sum().alias("draft_extend_ns"),
+        pl.col("host_ns").filter(pl.col("_spec") & (pl.col("phase") == "draft")).sum().alias("draft_ns"),
+        pl.col("host_ns").filter(pl.col("_spec") & (pl.col("phase") == "verify")).sum().alias("verify_ns"),
+        pl.col("host_ns").filter(pl.col("_spec") & (pl.col("phase") == "draft_extend")).sum().alias("draft_extend_ns"),
         pl.col("cycle").filter(pl.col("phase") == "verify").first().alias("_vcycle"),
         pl.col("batch_size").filter(pl.col("phase") == "verify").first().alias("batch_size"),
         pl.col("num_tokens").filter(pl.col("phase") == "verify").first().alias("_vtok"),

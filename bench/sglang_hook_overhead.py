@@ -7,18 +7,30 @@ Prints, each against a reference measured in the same run:
    installed by runtime.install_direct) vs the same method unhooked, ns per call;
 2. per speculative cycle: tests/sglang_shapes.py's v2 worker (SGLang call
    shapes, small CPU matmuls) with all hook-table rows installed vs a private
-   unhooked copy, alternating blocks, median per-cycle time of each, ratio.
+   unhooked copy, alternating blocks, median per-cycle time of each, ratio;
+3. per cycle with tracekit's own window recording (profile mode timing on a CPU:
+   host-clock phase ranges, no CUDA events; collectors/sglang/window.py) vs the
+   same hooked worker with no window, alternating blocks in one process, timed
+   in CPU time of the thread (``time.thread_time_ns``), so other processes' load
+   on a shared machine does not enter the ratio;
+4. the cycle-boundary check every cycle hook makes for that window (``Recorder.tick``: a
+   clock read, the control file looked at every 100 ms) vs an empty method call, ns per call.
+Then the CPU seconds of the process and the load average (the machine may be shared).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import os
+import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -37,13 +49,15 @@ def load_shapes() -> ModuleType:
     return _shapes_module().fresh_copy("bench_shapes")
 
 
-def hook_all(mod: ModuleType, version: str) -> None:
+def hook_all(mod: ModuleType, version: str) -> object:
     from tracekit.collectors.sglang import runtime
     from tracekit.collectors.sglang.hooktable import specs_for
 
     rows = mod.retarget(specs_for(version), mod)
-    rep = runtime.install_direct(specs=rows, rec=runtime.Recorder())
+    rec = runtime.Recorder()
+    rep = runtime.install_direct(specs=rows, rec=rec)
     assert not rep.skipped
+    return rec
 
 
 def per_call(n: int) -> tuple[float, float]:
@@ -90,6 +104,63 @@ def per_cycle(cycles: int, blocks: int, version: str) -> tuple[float, float]:
     return statistics.median(times["plain"]), statistics.median(times["hooked"])
 
 
+def per_cycle_window(cycles: int, blocks: int, version: str) -> tuple[float, float, int]:
+    """Median per-cycle time of the hooked worker without and with a timing window open; ranges recorded."""
+    import tempfile
+
+    from tracekit.collectors.sglang import window
+
+    mod = load_shapes()
+    rec: Any = hook_all(mod, version)
+    ctl = Path(tempfile.mkdtemp(prefix="tk-bench-window-"))
+    rec.window = window.Agent(rec, ctl)
+    worker = mod.make_worker(version, 0)
+    mod.drive(worker, cycles=5)
+    times: dict[str, list[float]] = {"off": [], "window": []}
+    recorded = 0
+    for b in range(blocks):
+        for key in (("off", "window") if b % 2 == 0 else ("window", "off")):
+            win = None
+            if key == "window":  # open and start it outside the timed block
+                win = window.open_window(ctl, "timing", None)
+                rec.window._last_poll = 0
+                rec.window.tick()
+            t0 = time.thread_time_ns()  # CPU time of this thread: other processes' load does not count
+            mod.drive(worker, cycles=cycles)
+            times[key].append((time.thread_time_ns() - t0) / (cycles + 1))
+            if win is not None:  # stop and deliver it outside the timed block
+                win.stop()
+                rec.window._last_poll = 0
+                rec.window.tick()
+                recorded += json.loads((ctl / win.id / "ranges-TP-0.json").read_text())["ranges"]
+    return statistics.median(times["off"]), statistics.median(times["window"]), recorded
+
+
+def per_tick(n: int) -> tuple[float, float]:
+    """Best-of-5 ns per ``Recorder.tick()`` (no window open) and per empty method call."""
+    import tempfile
+
+    from tracekit.collectors.sglang import runtime, window
+
+    rec = runtime.Recorder()
+    rec.window = window.Agent(rec, Path(tempfile.mkdtemp(prefix="tk-bench-tick-")))
+
+    class Empty:
+        def tick(self) -> None:
+            return None
+
+    out = []
+    for obj in (Empty(), rec):
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.thread_time_ns()
+            for _ in range(n):
+                obj.tick()
+            best = min(best, (time.thread_time_ns() - t0) / n)
+        out.append(best)
+    return out[0], out[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=200)
@@ -108,6 +179,15 @@ def main() -> None:
     print(f"per cycle ({a.version} shapes, all hook rows, profiler off): hooked {hk / 1e3:.1f} us vs plain "
           f"{plain / 1e3:.1f} us, ratio {hk / plain:.4f} (+{(hk - plain) / 1e3:.1f} us per cycle; "
           f"{(hk - plain) / 29e6 * 100:.3f}% of the seed's 29 ms verify alone)")
+    off, on, recorded = per_cycle_window(a.cycles, a.blocks, a.version)
+    print(f"per cycle ({a.version} shapes, all hook rows; thread CPU time): timing window recording {on / 1e3:.1f} us "
+          f"vs no window {off / 1e3:.1f} us, ratio {on / off:.4f} (+{(on - off) / 1e3:.1f} us per cycle; {recorded} ranges "
+          f"recorded in {a.blocks // 2 + a.blocks % 2} windows; host clock, no CUDA events on a CPU)")
+    empty, tick = per_tick(a.calls)
+    print(f"cycle-boundary tick, no window open (thread CPU time): {tick:.0f} ns vs empty method {empty:.0f} ns "
+          f"(+{tick - empty:.0f} ns per cycle)")
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"process CPU {ru.ru_utime + ru.ru_stime:.1f} s; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

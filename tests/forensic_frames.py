@@ -51,6 +51,8 @@ class Spec:
     decode_steps: int = 0  # plain decode steps appended after the cycles
     decode_ns: int = 400_000
     decode_each_cycle: bool = False  # a reference decode step after every cycle (built-in workload)
+    draft_ranges: int = 1  # the draft as this many back-to-back ranges (SGLang 0.5.12: one step[DECODE] per step)
+    draft_gap_ns: int = 2_000  # host time between two of those draft ranges
     seed: int = 0
 
 
@@ -81,10 +83,15 @@ def build(spec: Spec) -> pl.DataFrame:
             pid_id += 1
             start = t
             if phase != "verify":
-                for r in range(spec.ranks):
-                    add(r, kind="range", name=format_label(phase, cycle=c, bs=spec.batch_size),
-                        start_ns=start, dur_ns=length, phase=phase, phase_id=pid_id * 100 + r,
-                        cycle=c, batch_size=spec.batch_size, graphed=True)
+                n = spec.draft_ranges if phase == "draft" else 1
+                step = (length - (n - 1) * spec.draft_gap_ns) // n if n > 1 else length
+                for i in range(n):
+                    if i:
+                        pid_id += 1
+                    for r in range(spec.ranks):
+                        add(r, kind="range", name=format_label(phase, cycle=c, bs=spec.batch_size),
+                            start_ns=start + i * (step + spec.draft_gap_ns), dur_ns=step, phase=phase,
+                            phase_id=pid_id * 100 + r, cycle=c, batch_size=spec.batch_size, graphed=True)
                 t += length + spec.host_between_ns
                 continue
             # verify: per layer attention, moe, gemm, allreduce

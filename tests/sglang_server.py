@@ -1,6 +1,6 @@
 """A local stand-in for an SGLang HTTP server, speaking SGLang's real request/response schema.
 
-    python sglang_server.py PORT_FILE --world 2 --style 0.5.23 [--no-hooks] [--drop-rank R] [--old-info]
+    python sglang_server.py PORT_FILE --world 2 --style 0.5.23 [--no-hooks] [--drop-rank R] [--old-info] [--serve]
 
 Routes and bodies as in sglang/srt/entrypoints/http_server.py (0.5.2 - 0.5.23):
 - ``GET /server_info`` (``/get_server_info`` only with --old-info): server args incl.
@@ -14,6 +14,14 @@ Routes and bodies as in sglang/srt/entrypoints/http_server.py (0.5.2 - 0.5.23):
   its own copy of the classes and its own hook Recorder)
 - ``POST /stop_profile`` -> 200 ``Stop profiling. This will take some time.\\n``
 The chosen port is written to PORT_FILE once the server listens.
+
+``--serve``: like SGLang, one scheduler process per rank (tests/sglang_rank.py ``serve``), each
+running speculative cycles without end with tracekit's hooks installed, so tracekit's own window
+(profile modes lite and timing) runs in every rank; ``/start_profile`` hands the request to
+every rank process (a file in a private control directory), which profiles ``num_steps`` cycles
+with the requested activities and writes its file. Like SGLang, the server listens (and writes
+PORT_FILE) only once every rank process has run its first cycle; the server process itself
+imports no torch then. The rank processes end with the server.
 """
 
 from __future__ import annotations
@@ -21,16 +29,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-import sglang_rank  # noqa: E402  (imports torch and the shapes once, at server start)
 
 KNOWN_PROFILE_FIELDS = {"output_dir", "start_step", "num_steps", "activities", "profile_by_stage", "with_stack",
                         "record_shapes", "merge_profiles", "profile_prefix", "profile_stages", "profile_id",
@@ -41,6 +52,11 @@ class State:
     args: argparse.Namespace
     profiling = False
     lock = threading.Lock()
+    ctl = ""
+    seq = 0
+    requests: list[dict] = []  # noqa: RUF012  (the /start_profile bodies, for GET /test/requests)
+    ranks: list[subprocess.Popen] = []  # noqa: RUF012
+    rank_module: Any = None  # tests/sglang_rank.py, imported at start unless --serve (its ranks import torch)
 
 
 def run_profile(output_dir: str, num_steps: int) -> None:
@@ -52,7 +68,7 @@ def run_profile(output_dir: str, num_steps: int) -> None:
             if r == a.drop_rank:
                 continue
             out = os.path.join(output_dir, f"{profile_id}-TP-{r}.trace.json.gz")
-            sglang_rank.run_rank(out, r, a.style, num_steps, not a.no_hooks)
+            State.rank_module.run_rank(out, r, a.style, num_steps, not a.no_hooks)
     finally:
         with State.lock:
             State.profiling = False
@@ -76,6 +92,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         a = State.args
+        if self.path == "/test/requests":  # test hook: what /start_profile received
+            self._send(200, json.dumps(State.requests).encode())
+            return
         if (self.path == "/server_info" and not a.old_info) or self.path == "/get_server_info":
             info = {"tp_size": a.world, "pp_size": 1, "dp_size": 1, "version": a.style, "vocab_size": 1000,
                     "model_path": "test/tiny", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
@@ -103,6 +122,18 @@ class Handler(BaseHTTPRequestHandler):
             if unknown:
                 self._send(422, json.dumps({"detail": f"unknown fields {sorted(unknown)}"}).encode())
                 return
+            if State.args.serve:
+                out_dir = req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+                State.seq += 1
+                doc = {"seq": State.seq, "output_dir": out_dir, "num_steps": int(req.get("num_steps") or 5),
+                       "activities": req.get("activities") or ["CPU", "GPU"], "profile_id": str(time.time())}
+                tmp = Path(State.ctl) / "profile.json.tmp"
+                tmp.write_text(json.dumps(doc))
+                os.replace(tmp, Path(State.ctl) / "profile.json")
+                State.requests.append(req)
+                self._send(200, b"Start profiling.\n", "text/plain")
+                return
             with State.lock:
                 if State.profiling:
                     self._send(500, b"Internal Server Error")
@@ -126,7 +157,28 @@ def main() -> None:
     p.add_argument("--no-hooks", action="store_true")
     p.add_argument("--drop-rank", type=int, default=-1)
     p.add_argument("--old-info", action="store_true")
+    p.add_argument("--serve", action="store_true")
     State.args = p.parse_args()
+    if State.args.serve:
+        State.ctl = tempfile.mkdtemp(prefix="tk-fake-sglang-")
+
+        def bye(*_: object) -> None:
+            for proc in State.ranks:
+                proc.terminate()
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, bye)
+        for r in range(State.args.world):
+            State.ranks.append(subprocess.Popen([sys.executable, str(HERE / "sglang_rank.py"), "--serve", State.ctl,
+                                                 str(r), State.args.style, "0" if State.args.no_hooks else "1"]))
+        while not all((Path(State.ctl) / f"ready-{r}").exists() for r in range(State.args.world)):
+            if any(proc.poll() is not None for proc in State.ranks):
+                bye()
+            time.sleep(0.1)
+    else:
+        import sglang_rank  # imports torch and the shapes once, at server start
+
+        State.rank_module = sglang_rank
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     Path(State.args.port_file).write_text(str(srv.server_address[1]))
     srv.serve_forever()

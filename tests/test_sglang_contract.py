@@ -133,6 +133,11 @@ def test_profile_request_fields(src: tuple[str, Path]) -> None:
     assert cls is not None
     fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     assert {"output_dir", "num_steps", "activities"} <= fields
+    # every profile mode's body (modes.START_PROFILE: lite asks for no stacks) names real fields only
+    from tracekit.collectors.sglang.modes import START_PROFILE
+
+    for mode, body in START_PROFILE.items():
+        assert set(body) <= fields, (mode, set(body) - fields)
     http = (root / "sglang/srt/entrypoints/http_server.py").read_text()
     for route in ('"/start_profile"', '"/stop_profile"', '"/generate"', '"/get_server_info"'):
         assert route in http
@@ -144,7 +149,14 @@ def test_trace_file_name_format(src: tuple[str, Path]) -> None:
     path = root / ("sglang/srt/utils/profile_utils.py" if version == "0.5.23" else "sglang/srt/managers/scheduler_profiler_mixin.py")
     text = path.read_text()
     assert '".trace.json.gz"' in text
-    # live.py asks for activities ["CPU", "GPU"]: both names map to torch profiler activities
+    # live.py asks for activities ["CPU", "GPU"] (full) or ["GPU"] (lite): each name maps to a torch profiler
+    # activity, and the profiler starts with the mapped ones only (lite: CUDA alone)
+    from tracekit.collectors.sglang.modes import START_PROFILE
+
+    assert {a for body in START_PROFILE.values() for a in body["activities"]} == {"CPU", "GPU"}
     assert '"CPU": torch.profiler.ProfilerActivity.CPU' in text
     assert '"GPU": torch.profiler.ProfilerActivity.CUDA' in text
+    mixin = root / ("sglang/srt/managers/scheduler_components/profiler_manager.py" if version == "0.5.23"
+                    else "sglang/srt/managers/scheduler_profiler_mixin.py")
+    assert "activity_map[a] for a in activities if a in activity_map" in mixin.read_text()
     assert ('f"-TP-{self.tp_rank}"' in text) or ('f"TP-{self.tp_rank}"' in text) or ('f"TP-{get_parallel().tp_rank}"' in text)

@@ -33,7 +33,7 @@ class Server:
         env = dict(os.environ, TRACEKIT_SGLANG_DIR=str(self.manifests), NCCL_PROTO="Simple",
                    PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
         self.proc = subprocess.Popen([sys.executable, str(HERE / "sglang_server.py"), str(port_file), *flags], env=env)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180  # a deadline: torch imports take long on a loaded machine
         while not (port_file.exists() and port_file.read_text()):
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 self.close()
@@ -43,17 +43,23 @@ class Server:
 
     def close(self) -> None:
         self.proc.terminate()
-        self.proc.wait(10)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:  # a loaded machine: do not leave it behind
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 @pytest.fixture
 def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
-    flags = getattr(request, "param", ("--world", "2", "--style", "0.5.23"))
-    srv = Server(tmp_path, *flags)
-    try:
+    with Server(tmp_path, *getattr(request, "param", ("--world", "2", "--style", "0.5.23"))) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 def test_capture_all_ranks_with_facts_and_manifests(server: Server, tmp_path: Path) -> None:

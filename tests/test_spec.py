@@ -144,6 +144,54 @@ def test_decode_between_cycles_is_not_cycle_time() -> None:
     assert sp.decode_step_by_bs(ev) == {1: 700_000.0}
 
 
+def test_k_draft_ranges_are_one_cycle() -> None:
+    """SGLang 0.5.12 writes one `step[DECODE]` range per draft step: k draft ranges, then verify and
+    draft_extend, are one cycle whose draft time is the sum of the k ranges (not the last one alone)."""
+    one = sp.cycles(build(Spec(ranks=2, cycles=6)))
+    s = Spec(ranks=2, cycles=6, draft_ranges=3, draft_gap_ns=2_000)
+    ev = build(s)
+    assert ev.filter((pl.col("kind") == "range") & (pl.col("phase") == "draft")).height == 2 * 6 * 3
+    cyc = sp.cycles(ev)
+    assert cyc.height == one.height == 2 * 5
+    step = (s.draft_ns - 2 * s.draft_gap_ns) // 3
+    assert set(cyc.get_column("draft_ns").to_list()) == {3 * step}
+    # the cycle starts at the first of the three drafts: same start and length as one draft range
+    assert cyc.get_column("start_ns").to_list() == one.get_column("start_ns").to_list()
+    assert cyc.get_column("cycle_ns").to_list() == one.get_column("cycle_ns").to_list()
+    # the gaps between draft steps are host time of the cycle
+    assert set((cyc["host_between_ns"] - one["host_between_ns"]).to_list()) == {s.draft_ns - 3 * step}
+    assert cyc.get_column("cycle").to_list() == one.get_column("cycle").to_list()
+
+
+def test_sglang_0512_spans_count_every_draft_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A 0.5.12-shaped trace (tests/sglang_shapes.py, SGLang's own spans only, no hooks): every cycle holds
+    its three `step[DECODE]` drafts, its `step[TARGET_VERIFY]` and its `step[DRAFT_EXTEND_V2]`."""
+    pytest.importorskip("torch")
+    import sglang_shapes as S
+
+    from tracekit.analyzers.phase_rows import phase_instances
+    from tracekit.ingest import ingest_traces
+
+    worker = S.make_worker("0.5.12", 0)
+    path = tmp_path / "1.0-TP-0.trace.json.gz"
+    with S.cpu_profile(str(path)):
+        S.drive(worker, cycles=4)
+    ev = ingest_traces([str(path)]).events
+    inst = phase_instances(ev).sort("start_ns")
+    cyc = sp.cycles(ev)
+    assert cyc.height == 3  # the fourth cycle has no later phase range
+    drafts = inst.filter(pl.col("phase") == "draft")
+    verifies = inst.filter(pl.col("phase") == "verify")
+    assert drafts.height == 3 * 4 and verifies.height == 4
+    for i, row in enumerate(cyc.iter_rows(named=True)):
+        mine = drafts.slice(3 * i, 3)
+        assert row["start_ns"] == mine["start_ns"][0]
+        assert row["draft_ns"] == mine["host_ns"].sum()
+        assert row["verify_ns"] == verifies["host_ns"][i]
+        nxt = drafts["start_ns"][3 * (i + 1)]
+        assert row["cycle_ns"] == nxt - row["start_ns"]
+
+
 def test_no_cycles_is_a_clear_error() -> None:
     ev = build(Spec(ranks=1, cycles=0, decode_steps=3))
     cyc = sp.cycles(ev)

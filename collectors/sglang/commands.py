@@ -12,6 +12,10 @@ import click
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
 
+PROFILE_HELP = ("full: SGLang's profiler with CPU+CUDA activities; lite: CUDA activity only + tracekit's own phase "
+                "ranges (no CPU ops); timing: no profiler, phase times per cycle by CUDA events (no kernels). "
+                "auto: full (lite and timing need tracekit's hooks in every rank).")
+
 
 @click.command("sglang-capture")
 @click.argument("url")
@@ -26,23 +30,30 @@ from tracekit.errors import TracekitError
 @click.option("--trace-dir", type=click.Path(file_okay=False), default=None,
               help="Where the server writes rank traces (same host) [default: <out>-sglang-traces].")
 @click.option("--manifest-dir", type=click.Path(file_okay=False), default=None,
-              help="The ranks' TRACEKIT_SGLANG_DIR [default: $TRACEKIT_SGLANG_DIR or <tmp>/tracekit-sglang].")
+              help="The ranks' TRACEKIT_SGLANG_DIR: rank manifests, and the lite/timing window files [default: $TRACEKIT_SGLANG_DIR or <tmp>/tracekit-sglang].")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Seconds to wait for every rank's trace file.")
-@click.option("--allow-no-hooks", is_flag=True, help="Accept ranks without tracekit hooks (SGLang's own spans only).")
+@click.option("--allow-no-hooks", is_flag=True, help="Accept ranks without tracekit hooks (SGLang's own spans only; full mode).")
+@click.option("--profile", "profile", type=click.Choice(["auto", "full", "lite", "timing"]), default="auto",
+              show_default=True, help=PROFILE_HELP)
 @guarded
 def sglang_capture_cmd(url: str, out: str, requests: int, input_len: int, output_len: int, concurrency: int,
                        cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
-                       timeout_s: float, allow_no_hooks: bool) -> None:
+                       timeout_s: float, allow_no_hooks: bool, profile: str) -> None:
     """Capture every rank of a live SGLang server at URL (http://HOST:PORT) into one run.parquet."""
     sglang_capture(url, out, requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency,
                     cycles=cycles, world=world, trace_dir=trace_dir, manifest_dir=manifest_dir, timeout_s=timeout_s,
-                    allow_no_hooks=allow_no_hooks)
+                    allow_no_hooks=allow_no_hooks, profile=profile)
 
 
 def sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_len: int, concurrency: int,
                     cycles: int, world: int | None, trace_dir: str | None, manifest_dir: str | None,
-                    timeout_s: float, allow_no_hooks: bool) -> None:
+                    timeout_s: float, allow_no_hooks: bool, profile: str = "auto") -> None:
+    """The live capture behind ``sglang-capture`` and ``capture --sglang``; ``profile`` ``auto`` is ``full``
+    (the one mode that also works without tracekit's hooks: SGLang's own spans)."""
+    mode = "full" if profile == "auto" else profile
+    if allow_no_hooks and mode != "full":
+        raise click.UsageError(f"--allow-no-hooks needs --profile full: {mode} is recorded by tracekit's hooks")
     from tracekit.collectors.sglang.live import (
         LoadConfig,
         run_live_capture,
@@ -53,11 +64,15 @@ def sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_
     with claimed_output(out):  # the output rule of every command (README), and one writer per output
         res = run_live_capture(url, out, load=load, num_steps=cycles, ranks=world, trace_dir=trace_dir,
                                manifest_dir=manifest_dir, timeout_s=timeout_s, require_hooks=not allow_no_hooks,
-                               log=lambda m: click.echo(m, err=True))
+                               mode=mode, log=lambda m: click.echo(m, err=True))
     for note in res.notes:
         click.echo(f"note: {note}", err=True)
-    click.echo(f"wrote {res.path}: ranks {', '.join(str(r) for r in res.ranks)}; "
-               f"{res.load.ok} request(s) done, {res.load.failed} failed; rank traces in {res.trace_dir}")
+    where = "no profiler ran" if res.mode == "timing" else f"rank traces in {res.trace_dir}"
+    click.echo(f"wrote {res.path} (profile mode {res.mode}): ranks {', '.join(str(r) for r in res.ranks)}; "
+               f"{res.load.ok} request(s) done, {res.load.failed} failed; {where}")
+    from tracekit.collectors.sglang.modes import CANNOT_GIVE
+
+    click.echo(f"profile mode {res.mode} cannot give: {CANNOT_GIVE[res.mode]}")
 
 
 @click.command("sglang-launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

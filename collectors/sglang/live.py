@@ -8,20 +8,25 @@
    ``input_len`` each) and ``sampling_params = {max_new_tokens, temperature: 0,
    ignore_eos: true}`` from ``concurrency`` threads, kept running until the
    window has closed (``requests`` bounds the total).
-3. Window: ``POST /start_profile {output_dir, num_steps, activities: [CPU, GPU]}``
+3. Window, by profile mode (modes.py):
+   ``full``: ``POST /start_profile {output_dir, num_steps, activities: [CPU, GPU]}``
    (fields of ``ProfileReqInput`` <= 0.5.12 and ``ProfileReq`` 0.5.23). Every
    scheduler process starts torch.profiler on the same iteration, stops after
    ``num_steps`` forward iterations (one speculative cycle each) and writes
    ``{profile_id}-TP-{r}[...].trace.json.gz``. tracekit's hooks (plugin /
    launcher / import hook) put their phase ranges and late facts inside that
-   window because they emit ``record_function`` while a profiler is active. No
-   second control channel is needed: SGLang already fans the request out to all
-   ranks and stops them in step; a tracekit channel would add a socket per rank
-   and could not stop SGLang's own profiler anyway.
+   window because they emit ``record_function`` while a profiler is active.
+   SGLang already fans the request out to all ranks and stops them in step.
+   ``lite``: tracekit's own window first (window.py: a control file in the ranks'
+   ``TRACEKIT_SGLANG_DIR``; every rank acknowledges once its hooks record), then
+   ``/start_profile`` with ``activities: [GPU]`` and no stacks; after the rank files,
+   the window is stopped and each rank's recorded ranges are collected.
+   ``timing``: tracekit's window alone, ``num_steps`` cycles, no profiler.
 4. Collect: wait until a complete (fully decodable) file per rank is there;
    a rank whose file never appears is an error naming it (``timeout_s``).
-5. Ingest (tracekit.ingest) and write ``out`` with the capture config and each
-   rank's environment manifest (rankinfo: what the rank process really saw).
+5. Ingest (tracekit.ingest; lite: joined with the recorded ranges, timing: the
+   recorded ranges alone) and write ``out`` with the capture config (``profile_mode``)
+   and each rank's environment manifest (rankinfo: what the rank process really saw).
 
 Errors are TracekitError, one line: server unreachable, profile refused, rank
 file missing, server without tracekit hooks (no ``tracekit:`` ranges in a rank's
@@ -76,6 +81,7 @@ class CaptureResult:
     ranks: list[int]
     load: LoadStats
     notes: list[str] = field(default_factory=list)
+    mode: str = "full"
 
 
 def _request(url: str, body: dict[str, Any] | None = None, timeout: float = 30.0) -> tuple[int, bytes]:
@@ -242,6 +248,13 @@ def check_hooks(events: Any, world: int, trace_dir: Path) -> None:
         )
 
 
+def _window_error(mode: str, what: str, ranks: list[int], mdir: Path, timeout_s: float) -> TracekitError:
+    return TracekitError(
+        f"ranks {ranks} {what} tracekit's {mode} window within {timeout_s:.0f}s (hooks not installed in those "
+        f"scheduler processes, their TRACEKIT_SGLANG_DIR is not this directory (--manifest-dir), or they ran no cycle)",
+        path=str(mdir))
+
+
 def run_live_capture(
     url: str,
     out: str | Path,
@@ -254,12 +267,19 @@ def run_live_capture(
     timeout_s: float = 300.0,
     warmup_s: float = 2.0,
     require_hooks: bool = True,
+    mode: str = "full",
     log: Callable[[str], None] | None = None,
 ) -> CaptureResult:
-    """Profile ``num_steps`` scheduler iterations on every rank of the server at ``url`` into ``out``."""
-    from tracekit.ingest import ingest_traces
+    """Profile ``num_steps`` scheduler iterations on every rank of the server at ``url`` into ``out``.
+
+    ``mode``: ``full``, ``lite`` or ``timing`` (modes.py says what each records). ``lite`` and
+    ``timing`` need tracekit's hooks in every rank (``require_hooks`` applies to ``full`` only).
+    """
+    from tracekit.collectors.sglang import modes, window
     from tracekit.store import write_run
 
+    if mode not in modes.PROFILE_MODES:
+        raise ValueError(f"profile mode must be one of {modes.PROFILE_MODES}, not {mode!r}")
     say = log or (lambda _msg: None)
     base = url.rstrip("/")
     if not re.match(r"^https?://", base):
@@ -268,70 +288,133 @@ def run_live_capture(
     out_path = Path(out)
     info = server_info(base)
     world = expected_ranks(info, ranks)
+    mdir = (Path(manifest_dir) if manifest_dir is not None else rankinfo.manifest_dir()).resolve()
     tdir = Path(trace_dir) if trace_dir is not None else out_path.with_name(out_path.stem + "-sglang-traces")
     tdir = tdir.resolve()
-    tdir.mkdir(parents=True, exist_ok=True)
-    if rank_files(tdir):
-        raise TracekitError("trace directory already holds rank traces; use an empty one", path=str(tdir))
+    if mode != "timing":
+        tdir.mkdir(parents=True, exist_ok=True)
+        if rank_files(tdir):
+            raise TracekitError("trace directory already holds rank traces; use an empty one", path=str(tdir))
     raw_vocab = info.get("vocab_size")
     vocab = raw_vocab if isinstance(raw_vocab, int) else 32000
-    say(f"server {base}: sglang {info.get('version', '?')}, {world} rank(s); traces -> {tdir}")
+    say(f"server {base}: sglang {info.get('version', '?')}, {world} rank(s); profile mode {mode}"
+        + (f"; traces -> {tdir}" if mode != "timing" else ""))
+    say(f"profile mode {mode}: {modes.MODE_NOTES[mode]}")
 
     gen = _Load(base, cfg, vocab)
     gen.start()
     started = time.time_ns()
+    win: window.WindowHandle | None = None
+    files: dict[int, list[Path]] = {}
+    delivered: list[window.RankRanges] = []
+    stopped = [False]
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < warmup_s and gen.stats.ok == 0 and gen.stats.failed == 0:
             time.sleep(0.05)
         if gen.stats.failed and not gen.stats.ok:
             raise TracekitError(f"/generate failed: {gen.stats.first_error}", path=base)
-        body = {"output_dir": str(tdir), "num_steps": int(num_steps), "activities": ["CPU", "GPU"]}
-        status, raw = _request(base + "/start_profile", body, timeout=60.0)
-        if status != 200:
-            raise TracekitError(f"/start_profile refused: HTTP {status} {raw[:200].decode(errors='replace').strip()}", path=base)
-        say(f"profiling {num_steps} steps on every rank")
-        stopped = [False]
+        if mode != "full":
+            mdir.mkdir(parents=True, exist_ok=True)
+            ack_s = min(timeout_s, 60.0)
+            # the ranks stop by themselves past every wait below (a capture killed with its window open)
+            win = window.open_window(mdir, mode, num_steps if mode == "timing" else None, max_s=ack_s + 2 * timeout_s + 60)
+            late = win.wait_acks(world, ack_s)
+            if late:
+                raise _window_error(mode, "did not start", late, mdir, ack_s)
+            say(f"tracekit's {mode} window {win.id} recording on every rank")
 
         def on_idle() -> None:
-            # load exhausted before the window closed: flush the profilers once
+            # load exhausted before the window closed: flush the profilers / recorders once
             if not gen.alive() and not stopped[0]:
                 stopped[0] = True
-                _request(base + "/stop_profile", {}, timeout=60.0)
+                if mode != "timing":
+                    _request(base + "/stop_profile", {}, timeout=60.0)
+                if win is not None:
+                    win.stop()
 
-        files = wait_for_ranks(tdir, world, timeout_s, on_idle=on_idle)
+        if mode != "timing":
+            body = {"output_dir": str(tdir), "num_steps": int(num_steps), **modes.START_PROFILE[mode]}
+            status, raw = _request(base + "/start_profile", body, timeout=60.0)
+            if status != 200:
+                raise TracekitError(f"/start_profile refused: HTTP {status} {raw[:200].decode(errors='replace').strip()}", path=base)
+            say(f"profiling {num_steps} steps on every rank")
+            files = wait_for_ranks(tdir, world, timeout_s, on_idle=on_idle)
+            say(f"collected {sum(len(v) for v in files.values())} file(s) from {world} rank(s)")
+        if win is not None:
+            if mode == "lite":
+                win.stop()
+            else:
+                say(f"timing {num_steps} cycles on every rank")
+            missing = win.wait_ranges(world, timeout_s, on_idle=on_idle)
+            if missing:
+                raise _window_error(mode, "did not deliver the phase ranges of", missing, mdir, timeout_s)
+            delivered = win.ranges(world)
     finally:
         gen.finish(timeout=5.0)
-    say(f"collected {sum(len(v) for v in files.values())} file(s) from {world} rank(s)")
-    run = ingest_traces([str(f) for fs in files.values() for f in fs])
-    if require_hooks:
-        check_hooks(run.events, world, tdir)
-    man = dict(run.manifest)
+        if win is not None:
+            win.stop()  # never leave a window open for the next capture
+    man, events = _assemble(mode, files, delivered, world, tdir, require_hooks)
     man["source"] = "capture"
     man["capture"] = {
         "mode": "sglang-live",
+        "profile_mode": mode,
         "url": base,
         "sglang_version": info.get("version"),
         "num_steps": num_steps,
         "load": asdict(cfg),
         "load_stats": asdict(gen.stats),
-        "trace_dir": str(tdir),
+        "trace_dir": str(tdir) if mode != "timing" else None,
+        "window": win.id if win is not None else None,
         "server_args": {k: info[k] for k in sorted(info) if k.startswith(("speculative_", "tp_", "pp_", "dp_", "ep_", "cuda_graph", "disable_cuda_graph", "attention_backend", "model_path", "enable_dp_attention"))},
     }
-    mdir = Path(manifest_dir) if manifest_dir is not None else rankinfo.manifest_dir()
     rank_mans = rankinfo.read_rank_manifests(mdir)
     notes: list[str] = []
     ranks_sec = man.setdefault("ranks", {})
     for r in range(world):
+        entry = ranks_sec.setdefault(str(r), {})
+        entry["profile_mode"] = mode
+        entry["profile_note"] = modes.MODE_NOTES[mode]
         rm = rank_mans.get(r)
         if rm is None:
             notes.append(f"rank {r}: no tracekit rank manifest in {mdir}")
             continue
-        entry = ranks_sec.setdefault(str(r), {})
         for k, v in rm.items():
             entry.setdefault(k, v)
     if notes:
         man.setdefault("notes", []).extend(notes)
     man["capture"]["started_unix_ns"] = started
-    path = write_run(run.events, out_path, man)
-    return CaptureResult(path=path, trace_dir=tdir, ranks=list(range(world)), load=gen.stats, notes=notes)
+    path = write_run(events, out_path, man)
+    return CaptureResult(path=path, trace_dir=tdir, ranks=list(range(world)), load=gen.stats, notes=notes, mode=mode)
+
+
+def _assemble(mode: str, files: dict[int, list[Path]], delivered: list[Any], world: int, tdir: Path,
+              require_hooks: bool) -> tuple[dict[str, Any], Any]:
+    """(manifest, events) of the run from the ranks' trace files and/or their recorded ranges."""
+    from tracekit.collectors.sglang import modes
+    from tracekit.store import new_manifest
+
+    win_info = {d.rank: {k: d.info.get(k) for k in ("why", "cycles", "ranges", "cuda_events", "device")}
+                for d in delivered}
+    if mode == "timing":
+        events = modes.timing_events(delivered)
+        man: dict[str, Any] = new_manifest(
+            world_size=world, captured_ranks=list(range(world)),
+            ranks={str(r): {"rank": r, "window": win_info.get(r)} for r in range(world)},
+            clock={"align": "none", "note": "time.time_ns() of each scheduler process; ranks on one host share a clock",
+                   "offsets_ns": {str(r): 0 for r in range(world)}})
+        from tracekit.finalize.pipeline import stamp
+
+        return stamp(man), events
+    from tracekit.ingest import ingest_traces
+
+    run = ingest_traces([str(f) for fs in files.values() for f in fs])
+    events = run.events
+    man = dict(run.manifest)
+    if mode == "lite":
+        events, lite_notes = modes.merge_lite(events, delivered)
+        for r, note in lite_notes.items():
+            man.setdefault("ranks", {}).setdefault(str(r), {})["window"] = {**win_info.get(r, {}), **note}
+    if require_hooks or mode == "lite":
+        check_hooks(events, world, tdir)
+    return man, events

@@ -14,6 +14,9 @@ collectors' phase API (tracekit.collectors.hooks.phase / emit_facts):
   returned: ``graphed`` and, for v1 verify, the accept length. v2 hands the
   accept lengths over later, in ``on_verify_complete_cpu`` after its own
   asynchronous copy: the marker is emitted then, for the oldest verify waiting.
+In profile modes ``lite`` and ``timing`` the ranges and markers go into tracekit's own
+recorder instead (window.py): every cycle boundary (``Recorder.tick``) lets that window
+start or stop.
 Nothing here calls ``.cpu()``, ``.item()`` or ``.tolist()`` on a device tensor.
 """
 
@@ -56,6 +59,7 @@ class Recorder:
     pending_accept: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=_PENDING_MAX))
     on_first_call: Callable[[Recorder, Any], None] | None = None
     installed_by: str | None = None  # "plugin" | "launcher" | "autoload": the first path wins
+    window: Any = None  # window.Agent (profile modes lite / timing), made at the first cycle boundary
     _local: threading.local = field(default_factory=threading.local)
     _seen_first: bool = False
 
@@ -87,6 +91,17 @@ class Recorder:
                 log.exception("tracekit: rank manifest failed")
         self._seen_first = True
 
+    def tick(self) -> None:
+        """A cycle boundary: let tracekit's own window (window.py) start or stop here."""
+        try:
+            if self.window is None:
+                from tracekit.collectors.sglang.window import Agent
+
+                self.window = Agent(self)
+            self.window.tick()
+        except Exception as exc:
+            warn_once("window", f"profile-mode window skipped: {exc!r}")
+
     def run_phase(self, phase: str, original: Hook, args: tuple[Any, ...], kwargs: dict[str, Any],
                   facts: dict[str, Any], after: Callable[[Any], None] | None = None) -> Any:
         self._enter()
@@ -107,7 +122,7 @@ RECORDER = Recorder()
 
 
 def recording() -> bool:
-    """Whether a phase range would be recorded now (torch profiler on, or an NVTX consumer).
+    """Whether a phase range would be recorded now (torch profiler on, an NVTX consumer, or tracekit's window).
 
     Uses the collectors' hook backend so both agree; when False the hooks do only
     their bookkeeping (cycle counter, v2 accept queue) and call straight through.
@@ -116,7 +131,7 @@ def recording() -> bool:
     if not b.resolved:
         b.resolve()
     en = b.enabled
-    return b.nvtx is not None or (en is not None and bool(en()))
+    return b.nvtx is not None or b.recorder is not None or (en is not None and bool(en()))
 _WARNED: set[Any] = set()
 
 
@@ -158,6 +173,7 @@ def _forward_plan(r: Recorder, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         phase = "decode"
         r.cycle += 1
         cycle = r.cycle
+        r.tick()
     elif mode in ("EXTEND", "MIXED", "SPLIT_PREFILL"):
         phase, cycle = "prefill", None
     else:
@@ -189,6 +205,7 @@ def make_hook(spec: HookSpec, rec: Recorder | None = None) -> Hook:
                 mode = F.mode_name(batch)
                 if mode not in ("EXTEND", "MIXED", "SPLIT_PREFILL") and not getattr(batch, "is_extend_in_batch", False):
                     r.cycle += 1
+                    r.tick()
             except Exception as exc:
                 warn_once(spec.target, f"{spec.target}: cycle bookkeeping skipped: {exc!r}")
             return original(*args, **kwargs)

@@ -51,7 +51,8 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--keep-json", type=click.Path(file_okay=False), default=None, help="Also keep each rank's raw Kineto JSON here.")
 @click.option("--profile", "profile", type=click.Choice(["auto", "full", "lite", "timing"]), default="auto", show_default=True,
               help="full: CPU+CUDA profiler; lite: CUDA activity + tracekit's own phase ranges (no CPU ops); timing: no "
-                   "profiler, phase times per cycle by CUDA events (no kernels). auto: lite on GPU, full on CPU.")
+                   "profiler, phase times per cycle by CUDA events (no kernels). auto: lite on GPU, full on CPU "
+                   "(with --sglang: full).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds a rank may go without progress before it is killed.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
 @click.option("--sglang", "sglang_url", default=None, metavar="URL",
@@ -83,7 +84,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
 
         sglang_capture(sglang_url, out, requests=requests, input_len=input_len, output_len=output_len,
                         concurrency=concurrency, cycles=cycles, world=world, trace_dir=None, manifest_dir=None,
-                        timeout_s=timeout_s, allow_no_hooks=False)
+                        timeout_s=timeout_s, allow_no_hooks=False, profile=profile)
         return
     ranks = _parse_ranks(ranks_opt)
     try:
