@@ -48,6 +48,7 @@ class CaptureConfig:
     ranks: list[int] | None = None  # None: all ranks are captured (all ranks always run)
     cycles: int = 8
     warmup: int = 4
+    after: int = 4  # unprofiled cycles timed after the window: the reference's second block (timing.REFERENCE_POOL)
     device: str = "auto"  # auto | cuda | cpu
     # WorkloadConfig (the built-in workload) or an engine config whose ``build(rank, world, device, cycles)``
     # returns an object with the built-in Workload's interface (collectors/transformers/config.py)
@@ -70,6 +71,7 @@ class CaptureConfig:
             "ranks": self.ranks,
             "cycles": self.cycles,
             "warmup": self.warmup,
+            "after": self.after,
             "device": self.device,
             "keep_json": self.keep_json,
             "timeout_s": self.timeout_s,
@@ -252,6 +254,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
 
     from tracekit.collectors.manifest import NvmlSampler, rank_section
     from tracekit.collectors.session import ProfilerSession
+    from tracekit.collectors.timing import BEFORE, REFERENCE_POOL
     from tracekit.collectors.workload.runner import Workload
 
 
@@ -268,8 +271,9 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     )
     q.put(("stage", rank, "pg", "process group up"))
     total = cc.warmup + cc.cycles
+    size = total + cc.after
     build = getattr(cc.workload, "build", None)  # another engine (transformers) builds its own
-    wl = build(rank, world, device, total) if build is not None else Workload(cc.workload, rank, world, device, total)
+    wl = build(rank, world, device, size) if build is not None else Workload(cc.workload, rank, world, device, size)
     wl.capture_graphs()
     q.put(("stage", rank, "ready", f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
     skip = min(2, max(cc.warmup - 1, 0))
@@ -277,7 +281,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         if ctl is not None and not ctl.may_start(rank, c):
             break
         _fault(c)
-        wl.timer.window = "unprofiled" if c >= skip else None
+        wl.timer.window = BEFORE if c >= skip else None
         wl.run_cycle(c)
         q.put(("beat", rank, c))
     wl.sync()
@@ -320,7 +324,9 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         session.stop()
     counters = sampler.stop() if sampler is not None else None
     end = rank_section(rank, world, dev_index, "end")
-    stats = wl.timer.stats() if aborted is None else {}
+    if aborted is None and done == cc.cycles and (ctl is None or int(ctl.stop_at.value) < 0):
+        _reference_after(wl, total, cc.after)  # the same process, the next shapes, profiler stopped
+    stats = wl.timer.stats(pool=REFERENCE_POOL) if aborted is None else {}
     q.put(("stage", rank, "window done", f"window done: {done}/{cc.cycles} cycles"))
     if aborted:
         q.put(("status", rank, f"window ended early after {done}/{cc.cycles} cycles: {aborted[:200]}"))
@@ -335,6 +341,18 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         # shards were written; the rank ends in os._exit instead (the brief's rule after NCCL work).
 
 
+def _reference_after(wl: Any, first: int, n: int) -> None:
+    """``n`` unprofiled cycles after the window, timed as the reference's second block (``timing.AFTER``)."""
+    from tracekit.collectors.timing import AFTER
+
+    wl.sync()
+    wl.timer.window = AFTER
+    for c in range(first, first + n):
+        wl.run_cycle(c)
+    wl.sync()
+    wl.timer.window = None
+
+
 def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
                  start: dict[str, Any], end: dict[str, Any], stats: dict[str, Any], done: int,
                  aborted: str | None, device: Any, shard_dir: Path, q: Any) -> None:
@@ -343,7 +361,13 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
 
     from tracekit.collectors.manifest import versions
     from tracekit.collectors.session import finalize
-    from tracekit.collectors.timing import dilation, split_cycle
+    from tracekit.collectors.timing import (
+        BEFORE,
+        REFERENCE,
+        dilation,
+        reference_spread,
+        split_cycle,
+    )
     from tracekit.finalize.pipeline import stamp
     from tracekit.store import new_manifest, write_run
 
@@ -361,7 +385,8 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
         session.info["finalize_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
     session.info["finalize_ns"] = time.perf_counter_ns() - t0
     label = window_label(cc.profile)
-    unprof, cyc_u = split_cycle(stats.get("unprofiled", {}))
+    # the reference: unprofiled cycles before and after the window pooled (before alone when none ran after)
+    unprof, cyc_u = split_cycle(stats.get(REFERENCE) or stats.get(BEFORE, {}))
     prof, cyc_p = split_cycle(stats.get(label, {}))
     section = {
         **start,
@@ -376,6 +401,8 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
         label: prof,
         "cycle_time": {k: v for k, v in (("unprofiled", cyc_u), (label, cyc_p)) if v is not None},
         "dilation": dilation(unprof, prof),
+        # the two blocks of the reference, per phase: medians and instance counts (the ratio's spread)
+        "reference": reference_spread(stats),
         "aborted": aborted,
         "session": session.info,
         "counters": {"nvml": "off" if sampler is None else (sampler.error or "ok"),

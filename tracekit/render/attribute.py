@@ -303,9 +303,20 @@ def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
     (``analyzers.unprofiled.phase_timers``: each rank's median per instance, then the median over ranks)."""
     from tracekit.analyzers.unprofiled import phase_timers
 
-    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio}
+    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio,
+                 **({"before_ns": t.before_ns, "after_ns": t.after_ns}
+                    if t.before_ns is not None and t.after_ns is not None else {})}
             for ph, t in phase_timers(manifest).items()
             if t.ratio is not None and t.paired_unprofiled_ns is not None and t.window_ns is not None}
+
+
+def dilation_line(phase: str, d: dict[str, Any]) -> str:
+    """The attribute tables' dilation line of one phase (an entry of ``dilation``)."""
+    from tracekit.render.capture import reference_note
+
+    return (f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, {dur(d['profiled_ns'])} profiled "
+            f"(x{d['ratio']:.2f}; {reference_note(d.get('before_ns'), d.get('after_ns'))}; "
+            "capture timers: median per instance, median over ranks)")
 
 
 def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
@@ -501,11 +512,7 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         for line in robust_lines(row, report.get("outliers")):
             console.print(line, soft_wrap=True)
         if phase in dil:
-            d = dil[phase]
-            console.print(
-                f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
-                f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
-            )
+            console.print(dilation_line(phase, dil[phase]))
         typ = typical_instance(report["instances"], phase)
         est = phase_estimate(typ, timers.get(phase))
         if est is not None and typ is not None and by == "rank":

@@ -24,6 +24,7 @@ from tracekit.render.attribute import (
     _share,
     cycle_item,
     dilation,
+    dilation_line,
     outlier_items,
     pct,
     phase_item,
@@ -184,11 +185,7 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         for line in robust_lines(row, report.get("outliers"), gpu=False):
             console.print(line, soft_wrap=True)
         if phase in dil:
-            d = dil[phase]
-            console.print(
-                f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
-                f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)"
-            )
+            console.print(dilation_line(phase, dil[phase]))
         console.print(host_summary(row), soft_wrap=True)
         console.print()
 
