@@ -6,7 +6,8 @@
 # There, from the repository root, after bench/gpukit/pack.sh built the carried folder here:
 #   TK_SRC=.gpu/observe source .gpu/observe/bench/gpukit/install.sh && bash .gpu/observe/bench/h200_lite.sh bench captures
 # Knobs (environment): BENCH_ARGS (extra profile_modes.py arguments), BENCH_S (its time limit),
-# CAPTURES: "NAME:MODE:VERIFY_GRAPH:TRIM ..." (TRIM: TRACEKIT_CUPTI_TRIM for that capture; empty = the default),
+# CAPTURES: "NAME:MODE:VERIFY_GRAPH:TRIM ..." (TRIM: TRACEKIT_CUPTI_TRIM for that capture; empty = the default,
+# "none" = no trim),
 # CYC / WARM / AFTER (cycles in the window / before it / after it), PAIRS: "FULL,LITE ..." for lite_membership.py.
 # Everything lands in $OUT/lite.tar.gz; the tables are printed last.
 set -uo pipefail
@@ -28,7 +29,7 @@ for step in "$@"; do
     captures)
       for spec in $CAPTURES; do
         IFS=: read -r n m g trim <<< "$spec"
-        ( [ -n "$trim" ] && export TRACEKIT_CUPTI_TRIM="$trim"
+        ( if [ "$trim" = none ]; then export TRACEKIT_CUPTI_TRIM=""; elif [ -n "$trim" ]; then export TRACEKIT_CUPTI_TRIM="$trim"; fi
           timeout 150 python3 -m tracekit capture --world 1 --verify-graph "$g" --profile "$m" --cycles "$CYC" \
             --warmup "$WARM" --after "$AFTER" --timeout 120 -o "$n.parquet" > "log-$n.txt" 2>&1 )
         echo "capture $n (trim '${trim}') rc=$? at $(( $(date +%s) - T0 )) s" | tee -a "log-$n.txt"
@@ -37,6 +38,7 @@ for step in "$@"; do
       for p in $PAIRS; do
         IFS=, read -r f l <<< "$p"
         timeout 90 python3 "$B/lite_membership.py" "$f.parquet" "$l.parquet" > "membership-$l.txt" 2>&1
+        timeout 90 python3 "$B/estimate_check.py" "$f.parquet" "$l.parquet" --json "estimate-$l.json" > "estimate-$l.txt" 2>&1
       done ;;
   esac
 done

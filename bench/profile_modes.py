@@ -41,12 +41,13 @@ from typing import Any
 
 VARIANTS: dict[str, str] = {
     "full": "profile mode full: torch.profiler CPU + CUDA activities",
-    "lite": "profile mode lite: CUDA activity + tracekit's phase ranges",
+    "lite": "profile mode lite as captured: CUDA activity, CUPTI trimmed (session.LITE_TRIM), tracekit's ranges",
     "timing": "profile mode timing: phase ranges + CUDA events, no profiler",
     "cuda": "torch.profiler CUDA activity alone",
     "cpu": "torch.profiler CPU activity alone",
     "hooks": "tracekit's range recorder alone (lite minus the profiler)",
     "cuda-trim": "CUDA activity, runtime records Kineto drops anyway off at the source",
+    "cuda-lean": "CUDA activity, every API record but launches and syncs off at the source",
     "cuda-nodriver": "CUDA activity, driver-API records off",
     "cuda-nokernel": "CUDA activity, kernel records off (runtime records alone)",
     "cuda-noruntime": "CUDA activity, runtime records off (kernel records alone)",
@@ -93,6 +94,8 @@ class Switch:
             acts = [ProfilerActivity.CPU] if v == "cpu" else [ProfilerActivity.CUDA]
             self.prof = profile(activities=acts)
             self.prof.__enter__()
+            if v == "cuda-lean":
+                self.trim = cupti.trim(lean=True)
             trim = {"cuda-trim": (cupti.KINETO_DROPPED_RUNTIME, ()), "cuda-nodriver": (None, ("driver",)),
                     "cuda-nokernel": (None, ("concurrent_kernel",)), "cuda-noruntime": (None, ("runtime",))}.get(v)
             if trim is not None:
@@ -181,9 +184,9 @@ def _ms(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:.3f}"
 
 
-def report(rows: dict[str, dict[str, Any]], lpc: float | None) -> list[str]:
+def report(rows: dict[str, dict[str, Any]], lpc: float | None, block: int) -> list[str]:
     lines = [f"{'variant':<24} {'off ms (off blocks)':<30} {'on ms':>8} {'ratio':>7} {'us/launch':>9} "
-             f"{'verify off->on ms (GPU)':>26} {'ratio':>6}"]
+             f"{'verify off->on ms (GPU)':>26} {'ratio':>6} {'host rows/cycle':>15}"]
     for name, r in rows.items():
         if "error" in r:
             lines.append(f"{name:<24} failed: {r['error']}")
@@ -193,8 +196,10 @@ def report(rows: dict[str, dict[str, Any]], lpc: float | None) -> list[str]:
         per = "" if not lpc else f"{r['cost_per_cycle_ns'] / lpc / 1e3:+.2f}"
         vb, vw = r.get("verify_off_ns"), r.get("verify_on_ns")
         vr = f"x{vw / vb:.3f}" if vb and vw else "n/a"
+        pb = r.get("per_block") or {}
+        hr = f"{pb['host_rows'] / block:,.0f}" if pb.get("host_rows") is not None else ""
         lines.append(f"{name:<24} {spread:<30} {_ms(r['on_median_ns']):>8} x{r['ratio']:.3f} {per:>9} "
-                     f"{_ms(vb) + ' -> ' + _ms(vw):>26} {vr:>6}")
+                     f"{_ms(vb) + ' -> ' + _ms(vw):>26} {vr:>6} {hr:>15}")
     return lines
 
 
@@ -210,6 +215,8 @@ def main() -> int:
     ap.add_argument("--ab-rounds", type=int, default=6)
     ap.add_argument("--ab-block", type=int, default=8)
     ap.add_argument("--env-variant", action="append", default=[], metavar="NAME=VARIANT:K=V,K=V")
+    ap.add_argument("--repeat", type=int, default=1, help="processes per variant, run in turn (the ratio's spread "
+                    "between processes)")
     ap.add_argument("--timeout", type=float, default=240.0, help="per child process, seconds")
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -236,14 +243,16 @@ def main() -> int:
         if base not in VARIANTS:
             raise SystemExit(f"profile_modes.py: --env-variant {spec!r}: unknown variant {base!r}")
         plan.append((name, base, dict(kv.split("=", 1) for kv in kvs.split(",") if kv)))
+    if args.repeat > 1:
+        plan = [(f"{name}#{i + 1}", base, env) for i in range(args.repeat) for name, base, env in plan]
     t0 = time.monotonic()
     rows = {name: _child([*common, "--child", base], env, args.timeout) for name, base, env in plan}
     for name, _, env in plan:
         rows[name]["env"] = env
     timing_graphed = _child([*common, "--child", "timing", "--graphed"], {}, args.timeout)
     wall = time.monotonic() - t0
-    counted = next((rows[v]["per_block"] for v in ("lite", "full", "cuda") if v in rows
-                    and rows[v].get("per_block")), None)
+    counted = next((r["per_block"] for v in ("full", "cuda", "lite") for name, r in rows.items()
+                    if name.split("#")[0] == v and r.get("per_block")), None)
     lpc = counted["launches"] / args.block if counted else None
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
@@ -255,8 +264,8 @@ def main() -> int:
           f"(+{args.drop} untimed after each switch), order rotated")
     if counted:
         print(f"launches per cycle: {lpc:,.0f} ({counted['launches']} launch rows, {counted['gpu_events']} GPU "
-              f"events, {counted['host_rows']} host rows in the first {args.block}-cycle lite block)")
-    for line in report(rows, lpc):
+              f"events, {counted['host_rows']} host rows in the first {args.block}-cycle block of full)")
+    for line in report(rows, lpc, args.block):
         print(line)
     t = timing_graphed
     if "error" in t:

@@ -12,6 +12,12 @@ the libcupti that Kineto loaded (ctypes; found in ``/proc/self/maps``):
   cudaEventCreateWithFlags, cudaEventDestroy). Recording them costs time per
   call and gives nothing: torch checks ``cudaGetLastError`` after every kernel
   launch. ``cuptiActivityEnableRuntimeApi(cbid, 0)`` (CUPTI 12.5+) stops them.
+- ``lean``: every runtime and driver API record that is neither a launch nor a
+  sync (``cupti_cbids``: the ids tracekit's Kineto converter would file as
+  ``runtime`` rows, which no analyzer reads: cudaStreamIsCapturing,
+  cudaOccupancy..., cudaFuncSetAttribute, cudaGetLastError, ...), through
+  ``cuptiActivityEnableRuntimeApi`` / ``cuptiActivityEnableDriverApi``.
+  Launches (kernels, copies, memsets, graphs) and syncs keep their records.
 - activity kinds by name (``KINDS``), ``cuptiActivityDisable``.
 
 Callback ids are CUDA 13's ``cupti_runtime_cbid.h`` (stable across versions:
@@ -22,7 +28,10 @@ nothing raises: a process without libcupti, or an old CUPTI, records as before.
 from __future__ import annotations
 
 import ctypes
+import re
 from typing import Final
+
+_SUFFIX = re.compile(r"(_v\d+)?$")
 
 KINETO_DROPPED_RUNTIME: Final = {
     "cudaGetLastError": 10,
@@ -33,6 +42,19 @@ KINETO_DROPPED_RUNTIME: Final = {
     "cudaEventDestroy": 136,
 }
 KINDS: Final = {"memcpy": 1, "memset": 2, "driver": 4, "runtime": 5, "concurrent_kernel": 10, "overhead": 17}
+
+
+def api_name(cbid_name: str) -> str:
+    """The API's name as Kineto prints it, from a callback id's (``cudaLaunchKernel_ptsz_v7000`` -> ``cudaLaunchKernel``)."""
+    return re.sub(r"_(ptsz|ptds)$", "", _SUFFIX.sub("", cbid_name))
+
+
+def lean_ids() -> tuple[list[int], list[int]]:
+    """(runtime ids, driver ids) that ``lean`` switches off: every id below the table's size but the kept ones."""
+    from tracekit.collectors.cupti_cbids import DRIVER_KEEP, DRIVER_SIZE, RUNTIME_KEEP, RUNTIME_SIZE
+
+    return ([i for i in range(1, RUNTIME_SIZE) if i not in RUNTIME_KEEP],
+            [i for i in range(1, DRIVER_SIZE) if i not in DRIVER_KEEP])
 
 
 def loaded_cupti() -> str | None:
@@ -48,10 +70,13 @@ def loaded_cupti() -> str | None:
     return None
 
 
-def trim(runtime_off: dict[str, int] | None = None, kinds_off: tuple[str, ...] = ()) -> dict[str, int | str]:
-    """Switch the given runtime-API records and activity kinds off in the loaded CUPTI.
+def trim(runtime_off: dict[str, int] | None = None, kinds_off: tuple[str, ...] = (),
+         lean: bool = False) -> dict[str, int | str]:
+    """Switch the given runtime-API records, activity kinds, and with ``lean`` every non-launch, non-sync API
+    record off in the loaded CUPTI.
 
-    Returns what was done: name -> CUPTI return code (0 = CUPTI_SUCCESS), or ``{"error": why}``.
+    Returns what was done: name -> CUPTI return code (0 = CUPTI_SUCCESS; for ``lean`` the number of ids
+    switched off and of failures), or ``{"error": why}``.
     """
     path = loaded_cupti()
     if path is None:
@@ -70,6 +95,18 @@ def trim(runtime_off: dict[str, int] | None = None, kinds_off: tuple[str, ...] =
             fn.restype = ctypes.c_int
             for name, cbid in runtime_off.items():
                 done[name] = int(fn(cbid, 0))
+    if lean:
+        rt_ids, dr_ids = lean_ids()
+        for label, fname, ids in (("lean_runtime", "cuptiActivityEnableRuntimeApi", rt_ids),
+                                  ("lean_driver", "cuptiActivityEnableDriverApi", dr_ids)):
+            fn = getattr(lib, fname, None)
+            if fn is None:
+                done[label] = f"{fname} missing (CUPTI older than 12.5)"
+                continue
+            fn.argtypes = [ctypes.c_uint32, ctypes.c_uint8]
+            fn.restype = ctypes.c_int
+            codes = [int(fn(i, 0)) for i in ids]
+            done[label] = f"{codes.count(0)} ids off, {len(codes) - codes.count(0)} refused"
     if kinds_off:
         dis = lib.cuptiActivityDisable
         dis.argtypes = [ctypes.c_int]

@@ -144,9 +144,11 @@ MODE_NOTES: dict[str, str] = {
 }
 
 
-# What lite switches off in CUPTI once its profiler runs (collectors/cupti.py); TRACEKIT_CUPTI_TRIM overrides it
-# ("" = nothing; a comma list of "dropped" = the runtime records Kineto drops anyway, and CUPTI activity kinds).
-LITE_TRIM: tuple[str, ...] = ()
+# What lite switches off in CUPTI once its profiler runs (collectors/cupti.py): "lean" = every API record that is
+# neither a launch nor a sync. TRACEKIT_CUPTI_TRIM overrides it: "" = nothing, else a comma list of "lean",
+# "dropped" (the runtime records Kineto drops anyway) and CUPTI activity kinds (cupti.KINDS).
+LITE_TRIM: tuple[str, ...] = ("lean",)
+TRIM_WORDS = ("lean", "dropped")
 
 
 def cupti_trim_spec() -> tuple[str, ...]:
@@ -181,10 +183,10 @@ class ProfilerSession:
         from tracekit.collectors import cupti
 
         spec = cupti_trim_spec() if self.mode == "lite" and self.cuda else ()
-        kinds = tuple(k for k in spec if k != "dropped")
+        kinds = tuple(k for k in spec if k not in TRIM_WORDS)
         if bad := [k for k in kinds if k not in cupti.KINDS]:
-            raise ValueError(f"TRACEKIT_CUPTI_TRIM: unknown CUPTI activity kind(s) {bad} "
-                             f"(known: dropped, {', '.join(cupti.KINDS)})")
+            raise ValueError(f"TRACEKIT_CUPTI_TRIM: unknown word(s) {bad} "
+                             f"(known: {', '.join(TRIM_WORDS)}, {', '.join(cupti.KINDS)})")
         acts: list[Any] = []
         if self.mode != "timing":
             from torch.profiler import ProfilerActivity
@@ -209,7 +211,9 @@ class ProfilerSession:
             self.prof.__enter__()
             if spec:
                 self.info["cupti_trim"] = cupti.trim(cupti.KINETO_DROPPED_RUNTIME if "dropped" in spec else None,
-                                                     kinds)
+                                                     kinds, lean="lean" in spec)
+                if "error" not in self.info["cupti_trim"]:
+                    self.info["note"] += f"; CUPTI records switched off: {', '.join(spec)} (TRACEKIT_CUPTI_TRIM)"
 
     def stop(self) -> None:
         if self.prof is None and self.recorder is None:

@@ -20,4 +20,4 @@ PY
 ) > /tmp/site/build.log 2>&1 || echo "install.sh: C extensions not built (numpy paths run): /tmp/site/build.log"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-python3 -c 'import tracekit, polars, msgspec, sys; print("install.sh: tracekit from", tracekit.__file__, "polars", polars.__version__, "python", sys.version.split()[0])'
+(cd /tmp && python3 -c 'import tracekit, polars, msgspec, sys; print("install.sh: tracekit from", tracekit.__file__, "polars", polars.__version__, "python", sys.version.split()[0])')
