@@ -6,8 +6,8 @@
 # There, from the repository root, after bench/gpukit/pack.sh built the carried folder here:
 #   TK_SRC=.gpu/observe source .gpu/observe/bench/gpukit/install.sh && bash .gpu/observe/bench/h200_lite.sh bench captures
 # Knobs (environment): BENCH_ARGS (extra profile_modes.py arguments), BENCH_S (its time limit),
-# CAPTURES: "NAME:MODE:VERIFY_GRAPH:TRIM ..." (TRIM: TRACEKIT_CUPTI_TRIM for that capture; empty = the default,
-# "none" = no trim),
+# CAPTURES: "NAME:MODE:VERIFY_GRAPH:ENV ..." (ENV: K=V[,K=V] set for that capture only, e.g.
+# TRACEKIT_CUPTI_TRIM=lean or TEARDOWN_CUPTI=1),
 # CYC / WARM / AFTER (cycles in the window / before it / after it), PAIRS: "FULL,LITE ..." for lite_membership.py.
 # Everything lands in $OUT/lite.tar.gz; the tables are printed last.
 set -uo pipefail
@@ -28,11 +28,11 @@ for step in "$@"; do
       echo "bench rc=$? at $(( $(date +%s) - T0 )) s" | tee -a bench.txt ;;
     captures)
       for spec in $CAPTURES; do
-        IFS=: read -r n m g trim <<< "$spec"
-        ( if [ "$trim" = none ]; then export TRACEKIT_CUPTI_TRIM=""; elif [ -n "$trim" ]; then export TRACEKIT_CUPTI_TRIM="$trim"; fi
+        IFS=: read -r n m g envs <<< "$spec"
+        ( IFS=, read -ra kvs <<< "$envs"; for kv in "${kvs[@]}"; do export "${kv?}"; done
           timeout 150 python3 -m tracekit capture --world 1 --verify-graph "$g" --profile "$m" --cycles "$CYC" \
             --warmup "$WARM" --after "$AFTER" --timeout 120 -o "$n.parquet" > "log-$n.txt" 2>&1 )
-        echo "capture $n (trim '${trim}') rc=$? at $(( $(date +%s) - T0 )) s" | tee -a "log-$n.txt"
+        echo "capture $n (env '${envs}') rc=$? at $(( $(date +%s) - T0 )) s" | tee -a "log-$n.txt"
         COLUMNS=140 timeout 60 python3 -m tracekit attribute "$n.parquet" > "attribute-$n.txt" 2>&1
       done
       for p in $PAIRS; do

@@ -315,7 +315,7 @@ def dilation_line(phase: str, d: dict[str, Any]) -> str:
     from tracekit.render.capture import reference_note
 
     return (f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, {dur(d['profiled_ns'])} profiled "
-            f"(x{d['ratio']:.2f}; {reference_note(d.get('before_ns'), d.get('after_ns'))}; "
+            f"(x{d['ratio']:.2f}; {reference_note(d.get('before_ns'), d.get('after_ns'), d['profiled_ns'])}; "
             "capture timers: median per instance, median over ranks)")
 
 

@@ -19,11 +19,16 @@ class _Result(Protocol):
     manifest: dict[str, Any]
 
 
-def reference_note(before_ns: float | None, after_ns: float | None) -> str:
-    """How a dilation's reference was timed: both blocks' medians, or that only the warm-up timed it."""
+def reference_note(before_ns: float | None, after_ns: float | None, window_ns: float | None = None) -> str:
+    """How a dilation's reference was timed: both blocks' medians (and the ratio against each, the ratio's
+    spread), or that only the warm-up timed it."""
     if before_ns is None or after_ns is None:
         return "reference timed before the window only"
-    return f"reference {ms(before_ns)} before / {ms(after_ns)} after the window"
+    text = f"reference {ms(before_ns)} before / {ms(after_ns)} after the window"
+    if window_ns and before_ns > 0 and after_ns > 0:
+        lo, hi = sorted((window_ns / before_ns, window_ns / after_ns))
+        text += f": x{lo:.2f}-x{hi:.2f} against either"
+    return text
 
 
 def dilation_lines(manifest: dict[str, Any]) -> list[str]:
@@ -38,7 +43,7 @@ def dilation_lines(manifest: dict[str, Any]) -> list[str]:
         t = timers[ph]
         ratio = "n/a" if t.ratio is None else f"x{t.ratio:.2f}"
         lines.append(f"  {ph:<13} {ms(t.paired_unprofiled_ns)} unprofiled, {ms(t.window_ns)} in the window "
-                     f"({ratio}; {reference_note(t.before_ns, t.after_ns)}; {t.clock}, median over {t.ranks} rank(s))")
+                     f"({ratio}; {reference_note(t.before_ns, t.after_ns, t.window_ns)}; {t.clock}, median over {t.ranks} rank(s))")
     return lines
 
 
