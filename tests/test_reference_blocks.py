@@ -11,7 +11,14 @@ import pytest
 from tracekit.analyzers.unprofiled import phase_timers
 from tracekit.collectors import cupti
 from tracekit.collectors.cupti_cbids import DRIVER_KEEP, RUNTIME_KEEP
-from tracekit.collectors.timing import AFTER, BEFORE, REFERENCE, REFERENCE_POOL, PhaseTimer, reference_spread
+from tracekit.collectors.timing import (
+    AFTER,
+    BEFORE,
+    REFERENCE,
+    REFERENCE_POOL,
+    PhaseTimer,
+    reference_spread,
+)
 from tracekit.render.capture import dilation_lines, reference_note
 
 ROOT = Path(__file__).resolve().parent.parent
