@@ -5,8 +5,8 @@
                                   [--env-variant NAME=VARIANT:K=V,K=V] [--json out.json]
 
 The built-in workload, world 1. Each variant runs in a fresh process of its own (a profiler that ran
-once can leave a process slower, and processes of one command differ by up to 1.6x on H200:
-samples/h200-lite/README.md), and inside it the reference is the same process at the same shapes:
+once can leave a process slower, and processes of one command differ by up to 2x on H200:
+samples/h200-profile-modes/README.md), and inside it the reference is the same process at the same shapes:
 ``--warmup`` cycles, then ``--rounds`` rounds of one block with the variant on and one with it off
 (order rotated every round; ``bench/blocks.py``), ``--block`` timed cycles per block after ``--drop``
 untimed ones (the profiler's start-up). A new profiler session starts for every "on" block and stops
