@@ -47,6 +47,23 @@ def test_reference_is_timed_before_and_after_the_window(name: str) -> None:
     assert all(ln in log for ln in lines)
 
 
+@pytest.mark.parametrize("name", ["full-off", "lite-off", "full-on", "lite-on"])
+def test_spec_cycle_is_its_unprofiled_phases_within_ten_percent(name: str) -> None:
+    # issue 16's done-when on real captures: spec speaks the unprofiled clock (the pooled reference), and its
+    # cycle is the sum of the unprofiled phase medians plus a little host time (1.6-3.9% on these four)
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    out = CliRunner().invoke(cli, ["spec", str(SAMPLE / f"{name}.parquet"), "--json"])
+    assert out.exit_code == 0, out.output
+    b = json.loads(out.stdout)["buckets"][0]
+    sec = read_manifest(SAMPLE / f"{name}.parquet")["ranks"]["0"]
+    parts = sum(sec["unprofiled"][p]["host_median_ns"] for p in ("draft", "verify", "draft_extend"))
+    assert b["timing_source"] == "unprofiled" and b["cycle_ns"] == sec["cycle_time"]["unprofiled"]["host_median_ns"]
+    assert abs(b["cycle_ns"] / parts - 1) < 0.10
+
+
 def test_timing_runs_hold_phase_ranges_with_gpu_times_and_no_kernels() -> None:
     for g in ("off", "on"):
         ev = load_run(SAMPLE / f"timing-{g}.parquet").events
