@@ -41,6 +41,10 @@ class PhaseTimer:
     window: str | None  # "profiled" | "timed" | None
     clock: str  # cuda_event | perf_counter
     ranks: int
+    # the reference's two blocks (unprofiled cycles before / after the window; manifest ``reference``), median
+    # over the ranks that have both; None for captures that timed the reference before the window only
+    before_ns: float | None = None
+    after_ns: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -59,6 +63,7 @@ def _typical(st: Any) -> float | None:
 def phase_timers(manifest: dict[str, Any] | None, ranks: list[int] | None = None) -> dict[str, PhaseTimer]:
     """Per phase with an unprofiled timer on at least one (selected) rank: ``PhaseTimer``."""
     per: dict[str, tuple[list[float], list[tuple[float, float]], str | None, str]] = {}
+    spread: dict[str, list[tuple[float, float]]] = {}
     for r, sec in typed(manifest or {}).ranks.items():
         if ranks is not None and int(r) not in ranks:
             continue
@@ -75,9 +80,14 @@ def phase_timers(manifest: dict[str, Any] | None, ranks: list[int] | None = None
             w = _typical(win.get(ph))
             if w is not None:
                 b.append((u, w))
+            ref = (sec.reference or {}).get(ph)
+            if isinstance(ref, dict) and ref.get("before_ns") and ref.get("after_ns"):
+                spread.setdefault(ph, []).append((float(ref["before_ns"]), float(ref["after_ns"])))
     return {
         ph: PhaseTimer(statistics.median(a), statistics.median(w for _, w in b) if b else None,
-                       statistics.median(u for u, _ in b) if b else None, wn if b else None, clock, len(a))
+                       statistics.median(u for u, _ in b) if b else None, wn if b else None, clock, len(a),
+                       statistics.median(x for x, _ in spread[ph]) if ph in spread else None,
+                       statistics.median(y for _, y in spread[ph]) if ph in spread else None)
         for ph, (a, b, wn, clock) in per.items()
     }
 

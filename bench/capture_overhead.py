@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -59,21 +58,14 @@ def micro(n: int) -> dict[str, float]:
 
 
 def cycles_ab(wl: Any, start: int, rounds: int, block: int) -> tuple[dict[str, float], int]:
-    """Alternate blocks of cycles with hooks on / off; per-cycle wall time (each cycle ends in a host sync)."""
-    times: dict[bool, list[int]] = {True: [], False: []}
-    c = start
-    for r in range(rounds):
-        for on in ((True, False) if r % 2 == 0 else (False, True)):
-            wl.hooks = on
-            for _ in range(block):
-                t0 = time.perf_counter_ns()
-                wl.run_cycle(c)
-                wl.sync()
-                times[on].append(time.perf_counter_ns() - t0)
-                c += 1
+    """Alternate blocks of cycles with hooks on / off (blocks.ab_blocks); per-cycle wall time."""
+    from blocks import ab_blocks
+
+    res = ab_blocks(wl, start, rounds, block, lambda on: setattr(wl, "hooks", on))
     wl.hooks = True
-    on, off = statistics.median(times[True]), statistics.median(times[False])
-    return {"hooks_median_ns": on, "nohooks_median_ns": off, "ratio": on / off, "cycles_each": len(times[True])}, c
+    s = res.summary()
+    return {"hooks_median_ns": s["on_median_ns"], "nohooks_median_ns": s["off_median_ns"], "ratio": s["ratio"],
+            "cycles_each": s["cycles_each"]}, res.next_cycle
 
 
 def main() -> int:

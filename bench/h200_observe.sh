@@ -3,7 +3,8 @@
 # (full / lite / timing) with verify eager and graphed, attribute / spec / gap on each, the
 # estimate check (full vs lite), the profile-mode benchmark, the lite-membership check.
 # Everything lands in $OUT/observe.tar.gz. Run from the repository root after
-# `TK_SRC=<copy> source .gpukit/install.sh` (samples/h200-lite/README.md has the exact command).
+# `TK_SRC=<copy> source <copy>/bench/gpukit/install.sh` (samples/h200-lite/README.md has the exact command;
+# bench/h200_lite.sh is its successor, with the reference timed before and after the window).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 B=$(cd "$(dirname "$0")" && pwd)

@@ -1,51 +1,137 @@
-"""What each profile mode costs: per launch against the unprofiled workload, and timing mode per graphed cycle.
+"""What each profile mode (and each part of lite) costs, against the unprofiled workload in the same process.
 
-    python bench/profile_modes.py [--device auto|cpu|cuda] [--preset kimi-k2-tiny] [--warmup 20] [--cycles 16]
-                                  [--ab-rounds 10] [--ab-block 8] [--json out.json]
+    python bench/profile_modes.py [--device auto|cpu|cuda] [--preset kimi-k2-tiny] [--variants full,lite,...]
+                                  [--warmup 8] [--rounds 4] [--block 6] [--drop 2] [--ab-rounds 6] [--ab-block 8]
+                                  [--env-variant NAME=VARIANT:K=V,K=V] [--json out.json]
 
-The built-in workload, world 1. Every mode runs in a fresh process of its own
-(a profiler that ran once can leave the process slower: CUPTI state, and the
-first H200 run of this benchmark, which ran every mode in one process, saw its
-reference blocks move by 30%; samples/h200-lite/README.md). In that process:
-``--warmup`` cycles, then ``--cycles`` cycles with no profiler (``before``, the
-reference), ``--cycles`` in the mode, ``--cycles`` with no profiler again
-(``after``: a cost that outlives the window shows here). All medians of the
-wall time per cycle (each cycle ends in a host sync).
+The built-in workload, world 1. Each variant runs in a fresh process of its own (a profiler that ran
+once can leave a process slower, and processes of one command differ by up to 2x on H200:
+samples/h200-profile-modes/README.md), and inside it the reference is the same process at the same shapes:
+``--warmup`` cycles, then ``--rounds`` rounds of one block with the variant on and one with it off
+(order rotated every round; ``bench/blocks.py``), ``--block`` timed cycles per block after ``--drop``
+untimed ones (the profiler's start-up). A new profiler session starts for every "on" block and stops
+before the next "off" block, as a capture's window does. Medians of the wall time per cycle (each cycle
+ends in a host sync); the spread of the "off" blocks' medians is printed beside each ratio.
 
-1. verify eager (launch bound; SGLang's graph fallback), modes full, lite,
-   timing: ratio mode / before, cost per launch = (mode - before) / launches per
-   cycle (launch rows per cycle of the window; the full run counts them for
-   timing), and the verify phase's GPU time (the workload's CUDA-event timer)
-   against ``before``: the eager verify dilation.
-2. verify graphed, timing mode: A/B blocks of ``--ab-block`` cycles with the
-   timing recorder on (phase ranges + CUDA events per phase) and off, in one
-   process that never starts a profiler; the cost per cycle as a share of the
-   graphed cycle (target < 1%).
+1. verify eager (launch bound; SGLang's graph fallback), one row per variant:
+   ratio on / off, cost per launch = (on - off) / launches per cycle (the ``lite`` variant's launch rows
+   per cycle), and the verify phase's GPU time (the workload's CUDA-event timer) on vs off: the eager
+   verify dilation.
+2. verify graphed, timing mode (phase ranges + a CUDA event pair per phase): the cost per cycle and its
+   share of the graphed cycle (target < 1%), same A/B blocks, ``--ab-rounds`` x ``--ab-block``.
+
+Variants (``VARIANTS``): full, lite, timing (the profile modes, ``ProfilerSession``); cuda (the torch
+profiler's CUDA activity alone, no tracekit ranges), cpu (CPU activity alone), hooks (tracekit's range
+recorder alone); cuda-trim (CUDA activity with the runtime records Kineto drops switched off at the
+source, ``collectors/cupti.py``), cuda-nodriver (driver-API records off), cuda-nokernel (kernel records
+off: what the runtime records cost alone), cuda-noruntime (runtime records off: what kernel records cost).
+The last two drop what attribution needs; they only split the cost.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import resource
 import subprocess
 import sys
 import time
 from typing import Any
 
-MODES = ("full", "lite", "timing")
+VARIANTS: dict[str, str] = {
+    "full": "profile mode full: torch.profiler CPU + CUDA activities",
+    "lite": "profile mode lite as captured: CUDA activity, CUPTI trimmed (session.LITE_TRIM), tracekit's ranges",
+    "timing": "profile mode timing: phase ranges + CUDA events, no profiler",
+    "cuda": "torch.profiler CUDA activity alone",
+    "cpu": "torch.profiler CPU activity alone",
+    "hooks": "tracekit's range recorder alone (lite minus the profiler)",
+    "cuda-trim": "CUDA activity, runtime records Kineto drops anyway off at the source",
+    "cuda-lean": "CUDA activity, every API record but launches and syncs off at the source",
+    "cuda-nodriver": "CUDA activity, driver-API records off",
+    "cuda-nokernel": "CUDA activity, kernel records off (runtime records alone)",
+    "cuda-noruntime": "CUDA activity, runtime records off (kernel records alone)",
+}
+DEFAULT = ("full", "lite", "timing", "cuda", "cpu", "hooks", "cuda-trim", "cuda-nodriver", "cuda-nokernel",
+           "cuda-noruntime")
 
 
-def timed_cycles(wl: Any, start: int, n: int) -> tuple[list[int], int]:
-    out = []
-    c = start
-    for _ in range(n):
-        t0 = time.perf_counter_ns()
-        wl.run_cycle(c)
-        wl.sync()
-        out.append(time.perf_counter_ns() - t0)
-        c += 1
-    return out, c
+class Switch:
+    """Start / stop one variant around the "on" blocks; counts launches of the first block."""
+
+    def __init__(self, variant: str, cuda: bool) -> None:
+        self.variant = variant
+        self.cuda = cuda
+        self.sess: Any = None
+        self.prof: Any = None
+        self.rec: Any = None
+        self.blocks = 0
+        self.first: dict[str, Any] | None = None
+        self.trim: dict[str, Any] | None = None
+
+    def __call__(self, on: bool) -> None:
+        if on:
+            self._start()
+        elif self.sess is not None or self.prof is not None or self.rec is not None:
+            self._stop()
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        from tracekit.collectors import cupti
+        from tracekit.collectors.hooks import start_recording
+        from tracekit.collectors.ranges import RangeRecorder
+        from tracekit.collectors.session import ProfilerSession
+
+        v = self.variant
+        if v in ("full", "lite", "timing"):
+            self.sess = ProfilerSession(0, self.cuda, mode=v)
+            self.sess.start()
+        elif v == "hooks":
+            self.rec = RangeRecorder(cuda_events=False)
+            start_recording(self.rec, record_function=False)
+        else:
+            acts = [ProfilerActivity.CPU] if v == "cpu" else [ProfilerActivity.CUDA]
+            self.prof = profile(activities=acts)
+            self.prof.__enter__()
+            if v == "cuda-lean":
+                self.trim = cupti.trim(lean=True)
+            trim = {"cuda-trim": (cupti.KINETO_DROPPED_RUNTIME, ()), "cuda-nodriver": (None, ("driver",)),
+                    "cuda-nokernel": (None, ("concurrent_kernel",)), "cuda-noruntime": (None, ("runtime",))}.get(v)
+            if trim is not None:
+                self.trim = cupti.trim(trim[0], trim[1])
+
+    def _stop(self) -> None:
+        import polars as pl
+
+        from tracekit.collectors.hooks import stop_recording
+        from tracekit.collectors.session import kineto_to_frame
+        from tracekit.schema import GPU_KINDS, LAUNCH
+
+        frame = None
+        if self.sess is not None:
+            self.sess.stop()
+            if self.first is None and self.sess.prof is not None:
+                frame = self.sess.events()
+        if self.prof is not None:
+            if self.cuda:
+                import torch
+
+                torch.cuda.synchronize()
+            self.prof.__exit__(None, None, None)
+            if self.first is None:
+                frame = kineto_to_frame(self.prof.profiler.kineto_results.events(), 0)[0]
+        if self.rec is not None:
+            stop_recording()
+        if self.first is None:
+            self.first = {} if frame is None else {
+                "launches": frame.filter(pl.col("kind") == LAUNCH).height,
+                "gpu_events": frame.filter(pl.col("kind").is_in(list(GPU_KINDS))).height,
+                "host_rows": frame.filter(pl.col("device") < 0).height,
+                "by_kind": dict(frame.group_by("kind").len().iter_rows()),
+            }
+        self.sess = self.prof = self.rec = None
+        self.blocks += 1
 
 
 def _workload(preset: str, verify_graph: str, cycles: int, cuda: bool) -> Any:
@@ -60,116 +146,140 @@ def _workload(preset: str, verify_graph: str, cycles: int, cuda: bool) -> Any:
     return wl
 
 
-def one_mode(mode: str, preset: str, warmup: int, cycles: int, cuda: bool) -> dict[str, Any]:
-    """Child process body: before / mode / after blocks of the eager workload."""
-    import polars as pl
+def one_variant(variant: str, preset: str, a: argparse.Namespace, cuda: bool, graphed: bool) -> dict[str, Any]:
+    """Child process body: warm-up, then A/B blocks of the variant on / off."""
+    from blocks import ab_blocks
 
-    from tracekit.collectors.session import ProfilerSession
-    from tracekit.schema import LAUNCH
-
-    wl = _workload(preset, "off", warmup + 3 * cycles, cuda)
-    c = 0
-    for _ in range(warmup):
+    rounds, block = (a.ab_rounds, a.ab_block) if graphed else (a.rounds, a.block)
+    wl = _workload(preset, "on" if graphed else "off", a.warmup + 2 * rounds * (block + a.drop), cuda)
+    for c in range(a.warmup):
         wl.run_cycle(c)
-        c += 1
     wl.sync()
-    blocks: dict[str, list[int]] = {}
-    launches = None
-    for name in ("before", mode, "after"):
-        sess = ProfilerSession(0, cuda, mode=mode) if name == mode else None
-        wl.timer.window = name
-        if sess is not None:
-            sess.start()
-        blocks[name], c = timed_cycles(wl, c, cycles)
-        if sess is not None:
-            sess.stop()
-            if mode != "timing":
-                launches = sess.events().filter(pl.col("kind") == LAUNCH).height / cycles
-        wl.timer.window = None
+    sw = Switch(variant, cuda)
+    res = ab_blocks(wl, a.warmup, rounds, block, sw, drop=a.drop, label=lambda on: "on" if on else "off")
     st = wl.timer.stats()
-    return {"mode": mode, "launches_per_cycle": launches,
-            **{f"{k}_cycle_ns": statistics.median(v) for k, v in blocks.items()},
-            **{f"{k}_verify_ns": st.get(k, {}).get("verify", {}).get("median_ns") for k in blocks},
-            "verify_clock": st.get("before", {}).get("verify", {}).get("clock")}
+    verify = {k: (st.get(k, {}).get("verify") or {}).get("median_ns") for k in ("on", "off")}
+    return {"variant": variant, "graphed": graphed, "graphs": sorted(wl.graphs), **res.summary(),
+            "per_block": sw.first, "cycles_per_block": block, "trim": sw.trim,
+            "verify_on_ns": verify["on"], "verify_off_ns": verify["off"],
+            "verify_clock": (st.get("off", {}).get("verify") or {}).get("clock"),
+            "cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime}
 
 
-def timing_ab(preset: str, warmup: int, rounds: int, block: int, cuda: bool) -> dict[str, Any]:
-    """Child process body: the graphed workload, timing recorder on / off in A/B blocks, no profiler ever."""
-    from tracekit.collectors.hooks import start_recording, stop_recording
-    from tracekit.collectors.ranges import RangeRecorder
-
-    wl = _workload(preset, "on", warmup + 2 * rounds * block, cuda)
-    c = 0
-    for _ in range(warmup):
-        wl.run_cycle(c)
-        c += 1
-    wl.sync()
-    rec = RangeRecorder(cuda_events=cuda)
-    times: dict[bool, list[int]] = {True: [], False: []}
-    for r in range(rounds):
-        for on in ((True, False) if r % 2 == 0 else (False, True)):
-            if on:
-                start_recording(rec, record_function=False)
-            t, c = timed_cycles(wl, c, block)
-            if on:
-                stop_recording()
-            times[on].extend(t)
-    on, off = statistics.median(times[True]), statistics.median(times[False])
-    return {"on_median_ns": on, "off_median_ns": off, "cost_per_cycle_ns": on - off, "share": (on - off) / off,
-            "cycles_each": len(times[True]), "ranges_recorded": len(rec), "graphs": sorted(wl.graphs)}
-
-
-def _child(args: list[str]) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+def _child(args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    try:
+        res = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False,
+                             env={**os.environ, **env}, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     if res.returncode != 0 or not lines:
-        raise SystemExit(f"child {args} failed (rc {res.returncode}): {res.stderr.strip().splitlines()[-3:]}")
+        tail = (res.stderr.strip().splitlines() or ["(no stderr)"])[-3:]
+        return {"error": f"rc {res.returncode}: {' | '.join(tail)[:400]}"}
     out: dict[str, Any] = json.loads(lines[-1])
     return out
+
+
+def _ms(ns: float | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def report(rows: dict[str, dict[str, Any]], lpc: float | None, block: int) -> list[str]:
+    lines = [f"{'variant':<24} {'off ms (off blocks)':<30} {'on ms':>8} {'ratio':>7} {'us/launch':>9} "
+             f"{'verify off->on ms (GPU)':>26} {'ratio':>6} {'host rows/cycle':>15}"]
+    for name, r in rows.items():
+        if "error" in r:
+            lines.append(f"{name:<24} failed: {r['error']}")
+            continue
+        blocks = r["off_blocks_ns"]
+        spread = f"{_ms(r['off_median_ns'])} ({_ms(min(blocks))}-{_ms(max(blocks))})"
+        per = "" if not lpc else f"{r['cost_per_cycle_ns'] / lpc / 1e3:+.2f}"
+        vb, vw = r.get("verify_off_ns"), r.get("verify_on_ns")
+        vr = f"x{vw / vb:.3f}" if vb and vw else "n/a"
+        pb = r.get("per_block") or {}
+        hr = f"{pb['host_rows'] / block:,.0f}" if pb.get("host_rows") is not None else ""
+        lines.append(f"{name:<24} {spread:<30} {_ms(r['on_median_ns']):>8} x{r['ratio']:.3f} {per:>9} "
+                     f"{_ms(vb) + ' -> ' + _ms(vw):>26} {vr:>6} {hr:>15}")
+    return lines
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--preset", default=None)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--cycles", type=int, default=16)
-    ap.add_argument("--ab-rounds", type=int, default=10)
+    ap.add_argument("--variants", default=",".join(DEFAULT))
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--block", type=int, default=6)
+    ap.add_argument("--drop", type=int, default=2)
+    ap.add_argument("--ab-rounds", type=int, default=6)
     ap.add_argument("--ab-block", type=int, default=8)
+    ap.add_argument("--env-variant", action="append", default=[], metavar="NAME=VARIANT:K=V,K=V")
+    ap.add_argument("--repeat", type=int, default=1, help="processes per variant, run in turn (the ratio's spread "
+                    "between processes)")
+    ap.add_argument("--timeout", type=float, default=240.0, help="per child process, seconds")
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--graphed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     import torch
 
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     preset = args.preset or ("kimi-k2-tiny" if cuda else "tiny")
-    if args.child == "ab":
-        print(json.dumps(timing_ab(preset, args.warmup, args.ab_rounds, args.ab_block, cuda)))
-        return 0
     if args.child:
-        print(json.dumps(one_mode(args.child, preset, args.warmup, args.cycles, cuda)))
+        print(json.dumps(one_variant(args.child, preset, args, cuda, args.graphed)))
         return 0
-    common = ["--device", "cuda" if cuda else "cpu", "--preset", preset, "--warmup", str(args.warmup), "--cycles", str(args.cycles),
+    common = ["--device", "cuda" if cuda else "cpu", "--preset", preset, "--warmup", str(args.warmup),
+              "--rounds", str(args.rounds), "--block", str(args.block), "--drop", str(args.drop),
               "--ab-rounds", str(args.ab_rounds), "--ab-block", str(args.ab_block)]
-    modes = {m: _child([*common, "--child", m]) for m in MODES}
-    lpc = modes["full"]["launches_per_cycle"] or modes["lite"]["launches_per_cycle"] or 0.0
+    plan: list[tuple[str, str, dict[str, str]]] = []
+    for v in [v for v in args.variants.split(",") if v]:
+        if v not in VARIANTS:
+            raise SystemExit(f"profile_modes.py: unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+        plan.append((v, v, {}))
+    for spec in args.env_variant:
+        name, _, rest = spec.partition("=")
+        base, _, kvs = rest.partition(":")
+        if base not in VARIANTS:
+            raise SystemExit(f"profile_modes.py: --env-variant {spec!r}: unknown variant {base!r}")
+        plan.append((name, base, dict(kv.split("=", 1) for kv in kvs.split(",") if kv)))
+    if args.repeat > 1:
+        plan = [(f"{name}#{i + 1}", base, env) for i in range(args.repeat) for name, base, env in plan]
+    t0 = time.monotonic()
+    rows = {name: _child([*common, "--child", base], env, args.timeout) for name, base, env in plan}
+    for name, _, env in plan:
+        rows[name]["env"] = env
+    timing_graphed = _child([*common, "--child", "timing", "--graphed"], {}, args.timeout)
+    wall = time.monotonic() - t0
+    counted = next((r["per_block"] for v in ("full", "cuda", "lite") for name, r in rows.items()
+                    if name.split("#")[0] == v and r.get("per_block")), None)
+    lpc = counted["launches"] / args.block if counted else None
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
-                           "preset": preset, "warmup": args.warmup, "cycles": args.cycles, "eager": modes,
-                           "timing_graphed": _child([*common, "--child", "ab"])}
-    print(f"device: {out['device']}  torch {out['torch']}  preset {preset}; one fresh process per mode: "
-          f"{args.warmup} warm-up, then {args.cycles} cycles each: no profiler (before), the mode, no profiler (after)")
-    print(f"verify eager: {lpc:,.0f} launches per cycle")
-    for m, r in modes.items():
-        b, w, a = r["before_cycle_ns"], r[f"{m}_cycle_ns"], r["after_cycle_ns"]
-        per = "" if not lpc else f"  {(w - b) / lpc / 1e3:+.2f} us per launch"
-        vb, vw = r["before_verify_ns"], r[f"{m}_verify_ns"]
-        vd = "" if not vb or not vw else f"; verify {vb / 1e6:.3f} -> {vw / 1e6:.3f} ms x{vw / vb:.3f} ({r['verify_clock']})"
-        print(f"  {m:<7} cycle {b / 1e6:.3f} ms before, {w / 1e6:.3f} ms in the mode (x{w / b:.3f}){per}, "
-              f"{a / 1e6:.3f} ms after (x{a / b:.3f}){vd}")
-    t = out["timing_graphed"]
-    print(f"timing mode, verify graphed (graphs {t['graphs']}): cycle {t['on_median_ns'] / 1e6:.4f} ms recording vs "
-          f"{t['off_median_ns'] / 1e6:.4f} ms not: {t['cost_per_cycle_ns'] / 1e3:+.1f} us per cycle = "
-          f"{100 * t['share']:+.2f}% of a graphed cycle ({t['cycles_each']} cycles each, A/B blocks; target < 1%)")
+                           "preset": preset, "args": vars(args), "launches_per_cycle": lpc, "eager": rows,
+                           "timing_graphed": timing_graphed, "wall_s": wall,
+                           "children_cpu_s": cpu.ru_utime + cpu.ru_stime, "loadavg": os.getloadavg()}
+    print(f"device: {out['device']}  torch {out['torch']}  preset {preset}; verify eager; one fresh process per "
+          f"variant: {args.warmup} warm-up, then {args.rounds} rounds of {args.block} timed cycles on / off "
+          f"(+{args.drop} untimed after each switch), order rotated")
+    if counted:
+        print(f"launches per cycle: {lpc:,.0f} ({counted['launches']} launch rows, {counted['gpu_events']} GPU "
+              f"events, {counted['host_rows']} host rows in the first {args.block}-cycle block of full)")
+    for line in report(rows, lpc, args.block):
+        print(line)
+    t = timing_graphed
+    if "error" in t:
+        print(f"timing mode, verify graphed: failed: {t['error']}")
+    else:
+        print(f"timing mode, verify graphed (graphs {t['graphs']}): cycle {_ms(t['on_median_ns'])} ms recording vs "
+              f"{_ms(t['off_median_ns'])} ms not (off blocks {_ms(min(t['off_blocks_ns']))}-"
+              f"{_ms(max(t['off_blocks_ns']))}): {t['cost_per_cycle_ns'] / 1e3:+.1f} us per cycle = "
+              f"{100 * (t['ratio'] - 1):+.2f}% of a graphed cycle ({t['cycles_each']} cycles each; target < 1%)")
+    for name, r in rows.items():
+        if r.get("trim"):
+            print(f"{name}: CUPTI trim {r['trim']}")
+    print(f"wall {wall:.0f} s; children CPU {out['children_cpu_s']:.1f} s; load average "
+          f"{' '.join(f'{x:.2f}' for x in out['loadavg'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

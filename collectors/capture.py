@@ -47,6 +47,7 @@ class CaptureConfig:
     ranks: list[int] | None = None  # None: all ranks are captured (all ranks always run)
     cycles: int = 8
     warmup: int = 4
+    after: int = 4  # unprofiled cycles timed after the window: the reference's second block (timing.REFERENCE_POOL)
     device: str = "auto"  # auto | cuda | cpu
     # WorkloadConfig (the built-in workload) or an engine config whose ``build(rank, world, device, cycles)``
     # returns an object with the built-in Workload's interface (collectors/transformers/config.py)
@@ -69,6 +70,7 @@ class CaptureConfig:
             "ranks": self.ranks,
             "cycles": self.cycles,
             "warmup": self.warmup,
+            "after": self.after,
             "device": self.device,
             "keep_json": self.keep_json,
             "timeout_s": self.timeout_s,

@@ -126,6 +126,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
 
     from tracekit.collectors.manifest import NvmlSampler, rank_section
     from tracekit.collectors.session import ProfilerSession
+    from tracekit.collectors.timing import BEFORE, REFERENCE_POOL
     from tracekit.collectors.workload.runner import Workload
 
 
@@ -142,8 +143,9 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     )
     q.put(("stage", rank, "pg", "process group up"))
     total = cc.warmup + cc.cycles
+    size = total + cc.after
     build = getattr(cc.workload, "build", None)  # another engine (transformers) builds its own
-    wl = build(rank, world, device, total) if build is not None else Workload(cc.workload, rank, world, device, total)
+    wl = build(rank, world, device, size) if build is not None else Workload(cc.workload, rank, world, device, size)
     wl.capture_graphs()
     q.put(("stage", rank, "ready", f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
     skip = min(2, max(cc.warmup - 1, 0))
@@ -151,7 +153,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         if ctl is not None and not ctl.may_start(rank, c):
             break
         _fault(c)
-        wl.timer.window = "unprofiled" if c >= skip else None
+        wl.timer.window = BEFORE if c >= skip else None
         wl.run_cycle(c)
         q.put(("beat", rank, c))
     wl.sync()
@@ -194,7 +196,9 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         session.stop()
     counters = sampler.stop() if sampler is not None else None
     end = rank_section(rank, world, dev_index, "end")
-    stats = wl.timer.stats() if aborted is None else {}
+    if aborted is None and done == cc.cycles and (ctl is None or int(ctl.stop_at.value) < 0):
+        _reference_after(wl, total, cc.after)  # the same process, the next shapes, profiler stopped
+    stats = wl.timer.stats(pool=REFERENCE_POOL) if aborted is None else {}
     q.put(("stage", rank, "window done", f"window done: {done}/{cc.cycles} cycles"))
     if aborted:
         q.put(("status", rank, f"window ended early after {done}/{cc.cycles} cycles: {aborted[:200]}"))
@@ -209,6 +213,18 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         # shards were written; the rank ends in os._exit instead (the brief's rule after NCCL work).
 
 
+def _reference_after(wl: Any, first: int, n: int) -> None:
+    """``n`` unprofiled cycles after the window, timed as the reference's second block (``timing.AFTER``)."""
+    from tracekit.collectors.timing import AFTER
+
+    wl.sync()
+    wl.timer.window = AFTER
+    for c in range(first, first + n):
+        wl.run_cycle(c)
+    wl.sync()
+    wl.timer.window = None
+
+
 def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
                  start: dict[str, Any], end: dict[str, Any], stats: dict[str, Any], done: int,
                  aborted: str | None, device: Any, shard_dir: Path, q: Any) -> None:
@@ -217,7 +233,13 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
 
     from tracekit.collectors.manifest import versions
     from tracekit.collectors.session import finalize
-    from tracekit.collectors.timing import dilation, split_cycle
+    from tracekit.collectors.timing import (
+        BEFORE,
+        REFERENCE,
+        dilation,
+        reference_spread,
+        split_cycle,
+    )
     from tracekit.finalize.pipeline import stamp
     from tracekit.store import new_manifest, write_run
 
@@ -235,7 +257,8 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
         session.info["finalize_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
     session.info["finalize_ns"] = time.perf_counter_ns() - t0
     label = window_label(cc.profile)
-    unprof, cyc_u = split_cycle(stats.get("unprofiled", {}))
+    # the reference: unprofiled cycles before and after the window pooled (before alone when none ran after)
+    unprof, cyc_u = split_cycle(stats.get(REFERENCE) or stats.get(BEFORE, {}))
     prof, cyc_p = split_cycle(stats.get(label, {}))
     section = {
         **start,
@@ -250,6 +273,8 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
         label: prof,
         "cycle_time": {k: v for k, v in (("unprofiled", cyc_u), (label, cyc_p)) if v is not None},
         "dilation": dilation(unprof, prof),
+        # the two blocks of the reference, per phase: medians and instance counts (the ratio's spread)
+        "reference": reference_spread(stats),
         "aborted": aborted,
         "session": session.info,
         "counters": {"nvml": "off" if sampler is None else (sampler.error or "ok"),

@@ -144,6 +144,20 @@ MODE_NOTES: dict[str, str] = {
 }
 
 
+# What lite switches off in CUPTI once its profiler runs (collectors/cupti.py; "lean" = every API record that is
+# neither a launch nor a sync). TRACEKIT_CUPTI_TRIM overrides it: "" = nothing, else a comma list of "lean",
+# "dropped" (the runtime records Kineto drops anyway) and CUPTI activity kinds (cupti.KINDS).
+LITE_TRIM: tuple[str, ...] = ()  # measured: "lean" made lite slower on H200 (docs/capture.md, "Profile-mode cost")
+TRIM_WORDS = ("lean", "dropped")
+
+
+def cupti_trim_spec() -> tuple[str, ...]:
+    env = os.environ.get("TRACEKIT_CUPTI_TRIM")
+    if env is None:
+        return LITE_TRIM
+    return tuple(x.strip() for x in env.split(",") if x.strip())
+
+
 class ProfilerSession:
     """One bounded window of one rank in a profile mode (module doc of collectors/ranges.py for lite/timing).
 
@@ -166,6 +180,13 @@ class ProfilerSession:
         self.info: dict[str, Any] = {"profile_mode": mode}
 
     def start(self) -> None:
+        from tracekit.collectors import cupti
+
+        spec = cupti_trim_spec() if self.mode == "lite" and self.cuda else ()
+        kinds = tuple(k for k in spec if k not in TRIM_WORDS)
+        if bad := [k for k in kinds if k not in cupti.KINDS]:
+            raise ValueError(f"TRACEKIT_CUPTI_TRIM: unknown word(s) {bad} "
+                             f"(known: {', '.join(TRIM_WORDS)}, {', '.join(cupti.KINDS)})")
         acts: list[Any] = []
         if self.mode != "timing":
             from torch.profiler import ProfilerActivity
@@ -188,6 +209,11 @@ class ProfilerSession:
 
             self.prof = profile(activities=acts, record_shapes=self.record_shapes, with_stack=self.with_stack)
             self.prof.__enter__()
+            if spec:
+                self.info["cupti_trim"] = cupti.trim(cupti.KINETO_DROPPED_RUNTIME if "dropped" in spec else None,
+                                                     kinds, lean="lean" in spec)
+                if "error" not in self.info["cupti_trim"]:
+                    self.info["note"] += f"; CUPTI records switched off: {', '.join(spec)} (TRACEKIT_CUPTI_TRIM)"
 
     def stop(self) -> None:
         if self.prof is None and self.recorder is None:

@@ -15,6 +15,13 @@ speculative cycle (draft start to draft_extend end) under the name ``cycle``
      "clock": "cuda_event" | "perf_counter"}
 
 where ``mean_ns``/``median_ns`` are GPU times on GPU and host times on CPU (int ns).
+
+The unprofiled reference of a capture is timed twice, before the window
+(``unprofiled``) and after it (``unprofiled_after``), at the workload's own
+shapes: ``stats(pool=REFERENCE_POOL)`` adds the pooled window ``reference``
+(medians over every reference cycle), which the capture records as its
+``unprofiled`` timers; ``reference_spread`` gives, per phase, the two blocks'
+medians, so the ratio can be printed beside the spread of its reference.
 """
 
 from __future__ import annotations
@@ -55,16 +62,20 @@ class PhaseTimer:
             ev1.record()
         self._records.append((self.window, phase, host, ev0, ev1))
 
-    def stats(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Per window and phase statistics (synchronises the device first on GPU)."""
+    def stats(self, pool: dict[str, tuple[str, ...]] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per window and phase statistics (synchronises the device first on GPU). ``pool``: extra windows
+        made of the records of several (``{"reference": ("unprofiled", "unprofiled_after")}``)."""
         if self.cuda:
             self._torch.cuda.synchronize()
         host: dict[str, dict[str, list[int]]] = {}
         dev: dict[str, dict[str, list[int]]] = {}
         for window, phase, h, ev0, ev1 in self._records:
-            host.setdefault(window, {}).setdefault(phase, []).append(h)
-            if ev0 is not None and ev1 is not None:
-                dev.setdefault(window, {}).setdefault(phase, []).append(round(ev0.elapsed_time(ev1) * 1e6))
+            names = [window, *(p for p, parts in (pool or {}).items() if window in parts)]
+            g = None if ev0 is None or ev1 is None else round(ev0.elapsed_time(ev1) * 1e6)
+            for w in names:
+                host.setdefault(w, {}).setdefault(phase, []).append(h)
+                if g is not None:
+                    dev.setdefault(w, {}).setdefault(phase, []).append(g)
         return {window: summarize(hs, dev.get(window, {})) for window, hs in host.items()}
 
 
@@ -82,6 +93,18 @@ def summarize(host: dict[str, list[int]], dev: dict[str, list[int]]) -> dict[str
             "clock": "cuda_event" if dev.get(phase) else "perf_counter",
         }
     return out
+
+
+BEFORE, AFTER, REFERENCE = "unprofiled", "unprofiled_after", "reference"
+REFERENCE_POOL: dict[str, tuple[str, ...]] = {REFERENCE: (BEFORE, AFTER)}
+
+
+def reference_spread(stats: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, int]]:
+    """Per phase (and ``cycle``) timed in both reference blocks: ``{"before_ns", "after_ns", "before_count",
+    "after_count"}`` (each block's median, the main clock)."""
+    b, a = stats.get(BEFORE, {}), stats.get(AFTER, {})
+    return {p: {"before_ns": b[p]["median_ns"], "after_ns": a[p]["median_ns"], "before_count": b[p]["count"],
+                "after_count": a[p]["count"]} for p in b if p in a}
 
 
 CYCLE = "cycle"  # the timer's whole-cycle entry (draft start to draft_extend end), not a phase

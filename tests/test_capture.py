@@ -33,7 +33,9 @@ def _wl(**kw: Any) -> Any:
 @pytest.fixture(scope="module")
 def cap2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, CaptureConfig]:
     d = tmp_path_factory.mktemp("cap2")
-    cc = CaptureConfig(out=str(d / "run.parquet"), world=2, cycles=3, warmup=2, device="cpu", workload=_wl(),
+    # after=0: the reference is the warm-up cycle alone here, so the spec test below compares one cycle with its own
+    # phases (pooled reference blocks: tests/test_transformers_capture.py, tests/test_profile_modes_sample.py)
+    cc = CaptureConfig(out=str(d / "run.parquet"), world=2, cycles=3, warmup=2, after=0, device="cpu", workload=_wl(),
                        keep_json=str(d / "json"), timeout_s=120,
                        rank_env={0: {LAUNCHER_ONLY: None}, 1: {LAUNCHER_ONLY: None, RANK1_ONLY: "7"}})
     os.environ[LAUNCHER_ONLY] = "1"
@@ -77,6 +79,7 @@ def test_dilation_stats_per_rank(cap2: tuple[Any, Path, CaptureConfig]) -> None:
         un, pr = sec["unprofiled"], sec["profiled"]
         assert set(un) == set(pr) == {"draft", "verify", "draft_extend", "decode"}
         assert pr["verify"]["count"] == 3 and un["verify"]["count"] == 1  # warm-up 2: first one untimed
+        assert sec["reference"] == {}  # after=0: no second block
         assert all(v["clock"] == "perf_counter" and v["median_ns"] > 0 for v in un.values())
         assert sec["dilation"]["verify"] == pytest.approx(pr["verify"]["median_ns"] / un["verify"]["median_ns"])
 

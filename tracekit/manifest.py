@@ -61,6 +61,7 @@ class RankManifest(msgspec.Struct, kw_only=True):
     profiled: dict[str, Any] | None = None  # the same over the profiled window
     timed: dict[str, Any] | None = None  # ... over the window of a --profile timing capture
     cycle_time: dict[str, Any] | None = None
+    reference: dict[str, Any] | None = None  # phase -> the reference's two blocks (before_ns, after_ns, counts)
 
 
 class RunManifest(msgspec.Struct, kw_only=True):
@@ -154,15 +155,16 @@ RANK_IDENTITY: Final = frozenset({
     "CUDA_VISIBLE_DEVICES", "argv", "host_pid", "gpu_name_index", "host_source",
 })
 RANK_MEASUREMENTS: Final = frozenset({
-    "counters", "dilation", "profiled", "unprofiled", "session", "window", "end", "clock", "timing", "phases",
+    "counters", "dilation", "profiled", "unprofiled", "reference", "session", "window", "end", "clock", "timing",
+    "phases",
 })
 RUN_VOLATILE: Final = re.compile(
     r"(^|\.)(taken_unix_ns|created_unix_ns|pid|ppid|when|uuid|pci_bus_id|nvml_errors|finalize_ns|MASTER_PORT|host_source)(\.|$)"
-    r"|^(sources|clock|session|unprofiled|profiled|dilation|counters|tracekit_version_build)(\.|$)"
+    r"|^(sources|clock|session|unprofiled|reference|profiled|dilation|counters|tracekit_version_build)(\.|$)"
     r"|^end\.env(\.|$)|^end\.taken_unix_ns$"
 )
 GPU_STATE_WORDS: Final = ("clock", "throttle", "pcie", "power", "temp")
-NOT_GPU_STATE_ROOTS: Final = ("profiled", "unprofiled", "dilation", "session", "workload", "window", "counters", "capture", "versions")
+NOT_GPU_STATE_ROOTS: Final = ("profiled", "unprofiled", "reference", "dilation", "session", "workload", "window", "counters", "capture", "versions")
 NOT_GPU_STATE: Final = ("uuid", "pci_bus_id", "nvml_errors", "device_index", "nvml", "persistence_mode", "cuda_driver", "driver")
 
 

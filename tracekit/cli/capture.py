@@ -26,6 +26,7 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--world", type=click.IntRange(1), default=None, help="Number of ranks [default: every visible GPU, else 8 CPU ranks].")
 @click.option("--cycles", type=click.IntRange(1), default=8, show_default=True, help="Profiled speculative cycles.")
 @click.option("--warmup", type=click.IntRange(0), default=4, show_default=True, help="Unprofiled cycles before the window (later ones timed for dilation).")
+@click.option("--after", type=click.IntRange(0), default=4, show_default=True, help="Unprofiled cycles timed after the window: with the warm-up's, the dilation's reference.")
 @click.option("--workload", type=click.Choice(["builtin"]), default="builtin", show_default=True)
 @click.option("--engine", type=click.Choice(["builtin", "transformers"]), default="builtin", show_default=True,
               help="What every rank runs: the built-in workload, or Hugging Face transformers' generate() with an assistant (docs/transformers.md).")
@@ -62,7 +63,7 @@ def _parse_ranks(value: str) -> list[int] | None:
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True, help="With --sglang: max_new_tokens per request.")
 @click.option("--concurrency", type=click.IntRange(1), default=8, show_default=True, help="With --sglang: requests in flight.")
 @guarded
-def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, workload: str, engine: str,
+def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, after: int, workload: str, engine: str,
                 model: str | None, assistant: str | None, no_assistant: bool, new_tokens: int, prompt_len: int,
                 preset: str | None,
                 verify_graph: str, batch_size: int | None, draft_steps: int | None, ctx_start: int | None,
@@ -119,7 +120,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, wor
             wl = make_config(preset or ("kimi-k2-tiny" if kind == "cuda" else "tiny"), verify_graph=verify_graph,
                              batch_size=batch_size, draft_steps=draft_steps, ctx_start=ctx_start, layers=layers,
                              hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
-        cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, device=device,
+        cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, after=after, device=device,
                            workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile)
         from tracekit.outputs import check_output
 

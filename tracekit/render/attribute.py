@@ -307,7 +307,9 @@ def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
     (``analyzers.unprofiled.phase_timers``: each rank's median per instance, then the median over ranks)."""
     from tracekit.analyzers.unprofiled import phase_timers
 
-    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio}
+    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio,
+                 **({"before_ns": t.before_ns, "after_ns": t.after_ns}
+                    if t.before_ns is not None and t.after_ns is not None else {})}
             for ph, t in phase_timers(manifest).items()
             if t.ratio is not None and t.paired_unprofiled_ns is not None and t.window_ns is not None}
 
@@ -324,10 +326,13 @@ def straggler_line(s: dict[str, Any]) -> str:
     )
 
 
-def dilation_line(phase: str, d: dict[str, float]) -> str:
-    """A phase's profiler dilation (a ``dilation`` item): unprofiled vs profiled time per instance."""
-    return (f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, "
-            f"{dur(d['profiled_ns'])} profiled (x{d['ratio']:.2f}; capture timers: median per instance, median over ranks)")
+def dilation_line(phase: str, d: dict[str, Any]) -> str:
+    """The attribute tables' dilation line of one phase (an entry of ``dilation``)."""
+    from tracekit.render.capture import reference_note
+
+    return (f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, {dur(d['profiled_ns'])} profiled "
+            f"(x{d['ratio']:.2f}; {reference_note(d.get('before_ns'), d.get('after_ns'), d['profiled_ns'])}; "
+            "capture timers: median per instance, median over ranks)")
 
 
 def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:

@@ -12,8 +12,21 @@ if TYPE_CHECKING:
 
 
 
+def reference_note(before_ns: float | None, after_ns: float | None, window_ns: float | None = None) -> str:
+    """How a dilation's reference was timed: both blocks' medians (and the ratio against each, the ratio's
+    spread), or that only the warm-up timed it."""
+    if before_ns is None or after_ns is None:
+        return "reference timed before the window only"
+    text = f"reference {ms(before_ns)} before / {ms(after_ns)} after the window"
+    if window_ns and before_ns > 0 and after_ns > 0:
+        lo, hi = sorted((window_ns / before_ns, window_ns / after_ns))
+        text += f": x{lo:.2f}-x{hi:.2f} against either"
+    return text
+
+
 def dilation_lines(manifest: dict[str, Any]) -> list[str]:
-    """One line per phase: unprofiled vs profiled median per phase instance (median over ranks), and the ratio."""
+    """One line per phase: unprofiled vs profiled median per phase instance (median over ranks), the ratio, and the
+    spread of its reference (the unprofiled blocks before and after the window)."""
     from tracekit.analyzers.unprofiled import phase_timers
 
     timers = {ph: t for ph, t in phase_timers(manifest).items()
@@ -25,7 +38,7 @@ def dilation_lines(manifest: dict[str, Any]) -> list[str]:
         t = timers[ph]
         ratio = "n/a" if t.ratio is None else f"x{t.ratio:.2f}"
         lines.append(f"  {ph:<13} {ms(t.paired_unprofiled_ns)} unprofiled, {ms(t.window_ns)} in the window "
-                     f"({ratio}; {t.clock}, median over {t.ranks} rank(s))")
+                     f"({ratio}; {reference_note(t.before_ns, t.after_ns, t.window_ns)}; {t.clock}, median over {t.ranks} rank(s))")
     return lines
 
 
@@ -68,7 +81,7 @@ def render_capture_summary(result: CaptureResult) -> str:
     if dl:
         word = "timing-mode cost" if mode == "timing" else "profiler dilation"
         lines.append(f"{word} per phase (median time per phase instance, {'timed' if mode == 'timing' else 'profiled'} "
-                     "vs unprofiled warm-up):")
+                     "vs unprofiled cycles of the same process):")
         lines.extend(dl)
     lines.append(f"next: tracekit attribute {result.out}")
     return "\n".join(lines)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# There (the GPU machine, from the repository root): install the folder bench/gpukit/pack.sh built.
+#
+#   TK_SRC=.gpu/observe source .gpu/observe/bench/gpukit/install.sh
+#
+# Unpacks deps.tar.xz and copies src/tracekit into /tmp/site, builds tracekit's C extensions in
+# place there (optional: without a compiler the numpy paths run), and exports PYTHONPATH=/tmp/site
+# and the NVLink-multicast switches (KINDS.md). `python3 -m tracekit` then runs the carried code.
+TK_SRC=${TK_SRC:?set TK_SRC to the carried folder (bench/gpukit/pack.sh DEST)}
+TK_SRC=$(cd "$TK_SRC" && pwd)
+rm -rf /tmp/site && mkdir -p /tmp/site
+tar xJf "$TK_SRC/deps.tar.xz" -C /tmp/site || return 1 2>/dev/null || exit 1
+cp -r "$TK_SRC/src/tracekit" /tmp/site/
+(cd /tmp/site && python3 - <<'PY'
+from setuptools import Extension, setup
+setup(name="tracekit-ext", script_args=["build_ext", "--inplace", "-q"], ext_modules=[
+    Extension(f"tracekit.{m}", [f"tracekit/{m}.c"], extra_compile_args=["-O2", "-std=c99"], optional=True)
+    for m in ("_core", "_kineto")])
+PY
+) > /tmp/site/build.log 2>&1 || echo "install.sh: C extensions not built (numpy paths run): /tmp/site/build.log"
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+(cd /tmp && python3 -c 'import tracekit, polars, msgspec, sys; print("install.sh: tracekit from", tracekit.__file__, "polars", polars.__version__, "python", sys.version.split()[0])')
