@@ -35,6 +35,7 @@ from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
+from .attribution_native import attribute_ranks
 from .attribution_views import (
     BUCKET_COLUMNS,
     SUM_COLUMNS,
@@ -367,11 +368,16 @@ def attribute_instances(
     has_tid = bool(is_host.any()) and events.get_column("tid").null_count() < events.height
     # rank by rank (a rank's rows are contiguous in the canonical order): temporaries stay
     # small enough for the allocator to reuse them, and per-rank lookups need no slicing
+    collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
     acc = _Acc(K)
-    acc.collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
-    for lo, hi in _rank_chunks(events):
-        part = events if (lo, hi) == (0, events.height) else events.slice(lo, hi - lo)
-        _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc, i_tid if has_tid else None)
+    acc.collect = collect
+    if not attribute_ranks(events, dense, launch_latency_ns, i_rank, host_start, is_host, i_tid if has_tid else None, acc):
+        # the numpy reference path (TRACEKIT_PURE=1, or a table the compiled pass does not take)
+        acc = _Acc(K)
+        acc.collect = collect
+        for lo, hi in _rank_chunks(events):
+            part = events if (lo, hi) == (0, events.height) else events.slice(lo, hi - lo)
+            _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc, i_tid if has_tid else None)
     w = Walk(acc.buckets, acc.ws, acc.we, acc.ov, acc.n_ev)
     has_gpu = w.n_events > 0
     qd, graph_l, eager_l = acc.qd, acc.graph_l, acc.eager_l

@@ -1,0 +1,1065 @@
+/* tracekit._walk: the attribution walk of one rank in one compiled pass (docs/attribution.md 4).
+ *
+ * Plain CPython C API. Polars columns come in through the Arrow C stream interface
+ * (``Series.__arrow_c_stream__()``: a PyCapsule; zero-copy, no pyarrow), numpy arrays through the
+ * buffer protocol; no numpy or Arrow headers are needed to build. The reference is the numpy
+ * path of analyzers/attribution.py + analyzers/buckets.py + analyzers/timeline.py
+ * (``TRACEKIT_PURE=1``); tests/test_attribution_compiled.py compares every number.
+ *
+ * codes(stream, names, values, out): a string column (string, large string, string view or
+ *   dictionary-encoded) -> one int8 per row: values[i] where the row equals names[i],
+ *   values[-2] for any other string, values[-1] for null.
+ * walk_rank(...): membership lookup, launch ends through (rank, correlation), first event of a
+ *   launch call, the exclusive walk with the PDL rule, queue delay, launch counts and
+ *   cross-thread counts of the instances of one rank; the GIL is released while it runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) --- */
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+struct ArrowArrayStream {
+    int (*get_schema)(struct ArrowArrayStream *, struct ArrowSchema *out);
+    int (*get_next)(struct ArrowArrayStream *, struct ArrowArray *out);
+    const char *(*get_last_error)(struct ArrowArrayStream *);
+    void (*release)(struct ArrowArrayStream *);
+    void *private_data;
+};
+
+/* bucket codes: positions in tracekit.buckets.BUCKETS (checked by analyzers/buckets.py) */
+#define NB 12
+#define N_WORK 8 /* compute buckets + memory */
+#define MEMORY 7
+#define N_EVENT_CODES 10 /* + allreduce, comm */
+#define B_LAUNCH 10
+#define B_IDLE 11
+#define UNKNOWN_LAUNCH INT64_MIN
+
+/* kind codes (the values analyzers/attribution.py passes to codes() for the kind column) */
+#define K_OTHER 0
+#define K_KERNEL 1
+#define K_MEMCPY 2
+#define K_MEMSET 3
+#define K_LAUNCH 4
+
+/* ---- columns ----------------------------------------------------------------------------- */
+
+enum { C_NULL, C_I8, C_I16, C_I32, C_I64, C_U8, C_U16, C_U32, C_U64, C_BOOL, C_STR, C_LSTR, C_VIEW };
+
+typedef struct {
+    struct ArrowSchema schema;
+    struct ArrowArray arr;
+    int type;
+    int64_t n, off;
+    const uint8_t *valid;
+    const void *vals;
+    const void *offsets; /* C_STR / C_LSTR */
+    const char *data;    /* C_STR / C_LSTR */
+    const char **vbufs;  /* C_VIEW data buffers */
+    int64_t n_vbufs;
+    /* dictionary-encoded: indices in vals (type), strings in dict */
+    int is_dict;
+    int dict_type;
+    const struct ArrowArray *dict;
+} Col;
+
+static int type_of(const char *f, int *out) {
+    if (!f || !f[0]) return -1;
+    if (f[1] == 0) {
+        switch (f[0]) {
+        case 'n': *out = C_NULL; return 0;
+        case 'c': *out = C_I8; return 0;
+        case 's': *out = C_I16; return 0;
+        case 'i': *out = C_I32; return 0;
+        case 'l': *out = C_I64; return 0;
+        case 'C': *out = C_U8; return 0;
+        case 'S': *out = C_U16; return 0;
+        case 'I': *out = C_U32; return 0;
+        case 'L': *out = C_U64; return 0;
+        case 'b': *out = C_BOOL; return 0;
+        case 'u': case 'z': *out = C_STR; return 0;
+        case 'U': case 'Z': *out = C_LSTR; return 0;
+        default: return -1;
+        }
+    }
+    if (f[0] == 'v' && (f[1] == 'u' || f[1] == 'z') && f[2] == 0) {
+        *out = C_VIEW;
+        return 0;
+    }
+    return -1;
+}
+
+static void col_free(Col *c) {
+    if (c->arr.release) c->arr.release(&c->arr);
+    if (c->schema.release) c->schema.release(&c->schema);
+    c->arr.release = NULL;
+    c->schema.release = NULL;
+}
+
+/* lay out the buffers of array a (type t) into c */
+static int col_layout(Col *c, const struct ArrowArray *a, int t, const char *what) {
+    c->n = a->length;
+    c->off = a->offset;
+    c->valid = (a->n_buffers > 0 && a->null_count != 0) ? (const uint8_t *)a->buffers[0] : NULL;
+    if (t == C_NULL) {
+        c->valid = NULL;
+        return 0;
+    }
+    if (t == C_VIEW) {
+        if (a->n_buffers < 2) goto bad;
+        c->vals = a->buffers[1];
+        c->n_vbufs = a->n_buffers - 3;
+        c->vbufs = (const char **)(a->buffers + 2);
+        return 0;
+    }
+    if (t == C_STR || t == C_LSTR) {
+        if (a->n_buffers < 3) goto bad;
+        c->offsets = a->buffers[1];
+        c->data = (const char *)a->buffers[2];
+        return 0;
+    }
+    if (a->n_buffers < 2) goto bad;
+    c->vals = a->buffers[1];
+    return 0;
+bad:
+    PyErr_Format(PyExc_ValueError, "%s: unexpected Arrow buffer layout", what);
+    return -1;
+}
+
+/* import a column from an "arrow_array_stream" capsule (one chunk) */
+static int col_import(PyObject *cap, Col *c, const char *what) {
+    struct ArrowArrayStream *st;
+    struct ArrowArray more;
+    int t;
+    memset(c, 0, sizeof(*c));
+    if (!PyCapsule_IsValid(cap, "arrow_array_stream")) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an arrow_array_stream capsule", what);
+        return -1;
+    }
+    st = (struct ArrowArrayStream *)PyCapsule_GetPointer(cap, "arrow_array_stream");
+    if (!st || !st->get_schema || st->get_schema(st, &c->schema) != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: cannot read the Arrow schema", what);
+        return -1;
+    }
+    if (st->get_next(st, &c->arr) != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: cannot read the Arrow array", what);
+        return -1;
+    }
+    if (c->arr.release) {
+        memset(&more, 0, sizeof(more));
+        if (st->get_next(st, &more) != 0) {
+            PyErr_Format(PyExc_ValueError, "%s: cannot read the Arrow stream", what);
+            return -1;
+        }
+        if (more.release) {
+            int64_t len = more.length;
+            more.release(&more);
+            if (len > 0) {
+                PyErr_Format(PyExc_ValueError, "%s: more than one chunk (rechunk first)", what);
+                return -1;
+            }
+        }
+    }
+    if (type_of(c->schema.format, &t) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: unsupported Arrow format %s", what, c->schema.format ? c->schema.format : "?");
+        return -1;
+    }
+    if (!c->arr.release) { /* no chunk: an empty column */
+        c->type = t;
+        return 0;
+    }
+    if (c->schema.dictionary) {
+        int dt;
+        if (!c->arr.dictionary || type_of(c->schema.dictionary->format, &dt) < 0 ||
+            !(dt == C_STR || dt == C_LSTR || dt == C_VIEW) || !(t >= C_I8 && t <= C_U64)) {
+            PyErr_Format(PyExc_ValueError, "%s: unsupported dictionary column", what);
+            return -1;
+        }
+        c->is_dict = 1;
+        c->dict_type = dt;
+        c->dict = c->arr.dictionary;
+    }
+    c->type = t;
+    return col_layout(c, &c->arr, t, what);
+}
+
+static inline int bit(const uint8_t *b, int64_t j) { return (b[j >> 3] >> (j & 7)) & 1; }
+
+static inline int col_valid(const Col *c, int64_t i) {
+    if (c->type == C_NULL) return 0;
+    return !c->valid || bit(c->valid, c->off + i);
+}
+
+/* integer value of row i (no validity check) */
+static inline int64_t col_raw(const Col *c, int64_t i) {
+    int64_t j = c->off + i;
+    switch (c->type) {
+    case C_I64: return ((const int64_t *)c->vals)[j];
+    case C_I32: return ((const int32_t *)c->vals)[j];
+    case C_I16: return ((const int16_t *)c->vals)[j];
+    case C_I8: return ((const int8_t *)c->vals)[j];
+    case C_U64: return (int64_t)((const uint64_t *)c->vals)[j];
+    case C_U32: return ((const uint32_t *)c->vals)[j];
+    case C_U16: return ((const uint16_t *)c->vals)[j];
+    case C_U8: return ((const uint8_t *)c->vals)[j];
+    case C_BOOL: return bit((const uint8_t *)c->vals, j);
+    default: return 0;
+    }
+}
+
+static inline int64_t col_i64(const Col *c, int64_t i, int64_t fill) {
+    return col_valid(c, i) ? col_raw(c, i) : fill;
+}
+
+static int col_is_int(const Col *c) { return !c->is_dict && ((c->type >= C_I8 && c->type <= C_U64) || c->type == C_NULL || c->type == C_BOOL); }
+
+/* the bytes of string row i of array a laid out in c (type t) */
+static inline const char *str_at(const Col *c, int t, int64_t j, int64_t *len) {
+    if (t == C_VIEW) {
+        const uint8_t *v = (const uint8_t *)c->vals + 16 * j;
+        int32_t l;
+        memcpy(&l, v, 4);
+        *len = l;
+        if (l <= 12) return (const char *)v + 4;
+        {
+            int32_t bi, bo;
+            memcpy(&bi, v + 8, 4);
+            memcpy(&bo, v + 12, 4);
+            return c->vbufs[bi] + bo;
+        }
+    }
+    if (t == C_STR) {
+        const int32_t *o = (const int32_t *)c->offsets;
+        *len = o[j + 1] - o[j];
+        return c->data + o[j];
+    }
+    {
+        const int64_t *o = (const int64_t *)c->offsets;
+        *len = o[j + 1] - o[j];
+        return c->data + o[j];
+    }
+}
+
+typedef struct {
+    const char **s;
+    Py_ssize_t *len;
+    Py_ssize_t n;
+    const int8_t *val; /* n + 2: then other, null */
+} Names;
+
+static inline int8_t name_code(const Names *nm, const char *p, int64_t len) {
+    for (Py_ssize_t k = 0; k < nm->n; k++)
+        if (nm->len[k] == len && memcmp(nm->s[k], p, (size_t)len) == 0) return nm->val[k];
+    return nm->val[nm->n];
+}
+
+/* codes of rows [0, n) of string layout c (type t); null rows -> val[n + 1] */
+static void codes_of(const Col *c, int t, int64_t n, const Names *nm, int8_t *out) {
+    int8_t null_v = nm->val[nm->n + 1];
+    const char *last = NULL;
+    int64_t last_len = -1;
+    int8_t last_code = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = c->off + i, len;
+        const char *p;
+        if (c->valid && !bit(c->valid, j)) {
+            out[i] = null_v;
+            continue;
+        }
+        p = str_at(c, t, j, &len);
+        if (len == last_len && memcmp(p, last, (size_t)len) == 0) {
+            out[i] = last_code;
+            continue;
+        }
+        last_code = name_code(nm, p, len);
+        last = p;
+        last_len = len;
+        out[i] = last_code;
+    }
+}
+
+typedef struct {
+    Py_buffer view;
+    int ok;
+} Buf;
+
+static int get_buf(PyObject *o, Buf *b, Py_ssize_t itemsize, int writable, const char *what) {
+    b->ok = 0;
+    if (PyObject_GetBuffer(o, &b->view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    b->ok = 1;
+    if (b->view.len % itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not a whole number of %zd-byte items", what,
+                     b->view.len, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void rel_buf(Buf *b) {
+    if (b->ok) PyBuffer_Release(&b->view);
+    b->ok = 0;
+}
+
+/* codes(stream, names, values, out) */
+static PyObject *py_codes(PyObject *self, PyObject *args) {
+    PyObject *cap, *names, *ovals, *oout;
+    Col c;
+    Buf vals = {0}, out = {0};
+    Names nm = {0};
+    int8_t *dcodes = NULL;
+    PyObject *ret = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!OO", &cap, &PyTuple_Type, &names, &ovals, &oout)) return NULL;
+    memset(&c, 0, sizeof(c));
+    if (col_import(cap, &c, "codes") < 0) goto done;
+    if (get_buf(ovals, &vals, 1, 0, "values") < 0 || get_buf(oout, &out, 1, 1, "out") < 0) goto done;
+    nm.n = PyTuple_GET_SIZE(names);
+    if (vals.view.len != nm.n + 2) {
+        PyErr_SetString(PyExc_ValueError, "codes: values must have len(names) + 2 items");
+        goto done;
+    }
+    if (out.view.len != c.n) {
+        PyErr_Format(PyExc_ValueError, "codes: out has %zd items for %lld rows", out.view.len, (long long)c.n);
+        goto done;
+    }
+    nm.s = (const char **)calloc((size_t)nm.n + 1, sizeof(char *));
+    nm.len = (Py_ssize_t *)calloc((size_t)nm.n + 1, sizeof(Py_ssize_t));
+    if (!nm.s || !nm.len) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nm.n; k++) {
+        nm.s[k] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(names, k), &nm.len[k]);
+        if (!nm.s[k]) goto done;
+    }
+    nm.val = (const int8_t *)vals.view.buf;
+    if (c.n == 0) {
+        ret = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (c.type == C_NULL) {
+        memset(out.view.buf, nm.val[nm.n + 1], (size_t)c.n);
+    } else if (c.is_dict) {
+        Col d;
+        int64_t nd = c.dict->length;
+        memset(&d, 0, sizeof(d));
+        if (col_layout(&d, c.dict, c.dict_type, "codes dictionary") < 0) goto done;
+        dcodes = (int8_t *)malloc((size_t)nd + 1);
+        if (!dcodes) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        codes_of(&d, c.dict_type, nd, &nm, dcodes);
+        {
+            int8_t *o = (int8_t *)out.view.buf;
+            int8_t null_v = nm.val[nm.n + 1];
+            for (int64_t i = 0; i < c.n; i++) {
+                if (!col_valid(&c, i)) {
+                    o[i] = null_v;
+                } else {
+                    int64_t k = col_raw(&c, i);
+                    o[i] = (k >= 0 && k < nd) ? dcodes[k] : null_v;
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+    } else if (c.type == C_STR || c.type == C_LSTR || c.type == C_VIEW) {
+        Py_BEGIN_ALLOW_THREADS
+        codes_of(&c, c.type, c.n, &nm, (int8_t *)out.view.buf);
+        Py_END_ALLOW_THREADS
+    } else {
+        PyErr_SetString(PyExc_ValueError, "codes: not a string column");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    free(dcodes);
+    free((void *)nm.s);
+    free(nm.len);
+    rel_buf(&vals);
+    rel_buf(&out);
+    col_free(&c);
+    return ret;
+}
+
+/* ---- correlation table: direct-address when dense, else open addressing ------------------- */
+
+typedef struct {
+    int dense;
+    int64_t lo, cap, mask;
+    int64_t *key; /* hash mode */
+    uint8_t *used;
+    int64_t *launch_end; /* the first launch row's end */
+    uint8_t *has_l;      /* a launch row was seen */
+    int8_t *cross;
+    int64_t *best_start;
+    int64_t *best_g; /* -1: no member GPU event yet */
+} Corr;
+
+static int corr_init(Corr *t, int64_t lo, int64_t hi, int64_t count) {
+    memset(t, 0, sizeof(*t));
+    if (count == 0) return 0;
+    if (hi - lo + 1 <= 8 * count + (1 << 16)) {
+        t->dense = 1;
+        t->lo = lo;
+        t->cap = hi - lo + 1;
+    } else {
+        int64_t cap = 16;
+        while (cap < 2 * count) cap <<= 1;
+        t->cap = cap;
+        t->mask = cap - 1;
+        t->key = (int64_t *)malloc((size_t)cap * sizeof(int64_t));
+        t->used = (uint8_t *)calloc((size_t)cap, 1);
+        if (!t->key || !t->used) return -1;
+    }
+    t->launch_end = (int64_t *)malloc((size_t)t->cap * sizeof(int64_t));
+    t->cross = (int8_t *)calloc((size_t)t->cap, 1);
+    t->has_l = (uint8_t *)calloc((size_t)t->cap, 1);
+    t->best_start = (int64_t *)malloc((size_t)t->cap * sizeof(int64_t));
+    t->best_g = (int64_t *)malloc((size_t)t->cap * sizeof(int64_t));
+    if (!t->launch_end || !t->cross || !t->has_l || !t->best_start || !t->best_g) return -1;
+    for (int64_t i = 0; i < t->cap; i++) {
+        t->launch_end[i] = UNKNOWN_LAUNCH;
+        t->best_g[i] = -1;
+    }
+    return 0;
+}
+
+static void corr_free(Corr *t) {
+    free(t->key);
+    free(t->used);
+    free(t->launch_end);
+    free(t->cross);
+    free(t->has_l);
+    free(t->best_start);
+    free(t->best_g);
+}
+
+static inline int64_t corr_slot(Corr *t, int64_t k) {
+    uint64_t h;
+    if (t->dense) return k - t->lo;
+    h = ((uint64_t)k * 0x9E3779B97F4A7C15ull) >> 17;
+    for (;;) {
+        int64_t s = (int64_t)(h & (uint64_t)t->mask);
+        if (!t->used[s]) {
+            t->used[s] = 1;
+            t->key[s] = k;
+            return s;
+        }
+        if (t->key[s] == k) return s;
+        h++;
+    }
+}
+
+/* ---- the walk ------------------------------------------------------------------------------ */
+
+static inline int64_t floordiv(int64_t a, int64_t b) { /* floor(a / b), b > 0 */
+    int64_t q = a / b;
+    if ((a % b) != 0 && a < 0) q--;
+    return q;
+}
+
+/* how many ns t in [a, b) have t mod k == pos */
+static inline int64_t share(int64_t a, int64_t b, int64_t pos, int64_t k) {
+    if (k == 1) return b - a;
+    return floordiv(b - 1 - pos, k) - floordiv(a - 1 - pos, k);
+}
+
+typedef struct {
+    int64_t t;
+    int32_t d; /* +1 start, -1 end */
+    int32_t code;
+} Pt;
+
+static int pt_cmp(const void *a, const void *b) {
+    int64_t x = ((const Pt *)a)->t, y = ((const Pt *)b)->t;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    Pt *pts;
+    int64_t cap;
+    int64_t *sst;  /* PDL: stream of each run */
+    int64_t *smax; /* PDL: running max end */
+    int64_t scap;
+} Scratch;
+
+static int scratch_fit(Scratch *w, int64_t m) {
+    if (2 * m > w->cap) {
+        int64_t cap = 2 * m + 64;
+        Pt *p = (Pt *)realloc(w->pts, (size_t)cap * sizeof(Pt));
+        if (!p) return -1;
+        w->pts = p;
+        w->cap = cap;
+    }
+    if (m > w->scap) {
+        int64_t cap = m + 16;
+        int64_t *a = (int64_t *)realloc(w->sst, (size_t)cap * sizeof(int64_t));
+        int64_t *b;
+        if (!a) return -1;
+        w->sst = a;
+        b = (int64_t *)realloc(w->smax, (size_t)cap * sizeof(int64_t));
+        if (!b) return -1;
+        w->smax = b;
+        w->scap = cap;
+    }
+    return 0;
+}
+
+/* one cluster of m >= 2 overlapping events (start order): PDL rule, then the point sweep.
+ * s, e: starts and (clipped) ends; code; stream. Adds to b (NB) and *ov. */
+static int cluster(Scratch *w, int64_t m, const int64_t *s, const int64_t *e, const int8_t *code, const int64_t *stream,
+                   int64_t *b, int64_t *ov) {
+    int64_t ns = 0, np = 0, cnt[N_EVENT_CODES];
+    if (scratch_fit(w, m) < 0) return -1;
+    for (int64_t i = 0; i < m; i++) {
+        int64_t si = s[i], ei = e[i];
+        if (stream[i] >= 0) { /* PDL: counts from the latest end of earlier events of its stream */
+            int64_t k = 0;
+            while (k < ns && w->sst[k] != stream[i]) k++;
+            if (k == ns) {
+                w->sst[ns] = stream[i];
+                w->smax[ns] = ei;
+                ns++;
+            } else {
+                if (w->smax[k] > si) si = w->smax[k];
+                if (ei > w->smax[k]) w->smax[k] = ei;
+                if (ei < si) ei = si;
+            }
+        }
+        w->pts[np].t = si;
+        w->pts[np].d = 1;
+        w->pts[np].code = code[i];
+        np++;
+        w->pts[np].t = ei;
+        w->pts[np].d = -1;
+        w->pts[np].code = code[i];
+        np++;
+    }
+    if (np <= 16) { /* insertion sort */
+        for (int64_t i = 1; i < np; i++) {
+            Pt x = w->pts[i];
+            int64_t j = i - 1;
+            while (j >= 0 && w->pts[j].t > x.t) {
+                w->pts[j + 1] = w->pts[j];
+                j--;
+            }
+            w->pts[j + 1] = x;
+        }
+    } else {
+        qsort(w->pts, (size_t)np, sizeof(Pt), pt_cmp);
+    }
+    memset(cnt, 0, sizeof(cnt));
+    for (int64_t i = 0; i < np;) {
+        int64_t t = w->pts[i].t, a, bb, kw = 0, kc = 0;
+        while (i < np && w->pts[i].t == t) {
+            cnt[w->pts[i].code] += w->pts[i].d;
+            i++;
+        }
+        if (i == np) break;
+        a = t;
+        bb = w->pts[i].t;
+        for (int c = 0; c < N_WORK; c++) kw += cnt[c] > 0;
+        for (int c = N_WORK; c < N_EVENT_CODES; c++) kc += cnt[c] > 0;
+        if (kw) {
+            int64_t pos = 0;
+            for (int c = 0; c < N_WORK; c++)
+                if (cnt[c] > 0) b[c] += share(a, bb, pos++, kw);
+            if (kc) *ov += bb - a;
+        } else if (kc) {
+            int64_t pos = 0;
+            for (int c = N_WORK; c < N_EVENT_CODES; c++)
+                if (cnt[c] > 0) b[c] += share(a, bb, pos++, kc);
+        }
+    }
+    return 0;
+}
+
+/* stable merge sort of idx[0..n) by key[idx] */
+static void msort(int64_t *idx, int64_t *tmp, int64_t n, const int64_t *key) {
+    if (n < 2) return;
+    if (n <= 16) {
+        for (int64_t i = 1; i < n; i++) {
+            int64_t x = idx[i], j = i - 1;
+            while (j >= 0 && key[idx[j]] > key[x]) {
+                idx[j + 1] = idx[j];
+                j--;
+            }
+            idx[j + 1] = x;
+        }
+        return;
+    }
+    {
+        int64_t h = n / 2, i = 0, j = h, k = 0;
+        msort(idx, tmp, h, key);
+        msort(idx + h, tmp, n - h, key);
+        while (i < h && j < n) tmp[k++] = (key[idx[j]] < key[idx[i]]) ? idx[j++] : idx[i++];
+        while (i < h) tmp[k++] = idx[i++];
+        while (j < n) tmp[k++] = idx[j++];
+        memcpy(idx, tmp, (size_t)n * sizeof(int64_t));
+    }
+}
+
+typedef struct {
+    int64_t s, e;
+} SE;
+
+static int se_cmp(const void *a, const void *b) {
+    int64_t x = ((const SE *)a)->s, y = ((const SE *)b)->s;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    /* inputs */
+    Col *start, *dur, *pid, *corr, *stream, *tid, *graph;
+    const int8_t *kc, *cb;
+    int64_t n;
+    const int64_t *dense;
+    int64_t n_dense;
+    const int64_t *i_tid; /* NULL: no cross-thread counts */
+    int64_t n_itid;
+    const int64_t *host_start;
+    const uint8_t *is_host;
+    int64_t k_lo, m;
+    int64_t latency;
+    /* outputs (m instances; buckets m x NB) */
+    int64_t *buckets, *ws, *we, *ov, *n_ev, *qd, *graph_l, *eager_l, *cross;
+    /* rows of launches with an unknown graph flag (relative), for the caller */
+    int64_t *unres;
+    int64_t n_unres;
+    int status; /* 0 ok, 1 instance of another rank, 2 unresolved bucket code, -1 no memory */
+} Job;
+
+static inline int64_t inst_of(const Job *J, int64_t pid) {
+    /* _instance_of: dense[pid] for 0 <= pid < n_dense - 1, else -1 */
+    if (pid < 0 || pid >= J->n_dense - 1) return -1;
+    return J->dense[pid];
+}
+
+static void run_job(Job *J) {
+    int64_t n = J->n, ng = 0, nl = 0, lo = INT64_MAX, hi = INT64_MIN, ncorr = 0;
+    int64_t *gs = NULL, *ge = NULL, *gi = NULL, *gc = NULL, *gst = NULL, *gle = NULL, *lrow = NULL;
+    int64_t *order = NULL, *tmp = NULL, *head = NULL, *ss = NULL, *se = NULL;
+    int8_t *gcode = NULL, *ghas = NULL, *gfirst = NULL;
+    SE *sorted = NULL;
+    Corr T;
+    Scratch W;
+    int64_t m = J->m;
+    memset(&T, 0, sizeof(T));
+    memset(&W, 0, sizeof(W));
+    J->status = -1;
+    /* pass 1: GPU rows gathered, launch rows listed, correlation range */
+    for (int64_t i = 0; i < n; i++) {
+        int8_t k = J->kc[i];
+        if (k >= K_KERNEL && k <= K_MEMSET) ng++;
+        else if (k == K_LAUNCH) nl++;
+    }
+    gs = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    ge = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    gi = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    gc = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    gst = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    gle = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    gcode = (int8_t *)malloc((size_t)ng + 1);
+    ghas = (int8_t *)malloc((size_t)ng + 1);
+    gfirst = (int8_t *)malloc((size_t)ng + 1);
+    lrow = (int64_t *)malloc((size_t)(nl + 1) * sizeof(int64_t));
+    if (!gs || !ge || !gi || !gc || !gst || !gle || !gcode || !ghas || !gfirst || !lrow) goto done;
+    {
+        int64_t g = 0, l = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int8_t k = J->kc[i];
+            if (k >= K_KERNEL && k <= K_MEMSET) {
+                int64_t s = col_i64(J->start, i, 0), inst;
+                gs[g] = s;
+                ge[g] = s + col_i64(J->dur, i, 0);
+                inst = inst_of(J, col_i64(J->pid, i, -1));
+                if (inst >= 0) {
+                    inst -= J->k_lo;
+                    if (inst < 0 || inst >= m) {
+                        J->status = 1;
+                        goto done;
+                    }
+                }
+                gi[g] = inst;
+                ghas[g] = (int8_t)col_valid(J->corr, i);
+                if (ghas[g]) {
+                    int64_t c = col_raw(J->corr, i);
+                    gc[g] = c;
+                    if (c < lo) lo = c;
+                    if (c > hi) hi = c;
+                    ncorr++;
+                }
+                gst[g] = col_i64(J->stream, i, -1);
+                if (k == K_KERNEL) {
+                    if (J->cb[i] < 0 || J->cb[i] >= N_EVENT_CODES) {
+                        J->status = 2;
+                        goto done;
+                    }
+                    gcode[g] = J->cb[i];
+                } else {
+                    gcode[g] = MEMORY;
+                }
+                g++;
+            } else if (k == K_LAUNCH) {
+                lrow[l++] = i;
+                if (col_valid(J->corr, i)) {
+                    int64_t c = col_raw(J->corr, i);
+                    if (c < lo) lo = c;
+                    if (c > hi) hi = c;
+                    ncorr++;
+                }
+            }
+        }
+    }
+    if (corr_init(&T, lo, hi, ncorr) < 0) goto done;
+    /* launch rows: launch end (the first launch row of a correlation wins), cross-thread flag,
+     * launch counts per instance */
+    for (int64_t l = 0; l < nl; l++) {
+        int64_t i = lrow[l];
+        int64_t p = col_i64(J->pid, i, -1), inst = inst_of(J, p);
+        if (col_valid(J->corr, i)) {
+            int64_t sl = corr_slot(&T, col_raw(J->corr, i));
+            if (!T.has_l[sl]) {
+                T.has_l[sl] = 1;
+                T.launch_end[sl] = col_i64(J->start, i, 0) + col_i64(J->dur, i, 0);
+                if (J->i_tid && inst >= 0) T.cross[sl] = col_i64(J->tid, i, -1) != J->i_tid[inst];
+            }
+        }
+        if (p >= 0 && inst >= 0) {
+            int64_t li = inst - J->k_lo;
+            if (li < 0 || li >= m) {
+                J->status = 1;
+                goto done;
+            }
+            if (!col_valid(J->graph, i)) J->unres[J->n_unres++] = i;
+            else if (col_raw(J->graph, i)) J->graph_l[li]++;
+            else J->eager_l[li]++;
+        }
+    }
+    /* GPU rows: launch end, first event of its launch call (earliest start among member events) */
+    for (int64_t g = 0; g < ng; g++) {
+        if (!ghas[g]) {
+            gle[g] = UNKNOWN_LAUNCH;
+            continue;
+        }
+        {
+            int64_t sl = corr_slot(&T, gc[g]);
+            gle[g] = T.launch_end[sl];
+            gc[g] = sl; /* the slot from here on */
+            if (gi[g] >= 0) {
+                if (T.best_g[sl] < 0 || gs[g] < T.best_start[sl]) {
+                    T.best_g[sl] = g;
+                    T.best_start[sl] = gs[g];
+                }
+                if (T.cross[sl]) J->cross[gi[g]]++;
+            }
+        }
+    }
+    for (int64_t g = 0; g < ng; g++) gfirst[g] = !ghas[g] || gi[g] < 0 || T.best_g[gc[g]] == g;
+
+    /* member events grouped by instance (stable), each instance in start order */
+    head = (int64_t *)calloc((size_t)m + 1, sizeof(int64_t));
+    order = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    tmp = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+    if (!head || !order || !tmp) goto done;
+    for (int64_t g = 0; g < ng; g++)
+        if (gi[g] >= 0) head[gi[g] + 1]++;
+    for (int64_t k = 0; k < m; k++) head[k + 1] += head[k];
+    {
+        int64_t *cur = (int64_t *)malloc((size_t)(m + 1) * sizeof(int64_t));
+        if (!cur) goto done;
+        memcpy(cur, head, (size_t)(m + 1) * sizeof(int64_t));
+        for (int64_t g = 0; g < ng; g++)
+            if (gi[g] >= 0) order[cur[gi[g]]++] = g;
+        free(cur);
+    }
+    {
+        int64_t cap = 0;
+        int64_t *cs = NULL, *cse = NULL, *cst = NULL;
+        int8_t *ccode = NULL;
+        for (int64_t k = 0; k < m; k++) {
+            int64_t a = head[k], z = head[k + 1];
+            if (z - a > cap) cap = z - a;
+        }
+        cs = (int64_t *)malloc((size_t)(cap + 1) * sizeof(int64_t));
+        cse = (int64_t *)malloc((size_t)(cap + 1) * sizeof(int64_t));
+        cst = (int64_t *)malloc((size_t)(cap + 1) * sizeof(int64_t));
+        ccode = (int8_t *)malloc((size_t)cap + 1);
+        if (!cs || !cse || !cst || !ccode) {
+            free(cs), free(cse), free(cst), free(ccode);
+            goto done;
+        }
+        for (int64_t k = 0; k < m; k++) {
+            int64_t a = head[k], z = head[k + 1], runmax = 0, c0 = 0, wsk = 0, wek = 0;
+            int64_t *bk = J->buckets + k * NB;
+            int sorted_ok = 1;
+            if (z == a) continue;
+            for (int64_t q = a + 1; q < z; q++)
+                if (gs[order[q]] < gs[order[q - 1]]) {
+                    sorted_ok = 0;
+                    break;
+                }
+            if (!sorted_ok) msort(order + a, tmp, z - a, gs);
+            for (int64_t q = a; q < z; q++) {
+                int64_t g = order[q], s = gs[g], e = ge[g] > s ? ge[g] : s, j = q - a;
+                if (j == 0) {
+                    wsk = s;
+                    wek = e;
+                } else {
+                    int64_t gap = s - runmax;
+                    if (s < wsk) wsk = s;
+                    if (gap > 0) {
+                        int64_t lp = 0;
+                        if (gle[g] != UNKNOWN_LAUNCH) {
+                            lp = gle[g] + (gfirst[g] ? J->latency : 0);
+                            if (lp > s) lp = s;
+                            lp -= s - gap;
+                            if (lp < 0) lp = 0;
+                            if (lp > gap) lp = gap;
+                        }
+                        bk[B_LAUNCH] += lp;
+                        bk[B_IDLE] += gap - lp;
+                    }
+                    if (gap >= 0) { /* the previous cluster is complete */
+                        if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
+                        else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) {
+                            free(cs), free(cse), free(cst), free(ccode);
+                            goto done;
+                        }
+                        c0 = j;
+                    }
+                    if (e > wek) wek = e;
+                }
+                cs[j - c0] = s;
+                cse[j - c0] = e;
+                cst[j - c0] = gst[g];
+                ccode[j - c0] = gcode[g];
+                if (j == 0 || e > runmax) runmax = e;
+            }
+            {
+                int64_t j = z - a;
+                if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
+                else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) {
+                    free(cs), free(cse), free(cst), free(ccode);
+                    goto done;
+                }
+            }
+            J->ws[k] = wsk;
+            J->we[k] = wek;
+            J->n_ev[k] = z - a;
+        }
+        free(cs), free(cse), free(cst), free(ccode);
+    }
+
+    /* queue delay: the latest end of any GPU event of the rank that started before the window */
+    {
+        int is_sorted = 1;
+        const int64_t *s_ = gs, *e_ = ge;
+        for (int64_t g = 1; g < ng; g++)
+            if (gs[g] < gs[g - 1]) {
+                is_sorted = 0;
+                break;
+            }
+        if (!is_sorted) {
+            sorted = (SE *)malloc((size_t)(ng + 1) * sizeof(SE));
+            ss = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+            se = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+            if (!sorted || !ss || !se) goto done;
+            for (int64_t g = 0; g < ng; g++) {
+                sorted[g].s = gs[g];
+                sorted[g].e = ge[g];
+            }
+            qsort(sorted, (size_t)ng, sizeof(SE), se_cmp);
+            for (int64_t g = 0; g < ng; g++) {
+                ss[g] = sorted[g].s;
+                se[g] = sorted[g].e;
+            }
+            s_ = ss;
+            e_ = se;
+        }
+        /* prefix max of ends, in place in tmp */
+        for (int64_t g = 0; g < ng; g++) tmp[g] = (g && tmp[g - 1] > e_[g]) ? tmp[g - 1] : e_[g];
+        for (int64_t k = 0; k < m; k++) {
+            int64_t a = 0, b = ng, w = J->ws[k];
+            if (!J->n_ev[k] || !J->is_host[k]) continue;
+            while (a < b) { /* first g with s_[g] >= w */
+                int64_t mid = a + (b - a) / 2;
+                if (s_[mid] < w) a = mid + 1;
+                else b = mid;
+            }
+            if (a > 0) {
+                int64_t busy = tmp[a - 1] < w ? tmp[a - 1] : w, d = busy - J->host_start[k];
+                J->qd[k] += d > 0 ? d : 0;
+            }
+        }
+    }
+    J->status = 0;
+done:
+    free(gs), free(ge), free(gi), free(gc), free(gst), free(gle), free(gcode), free(ghas), free(gfirst), free(lrow);
+    free(order), free(tmp), free(head), free(sorted), free(ss), free(se);
+    free(W.pts), free(W.sst), free(W.smax);
+    corr_free(&T);
+}
+
+/* walk_rank(cols, kc, cb, dense, i_tid, host_start, is_host, k_lo, latency, outs) -> (status, unresolved rows)
+ * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph) over the rank's rows;
+ * kc / cb: int8 kind codes / bucket codes of those rows; dense: int64 phase id -> instance (last
+ * entry -1); i_tid: int64 per instance (all ranks) or None; host_start (int64) / is_host (uint8):
+ * the rank's instances [k_lo, k_lo + m); outs: writable int64 buffers over those instances:
+ * buckets (m x NB), window start, window end, overlapped comm, events, queue delay, graph launches,
+ * eager launches, cross-thread events (all zero on entry). */
+static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
+    PyObject *cols, *okc, *ocb, *odense, *oitid, *ohs, *oih, *outs;
+    long long k_lo, latency;
+    Col c[7];
+    Buf kc = {0}, cb = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9];
+    Job J;
+    PyObject *ret = NULL;
+    static const char *cname[7] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph"};
+    (void)self;
+    memset(c, 0, sizeof(c));
+    memset(ob, 0, sizeof(ob));
+    memset(&J, 0, sizeof(J));
+    if (!PyArg_ParseTuple(args, "O!OOOOOOLLO!", &PyTuple_Type, &cols, &okc, &ocb, &odense, &oitid, &ohs, &oih, &k_lo,
+                          &latency, &PyTuple_Type, &outs))
+        return NULL;
+    if (PyTuple_GET_SIZE(cols) != 7 || PyTuple_GET_SIZE(outs) != 9) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: 7 columns and 9 outputs expected");
+        return NULL;
+    }
+    for (int i = 0; i < 7; i++) {
+        PyObject *o = PyTuple_GET_ITEM(cols, i);
+        if (i == 5 && o == Py_None) continue;
+        if (col_import(o, &c[i], cname[i]) < 0) goto done;
+        if (!col_is_int(&c[i])) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an integer column", cname[i]);
+            goto done;
+        }
+    }
+    if (get_buf(okc, &kc, 1, 0, "kc") < 0 || get_buf(ocb, &cb, 1, 0, "cb") < 0 || get_buf(odense, &dense, 8, 0, "dense") < 0 ||
+        get_buf(ohs, &hs, 8, 0, "host_start") < 0 || get_buf(oih, &ih, 1, 0, "is_host") < 0)
+        goto done;
+    if (oitid != Py_None && get_buf(oitid, &itid, 8, 0, "i_tid") < 0) goto done;
+    J.n = kc.view.len;
+    J.m = hs.view.len / 8;
+    for (int i = 0; i < 7; i++)
+        if (!(i == 5 && PyTuple_GET_ITEM(cols, 5) == Py_None) && c[i].n != J.n) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind codes %lld", cname[i], (long long)c[i].n,
+                         (long long)J.n);
+            goto done;
+        }
+    if (cb.view.len != J.n || ih.view.len != J.m || dense.view.len < 8) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: inconsistent input lengths");
+        goto done;
+    }
+    for (int i = 0; i < 9; i++) {
+        if (get_buf(PyTuple_GET_ITEM(outs, i), &ob[i], 8, 1, "out") < 0) goto done;
+        if (ob[i].view.len != (i == 0 ? NB : 1) * J.m * 8) {
+            PyErr_SetString(PyExc_ValueError, "walk_rank: output of the wrong size");
+            goto done;
+        }
+    }
+    J.start = &c[0], J.dur = &c[1], J.pid = &c[2], J.corr = &c[3], J.stream = &c[4], J.tid = &c[5], J.graph = &c[6];
+    J.kc = (const int8_t *)kc.view.buf;
+    J.cb = (const int8_t *)cb.view.buf;
+    J.dense = (const int64_t *)dense.view.buf;
+    J.n_dense = dense.view.len / 8;
+    J.i_tid = itid.ok ? (const int64_t *)itid.view.buf : NULL;
+    J.n_itid = itid.ok ? itid.view.len / 8 : 0;
+    if (J.i_tid && PyTuple_GET_ITEM(cols, 5) == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: i_tid without a tid column");
+        goto done;
+    }
+    J.host_start = (const int64_t *)hs.view.buf;
+    J.is_host = (const uint8_t *)ih.view.buf;
+    J.k_lo = k_lo;
+    J.latency = latency;
+    J.buckets = (int64_t *)ob[0].view.buf, J.ws = (int64_t *)ob[1].view.buf, J.we = (int64_t *)ob[2].view.buf;
+    J.ov = (int64_t *)ob[3].view.buf, J.n_ev = (int64_t *)ob[4].view.buf, J.qd = (int64_t *)ob[5].view.buf;
+    J.graph_l = (int64_t *)ob[6].view.buf, J.eager_l = (int64_t *)ob[7].view.buf, J.cross = (int64_t *)ob[8].view.buf;
+    {
+        /* every instance index of dense must be < len(i_tid) */
+        if (J.i_tid)
+            for (int64_t i = 0; i < J.n_dense; i++)
+                if (J.dense[i] >= J.n_itid) {
+                    PyErr_SetString(PyExc_ValueError, "walk_rank: i_tid shorter than the instances");
+                    goto done;
+                }
+    }
+    J.unres = (int64_t *)malloc((size_t)(J.n + 1) * sizeof(int64_t));
+    if (!J.unres) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_job(&J);
+    Py_END_ALLOW_THREADS
+    if (J.status < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8));
+        if (!rows) goto done;
+        ret = Py_BuildValue("(iN)", J.status, rows);
+    }
+done:
+    free(J.unres);
+    for (int i = 0; i < 7; i++) col_free(&c[i]);
+    rel_buf(&kc), rel_buf(&cb), rel_buf(&dense), rel_buf(&itid), rel_buf(&hs), rel_buf(&ih);
+    for (int i = 0; i < 9; i++) rel_buf(&ob[i]);
+    return ret;
+}
+
+static PyMethodDef METHODS[] = {
+    {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
+    {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "tracekit._walk", "tracekit's compiled attribution walk.", -1,
+                                    METHODS};
+
+PyMODINIT_FUNC PyInit__walk(void) {
+    PyObject *m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    if (PyModule_AddIntConstant(m, "NB", NB) < 0 || PyModule_AddIntConstant(m, "N_WORK", N_WORK) < 0 ||
+        PyModule_AddIntConstant(m, "MEMORY", MEMORY) < 0 || PyModule_AddIntConstant(m, "N_EVENT_CODES", N_EVENT_CODES) < 0 ||
+        PyModule_AddIntConstant(m, "LAUNCH", B_LAUNCH) < 0 || PyModule_AddIntConstant(m, "IDLE", B_IDLE) < 0 ||
+        PyModule_AddIntConstant(m, "K_KERNEL", K_KERNEL) < 0 || PyModule_AddIntConstant(m, "K_MEMCPY", K_MEMCPY) < 0 ||
+        PyModule_AddIntConstant(m, "K_MEMSET", K_MEMSET) < 0 || PyModule_AddIntConstant(m, "K_LAUNCH", K_LAUNCH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
