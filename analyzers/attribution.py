@@ -35,7 +35,7 @@ from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
-from .attribution_native import attribute_ranks
+from .attribution_native import RANGE_CODES, attribute_ranks, kind_codes
 from .attribution_views import (
     BUCKET_COLUMNS,
     SUM_COLUMNS,
@@ -351,9 +351,11 @@ def attribute_instances(
 
     ``collectives``: ``matched(events)`` when the caller has it already.
     """
-    inst = phase_instances(
-        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
-    ).sort(["rank", "start_ns", "phase_id"])
+    kc = kind_codes(events)  # None: the reference path
+    src = events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
+    if kc is not None:  # only the range rows can be instances: no string filter over the table
+        src = src.gather(np.flatnonzero(kc >= RANGE_CODES))
+    inst = phase_instances(src).sort(["rank", "start_ns", "phase_id"])
     K = inst.height
     pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)
     max_id = int(pid_all.max()) + 1 if K else 0
@@ -371,7 +373,7 @@ def attribute_instances(
     collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
     acc = _Acc(K)
     acc.collect = collect
-    if not attribute_ranks(events, dense, launch_latency_ns, i_rank, host_start, is_host, i_tid if has_tid else None, acc):
+    if not attribute_ranks(events, dense, launch_latency_ns, i_rank, host_start, is_host, i_tid if has_tid else None, acc, kc):
         # the numpy reference path (TRACEKIT_PURE=1, or a table the compiled pass does not take)
         acc = _Acc(K)
         acc.collect = collect

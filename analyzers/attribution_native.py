@@ -23,7 +23,7 @@ import polars as pl
 
 from tracekit import _native
 from tracekit.finalize.categories import CATEGORIES
-from tracekit.schema import KERNEL, LAUNCH, MEMCPY, MEMSET
+from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
 from .buckets import BUCKETS, IDLE, LAUNCH as B_LAUNCH, N_EVENT_CODES, N_WORK, NB
 
@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 
 I64 = npt.NDArray[np.int64]
 
-# kind codes: the order tracekit/_walk.c expects (K_KERNEL = 1 .. K_LAUNCH = 4; 0 any other kind)
-_KINDS: Final = (KERNEL, MEMCPY, MEMSET, LAUNCH)
-_KIND_VALUES: Final = np.array([1, 2, 3, 4, 0, 0], dtype=np.int8)
+# kind codes: the order tracekit/_walk.c expects (K_KERNEL = 1 .. K_LAUNCH = 4), then the phase
+# range kinds; 0 any other kind
+_KINDS: Final = (KERNEL, MEMCPY, MEMSET, LAUNCH, RANGE, GPU_RANGE)
+_KIND_VALUES: Final = np.array([1, 2, 3, 4, 5, 6, 0, 0], dtype=np.int8)
+RANGE_CODES: Final = 5  # kind code >= this: a range or gpu_range row
 # category -> bucket code (every category of the rule vocabulary is the bucket of that name);
 # a category outside it is ``other``, a missing one -1 (resolved by name below)
 _CATS: Final = tuple(CATEGORIES)
@@ -56,6 +58,13 @@ def codes(s: pl.Series, names: tuple[str, ...], values: npt.NDArray[np.int8]) ->
     return out
 
 
+def kind_codes(events: pl.DataFrame) -> npt.NDArray[np.int8] | None:
+    """Kind code per row (``_KINDS`` order, from 1; 0 for other kinds); None without the extension."""
+    if _native.walk is None:
+        return None
+    return codes(events.get_column("kind"), _KINDS, _KIND_VALUES)
+
+
 def _check_codes() -> None:
     w = _native.walk
     assert w is not None
@@ -74,11 +83,13 @@ def attribute_ranks(
     is_host: npt.NDArray[np.bool_],
     i_tid: I64 | None,
     acc: _Acc,
+    kc: npt.NDArray[np.int8] | None,
 ) -> bool:
     """Fill ``acc`` (zeros on entry) with the compiled pass; False (``acc`` then undefined)
-    when the table is not in the shape it needs or the extension is not built."""
+    when the table is not in the shape it needs or the extension is not built.
+    ``kc``: ``kind_codes(events)``."""
     w = _native.walk
-    if w is None or events.height == 0:
+    if w is None or kc is None or events.height == 0:
         return False
     _check_codes()
     rank_s = events.get_column("rank")
@@ -91,7 +102,6 @@ def attribute_ranks(
     if i_rank.size and not np.all(i_rank[1:] >= i_rank[:-1]):
         return False
 
-    kc = codes(events.get_column("kind"), _KINDS, _KIND_VALUES)
     cb = codes(events.get_column("category"), _CATS, _CAT_VALUES)
     missing = np.flatnonzero((cb < 0) & (kc == 1))
     if missing.size:  # kernels without a category: the category rule table on their names
@@ -127,11 +137,14 @@ def attribute_ranks(
         return int(status), unres, lo
 
     workers = min(len(r_val), len(os.sched_getaffinity(0)))
-    if workers > 1:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(one, range(len(r_val))))
-    else:
-        results = [one(j) for j in range(len(r_val))]
+    try:
+        if workers > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                results = list(pool.map(one, range(len(r_val))))
+        else:
+            results = [one(j) for j in range(len(r_val))]
+    finally:
+        w.trim()
     if any(st != 0 for st, _, _ in results):
         return False
     unres_rows = [np.frombuffer(u, dtype=np.int64) + lo for _, u, lo in results if u]
@@ -160,4 +173,4 @@ def attribute_ranks(
     return True
 
 
-__all__ = ["attribute_ranks", "codes"]
+__all__ = ["RANGE_CODES", "attribute_ranks", "codes", "kind_codes"]

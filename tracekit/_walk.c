@@ -15,6 +15,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "pythread.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,9 +282,80 @@ static inline int8_t name_code(const Names *nm, const char *p, int64_t len) {
     return nm->val[nm->n];
 }
 
+/* string views: each name as the 16-byte view image of its length and first bytes, with a
+ * mask of the bytes that hold the string (padding of inline views is not relied on) */
+typedef struct {
+    uint64_t t0, t1, m0, m1;
+    int inl;
+} ViewKey;
+
+static void view_keys(const Names *nm, ViewKey *vk) {
+    for (Py_ssize_t k = 0; k < nm->n; k++) {
+        uint8_t img[16], msk[16];
+        int32_t l = (int32_t)nm->len[k];
+        Py_ssize_t nb = nm->len[k] <= 12 ? nm->len[k] : 4;
+        memset(img, 0, 16);
+        memset(msk, 0, 16);
+        memcpy(img, &l, 4);
+        memset(msk, 0xFF, 4);
+        memcpy(img + 4, nm->s[k], (size_t)nb);
+        memset(msk + 4, 0xFF, (size_t)nb);
+        memcpy(&vk[k].t0, img, 8);
+        memcpy(&vk[k].t1, img + 8, 8);
+        memcpy(&vk[k].m0, msk, 8);
+        memcpy(&vk[k].m1, msk + 8, 8);
+        vk[k].inl = nm->len[k] <= 12;
+    }
+}
+
+/* codes of rows [0, n) of a string view column: word compares, the last view remembered */
+static void codes_of_views(const Col *c, int64_t n, const Names *nm, const ViewKey *vk, int8_t *out) {
+    int8_t null_v = nm->val[nm->n + 1], other = nm->val[nm->n], last_code = 0;
+    uint64_t l0 = 0, l1 = 0;
+    int have_last = 0;
+    const uint8_t *views = (const uint8_t *)c->vals;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = c->off + i;
+        uint64_t v0, v1;
+        int8_t code = other;
+        if (c->valid && !bit(c->valid, j)) {
+            out[i] = null_v;
+            continue;
+        }
+        memcpy(&v0, views + 16 * j, 8);
+        memcpy(&v1, views + 16 * j + 8, 8);
+        if (have_last && v0 == l0 && v1 == l1) { /* the same view: the same string */
+            out[i] = last_code;
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < nm->n; k++) {
+            if ((v0 ^ vk[k].t0) & vk[k].m0) continue;
+            if (vk[k].inl) {
+                if ((v1 ^ vk[k].t1) & vk[k].m1) continue;
+            } else {
+                int64_t len;
+                const char *p = str_at(c, C_VIEW, j, &len);
+                if (memcmp(p, nm->s[k], (size_t)len) != 0) continue;
+            }
+            code = nm->val[k];
+            break;
+        }
+        l0 = v0, l1 = v1, have_last = 1, last_code = code;
+        out[i] = code;
+    }
+}
+
 /* codes of rows [0, n) of string layout c (type t); null rows -> val[n + 1] */
 static void codes_of(const Col *c, int t, int64_t n, const Names *nm, int8_t *out) {
     int8_t null_v = nm->val[nm->n + 1];
+    if (t == C_VIEW) {
+        ViewKey vk[64];
+        if (nm->n <= 64) {
+            view_keys(nm, vk);
+            codes_of_views(c, n, nm, vk, out);
+            return;
+        }
+    }
     const char *last = NULL;
     int64_t last_len = -1;
     int8_t last_code = 0;
@@ -411,71 +483,131 @@ done:
     return ret;
 }
 
+/* ---- work memory: one block per rank, kept in a small pool between calls ------------------ */
+
+/* Fresh memory costs a page fault per 4 KiB (kernel time that dominated the first version):
+ * the blocks of finished ranks are reused by the next ones, and trim() (called at the end of
+ * an attribution) frees them. */
+#define POOL 16
+static struct {
+    char *p;
+    size_t size;
+    int busy;
+} pool[POOL];
+static PyThread_type_lock pool_lock;
+
+static char *pool_get(size_t need, int *slot) {
+    int best = -1, spare = -1;
+    char *p;
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    for (int i = 0; i < POOL; i++) {
+        if (pool[i].busy) continue;
+        if (pool[i].p && pool[i].size >= need && (best < 0 || pool[i].size < pool[best].size)) best = i;
+        if (spare < 0 || !pool[i].p || (pool[spare].p && pool[i].size < pool[spare].size)) spare = i;
+    }
+    if (best < 0 && spare >= 0) { /* grow the smallest free block (or an empty entry) */
+        free(pool[spare].p);
+        pool[spare].p = (char *)malloc(need);
+        pool[spare].size = pool[spare].p ? need : 0;
+        if (pool[spare].p) best = spare;
+    }
+    if (best >= 0) pool[best].busy = 1;
+    PyThread_release_lock(pool_lock);
+    *slot = best;
+    if (best >= 0) return pool[best].p;
+    p = (char *)malloc(need); /* every entry busy: a private block */
+    return p;
+}
+
+static void pool_put(char *p, int slot) {
+    if (slot < 0) {
+        free(p);
+        return;
+    }
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    pool[slot].busy = 0;
+    PyThread_release_lock(pool_lock);
+}
+
+static PyObject *py_trim(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    for (int i = 0; i < POOL; i++)
+        if (!pool[i].busy) {
+            free(pool[i].p);
+            pool[i].p = NULL;
+            pool[i].size = 0;
+        }
+    PyThread_release_lock(pool_lock);
+    Py_RETURN_NONE;
+}
+
+/* carve aligned arrays out of one block */
+typedef struct {
+    char *p;
+    size_t used, size;
+} Arena;
+
+static size_t al(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static void *take(Arena *a, size_t n) {
+    void *r = a->p + a->used;
+    a->used += al(n);
+    return r;
+}
+
 /* ---- correlation table: direct-address when dense, else open addressing ------------------- */
+
+typedef struct {
+    int64_t key;        /* hash mode */
+    int64_t launch_end; /* the first launch row's end */
+    int64_t best_g;     /* the earliest member GPU event of the correlation; -1: none yet */
+    uint8_t used, has_l, cross;
+} Slot;
 
 typedef struct {
     int dense;
     int64_t lo, cap, mask;
-    int64_t *key; /* hash mode */
-    uint8_t *used;
-    int64_t *launch_end; /* the first launch row's end */
-    uint8_t *has_l;      /* a launch row was seen */
-    int8_t *cross;
-    int64_t *best_start;
-    int64_t *best_g; /* -1: no member GPU event yet */
+    Slot *s;
 } Corr;
 
-static int corr_init(Corr *t, int64_t lo, int64_t hi, int64_t count) {
-    memset(t, 0, sizeof(*t));
+static int64_t corr_cap(int64_t lo, int64_t hi, int64_t count, int *dense) {
+    int64_t cap = 16;
+    *dense = 0;
     if (count == 0) return 0;
-    if (hi - lo + 1 <= 8 * count + (1 << 16)) {
-        t->dense = 1;
-        t->lo = lo;
-        t->cap = hi - lo + 1;
-    } else {
-        int64_t cap = 16;
-        while (cap < 2 * count) cap <<= 1;
-        t->cap = cap;
-        t->mask = cap - 1;
-        t->key = (int64_t *)malloc((size_t)cap * sizeof(int64_t));
-        t->used = (uint8_t *)calloc((size_t)cap, 1);
-        if (!t->key || !t->used) return -1;
+    if (hi - lo + 1 <= 2 * count + (1 << 16)) {
+        *dense = 1;
+        return hi - lo + 1;
     }
-    t->launch_end = (int64_t *)malloc((size_t)t->cap * sizeof(int64_t));
-    t->cross = (int8_t *)calloc((size_t)t->cap, 1);
-    t->has_l = (uint8_t *)calloc((size_t)t->cap, 1);
-    t->best_start = (int64_t *)malloc((size_t)t->cap * sizeof(int64_t));
-    t->best_g = (int64_t *)malloc((size_t)t->cap * sizeof(int64_t));
-    if (!t->launch_end || !t->cross || !t->has_l || !t->best_start || !t->best_g) return -1;
-    for (int64_t i = 0; i < t->cap; i++) {
-        t->launch_end[i] = UNKNOWN_LAUNCH;
-        t->best_g[i] = -1;
-    }
-    return 0;
+    while (cap < 2 * count) cap <<= 1;
+    return cap;
 }
 
-static void corr_free(Corr *t) {
-    free(t->key);
-    free(t->used);
-    free(t->launch_end);
-    free(t->cross);
-    free(t->has_l);
-    free(t->best_start);
-    free(t->best_g);
+static void corr_init(Corr *t, Slot *mem, int64_t lo, int64_t cap, int dense) {
+    t->dense = dense;
+    t->lo = lo;
+    t->cap = cap;
+    t->mask = cap - 1;
+    t->s = mem;
+    for (int64_t i = 0; i < cap; i++) {
+        mem[i].used = mem[i].has_l = mem[i].cross = 0;
+        mem[i].launch_end = UNKNOWN_LAUNCH;
+        mem[i].best_g = -1;
+    }
 }
 
-static inline int64_t corr_slot(Corr *t, int64_t k) {
+static inline Slot *corr_slot(Corr *t, int64_t k) {
     uint64_t h;
-    if (t->dense) return k - t->lo;
+    if (t->dense) return t->s + (k - t->lo);
     h = ((uint64_t)k * 0x9E3779B97F4A7C15ull) >> 17;
     for (;;) {
-        int64_t s = (int64_t)(h & (uint64_t)t->mask);
-        if (!t->used[s]) {
-            t->used[s] = 1;
-            t->key[s] = k;
+        Slot *s = t->s + (int64_t)(h & (uint64_t)t->mask);
+        if (!s->used) {
+            s->used = 1;
+            s->key = k;
             return s;
         }
-        if (t->key[s] == k) return s;
+        if (s->key == k) return s;
         h++;
     }
 }
@@ -665,61 +797,87 @@ static inline int64_t inst_of(const Job *J, int64_t pid) {
     return J->dense[pid];
 }
 
+static inline int64_t gv(const Col *c, int64_t i, int64_t fill) { /* col_i64 with an int64 fast path */
+    int64_t j = c->off + i;
+    if (c->valid && !bit(c->valid, j)) return fill;
+    if (c->type == C_I64) return ((const int64_t *)c->vals)[j];
+    return c->type == C_NULL ? fill : col_raw(c, i);
+}
+
 static void run_job(Job *J) {
-    int64_t n = J->n, ng = 0, nl = 0, lo = INT64_MAX, hi = INT64_MIN, ncorr = 0;
-    int64_t *gs = NULL, *ge = NULL, *gi = NULL, *gc = NULL, *gst = NULL, *gle = NULL, *lrow = NULL;
-    int64_t *order = NULL, *tmp = NULL, *head = NULL, *ss = NULL, *se = NULL;
-    int8_t *gcode = NULL, *ghas = NULL, *gfirst = NULL;
-    SE *sorted = NULL;
+    int64_t n = J->n, ng = 0, nl = 0, lo = INT64_MAX, hi = INT64_MIN, ncorr = 0, m = J->m, cap, maxk = 0;
+    int dense_t = 0, g_sorted = 1, pslot = -1;
+    size_t need;
     Corr T;
     Scratch W;
-    int64_t m = J->m;
-    memset(&T, 0, sizeof(T));
+    Arena A;
+    int64_t *gs, *ge, *gc, *gst, *gle, *lrow, *order, *tmp, *head;
+    int32_t *gi;
+    int8_t *gcode, *ghas;
+    int64_t *bstart = NULL, *cs = NULL, *cse = NULL, *cst = NULL, *ss = NULL, *se = NULL;
+    int8_t *ccode = NULL;
+    SE *sorted = NULL;
     memset(&W, 0, sizeof(W));
+    memset(&A, 0, sizeof(A));
     J->status = -1;
-    /* pass 1: GPU rows gathered, launch rows listed, correlation range */
+    /* pass 0: sizes and the correlation range */
     for (int64_t i = 0; i < n; i++) {
         int8_t k = J->kc[i];
-        if (k >= K_KERNEL && k <= K_MEMSET) ng++;
-        else if (k == K_LAUNCH) nl++;
+        if (k >= K_KERNEL && k <= K_LAUNCH) {
+            if (k == K_LAUNCH) nl++;
+            else ng++;
+            if (col_valid(J->corr, i)) {
+                int64_t c = col_raw(J->corr, i);
+                if (c < lo) lo = c;
+                if (c > hi) hi = c;
+                ncorr++;
+            }
+        }
     }
-    gs = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    ge = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    gi = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    gc = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    gst = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    gle = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    gcode = (int8_t *)malloc((size_t)ng + 1);
-    ghas = (int8_t *)malloc((size_t)ng + 1);
-    gfirst = (int8_t *)malloc((size_t)ng + 1);
-    lrow = (int64_t *)malloc((size_t)(nl + 1) * sizeof(int64_t));
-    if (!gs || !ge || !gi || !gc || !gst || !gle || !gcode || !ghas || !gfirst || !lrow) goto done;
+    cap = corr_cap(lo, hi, ncorr, &dense_t);
+    need = 7 * al((size_t)(ng + 1) * 8) + al((size_t)(ng + 1) * 4) + 2 * al((size_t)ng + 1) + al((size_t)(nl + 1) * 8) +
+           al((size_t)(cap + 1) * sizeof(Slot)) + al((size_t)(m + 2) * 8) + 64;
+    A.p = pool_get(need, &pslot);
+    if (!A.p) goto done;
+    A.size = need;
+    gs = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    ge = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gc = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gst = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gle = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    order = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    tmp = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gi = (int32_t *)take(&A, (size_t)(ng + 1) * 4);
+    gcode = (int8_t *)take(&A, (size_t)ng + 1);
+    ghas = (int8_t *)take(&A, (size_t)ng + 1);
+    lrow = (int64_t *)take(&A, (size_t)(nl + 1) * 8);
+    T.s = (Slot *)take(&A, (size_t)(cap + 1) * sizeof(Slot));
+    head = (int64_t *)take(&A, (size_t)(m + 2) * 8);
+    corr_init(&T, T.s, lo, cap, dense_t);
+    memset(head, 0, (size_t)(m + 2) * 8);
+
+    /* pass 1: GPU rows gathered (instance, times, correlation, stream, bucket), launch rows listed */
     {
         int64_t g = 0, l = 0;
         for (int64_t i = 0; i < n; i++) {
             int8_t k = J->kc[i];
             if (k >= K_KERNEL && k <= K_MEMSET) {
-                int64_t s = col_i64(J->start, i, 0), inst;
+                int64_t s = gv(J->start, i, 0), inst = inst_of(J, gv(J->pid, i, -1));
                 gs[g] = s;
-                ge[g] = s + col_i64(J->dur, i, 0);
-                inst = inst_of(J, col_i64(J->pid, i, -1));
+                ge[g] = s + gv(J->dur, i, 0);
+                if (g && s < gs[g - 1]) g_sorted = 0;
                 if (inst >= 0) {
                     inst -= J->k_lo;
                     if (inst < 0 || inst >= m) {
                         J->status = 1;
                         goto done;
                     }
+                    head[inst + 1]++;
                 }
-                gi[g] = inst;
+                gi[g] = (int32_t)inst;
                 ghas[g] = (int8_t)col_valid(J->corr, i);
-                if (ghas[g]) {
-                    int64_t c = col_raw(J->corr, i);
-                    gc[g] = c;
-                    if (c < lo) lo = c;
-                    if (c > hi) hi = c;
-                    ncorr++;
-                }
-                gst[g] = col_i64(J->stream, i, -1);
+                gc[g] = ghas[g] ? col_raw(J->corr, i) : 0;
+                gst[g] = gv(J->stream, i, -1);
                 if (k == K_KERNEL) {
                     if (J->cb[i] < 0 || J->cb[i] >= N_EVENT_CODES) {
                         J->status = 2;
@@ -732,27 +890,21 @@ static void run_job(Job *J) {
                 g++;
             } else if (k == K_LAUNCH) {
                 lrow[l++] = i;
-                if (col_valid(J->corr, i)) {
-                    int64_t c = col_raw(J->corr, i);
-                    if (c < lo) lo = c;
-                    if (c > hi) hi = c;
-                    ncorr++;
-                }
             }
         }
     }
-    if (corr_init(&T, lo, hi, ncorr) < 0) goto done;
+    if (ng > INT32_MAX) goto done;
     /* launch rows: launch end (the first launch row of a correlation wins), cross-thread flag,
      * launch counts per instance */
     for (int64_t l = 0; l < nl; l++) {
         int64_t i = lrow[l];
-        int64_t p = col_i64(J->pid, i, -1), inst = inst_of(J, p);
+        int64_t p = gv(J->pid, i, -1), inst = inst_of(J, p);
         if (col_valid(J->corr, i)) {
-            int64_t sl = corr_slot(&T, col_raw(J->corr, i));
-            if (!T.has_l[sl]) {
-                T.has_l[sl] = 1;
-                T.launch_end[sl] = col_i64(J->start, i, 0) + col_i64(J->dur, i, 0);
-                if (J->i_tid && inst >= 0) T.cross[sl] = col_i64(J->tid, i, -1) != J->i_tid[inst];
+            Slot *sl = corr_slot(&T, col_raw(J->corr, i));
+            if (!sl->has_l) {
+                sl->has_l = 1;
+                sl->launch_end = gv(J->start, i, 0) + gv(J->dur, i, 0);
+                if (J->i_tid && inst >= 0) sl->cross = gv(J->tid, i, -1) != J->i_tid[inst];
             }
         }
         if (p >= 0 && inst >= 0) {
@@ -766,131 +918,110 @@ static void run_job(Job *J) {
             else J->eager_l[li]++;
         }
     }
-    /* GPU rows: launch end, first event of its launch call (earliest start among member events) */
+    /* GPU rows: launch end; the first event of each launch call = its earliest-starting member
+     * event (in table order among equal starts) */
+    if (!g_sorted) {
+        bstart = (int64_t *)malloc((size_t)(cap + 1) * 8);
+        if (!bstart) goto done;
+    }
     for (int64_t g = 0; g < ng; g++) {
+        Slot *sl;
         if (!ghas[g]) {
             gle[g] = UNKNOWN_LAUNCH;
             continue;
         }
-        {
-            int64_t sl = corr_slot(&T, gc[g]);
-            gle[g] = T.launch_end[sl];
-            gc[g] = sl; /* the slot from here on */
-            if (gi[g] >= 0) {
-                if (T.best_g[sl] < 0 || gs[g] < T.best_start[sl]) {
-                    T.best_g[sl] = g;
-                    T.best_start[sl] = gs[g];
-                }
-                if (T.cross[sl]) J->cross[gi[g]]++;
+        sl = corr_slot(&T, gc[g]);
+        gle[g] = sl->launch_end;
+        gc[g] = sl - T.s; /* the slot from here on */
+        if (gi[g] >= 0) {
+            if (sl->best_g < 0 || (bstart && gs[g] < bstart[gc[g]])) {
+                sl->best_g = g;
+                if (bstart) bstart[gc[g]] = gs[g];
             }
+            if (sl->cross) J->cross[gi[g]]++;
         }
     }
-    for (int64_t g = 0; g < ng; g++) gfirst[g] = !ghas[g] || gi[g] < 0 || T.best_g[gc[g]] == g;
 
     /* member events grouped by instance (stable), each instance in start order */
-    head = (int64_t *)calloc((size_t)m + 1, sizeof(int64_t));
-    order = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    tmp = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-    if (!head || !order || !tmp) goto done;
-    for (int64_t g = 0; g < ng; g++)
-        if (gi[g] >= 0) head[gi[g] + 1]++;
-    for (int64_t k = 0; k < m; k++) head[k + 1] += head[k];
-    {
-        int64_t *cur = (int64_t *)malloc((size_t)(m + 1) * sizeof(int64_t));
-        if (!cur) goto done;
-        memcpy(cur, head, (size_t)(m + 1) * sizeof(int64_t));
-        for (int64_t g = 0; g < ng; g++)
-            if (gi[g] >= 0) order[cur[gi[g]]++] = g;
-        free(cur);
+    for (int64_t k = 0; k < m; k++) {
+        if (head[k + 1] > maxk) maxk = head[k + 1];
+        head[k + 1] += head[k];
     }
     {
-        int64_t cap = 0;
-        int64_t *cs = NULL, *cse = NULL, *cst = NULL;
-        int8_t *ccode = NULL;
-        for (int64_t k = 0; k < m; k++) {
-            int64_t a = head[k], z = head[k + 1];
-            if (z - a > cap) cap = z - a;
+        int64_t *cur = tmp; /* fill cursors (tmp is free until the walk) */
+        if (m + 1 > ng + 1) {
+            cur = (int64_t *)malloc((size_t)(m + 1) * 8);
+            if (!cur) goto done;
         }
-        cs = (int64_t *)malloc((size_t)(cap + 1) * sizeof(int64_t));
-        cse = (int64_t *)malloc((size_t)(cap + 1) * sizeof(int64_t));
-        cst = (int64_t *)malloc((size_t)(cap + 1) * sizeof(int64_t));
-        ccode = (int8_t *)malloc((size_t)cap + 1);
-        if (!cs || !cse || !cst || !ccode) {
-            free(cs), free(cse), free(cst), free(ccode);
-            goto done;
-        }
-        for (int64_t k = 0; k < m; k++) {
-            int64_t a = head[k], z = head[k + 1], runmax = 0, c0 = 0, wsk = 0, wek = 0;
-            int64_t *bk = J->buckets + k * NB;
-            int sorted_ok = 1;
-            if (z == a) continue;
+        memcpy(cur, head, (size_t)(m + 1) * 8);
+        for (int64_t g = 0; g < ng; g++)
+            if (gi[g] >= 0) order[cur[gi[g]]++] = g;
+        if (cur != tmp) free(cur);
+    }
+    cs = (int64_t *)malloc((size_t)(maxk + 1) * 8);
+    cse = (int64_t *)malloc((size_t)(maxk + 1) * 8);
+    cst = (int64_t *)malloc((size_t)(maxk + 1) * 8);
+    ccode = (int8_t *)malloc((size_t)maxk + 1);
+    if (!cs || !cse || !cst || !ccode) goto done;
+    for (int64_t k = 0; k < m; k++) {
+        int64_t a = head[k], z = head[k + 1], runmax = 0, c0 = 0, wsk = 0, wek = 0;
+        int64_t *bk = J->buckets + k * NB;
+        if (z == a) continue;
+        if (!g_sorted) {
             for (int64_t q = a + 1; q < z; q++)
                 if (gs[order[q]] < gs[order[q - 1]]) {
-                    sorted_ok = 0;
+                    msort(order + a, tmp, z - a, gs);
                     break;
                 }
-            if (!sorted_ok) msort(order + a, tmp, z - a, gs);
-            for (int64_t q = a; q < z; q++) {
-                int64_t g = order[q], s = gs[g], e = ge[g] > s ? ge[g] : s, j = q - a;
-                if (j == 0) {
-                    wsk = s;
-                    wek = e;
-                } else {
-                    int64_t gap = s - runmax;
-                    if (s < wsk) wsk = s;
-                    if (gap > 0) {
-                        int64_t lp = 0;
-                        if (gle[g] != UNKNOWN_LAUNCH) {
-                            lp = gle[g] + (gfirst[g] ? J->latency : 0);
-                            if (lp > s) lp = s;
-                            lp -= s - gap;
-                            if (lp < 0) lp = 0;
-                            if (lp > gap) lp = gap;
-                        }
-                        bk[B_LAUNCH] += lp;
-                        bk[B_IDLE] += gap - lp;
-                    }
-                    if (gap >= 0) { /* the previous cluster is complete */
-                        if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
-                        else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) {
-                            free(cs), free(cse), free(cst), free(ccode);
-                            goto done;
-                        }
-                        c0 = j;
-                    }
-                    if (e > wek) wek = e;
-                }
-                cs[j - c0] = s;
-                cse[j - c0] = e;
-                cst[j - c0] = gst[g];
-                ccode[j - c0] = gcode[g];
-                if (j == 0 || e > runmax) runmax = e;
-            }
-            {
-                int64_t j = z - a;
-                if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
-                else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) {
-                    free(cs), free(cse), free(cst), free(ccode);
-                    goto done;
-                }
-            }
-            J->ws[k] = wsk;
-            J->we[k] = wek;
-            J->n_ev[k] = z - a;
         }
-        free(cs), free(cse), free(cst), free(ccode);
+        for (int64_t q = a; q < z; q++) {
+            int64_t g = order[q], s = gs[g], e = ge[g] > s ? ge[g] : s, j = q - a;
+            if (j == 0) {
+                wsk = s;
+                wek = e;
+            } else {
+                int64_t gap = s - runmax;
+                if (s < wsk) wsk = s;
+                if (gap > 0) {
+                    int64_t lp = 0;
+                    if (gle[g] != UNKNOWN_LAUNCH) {
+                        int first = !ghas[g] || T.s[gc[g]].best_g == g;
+                        lp = gle[g] + (first ? J->latency : 0);
+                        if (lp > s) lp = s;
+                        lp -= s - gap;
+                        if (lp < 0) lp = 0;
+                        if (lp > gap) lp = gap;
+                    }
+                    bk[B_LAUNCH] += lp;
+                    bk[B_IDLE] += gap - lp;
+                }
+                if (gap >= 0) { /* the previous cluster is complete */
+                    if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
+                    else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) goto done;
+                    c0 = j;
+                }
+                if (e > wek) wek = e;
+            }
+            cs[j - c0] = s;
+            cse[j - c0] = e;
+            cst[j - c0] = gst[g];
+            ccode[j - c0] = gcode[g];
+            if (j == 0 || e > runmax) runmax = e;
+        }
+        {
+            int64_t j = z - a;
+            if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
+            else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) goto done;
+        }
+        J->ws[k] = wsk;
+        J->we[k] = wek;
+        J->n_ev[k] = z - a;
     }
 
     /* queue delay: the latest end of any GPU event of the rank that started before the window */
     {
-        int is_sorted = 1;
         const int64_t *s_ = gs, *e_ = ge;
-        for (int64_t g = 1; g < ng; g++)
-            if (gs[g] < gs[g - 1]) {
-                is_sorted = 0;
-                break;
-            }
-        if (!is_sorted) {
+        if (!g_sorted) {
             sorted = (SE *)malloc((size_t)(ng + 1) * sizeof(SE));
             ss = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
             se = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
@@ -907,7 +1038,7 @@ static void run_job(Job *J) {
             s_ = ss;
             e_ = se;
         }
-        /* prefix max of ends, in place in tmp */
+        /* prefix max of ends, in tmp */
         for (int64_t g = 0; g < ng; g++) tmp[g] = (g && tmp[g - 1] > e_[g]) ? tmp[g - 1] : e_[g];
         for (int64_t k = 0; k < m; k++) {
             int64_t a = 0, b = ng, w = J->ws[k];
@@ -925,10 +1056,9 @@ static void run_job(Job *J) {
     }
     J->status = 0;
 done:
-    free(gs), free(ge), free(gi), free(gc), free(gst), free(gle), free(gcode), free(ghas), free(gfirst), free(lrow);
-    free(order), free(tmp), free(head), free(sorted), free(ss), free(se);
+    if (A.p) pool_put(A.p, pslot);
+    free(bstart), free(cs), free(cse), free(cst), free(ccode), free(sorted), free(ss), free(se);
     free(W.pts), free(W.sst), free(W.smax);
-    corr_free(&T);
 }
 
 /* walk_rank(cols, kc, cb, dense, i_tid, host_start, is_host, k_lo, latency, outs) -> (status, unresolved rows)
@@ -1044,6 +1174,7 @@ done:
 static PyMethodDef METHODS[] = {
     {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
     {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
+    {"trim", py_trim, METH_NOARGS, "trim(): free the work memory kept between walk_rank calls."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1051,7 +1182,9 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "tracekit._walk", "tr
                                     METHODS};
 
 PyMODINIT_FUNC PyInit__walk(void) {
-    PyObject *m = PyModule_Create(&MODULE);
+    PyObject *m;
+    if (!pool_lock && !(pool_lock = PyThread_allocate_lock())) return PyErr_NoMemory();
+    m = PyModule_Create(&MODULE);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "NB", NB) < 0 || PyModule_AddIntConstant(m, "N_WORK", N_WORK) < 0 ||
         PyModule_AddIntConstant(m, "MEMORY", MEMORY) < 0 || PyModule_AddIntConstant(m, "N_EVENT_CODES", N_EVENT_CODES) < 0 ||

@@ -12,6 +12,7 @@ K_MEMSET: int
 K_LAUNCH: int
 
 def codes(stream: Any, names: tuple[str, ...], values: Any, out: Any, /) -> None: ...
+def trim() -> None: ...
 def walk_rank(
     cols: tuple[Any, ...],
     kc: Any,
