@@ -65,6 +65,19 @@ def kind_codes(events: pl.DataFrame) -> npt.NDArray[np.int8] | None:
     return codes(events.get_column("kind"), _KINDS, _KIND_VALUES)
 
 
+def workers(ranks: int) -> int:
+    """Threads for ``ranks`` rank passes: the usable cores (TRACEKIT_ATTRIBUTE_THREADS overrides)."""
+    env = os.environ.get("TRACEKIT_ATTRIBUTE_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        cores = int(env)
+    else:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 1
+    return max(1, min(ranks, cores))
+
+
 def _check_codes() -> None:
     w = _native.walk
     assert w is not None
@@ -136,10 +149,10 @@ def attribute_ranks(
         )
         return int(status), unres, lo
 
-    workers = min(len(r_val), len(os.sched_getaffinity(0)))
+    n_threads = workers(len(r_val))
     try:
-        if workers > 1:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
+        if n_threads > 1:
+            with ThreadPoolExecutor(max_workers=n_threads) as pool:
                 results = list(pool.map(one, range(len(r_val))))
         else:
             results = [one(j) for j in range(len(r_val))]
@@ -173,4 +186,4 @@ def attribute_ranks(
     return True
 
 
-__all__ = ["RANGE_CODES", "attribute_ranks", "codes", "kind_codes"]
+__all__ = ["RANGE_CODES", "attribute_ranks", "codes", "kind_codes", "workers"]

@@ -240,7 +240,6 @@ static inline int64_t col_i64(const Col *c, int64_t i, int64_t fill) {
     return col_valid(c, i) ? col_raw(c, i) : fill;
 }
 
-static int col_is_int(const Col *c) { return !c->is_dict && ((c->type >= C_I8 && c->type <= C_U64) || c->type == C_NULL || c->type == C_BOOL); }
 
 /* the bytes of string row i of array a laid out in c (type t) */
 static inline const char *str_at(const Col *c, int t, int64_t j, int64_t *len) {
@@ -804,39 +803,42 @@ static inline int64_t gv(const Col *c, int64_t i, int64_t fill) { /* col_i64 wit
     return c->type == C_NULL ? fill : col_raw(c, i);
 }
 
+#ifdef WALK_TIMING
+#include <time.h>
+static double tnow(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+#define TMARK(i) tm[i] = tnow()
+#else
+#define TMARK(i)
+#endif
 static void run_job(Job *J) {
+#ifdef WALK_TIMING
+    double tm[10] = {0};
+#endif
     int64_t n = J->n, ng = 0, nl = 0, lo = INT64_MAX, hi = INT64_MIN, ncorr = 0, m = J->m, cap, maxk = 0;
     int dense_t = 0, g_sorted = 1, pslot = -1;
     size_t need;
     Corr T;
     Scratch W;
     Arena A;
-    int64_t *gs, *ge, *gc, *gst, *gle, *lrow, *order, *tmp, *head;
+    T.s = NULL;
+    int64_t *gs, *ge, *gc, *gst, *gle, *lc, *lend, *order, *tmp, *head;
     int32_t *gi;
-    int8_t *gcode, *ghas;
+    int8_t *gcode, *ghas, *lhas, *lx;
     int64_t *bstart = NULL, *cs = NULL, *cse = NULL, *cst = NULL, *ss = NULL, *se = NULL;
     int8_t *ccode = NULL;
     SE *sorted = NULL;
     memset(&W, 0, sizeof(W));
     memset(&A, 0, sizeof(A));
     J->status = -1;
-    /* pass 0: sizes and the correlation range */
+    TMARK(0);
+    /* pass 0: sizes (kind codes only) */
     for (int64_t i = 0; i < n; i++) {
         int8_t k = J->kc[i];
-        if (k >= K_KERNEL && k <= K_LAUNCH) {
-            if (k == K_LAUNCH) nl++;
-            else ng++;
-            if (col_valid(J->corr, i)) {
-                int64_t c = col_raw(J->corr, i);
-                if (c < lo) lo = c;
-                if (c > hi) hi = c;
-                ncorr++;
-            }
-        }
+        ng += k >= K_KERNEL && k <= K_MEMSET;
+        nl += k == K_LAUNCH;
     }
-    cap = corr_cap(lo, hi, ncorr, &dense_t);
-    need = 7 * al((size_t)(ng + 1) * 8) + al((size_t)(ng + 1) * 4) + 2 * al((size_t)ng + 1) + al((size_t)(nl + 1) * 8) +
-           al((size_t)(cap + 1) * sizeof(Slot)) + al((size_t)(m + 2) * 8) + 64;
+    need = 7 * al((size_t)(ng + 1) * 8) + al((size_t)(ng + 1) * 4) + 2 * al((size_t)ng + 1) +
+           2 * al((size_t)(nl + 1) * 8) + 2 * al((size_t)nl + 1) + al((size_t)(m + 2) * 8) + 64;
     A.p = pool_get(need, &pslot);
     if (!A.p) goto done;
     A.size = need;
@@ -850,21 +852,36 @@ static void run_job(Job *J) {
     gi = (int32_t *)take(&A, (size_t)(ng + 1) * 4);
     gcode = (int8_t *)take(&A, (size_t)ng + 1);
     ghas = (int8_t *)take(&A, (size_t)ng + 1);
-    lrow = (int64_t *)take(&A, (size_t)(nl + 1) * 8);
-    T.s = (Slot *)take(&A, (size_t)(cap + 1) * sizeof(Slot));
+    lc = (int64_t *)take(&A, (size_t)(nl + 1) * 8);
+    lend = (int64_t *)take(&A, (size_t)(nl + 1) * 8);
+    lhas = (int8_t *)take(&A, (size_t)nl + 1);
+    lx = (int8_t *)take(&A, (size_t)nl + 1);
     head = (int64_t *)take(&A, (size_t)(m + 2) * 8);
-    corr_init(&T, T.s, lo, cap, dense_t);
     memset(head, 0, (size_t)(m + 2) * 8);
+    TMARK(1);
 
-    /* pass 1: GPU rows gathered (instance, times, correlation, stream, bucket), launch rows listed */
+    /* pass 1, one sweep over the rows: GPU rows gathered (instance, times, correlation, stream,
+     * bucket); launch rows: correlation, end, cross-thread flag, launch counts per instance.
+     * The int64 columns through local pointers (no reloads through the Col structs). */
     {
         int64_t g = 0, l = 0;
+        const int64_t *S = (const int64_t *)J->start->vals, *D = (const int64_t *)J->dur->vals;
+        const int64_t *P = (const int64_t *)J->pid->vals, *C = (const int64_t *)J->corr->vals;
+        const int64_t *ST = (const int64_t *)J->stream->vals, *TI = (const int64_t *)J->tid->vals;
+        const uint8_t *vS = J->start->valid, *vD = J->dur->valid, *vP = J->pid->valid, *vC = J->corr->valid;
+        const uint8_t *vST = J->stream->valid, *vTI = J->tid->valid;
+        const int64_t oS = J->start->off, oD = J->dur->off, oP = J->pid->off, oC = J->corr->off, oST = J->stream->off,
+                      oTI = J->tid->off;
+        const int8_t *kc = J->kc, *cb = J->cb;
+        const int64_t *itid = J->i_tid;
+#define VAL(V, v, o, i, fill) ((V) && (!(v) || bit((v), (o) + (i))) ? (V)[(o) + (i)] : (fill))
         for (int64_t i = 0; i < n; i++) {
-            int8_t k = J->kc[i];
+            int8_t k = kc[i];
             if (k >= K_KERNEL && k <= K_MEMSET) {
-                int64_t s = gv(J->start, i, 0), inst = inst_of(J, gv(J->pid, i, -1));
+                int64_t s = VAL(S, vS, oS, i, 0), inst = inst_of(J, VAL(P, vP, oP, i, -1));
+                int has = C && (!vC || bit(vC, oC + i));
                 gs[g] = s;
-                ge[g] = s + gv(J->dur, i, 0);
+                ge[g] = s + VAL(D, vD, oD, i, 0);
                 if (g && s < gs[g - 1]) g_sorted = 0;
                 if (inst >= 0) {
                     inst -= J->k_lo;
@@ -875,51 +892,75 @@ static void run_job(Job *J) {
                     head[inst + 1]++;
                 }
                 gi[g] = (int32_t)inst;
-                ghas[g] = (int8_t)col_valid(J->corr, i);
-                gc[g] = ghas[g] ? col_raw(J->corr, i) : 0;
-                gst[g] = gv(J->stream, i, -1);
+                ghas[g] = (int8_t)has;
+                if (has) {
+                    int64_t c = C[oC + i];
+                    gc[g] = c;
+                    if (c < lo) lo = c;
+                    if (c > hi) hi = c;
+                    ncorr++;
+                }
+                gst[g] = VAL(ST, vST, oST, i, -1);
                 if (k == K_KERNEL) {
-                    if (J->cb[i] < 0 || J->cb[i] >= N_EVENT_CODES) {
+                    if (cb[i] < 0 || cb[i] >= N_EVENT_CODES) {
                         J->status = 2;
                         goto done;
                     }
-                    gcode[g] = J->cb[i];
+                    gcode[g] = cb[i];
                 } else {
                     gcode[g] = MEMORY;
                 }
                 g++;
             } else if (k == K_LAUNCH) {
-                lrow[l++] = i;
+                int64_t p = VAL(P, vP, oP, i, -1), inst = inst_of(J, p);
+                int has = C && (!vC || bit(vC, oC + i));
+                lhas[l] = (int8_t)has;
+                if (has) {
+                    int64_t c = C[oC + i];
+                    lc[l] = c;
+                    if (c < lo) lo = c;
+                    if (c > hi) hi = c;
+                    ncorr++;
+                }
+                lend[l] = VAL(S, vS, oS, i, 0) + VAL(D, vD, oD, i, 0);
+                lx[l] = itid && inst >= 0 && VAL(TI, vTI, oTI, i, -1) != itid[inst];
+                if (p >= 0 && inst >= 0) {
+                    int64_t li = inst - J->k_lo;
+                    if (li < 0 || li >= m) {
+                        J->status = 1;
+                        goto done;
+                    }
+                    if (!col_valid(J->graph, i)) J->unres[J->n_unres++] = i;
+                    else if (col_raw(J->graph, i)) J->graph_l[li]++;
+                    else J->eager_l[li]++;
+                }
+                l++;
             }
         }
+#undef VAL
     }
     if (ng > INT32_MAX) goto done;
-    /* launch rows: launch end (the first launch row of a correlation wins), cross-thread flag,
-     * launch counts per instance */
+    TMARK(2);
+    /* the correlation table; launch rows: the first launch row of a correlation wins */
+    cap = corr_cap(lo, hi, ncorr, &dense_t);
+    T.s = (Slot *)malloc((size_t)(cap + 1) * sizeof(Slot));
+    if (!T.s) goto done;
+    corr_init(&T, T.s, lo, cap, dense_t);
+    TMARK(3);
     for (int64_t l = 0; l < nl; l++) {
-        int64_t i = lrow[l];
-        int64_t p = gv(J->pid, i, -1), inst = inst_of(J, p);
-        if (col_valid(J->corr, i)) {
-            Slot *sl = corr_slot(&T, col_raw(J->corr, i));
+        if (lhas[l]) {
+            Slot *sl = corr_slot(&T, lc[l]);
             if (!sl->has_l) {
                 sl->has_l = 1;
-                sl->launch_end = gv(J->start, i, 0) + gv(J->dur, i, 0);
-                if (J->i_tid && inst >= 0) sl->cross = gv(J->tid, i, -1) != J->i_tid[inst];
+                sl->launch_end = lend[l];
+                sl->cross = lx[l];
             }
-        }
-        if (p >= 0 && inst >= 0) {
-            int64_t li = inst - J->k_lo;
-            if (li < 0 || li >= m) {
-                J->status = 1;
-                goto done;
-            }
-            if (!col_valid(J->graph, i)) J->unres[J->n_unres++] = i;
-            else if (col_raw(J->graph, i)) J->graph_l[li]++;
-            else J->eager_l[li]++;
         }
     }
+    TMARK(4);
     /* GPU rows: launch end; the first event of each launch call = its earliest-starting member
      * event (in table order among equal starts) */
+    TMARK(4);
     if (!g_sorted) {
         bstart = (int64_t *)malloc((size_t)(cap + 1) * 8);
         if (!bstart) goto done;
@@ -942,6 +983,7 @@ static void run_job(Job *J) {
         }
     }
 
+    TMARK(5);
     /* member events grouped by instance (stable), each instance in start order */
     for (int64_t k = 0; k < m; k++) {
         if (head[k + 1] > maxk) maxk = head[k + 1];
@@ -958,6 +1000,7 @@ static void run_job(Job *J) {
             if (gi[g] >= 0) order[cur[gi[g]]++] = g;
         if (cur != tmp) free(cur);
     }
+    TMARK(6);
     cs = (int64_t *)malloc((size_t)(maxk + 1) * 8);
     cse = (int64_t *)malloc((size_t)(maxk + 1) * 8);
     cst = (int64_t *)malloc((size_t)(maxk + 1) * 8);
@@ -1018,6 +1061,7 @@ static void run_job(Job *J) {
         J->n_ev[k] = z - a;
     }
 
+    TMARK(7);
     /* queue delay: the latest end of any GPU event of the rank that started before the window */
     {
         const int64_t *s_ = gs, *e_ = ge;
@@ -1055,9 +1099,15 @@ static void run_job(Job *J) {
         }
     }
     J->status = 0;
+    TMARK(8);
+#ifdef WALK_TIMING
+    fprintf(stderr, "rows %lld gpu %lld: count %.1f pass %.1f init %.1f launches %.1f slots %.1f group %.1f walk %.1f qd %.1f ms\n",
+            (long long)n, (long long)ng, 1e3 * (tm[1] - tm[0]), 1e3 * (tm[2] - tm[1]), 1e3 * (tm[3] - tm[2]), 1e3 * (tm[4] - tm[3]),
+            1e3 * (tm[5] - tm[4]), 1e3 * (tm[6] - tm[5]), 1e3 * (tm[7] - tm[6]), 1e3 * (tm[8] - tm[7]));
+#endif
 done:
     if (A.p) pool_put(A.p, pslot);
-    free(bstart), free(cs), free(cse), free(cst), free(ccode), free(sorted), free(ss), free(se);
+    free(T.s), free(bstart), free(cs), free(cse), free(cst), free(ccode), free(sorted), free(ss), free(se);
     free(W.pts), free(W.sst), free(W.smax);
 }
 
@@ -1091,10 +1141,11 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         PyObject *o = PyTuple_GET_ITEM(cols, i);
         if (i == 5 && o == Py_None) continue;
         if (col_import(o, &c[i], cname[i]) < 0) goto done;
-        if (!col_is_int(&c[i])) {
-            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an integer column", cname[i]);
+        if (i == 6 ? !(c[i].type == C_BOOL || c[i].type == C_NULL) : !(c[i].type == C_I64 || c[i].type == C_NULL)) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", cname[i], i == 6 ? "boolean" : "int64");
             goto done;
         }
+        if (c[i].type == C_NULL) c[i].vals = NULL; /* every row null */
     }
     if (get_buf(okc, &kc, 1, 0, "kc") < 0 || get_buf(ocb, &cb, 1, 0, "cb") < 0 || get_buf(odense, &dense, 8, 0, "dense") < 0 ||
         get_buf(ohs, &hs, 8, 0, "host_start") < 0 || get_buf(oih, &ih, 1, 0, "is_host") < 0)
