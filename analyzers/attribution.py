@@ -189,16 +189,21 @@ def _allreduce_rows(acc: _Acc) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_
     """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id, from
     the collective kernels the chunks collected: the same numbers as ``matched(events)``
     (match_collectives) without building its frame."""
-    sub = pl.concat(acc.coll_str) if len(acc.coll_str) > 1 else acc.coll_str[0]
     num = [np.concatenate(c) for c in zip(*acc.coll_num, strict=True)]
     seqn, rk, start, dur, pid = num
-    codes = sub.select(
-        pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
-        pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
-        (pl.col("coll_op") == "allreduce").fill_null(False).alias("ar"),
-    )
-    wait, ok = match_arrays(codes.get_column("g").to_numpy(), codes.get_column("op").to_numpy(), seqn, rk, start, dur)
-    keep = codes.get_column("ar").to_numpy() & (pid >= 0)
+    if acc.coll_codes is not None:  # the compiled pass coded group and op already
+        g, op, is_ar = acc.coll_codes
+    else:
+        sub = pl.concat(acc.coll_str) if len(acc.coll_str) > 1 else acc.coll_str[0]
+        codes = sub.select(
+            pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
+            pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
+            (pl.col("coll_op") == "allreduce").fill_null(False).alias("ar"),
+        )
+        g, op = codes.get_column("g").to_numpy(), codes.get_column("op").to_numpy()
+        is_ar = codes.get_column("ar").to_numpy()
+    wait, ok = match_arrays(g, op, seqn, rk, start, dur)
+    keep = is_ar & (pid >= 0)
     return pid[keep], dur[keep], wait[keep], (dur - wait)[keep], ok[keep]
 
 
@@ -219,6 +224,8 @@ class _Acc:
         self.collect = False
         self.coll_str: list[pl.DataFrame] = []
         self.coll_num: list[tuple[I64, I64, I64, I64, I64]] = []
+        # (group code, op code, is allreduce) of those kernels, when the compiled pass made them
+        self.coll_codes: tuple[I64, I64, npt.NDArray[np.bool_]] | None = None
 
 
 _CHUNK_ROWS: Final = 1 << 20

@@ -49,12 +49,18 @@ def _stream(s: pl.Series) -> Any:
     return (s.rechunk() if s.n_chunks() > 1 else s).__arrow_c_stream__()
 
 
-def codes(s: pl.Series, names: tuple[str, ...], values: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
-    """int8 per row: values[i] where the string equals names[i], values[-2] else, values[-1] if null."""
+def codes(
+    s: pl.Series, names: tuple[str, ...], values: npt.NDArray[np.int8], where: tuple[npt.NDArray[np.int8], int] | None = None
+) -> npt.NDArray[np.int8]:
+    """int8 per row: values[i] where the string equals names[i], values[-2] else, values[-1] if null
+    (and, with ``where=(mask, v)``, where mask != v: those rows are not read)."""
     w = _native.walk
     assert w is not None
     out = np.empty(s.len(), dtype=np.int8)
-    w.codes(_stream(s), names, values, out)
+    if where is None:
+        w.codes(_stream(s), names, values, out)
+    else:
+        w.codes(_stream(s), names, values, out, where[0], where[1])
     return out
 
 
@@ -115,7 +121,7 @@ def attribute_ranks(
     if i_rank.size and not np.all(i_rank[1:] >= i_rank[:-1]):
         return False
 
-    cb = codes(events.get_column("category"), _CATS, _CAT_VALUES)
+    cb = codes(events.get_column("category"), _CATS, _CAT_VALUES, (kc, 1))  # kernels only
     missing = np.flatnonzero((cb < 0) & (kc == 1))
     if missing.size:  # kernels without a category: the category rule table on their names
         from .attribution import bucket_codes
@@ -128,14 +134,16 @@ def attribute_ranks(
     dense_c = np.ascontiguousarray(dense, dtype=np.int64)
     outs = (acc.buckets, acc.ws, acc.we, acc.ov, acc.n_ev, acc.qd, acc.graph_l, acc.eager_l, acc.cross)
 
-    def one(j: int) -> tuple[int, bytes, int]:
+    seq_col = events.get_column("coll_seq") if acc.collect else None
+
+    def one(j: int) -> tuple[int, bytes, bytes, int]:
         lo, hi = int(r_lo[j]), int(r_hi[j])
         k_lo = int(np.searchsorted(i_rank, r_val[j], side="left"))
         k_hi = int(np.searchsorted(i_rank, r_val[j], side="right"))
         caps = tuple(
             None if (c == "tid" and i_tid is None) else _stream(cols[c].slice(lo, hi - lo)) for c in _WALK_COLS
-        )
-        status, unres = w.walk_rank(
+        ) + (None if seq_col is None else _stream(seq_col.slice(lo, hi - lo)),)
+        status, unres, coll = w.walk_rank(
             caps,
             kc[lo:hi],
             cb[lo:hi],
@@ -147,7 +155,7 @@ def attribute_ranks(
             launch_latency_ns,
             tuple(o[k_lo:k_hi] for o in outs),
         )
-        return int(status), unres, lo
+        return int(status), unres, coll, lo
 
     n_threads = workers(len(r_val))
     try:
@@ -158,9 +166,9 @@ def attribute_ranks(
             results = [one(j) for j in range(len(r_val))]
     finally:
         w.trim()
-    if any(st != 0 for st, _, _ in results):
+    if any(st != 0 for st, _, _, _ in results):
         return False
-    unres_rows = [np.frombuffer(u, dtype=np.int64) + lo for _, u, lo in results if u]
+    unres_rows = [np.frombuffer(u, dtype=np.int64) + lo for _, u, _, lo in results if u]
     if unres_rows:  # launch rows without a graph flag: a graph launch by its name
         rows = np.concatenate(unres_rows)
         graph = events.get_column("name").gather(rows).str.contains("GraphLaunch").fill_null(False).to_numpy()
@@ -168,21 +176,20 @@ def attribute_ranks(
         acc.graph_l += np.bincount(inst[graph], minlength=acc.graph_l.size)
         acc.eager_l += np.bincount(inst[~graph], minlength=acc.eager_l.size)
 
-    if acc.collect:  # the collective kernels, for allreduce wait / transfer
-        seq_s = events.get_column("coll_seq")
-        coll = kc == 1
-        if seq_s.null_count():
-            coll &= seq_s.is_not_null().to_numpy()
-        rows = np.flatnonzero(coll)
-        sub = events.select("group", "coll_op", "coll_seq", "rank", "start_ns", "dur_ns", "phase_id").gather(rows)
-        acc.coll_str.append(sub.select("group", "coll_op"))
-        num = [sub.get_column(c) for c in ("coll_seq", "rank", "start_ns", "dur_ns", "phase_id")]
-        fill = (0, -1, 0, 0, -1)
-        acc.coll_num.append(
-            tuple(  # type: ignore[arg-type]
-                (s.fill_null(f) if s.null_count() else s).to_numpy().astype(np.int64) for s, f in zip(num, fill, strict=True)
-            )
-        )
+    if acc.collect:  # the collective kernels (row, coll_seq, start, dur, phase_id), for allreduce wait / transfer
+        parts = [np.frombuffer(c, dtype=np.int64).reshape(5, -1) for _, _, c, _ in results]
+        counts = [p.shape[1] for p in parts]
+        f = [np.concatenate([p[i] for p in parts]) for i in range(5)]
+        rows = f[0] + np.repeat(r_lo, counts)
+        g = np.empty(rows.size, dtype=np.int64)
+        op = np.empty(rows.size, dtype=np.int64)
+        # dense codes of group and op (match_arrays needs any dense numbering; the reference
+        # path ranks the strings): null group as "", null op as "?"
+        w.intern(_stream(events.get_column("group")), rows, "", g)
+        ops = w.intern(_stream(events.get_column("coll_op")), rows, "?", op)
+        is_ar = op == (ops.index("allreduce") + 1) if "allreduce" in ops else np.zeros(rows.size, dtype=bool)
+        acc.coll_codes = (g, op, is_ar)
+        acc.coll_num.append((f[1], np.repeat(r_val, counts), f[2], f[3], f[4]))
     return True
 
 

@@ -185,6 +185,36 @@ def test_large_cluster_and_many_streams(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @needs_walk
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_unsorted_inside_ranks(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ranks contiguous, rows shuffled inside each rank: the compiled pass sorts each instance itself
+    ev, _ = prepare(finalize_events(random_run(seed, ranks=3)))
+    shuffled = ev.sample(fraction=1.0, shuffle=True, seed=seed).sort("rank", maintain_order=True)
+    assert not shuffled.get_column("start_ns").is_sorted()
+    got = _same(shuffled, monkeypatch)
+    assert_frame_equal(got, attribute_instances(ev))
+
+
+@needs_walk
+def test_interleaved_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two phases open at once on two threads (an overlap scheduler): their kernels alternate on
+    # the GPU, so one instance's events are not contiguous in start order
+    rows: list[dict[str, Any]] = []
+    for k, tid in enumerate((1, 2)):
+        rows.append(dict(rank=0, kind="range", name=format_label("verify" if k else "draft", cycle=0, bs=2), pid=1,
+                         tid=tid, start_ns=0, dur_ns=5_000))
+        for i in range(6):
+            c = 100 * (k + 1) + i
+            rows.append(dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=1, tid=tid, start_ns=10 + 300 * i + k,
+                             dur_ns=20, correlation=c, graph=False))
+            rows.append(dict(rank=0, kind="kernel", name=f"k{k}", category=("gemm", "norm")[k], device=0, stream=7 + k,
+                             start_ns=1_000 + 500 * i + 250 * k, dur_ns=300 - 100 * k, correlation=c))
+    ev, _ = prepare(finalize_events(sort_events(conform(pl.DataFrame(rows)))))
+    got = _same(ev, monkeypatch)
+    assert got.get_column("gpu_events").to_list() == [6, 6]
+
+
+@needs_walk
 def test_unsorted_table_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     ev, _ = prepare(finalize_events(random_run(1, ranks=3)))
     shuffled = ev.sample(fraction=1.0, shuffle=True, seed=3)

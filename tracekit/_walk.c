@@ -307,24 +307,33 @@ static void view_keys(const Names *nm, ViewKey *vk) {
     }
 }
 
-/* codes of rows [0, n) of a string view column: word compares, the last view remembered */
-static void codes_of_views(const Col *c, int64_t n, const Names *nm, const ViewKey *vk, int8_t *out) {
-    int8_t null_v = nm->val[nm->n + 1], other = nm->val[nm->n], last_code = 0;
-    uint64_t l0 = 0, l1 = 0;
-    int have_last = 0;
+/* codes of rows [0, n) of a string view column: word compares, the last two views remembered
+ * (kernel and launch rows alternate in eager phases) */
+static void codes_of_views(const Col *c, int64_t n, const Names *nm, const ViewKey *vk, int8_t *out, const int8_t *mask,
+                           int8_t want) {
+    int8_t null_v = nm->val[nm->n + 1], other = nm->val[nm->n], ca = 0, cb = 0;
+    uint64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    int have_a = 0, have_b = 0;
     const uint8_t *views = (const uint8_t *)c->vals;
     for (int64_t i = 0; i < n; i++) {
         int64_t j = c->off + i;
         uint64_t v0, v1;
         int8_t code = other;
-        if (c->valid && !bit(c->valid, j)) {
+        if ((mask && mask[i] != want) || (c->valid && !bit(c->valid, j))) {
             out[i] = null_v;
             continue;
         }
         memcpy(&v0, views + 16 * j, 8);
         memcpy(&v1, views + 16 * j + 8, 8);
-        if (have_last && v0 == l0 && v1 == l1) { /* the same view: the same string */
-            out[i] = last_code;
+        if (have_a && v0 == a0 && v1 == a1) { /* the same view: the same string */
+            out[i] = ca;
+            continue;
+        }
+        if (have_b && v0 == b0 && v1 == b1) {
+            int8_t hit = cb;
+            out[i] = hit;
+            b0 = a0, b1 = a1, cb = ca; /* swap: the other remembered view becomes b */
+            a0 = v0, a1 = v1, ca = hit;
             continue;
         }
         for (Py_ssize_t k = 0; k < nm->n; k++) {
@@ -339,19 +348,20 @@ static void codes_of_views(const Col *c, int64_t n, const Names *nm, const ViewK
             code = nm->val[k];
             break;
         }
-        l0 = v0, l1 = v1, have_last = 1, last_code = code;
+        b0 = a0, b1 = a1, cb = ca, have_b = have_a;
+        a0 = v0, a1 = v1, ca = code, have_a = 1;
         out[i] = code;
     }
 }
 
 /* codes of rows [0, n) of string layout c (type t); null rows -> val[n + 1] */
-static void codes_of(const Col *c, int t, int64_t n, const Names *nm, int8_t *out) {
+static void codes_of(const Col *c, int t, int64_t n, const Names *nm, int8_t *out, const int8_t *mask, int8_t want) {
     int8_t null_v = nm->val[nm->n + 1];
     if (t == C_VIEW) {
         ViewKey vk[64];
         if (nm->n <= 64) {
             view_keys(nm, vk);
-            codes_of_views(c, n, nm, vk, out);
+            codes_of_views(c, n, nm, vk, out, mask, want);
             return;
         }
     }
@@ -361,7 +371,7 @@ static void codes_of(const Col *c, int t, int64_t n, const Names *nm, int8_t *ou
     for (int64_t i = 0; i < n; i++) {
         int64_t j = c->off + i, len;
         const char *p;
-        if (c->valid && !bit(c->valid, j)) {
+        if ((mask && mask[i] != want) || (c->valid && !bit(c->valid, j))) {
             out[i] = null_v;
             continue;
         }
@@ -399,19 +409,30 @@ static void rel_buf(Buf *b) {
     b->ok = 0;
 }
 
-/* codes(stream, names, values, out) */
+/* codes(stream, names, values, out[, mask, want]): rows where mask != want are given the null
+ * value without being read */
 static PyObject *py_codes(PyObject *self, PyObject *args) {
-    PyObject *cap, *names, *ovals, *oout;
+    PyObject *cap, *names, *ovals, *oout, *omask = Py_None;
+    int want = 0;
+    const int8_t *mk = NULL;
     Col c;
-    Buf vals = {0}, out = {0};
+    Buf vals = {0}, out = {0}, mbuf = {0};
     Names nm = {0};
     int8_t *dcodes = NULL;
     PyObject *ret = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OO!OO", &cap, &PyTuple_Type, &names, &ovals, &oout)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO!OO|Oi", &cap, &PyTuple_Type, &names, &ovals, &oout, &omask, &want)) return NULL;
     memset(&c, 0, sizeof(c));
     if (col_import(cap, &c, "codes") < 0) goto done;
     if (get_buf(ovals, &vals, 1, 0, "values") < 0 || get_buf(oout, &out, 1, 1, "out") < 0) goto done;
+    if (omask != Py_None) {
+        if (get_buf(omask, &mbuf, 1, 0, "mask") < 0) goto done;
+        if (mbuf.view.len != out.view.len) {
+            PyErr_SetString(PyExc_ValueError, "codes: mask and out differ in length");
+            goto done;
+        }
+        mk = (const int8_t *)mbuf.view.buf;
+    }
     nm.n = PyTuple_GET_SIZE(names);
     if (vals.view.len != nm.n + 2) {
         PyErr_SetString(PyExc_ValueError, "codes: values must have len(names) + 2 items");
@@ -449,12 +470,12 @@ static PyObject *py_codes(PyObject *self, PyObject *args) {
             goto done;
         }
         Py_BEGIN_ALLOW_THREADS
-        codes_of(&d, c.dict_type, nd, &nm, dcodes);
+        codes_of(&d, c.dict_type, nd, &nm, dcodes, NULL, 0);
         {
             int8_t *o = (int8_t *)out.view.buf;
             int8_t null_v = nm.val[nm.n + 1];
             for (int64_t i = 0; i < c.n; i++) {
-                if (!col_valid(&c, i)) {
+                if ((mk && mk[i] != (int8_t)want) || !col_valid(&c, i)) {
                     o[i] = null_v;
                 } else {
                     int64_t k = col_raw(&c, i);
@@ -465,7 +486,7 @@ static PyObject *py_codes(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     } else if (c.type == C_STR || c.type == C_LSTR || c.type == C_VIEW) {
         Py_BEGIN_ALLOW_THREADS
-        codes_of(&c, c.type, c.n, &nm, (int8_t *)out.view.buf);
+        codes_of(&c, c.type, c.n, &nm, (int8_t *)out.view.buf, mk, (int8_t)want);
         Py_END_ALLOW_THREADS
     } else {
         PyErr_SetString(PyExc_ValueError, "codes: not a string column");
@@ -477,6 +498,142 @@ done:
     free((void *)nm.s);
     free(nm.len);
     rel_buf(&vals);
+    rel_buf(&out);
+    rel_buf(&mbuf);
+    col_free(&c);
+    return ret;
+}
+
+/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = 1 + the index, in order of first
+ * appearance, of the string at row rows[i] (a null row counts as the string null_as) */
+typedef struct {
+    const char *p;
+    int64_t len;
+} Str;
+
+static uint64_t fnv(const char *p, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static PyObject *py_intern(PyObject *self, PyObject *args) {
+    PyObject *cap, *orows, *oout, *ret = NULL, *lst = NULL;
+    const char *null_as;
+    Py_ssize_t null_len;
+    Col c;
+    Buf rows = {0}, out = {0};
+    Str *dist = NULL;
+    int64_t *tab = NULL, n_dist = 0, cap_dist = 0, tcap = 64;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOs#O", &cap, &orows, &null_as, &null_len, &oout)) return NULL;
+    memset(&c, 0, sizeof(c));
+    if (col_import(cap, &c, "intern") < 0) goto done;
+    if (get_buf(orows, &rows, 8, 0, "rows") < 0 || get_buf(oout, &out, 8, 1, "out") < 0) goto done;
+    if (rows.view.len != out.view.len) {
+        PyErr_SetString(PyExc_ValueError, "intern: rows and out differ in length");
+        goto done;
+    }
+    if (c.is_dict || !(c.type == C_STR || c.type == C_LSTR || c.type == C_VIEW || c.type == C_NULL)) {
+        PyErr_SetString(PyExc_ValueError, "intern: not a plain string column");
+        goto done;
+    }
+    tab = (int64_t *)malloc((size_t)tcap * 8);
+    if (!tab) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t i = 0; i < tcap; i++) tab[i] = -1;
+    {
+        const int64_t *r = (const int64_t *)rows.view.buf;
+        int64_t *o = (int64_t *)out.view.buf, nr = rows.view.len / 8, last = 0;
+        uint64_t l0 = 0, l1 = 0;
+        int have_last = 0;
+        for (int64_t i = 0; i < nr; i++) {
+            const char *p;
+            int64_t len;
+            uint64_t h;
+            if (r[i] < 0 || r[i] >= c.n) {
+                PyErr_SetString(PyExc_IndexError, "intern: row out of range");
+                goto done;
+            }
+            if (c.type == C_VIEW && col_valid(&c, r[i])) { /* the same view as the last row: the same string */
+                uint64_t v0, v1;
+                const uint8_t *v = (const uint8_t *)c.vals + 16 * (c.off + r[i]);
+                memcpy(&v0, v, 8);
+                memcpy(&v1, v + 8, 8);
+                if (have_last && v0 == l0 && v1 == l1) {
+                    o[i] = last;
+                    continue;
+                }
+                l0 = v0, l1 = v1, have_last = 1;
+            } else {
+                have_last = 0;
+            }
+            if (!col_valid(&c, r[i])) {
+                p = null_as;
+                len = null_len;
+            } else {
+                p = str_at(&c, c.type, c.off + r[i], &len);
+            }
+            h = fnv(p, len);
+            for (;;) {
+                int64_t slot = (int64_t)(h & (uint64_t)(tcap - 1)), d = tab[slot];
+                if (d < 0) { /* a new string */
+                    if (n_dist == cap_dist) {
+                        int64_t c2 = cap_dist ? 2 * cap_dist : 16;
+                        Str *d2 = (Str *)realloc(dist, (size_t)c2 * sizeof(Str));
+                        if (!d2) {
+                            PyErr_NoMemory();
+                            goto done;
+                        }
+                        dist = d2;
+                        cap_dist = c2;
+                    }
+                    dist[n_dist].p = p;
+                    dist[n_dist].len = len;
+                    tab[slot] = n_dist;
+                    o[i] = last = ++n_dist;
+                    if (2 * n_dist > tcap) { /* grow and rehash */
+                        int64_t *t2 = (int64_t *)malloc((size_t)(2 * tcap) * 8);
+                        if (!t2) {
+                            PyErr_NoMemory();
+                            goto done;
+                        }
+                        tcap *= 2;
+                        for (int64_t q = 0; q < tcap; q++) t2[q] = -1;
+                        for (int64_t q = 0; q < n_dist; q++) {
+                            uint64_t h2 = fnv(dist[q].p, dist[q].len);
+                            while (t2[h2 & (uint64_t)(tcap - 1)] >= 0) h2++;
+                            t2[h2 & (uint64_t)(tcap - 1)] = q;
+                        }
+                        free(tab);
+                        tab = t2;
+                    }
+                    break;
+                }
+                if (dist[d].len == len && memcmp(dist[d].p, p, (size_t)len) == 0) {
+                    o[i] = last = d + 1;
+                    break;
+                }
+                h++;
+            }
+        }
+    }
+    lst = PyList_New((Py_ssize_t)n_dist);
+    if (!lst) goto done;
+    for (int64_t q = 0; q < n_dist; q++) {
+        PyObject *u = PyUnicode_DecodeUTF8(dist[q].p, (Py_ssize_t)dist[q].len, "surrogateescape");
+        if (!u) goto done;
+        PyList_SET_ITEM(lst, q, u);
+    }
+    ret = lst;
+    lst = NULL;
+done:
+    Py_XDECREF(lst);
+    free(tab);
+    free(dist);
+    rel_buf(&rows);
     rel_buf(&out);
     col_free(&c);
     return ret;
@@ -558,9 +715,8 @@ static void *take(Arena *a, size_t n) {
 /* ---- correlation table: direct-address when dense, else open addressing ------------------- */
 
 typedef struct {
-    int64_t key;        /* hash mode */
     int64_t launch_end; /* the first launch row's end */
-    int64_t best_g;     /* the earliest member GPU event of the correlation; -1: none yet */
+    int32_t best_g;     /* the earliest member GPU event of the correlation; -1: none yet */
     uint8_t used, has_l, cross;
 } Slot;
 
@@ -568,6 +724,7 @@ typedef struct {
     int dense;
     int64_t lo, cap, mask;
     Slot *s;
+    int64_t *key; /* hash mode */
 } Corr;
 
 static int64_t corr_cap(int64_t lo, int64_t hi, int64_t count, int *dense) {
@@ -582,12 +739,13 @@ static int64_t corr_cap(int64_t lo, int64_t hi, int64_t count, int *dense) {
     return cap;
 }
 
-static void corr_init(Corr *t, Slot *mem, int64_t lo, int64_t cap, int dense) {
+static void corr_init(Corr *t, Slot *mem, int64_t *key, int64_t lo, int64_t cap, int dense) {
     t->dense = dense;
     t->lo = lo;
     t->cap = cap;
     t->mask = cap - 1;
     t->s = mem;
+    t->key = key;
     for (int64_t i = 0; i < cap; i++) {
         mem[i].used = mem[i].has_l = mem[i].cross = 0;
         mem[i].launch_end = UNKNOWN_LAUNCH;
@@ -600,13 +758,14 @@ static inline Slot *corr_slot(Corr *t, int64_t k) {
     if (t->dense) return t->s + (k - t->lo);
     h = ((uint64_t)k * 0x9E3779B97F4A7C15ull) >> 17;
     for (;;) {
-        Slot *s = t->s + (int64_t)(h & (uint64_t)t->mask);
+        int64_t i = (int64_t)(h & (uint64_t)t->mask);
+        Slot *s = t->s + i;
         if (!s->used) {
             s->used = 1;
-            s->key = k;
+            t->key[i] = k;
             return s;
         }
-        if (s->key == k) return s;
+        if (t->key[i] == k) return s;
         h++;
     }
 }
@@ -787,6 +946,11 @@ typedef struct {
     /* rows of launches with an unknown graph flag (relative), for the caller */
     int64_t *unres;
     int64_t n_unres;
+    /* collective kernels (coll_seq not null) when seq is given: (row, coll_seq, start, dur,
+     * phase_id) per kernel, for the allreduce matching */
+    Col *seq;
+    int64_t *coll;
+    int64_t n_coll, cap_coll;
     int status; /* 0 ok, 1 instance of another rank, 2 unresolved bucket code, -1 no memory */
 } Job;
 
@@ -803,24 +967,82 @@ static inline int64_t gv(const Col *c, int64_t i, int64_t fill) { /* col_i64 wit
     return c->type == C_NULL ? fill : col_raw(c, i);
 }
 
-#ifdef WALK_TIMING
-#include <time.h>
-static double tnow(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-#define TMARK(i) tm[i] = tnow()
-#else
-#define TMARK(i)
-#endif
+/* the walk of one instance, one event at a time (events in start order): gaps split into launch
+ * overhead and idle, clusters of overlapping events resolved by cluster() when they close */
+typedef struct {
+    int64_t runmax, ws, we, nev, nc;
+    int64_t *cs, *cse, *cst; /* the open cluster: starts, ends, streams, codes */
+    int8_t *ccode;
+    int64_t *bk, *ov; /* the instance's buckets and overlapped comm */
+} IState;
+
+static inline int flush(Scratch *W, IState *st) {
+    if (st->nc == 1) st->bk[st->ccode[0]] += st->cse[0] - st->cs[0];
+    else if (st->nc > 1 && cluster(W, st->nc, st->cs, st->cse, st->ccode, st->cst, st->bk, st->ov) < 0) return -1;
+    st->nc = 0;
+    return 0;
+}
+
+/* s, e: start and end (e >= s); le: launch end (UNKNOWN_LAUNCH: none); first: the first event of
+ * its launch call */
+static inline int step(Scratch *W, IState *st, int64_t s, int64_t e, int64_t le, int first, int64_t latency,
+                       int64_t stream, int8_t code) {
+    if (st->nev == 0) {
+        st->ws = s;
+        st->we = e;
+    } else {
+        int64_t gap = s - st->runmax;
+        if (s < st->ws) st->ws = s;
+        if (gap > 0) {
+            int64_t lp = 0;
+            if (le != UNKNOWN_LAUNCH) {
+                lp = le + (first ? latency : 0);
+                if (lp > s) lp = s;
+                lp -= s - gap;
+                if (lp < 0) lp = 0;
+                if (lp > gap) lp = gap;
+            }
+            st->bk[B_LAUNCH] += lp;
+            st->bk[B_IDLE] += gap - lp;
+        }
+        if (gap >= 0 && flush(W, st) < 0) return -1; /* the previous cluster is complete */
+        if (e > st->we) st->we = e;
+    }
+    st->cs[st->nc] = s;
+    st->cse[st->nc] = e;
+    st->cst[st->nc] = stream;
+    st->ccode[st->nc] = code;
+    st->nc++;
+    if (st->nev == 0 || e > st->runmax) st->runmax = e;
+    st->nev++;
+    return 0;
+}
+
+static inline void istart(IState *st, Job *J, int64_t k) {
+    st->nev = st->nc = 0;
+    st->runmax = st->ws = st->we = 0;
+    st->bk = J->buckets + k * NB;
+    st->ov = &J->ov[k];
+}
+
+static inline int ifinish(Scratch *W, IState *st, Job *J, int64_t k) {
+    if (flush(W, st) < 0) return -1;
+    J->ws[k] = st->ws;
+    J->we[k] = st->we;
+    J->n_ev[k] = st->nev;
+    return 0;
+}
+
 static void run_job(Job *J) {
-#ifdef WALK_TIMING
-    double tm[10] = {0};
-#endif
     int64_t n = J->n, ng = 0, nl = 0, lo = INT64_MAX, hi = INT64_MIN, ncorr = 0, m = J->m, cap, maxk = 0;
-    int dense_t = 0, g_sorted = 1, pslot = -1;
+    int dense_t = 0, g_sorted = 1, mono = 1, pslot = -1, pslot2 = -1;
+    int64_t last_inst = -1;
+    IState st;
     size_t need;
     Corr T;
     Scratch W;
-    Arena A;
-    T.s = NULL;
+    Arena A, B;
+    memset(&B, 0, sizeof(B));
     int64_t *gs, *ge, *gc, *gst, *gle, *lc, *lend, *order, *tmp, *head;
     int32_t *gi;
     int8_t *gcode, *ghas, *lhas, *lx;
@@ -830,7 +1052,6 @@ static void run_job(Job *J) {
     memset(&W, 0, sizeof(W));
     memset(&A, 0, sizeof(A));
     J->status = -1;
-    TMARK(0);
     /* pass 0: sizes (kind codes only) */
     for (int64_t i = 0; i < n; i++) {
         int8_t k = J->kc[i];
@@ -858,7 +1079,6 @@ static void run_job(Job *J) {
     lx = (int8_t *)take(&A, (size_t)nl + 1);
     head = (int64_t *)take(&A, (size_t)(m + 2) * 8);
     memset(head, 0, (size_t)(m + 2) * 8);
-    TMARK(1);
 
     /* pass 1, one sweep over the rows: GPU rows gathered (instance, times, correlation, stream,
      * bucket); launch rows: correlation, end, cross-thread flag, launch counts per instance.
@@ -890,6 +1110,8 @@ static void run_job(Job *J) {
                         goto done;
                     }
                     head[inst + 1]++;
+                    if (inst < last_inst) mono = 0;
+                    last_inst = inst;
                 }
                 gi[g] = (int32_t)inst;
                 ghas[g] = (int8_t)has;
@@ -907,6 +1129,22 @@ static void run_job(Job *J) {
                         goto done;
                     }
                     gcode[g] = cb[i];
+                    if (J->seq && col_valid(J->seq, i)) {
+                        int64_t *r;
+                        if (J->n_coll == J->cap_coll) {
+                            int64_t c2 = J->cap_coll ? 2 * J->cap_coll : 1024;
+                            int64_t *p2 = (int64_t *)realloc(J->coll, (size_t)c2 * 5 * 8);
+                            if (!p2) goto done;
+                            J->coll = p2;
+                            J->cap_coll = c2;
+                        }
+                        r = J->coll + 5 * J->n_coll++;
+                        r[0] = i;
+                        r[1] = col_raw(J->seq, i);
+                        r[2] = s;
+                        r[3] = VAL(D, vD, oD, i, 0);
+                        r[4] = VAL(P, vP, oP, i, -1);
+                    }
                 } else {
                     gcode[g] = MEMORY;
                 }
@@ -940,13 +1178,12 @@ static void run_job(Job *J) {
 #undef VAL
     }
     if (ng > INT32_MAX) goto done;
-    TMARK(2);
     /* the correlation table; launch rows: the first launch row of a correlation wins */
     cap = corr_cap(lo, hi, ncorr, &dense_t);
-    T.s = (Slot *)malloc((size_t)(cap + 1) * sizeof(Slot));
-    if (!T.s) goto done;
-    corr_init(&T, T.s, lo, cap, dense_t);
-    TMARK(3);
+    B.p = pool_get(al((size_t)(cap + 1) * sizeof(Slot)) + (dense_t ? 0 : al((size_t)(cap + 1) * 8)) + 64, &pslot2);
+    if (!B.p) goto done;
+    corr_init(&T, (Slot *)take(&B, (size_t)(cap + 1) * sizeof(Slot)), dense_t ? NULL : (int64_t *)take(&B, (size_t)(cap + 1) * 8),
+              lo, cap, dense_t);
     for (int64_t l = 0; l < nl; l++) {
         if (lhas[l]) {
             Slot *sl = corr_slot(&T, lc[l]);
@@ -957,162 +1194,159 @@ static void run_job(Job *J) {
             }
         }
     }
-    TMARK(4);
-    /* GPU rows: launch end; the first event of each launch call = its earliest-starting member
-     * event (in table order among equal starts) */
-    TMARK(4);
-    if (!g_sorted) {
-        bstart = (int64_t *)malloc((size_t)(cap + 1) * 8);
-        if (!bstart) goto done;
-    }
-    for (int64_t g = 0; g < ng; g++) {
-        Slot *sl;
-        if (!ghas[g]) {
-            gle[g] = UNKNOWN_LAUNCH;
-            continue;
-        }
-        sl = corr_slot(&T, gc[g]);
-        gle[g] = sl->launch_end;
-        gc[g] = sl - T.s; /* the slot from here on */
-        if (gi[g] >= 0) {
-            if (sl->best_g < 0 || (bstart && gs[g] < bstart[gc[g]])) {
-                sl->best_g = g;
-                if (bstart) bstart[gc[g]] = gs[g];
-            }
-            if (sl->cross) J->cross[gi[g]]++;
-        }
-    }
-
-    TMARK(5);
-    /* member events grouped by instance (stable), each instance in start order */
-    for (int64_t k = 0; k < m; k++) {
+    for (int64_t k = 0; k < m; k++)
         if (head[k + 1] > maxk) maxk = head[k + 1];
-        head[k + 1] += head[k];
-    }
-    {
-        int64_t *cur = tmp; /* fill cursors (tmp is free until the walk) */
-        if (m + 1 > ng + 1) {
-            cur = (int64_t *)malloc((size_t)(m + 1) * 8);
-            if (!cur) goto done;
-        }
-        memcpy(cur, head, (size_t)(m + 1) * 8);
-        for (int64_t g = 0; g < ng; g++)
-            if (gi[g] >= 0) order[cur[gi[g]]++] = g;
-        if (cur != tmp) free(cur);
-    }
-    TMARK(6);
     cs = (int64_t *)malloc((size_t)(maxk + 1) * 8);
     cse = (int64_t *)malloc((size_t)(maxk + 1) * 8);
     cst = (int64_t *)malloc((size_t)(maxk + 1) * 8);
     ccode = (int8_t *)malloc((size_t)maxk + 1);
     if (!cs || !cse || !cst || !ccode) goto done;
-    for (int64_t k = 0; k < m; k++) {
-        int64_t a = head[k], z = head[k + 1], runmax = 0, c0 = 0, wsk = 0, wek = 0;
-        int64_t *bk = J->buckets + k * NB;
-        if (z == a) continue;
-        if (!g_sorted) {
-            for (int64_t q = a + 1; q < z; q++)
-                if (gs[order[q]] < gs[order[q - 1]]) {
-                    msort(order + a, tmp, z - a, gs);
-                    break;
-                }
-        }
-        for (int64_t q = a; q < z; q++) {
-            int64_t g = order[q], s = gs[g], e = ge[g] > s ? ge[g] : s, j = q - a;
-            if (j == 0) {
-                wsk = s;
-                wek = e;
-            } else {
-                int64_t gap = s - runmax;
-                if (s < wsk) wsk = s;
-                if (gap > 0) {
-                    int64_t lp = 0;
-                    if (gle[g] != UNKNOWN_LAUNCH) {
-                        int first = !ghas[g] || T.s[gc[g]].best_g == g;
-                        lp = gle[g] + (first ? J->latency : 0);
-                        if (lp > s) lp = s;
-                        lp -= s - gap;
-                        if (lp < 0) lp = 0;
-                        if (lp > gap) lp = gap;
+    st.cs = cs, st.cse = cse, st.cst = cst, st.ccode = ccode;
+    if (g_sorted && mono) {
+        /* GPU rows in start order, each instance's events contiguous among the member events
+         * (the canonical order, instances one after another): one pass walks every instance,
+         * looks up launch ends, marks the first event of each launch call (the earliest member
+         * event, table order among equal starts) and keeps the running maximum of ends that
+         * queue delay needs (ends of all GPU events that started before the window) */
+        int64_t cur = -1, rm_all = 0, rm_lt = 0, prev_s = 0;
+        int have_all = 0, have_lt = 0;
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t s = gs[g], er = ge[g], k = gi[g];
+            if (g == 0 || s > prev_s) {
+                rm_lt = rm_all;
+                have_lt = have_all;
+                prev_s = s;
+            }
+            if (k >= 0) {
+                int64_t le = UNKNOWN_LAUNCH;
+                int first = 1;
+                if (k != cur) {
+                    if (cur >= 0 && ifinish(&W, &st, J, cur) < 0) goto done;
+                    cur = k;
+                    istart(&st, J, k);
+                    if (have_lt && J->is_host[k]) {
+                        int64_t busy = rm_lt < s ? rm_lt : s, d = busy - J->host_start[k];
+                        J->qd[k] += d > 0 ? d : 0;
                     }
-                    bk[B_LAUNCH] += lp;
-                    bk[B_IDLE] += gap - lp;
                 }
-                if (gap >= 0) { /* the previous cluster is complete */
-                    if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
-                    else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) goto done;
-                    c0 = j;
+                if (ghas[g]) {
+                    Slot *sl = corr_slot(&T, gc[g]);
+                    le = sl->launch_end;
+                    first = sl->best_g < 0;
+                    if (first) sl->best_g = (int32_t)g;
+                    if (sl->cross) J->cross[k]++;
                 }
-                if (e > wek) wek = e;
+                if (step(&W, &st, s, er > s ? er : s, le, first, J->latency, gst[g], gcode[g]) < 0) goto done;
             }
-            cs[j - c0] = s;
-            cse[j - c0] = e;
-            cst[j - c0] = gst[g];
-            ccode[j - c0] = gcode[g];
-            if (j == 0 || e > runmax) runmax = e;
+            if (!have_all || er > rm_all) rm_all = er;
+            have_all = 1;
         }
-        {
-            int64_t j = z - a;
-            if (j - c0 == 1) bk[ccode[0]] += cse[0] - cs[0];
-            else if (cluster(&W, j - c0, cs, cse, ccode, cst, bk, &J->ov[k]) < 0) goto done;
-        }
-        J->ws[k] = wsk;
-        J->we[k] = wek;
-        J->n_ev[k] = z - a;
-    }
-
-    TMARK(7);
-    /* queue delay: the latest end of any GPU event of the rank that started before the window */
-    {
-        const int64_t *s_ = gs, *e_ = ge;
+        if (cur >= 0 && ifinish(&W, &st, J, cur) < 0) goto done;
+    } else {
+        /* any order: GPU rows' slots first, then each instance's events gathered and sorted */
+        /* GPU rows: launch end; the first event of each launch call = its earliest-starting member
+         * event (in table order among equal starts) */
         if (!g_sorted) {
-            sorted = (SE *)malloc((size_t)(ng + 1) * sizeof(SE));
-            ss = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-            se = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
-            if (!sorted || !ss || !se) goto done;
-            for (int64_t g = 0; g < ng; g++) {
-                sorted[g].s = gs[g];
-                sorted[g].e = ge[g];
-            }
-            qsort(sorted, (size_t)ng, sizeof(SE), se_cmp);
-            for (int64_t g = 0; g < ng; g++) {
-                ss[g] = sorted[g].s;
-                se[g] = sorted[g].e;
-            }
-            s_ = ss;
-            e_ = se;
+            bstart = (int64_t *)malloc((size_t)(cap + 1) * 8);
+            if (!bstart) goto done;
         }
-        /* prefix max of ends, in tmp */
-        for (int64_t g = 0; g < ng; g++) tmp[g] = (g && tmp[g - 1] > e_[g]) ? tmp[g - 1] : e_[g];
-        for (int64_t k = 0; k < m; k++) {
-            int64_t a = 0, b = ng, w = J->ws[k];
-            if (!J->n_ev[k] || !J->is_host[k]) continue;
-            while (a < b) { /* first g with s_[g] >= w */
-                int64_t mid = a + (b - a) / 2;
-                if (s_[mid] < w) a = mid + 1;
-                else b = mid;
+        for (int64_t g = 0; g < ng; g++) {
+            Slot *sl;
+            if (!ghas[g]) {
+                gle[g] = UNKNOWN_LAUNCH;
+                continue;
             }
-            if (a > 0) {
-                int64_t busy = tmp[a - 1] < w ? tmp[a - 1] : w, d = busy - J->host_start[k];
-                J->qd[k] += d > 0 ? d : 0;
+            sl = corr_slot(&T, gc[g]);
+            gle[g] = sl->launch_end;
+            gc[g] = sl - T.s; /* the slot from here on */
+            if (gi[g] >= 0) {
+                if (sl->best_g < 0 || (bstart && gs[g] < bstart[gc[g]])) {
+                    sl->best_g = (int32_t)g;
+                    if (bstart) bstart[gc[g]] = gs[g];
+                }
+                if (sl->cross) J->cross[gi[g]]++;
+            }
+        }
+
+        /* member events grouped by instance (stable), each instance in start order */
+        for (int64_t k = 0; k < m; k++) head[k + 1] += head[k];
+        {
+            int64_t *cur = tmp; /* fill cursors (tmp is free until the walk) */
+            if (m + 1 > ng + 1) {
+                cur = (int64_t *)malloc((size_t)(m + 1) * 8);
+                if (!cur) goto done;
+            }
+            memcpy(cur, head, (size_t)(m + 1) * 8);
+            for (int64_t g = 0; g < ng; g++)
+                if (gi[g] >= 0) order[cur[gi[g]]++] = g;
+            if (cur != tmp) free(cur);
+        }
+        for (int64_t k = 0; k < m; k++) {
+            int64_t a = head[k], z = head[k + 1];
+            if (z == a) continue;
+            if (!g_sorted) {
+                for (int64_t q = a + 1; q < z; q++)
+                    if (gs[order[q]] < gs[order[q - 1]]) {
+                        msort(order + a, tmp, z - a, gs);
+                        break;
+                    }
+            }
+            istart(&st, J, k);
+            for (int64_t q = a; q < z; q++) {
+                int64_t g = order[q], s = gs[g];
+                int first = !ghas[g] || T.s[gc[g]].best_g == g;
+                if (step(&W, &st, s, ge[g] > s ? ge[g] : s, gle[g], first, J->latency, gst[g], gcode[g]) < 0) goto done;
+            }
+            if (ifinish(&W, &st, J, k) < 0) goto done;
+        }
+        /* queue delay: the latest end of any GPU event of the rank that started before the window */
+        {
+            const int64_t *s_ = gs, *e_ = ge;
+            if (!g_sorted) {
+                sorted = (SE *)malloc((size_t)(ng + 1) * sizeof(SE));
+                ss = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+                se = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+                if (!sorted || !ss || !se) goto done;
+                for (int64_t g = 0; g < ng; g++) {
+                    sorted[g].s = gs[g];
+                    sorted[g].e = ge[g];
+                }
+                qsort(sorted, (size_t)ng, sizeof(SE), se_cmp);
+                for (int64_t g = 0; g < ng; g++) {
+                    ss[g] = sorted[g].s;
+                    se[g] = sorted[g].e;
+                }
+                s_ = ss;
+                e_ = se;
+            }
+            /* prefix max of ends, in tmp */
+            for (int64_t g = 0; g < ng; g++) tmp[g] = (g && tmp[g - 1] > e_[g]) ? tmp[g - 1] : e_[g];
+            for (int64_t k = 0; k < m; k++) {
+                int64_t a = 0, b = ng, w = J->ws[k];
+                if (!J->n_ev[k] || !J->is_host[k]) continue;
+                while (a < b) { /* first g with s_[g] >= w */
+                    int64_t mid = a + (b - a) / 2;
+                    if (s_[mid] < w) a = mid + 1;
+                    else b = mid;
+                }
+                if (a > 0) {
+                    int64_t busy = tmp[a - 1] < w ? tmp[a - 1] : w, d = busy - J->host_start[k];
+                    J->qd[k] += d > 0 ? d : 0;
+                }
             }
         }
     }
     J->status = 0;
-    TMARK(8);
-#ifdef WALK_TIMING
-    fprintf(stderr, "rows %lld gpu %lld: count %.1f pass %.1f init %.1f launches %.1f slots %.1f group %.1f walk %.1f qd %.1f ms\n",
-            (long long)n, (long long)ng, 1e3 * (tm[1] - tm[0]), 1e3 * (tm[2] - tm[1]), 1e3 * (tm[3] - tm[2]), 1e3 * (tm[4] - tm[3]),
-            1e3 * (tm[5] - tm[4]), 1e3 * (tm[6] - tm[5]), 1e3 * (tm[7] - tm[6]), 1e3 * (tm[8] - tm[7]));
-#endif
 done:
     if (A.p) pool_put(A.p, pslot);
-    free(T.s), free(bstart), free(cs), free(cse), free(cst), free(ccode), free(sorted), free(ss), free(se);
+    if (B.p) pool_put(B.p, pslot2);
+    free(bstart), free(cs), free(cse), free(cst), free(ccode), free(sorted), free(ss), free(se);
     free(W.pts), free(W.sst), free(W.smax);
 }
 
-/* walk_rank(cols, kc, cb, dense, i_tid, host_start, is_host, k_lo, latency, outs) -> (status, unresolved rows)
- * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph) over the rank's rows;
+/* walk_rank(cols, kc, cb, dense, i_tid, host_start, is_host, k_lo, latency, outs) -> (status, unresolved rows, collectives)
+ * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph, coll_seq or None)
+ * over the rank's rows;
  * kc / cb: int8 kind codes / bucket codes of those rows; dense: int64 phase id -> instance (last
  * entry -1); i_tid: int64 per instance (all ranks) or None; host_start (int64) / is_host (uint8):
  * the rank's instances [k_lo, k_lo + m); outs: writable int64 buffers over those instances:
@@ -1121,11 +1355,11 @@ done:
 static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     PyObject *cols, *okc, *ocb, *odense, *oitid, *ohs, *oih, *outs;
     long long k_lo, latency;
-    Col c[7];
+    Col c[8];
     Buf kc = {0}, cb = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9];
     Job J;
     PyObject *ret = NULL;
-    static const char *cname[7] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph"};
+    static const char *cname[8] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph", "coll_seq"};
     (void)self;
     memset(c, 0, sizeof(c));
     memset(ob, 0, sizeof(ob));
@@ -1133,13 +1367,13 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OOOOOOLLO!", &PyTuple_Type, &cols, &okc, &ocb, &odense, &oitid, &ohs, &oih, &k_lo,
                           &latency, &PyTuple_Type, &outs))
         return NULL;
-    if (PyTuple_GET_SIZE(cols) != 7 || PyTuple_GET_SIZE(outs) != 9) {
-        PyErr_SetString(PyExc_ValueError, "walk_rank: 7 columns and 9 outputs expected");
+    if (PyTuple_GET_SIZE(cols) != 8 || PyTuple_GET_SIZE(outs) != 9) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: 8 columns and 9 outputs expected");
         return NULL;
     }
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         PyObject *o = PyTuple_GET_ITEM(cols, i);
-        if (i == 5 && o == Py_None) continue;
+        if ((i == 5 || i == 7) && o == Py_None) continue;
         if (col_import(o, &c[i], cname[i]) < 0) goto done;
         if (i == 6 ? !(c[i].type == C_BOOL || c[i].type == C_NULL) : !(c[i].type == C_I64 || c[i].type == C_NULL)) {
             PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", cname[i], i == 6 ? "boolean" : "int64");
@@ -1153,8 +1387,8 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     if (oitid != Py_None && get_buf(oitid, &itid, 8, 0, "i_tid") < 0) goto done;
     J.n = kc.view.len;
     J.m = hs.view.len / 8;
-    for (int i = 0; i < 7; i++)
-        if (!(i == 5 && PyTuple_GET_ITEM(cols, 5) == Py_None) && c[i].n != J.n) {
+    for (int i = 0; i < 8; i++)
+        if (!((i == 5 || i == 7) && PyTuple_GET_ITEM(cols, i) == Py_None) && c[i].n != J.n) {
             PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind codes %lld", cname[i], (long long)c[i].n,
                          (long long)J.n);
             goto done;
@@ -1171,6 +1405,7 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         }
     }
     J.start = &c[0], J.dur = &c[1], J.pid = &c[2], J.corr = &c[3], J.stream = &c[4], J.tid = &c[5], J.graph = &c[6];
+    J.seq = PyTuple_GET_ITEM(cols, 7) == Py_None ? NULL : &c[7];
     J.kc = (const int8_t *)kc.view.buf;
     J.cb = (const int8_t *)cb.view.buf;
     J.dense = (const int64_t *)dense.view.buf;
@@ -1210,13 +1445,24 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8));
+        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8)), *coll;
         if (!rows) goto done;
-        ret = Py_BuildValue("(iN)", J.status, rows);
+        coll = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(J.n_coll * 5 * 8));
+        if (!coll) {
+            Py_DECREF(rows);
+            goto done;
+        }
+        { /* column by column: rows, coll_seq, start, dur, phase_id */
+            int64_t *o = (int64_t *)PyBytes_AS_STRING(coll);
+            for (int64_t f = 0; f < 5; f++)
+                for (int64_t q = 0; q < J.n_coll; q++) o[f * J.n_coll + q] = J.coll[5 * q + f];
+        }
+        ret = Py_BuildValue("(iNN)", J.status, rows, coll);
     }
 done:
     free(J.unres);
-    for (int i = 0; i < 7; i++) col_free(&c[i]);
+    free(J.coll);
+    for (int i = 0; i < 8; i++) col_free(&c[i]);
     rel_buf(&kc), rel_buf(&cb), rel_buf(&dense), rel_buf(&itid), rel_buf(&hs), rel_buf(&ih);
     for (int i = 0; i < 9; i++) rel_buf(&ob[i]);
     return ret;
@@ -1225,6 +1471,7 @@ done:
 static PyMethodDef METHODS[] = {
     {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
     {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
+    {"intern", py_intern, METH_VARARGS, "intern(stream, rows, null_as, out) -> distinct strings: dense codes."},
     {"trim", py_trim, METH_NOARGS, "trim(): free the work memory kept between walk_rank calls."},
     {NULL, NULL, 0, NULL},
 };
