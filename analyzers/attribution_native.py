@@ -25,7 +25,8 @@ from tracekit import _native
 from tracekit.finalize.categories import CATEGORIES
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
-from .buckets import BUCKETS, IDLE, LAUNCH as B_LAUNCH, N_EVENT_CODES, N_WORK, NB
+from .buckets import BUCKETS, IDLE, N_EVENT_CODES, N_WORK, NB
+from .buckets import LAUNCH as B_LAUNCH
 
 if TYPE_CHECKING:
     from .attribution import _Acc
@@ -140,9 +141,9 @@ def attribute_ranks(
         lo, hi = int(r_lo[j]), int(r_hi[j])
         k_lo = int(np.searchsorted(i_rank, r_val[j], side="left"))
         k_hi = int(np.searchsorted(i_rank, r_val[j], side="right"))
-        caps = tuple(
-            None if (c == "tid" and i_tid is None) else _stream(cols[c].slice(lo, hi - lo)) for c in _WALK_COLS
-        ) + (None if seq_col is None else _stream(seq_col.slice(lo, hi - lo)),)
+        part = {c: None if (c == "tid" and i_tid is None) else cols[c] for c in _WALK_COLS}
+        part["coll_seq"] = seq_col
+        caps = tuple(None if s is None else _stream(s.slice(lo, hi - lo)) for s in part.values())
         status, unres, coll = w.walk_rank(
             caps,
             kc[lo:hi],

@@ -19,16 +19,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
+from test_attribution_fast import random_run
 
 from tracekit import _native
 from tracekit.analyzers import attribution_native
-from tracekit.analyzers.attribution import attribute_instances, attribute_report, check_sums, prepare
+from tracekit.analyzers.attribution import (
+    attribute_instances,
+    attribute_report,
+    check_sums,
+    prepare,
+)
 from tracekit.finalize import finalize_events
 from tracekit.finalize.phases import format_label
 from tracekit.schema import conform, sort_events
 from tracekit.store import read_run
-
-from test_attribution_fast import random_run
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((REPO / "samples").glob("*/*.parquet"))
