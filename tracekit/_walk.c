@@ -1033,6 +1033,19 @@ static inline int ifinish(Scratch *W, IState *st, Job *J, int64_t k) {
     return 0;
 }
 
+/* the correlation of row i into *out when it has one (1), tracking the range and count */
+static inline int corr_at(const int64_t *C, const uint8_t *vC, int64_t oC, int64_t i, int64_t *out, int64_t *lo, int64_t *hi,
+                          int64_t *n) {
+    int64_t c;
+    if (!C || (vC && !bit(vC, oC + i))) return 0;
+    c = C[oC + i];
+    *out = c;
+    if (c < *lo) *lo = c;
+    if (c > *hi) *hi = c;
+    (*n)++;
+    return 1;
+}
+
 static void run_job(Job *J) {
     int64_t n = J->n, ng = 0, nl = 0, lo = INT64_MAX, hi = INT64_MIN, ncorr = 0, m = J->m, cap, maxk = 0;
     int dense_t = 0, g_sorted = 1, mono = 1, pslot = -1, pslot2 = -1;
@@ -1099,7 +1112,7 @@ static void run_job(Job *J) {
             int8_t k = kc[i];
             if (k >= K_KERNEL && k <= K_MEMSET) {
                 int64_t s = VAL(S, vS, oS, i, 0), inst = inst_of(J, VAL(P, vP, oP, i, -1));
-                int has = C && (!vC || bit(vC, oC + i));
+                int has = corr_at(C, vC, oC, i, &gc[g], &lo, &hi, &ncorr);
                 gs[g] = s;
                 ge[g] = s + VAL(D, vD, oD, i, 0);
                 if (g && s < gs[g - 1]) g_sorted = 0;
@@ -1115,13 +1128,6 @@ static void run_job(Job *J) {
                 }
                 gi[g] = (int32_t)inst;
                 ghas[g] = (int8_t)has;
-                if (has) {
-                    int64_t c = C[oC + i];
-                    gc[g] = c;
-                    if (c < lo) lo = c;
-                    if (c > hi) hi = c;
-                    ncorr++;
-                }
                 gst[g] = VAL(ST, vST, oST, i, -1);
                 if (k == K_KERNEL) {
                     if (cb[i] < 0 || cb[i] >= N_EVENT_CODES) {
@@ -1151,15 +1157,7 @@ static void run_job(Job *J) {
                 g++;
             } else if (k == K_LAUNCH) {
                 int64_t p = VAL(P, vP, oP, i, -1), inst = inst_of(J, p);
-                int has = C && (!vC || bit(vC, oC + i));
-                lhas[l] = (int8_t)has;
-                if (has) {
-                    int64_t c = C[oC + i];
-                    lc[l] = c;
-                    if (c < lo) lo = c;
-                    if (c > hi) hi = c;
-                    ncorr++;
-                }
+                lhas[l] = (int8_t)corr_at(C, vC, oC, i, &lc[l], &lo, &hi, &ncorr);
                 lend[l] = VAL(S, vS, oS, i, 0) + VAL(D, vD, oD, i, 0);
                 lx[l] = itid && inst >= 0 && VAL(TI, vTI, oTI, i, -1) != itid[inst];
                 if (p >= 0 && inst >= 0) {
