@@ -23,8 +23,9 @@ Timed on the same table in the same process, interleaved, median of --repeat run
 Prints CPU seconds (``time.process_time``: all threads of this process; robust when other
 jobs share the cores) and wall seconds, GPU events per CPU second, the ratios to the floor,
 the load average, and the peak memory each analysis adds above the table (VmHWM after
-resetting it through /proc/self/clear_refs; Linux only). Checks that both paths give the same
-instance table. Pin it to one core for the one-core figure: ``taskset -c 1 python ...``.
+resetting it through /proc/self/clear_refs; Linux only: memory the process already holds
+is reused, so this can read 0; ``--memory`` measures each path in a fresh process instead).
+Checks that both paths give the same instance table. Pin it to one core for the one-core figure: ``taskset -c 1 python ...``.
 """
 
 from __future__ import annotations
@@ -179,6 +180,35 @@ def _timed(fn: Any) -> tuple[Any, float, float, float]:
     return out, wall, cpu, peak
 
 
+def _memory_child(path: Path, which: str) -> int:
+    """In a fresh process: read the table, then one attribution; print its peak RSS above the table."""
+    from tracekit import _native
+    from tracekit.analyzers.attribution import attribute_instances
+
+    if which == "reference":
+        _native.walk = None
+    events = pl.read_parquet(path).rechunk()
+    gc.collect()
+    table_mb = _rss_kb("VmRSS") / 1024
+    _, _, cpu, peak = _timed(lambda: attribute_instances(events))
+    print(f"{which}: table read, {table_mb:.0f} MB RSS; attribution {cpu:.2f} s CPU, peak {peak:.0f} MB above that")
+    return 0
+
+
+def _memory(events: pl.DataFrame) -> None:
+    import subprocess
+    import tempfile
+
+    largest = events.group_by("rank").len().get_column("len").max()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "table.parquet"
+        events.write_parquet(path, compression="uncompressed")
+        for which in ("compiled", "reference"):
+            out = subprocess.run([sys.executable, __file__, "--memory-child", str(path), which],
+                                 capture_output=True, text=True, check=True)
+            print(f"fresh process, {out.stdout.strip()} (largest rank {largest:,} rows of {events.height:,})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, default=8)
@@ -186,7 +216,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--source", type=Path, default=None)
     ap.add_argument("--report", action="store_true", help="also time attribute_report (what the CLI runs)")
+    ap.add_argument("--memory", action="store_true",
+                    help="also measure each path's peak RSS above the table in a fresh process (the table goes through a temporary parquet file)")
+    ap.add_argument("--memory-child", nargs=2, metavar=("RUN", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.memory_child:
+        return _memory_child(Path(args.memory_child[0]), args.memory_child[1])
 
     from polars.testing import assert_frame_equal
 
@@ -266,6 +301,8 @@ def main() -> int:
           f"reference {med('reference', 1) / fc:.2f}x CPU, {med('reference', 0) / fw:.2f}x wall (target <= 0.55x CPU)")
     print(f"compiled vs reference: {med('reference', 1) / med('compiled', 1):.1f}x less CPU, "
           f"{med('reference', 0) / med('compiled', 0):.1f}x less wall")
+    if args.memory:
+        _memory(events)
     return 0
 
 
