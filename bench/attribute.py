@@ -218,6 +218,8 @@ def main() -> int:
     ap.add_argument("--report", action="store_true", help="also time attribute_report (what the CLI runs)")
     ap.add_argument("--memory", action="store_true",
                     help="also measure each path's peak RSS above the table in a fresh process (the table goes through a temporary parquet file)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print where one compiled attribute_instances call spends its CPU (cProfile, process_time)")
     ap.add_argument("--memory-child", nargs=2, metavar=("RUN", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -303,6 +305,15 @@ def main() -> int:
           f"{med('reference', 0) / med('compiled', 0):.1f}x less wall")
     if args.memory:
         _memory(events)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile(time.process_time)
+        prof.runcall(attribute_instances, events)
+        print("where one compiled attribute_instances call spends its CPU (cProfile, process_time; "
+              "the rank threads' CPU shows under the lock waits of the main thread):")
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(14)
     return 0
 
 
