@@ -14,7 +14,6 @@ its own rank; anything else returns False and the caller runs the reference path
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -161,6 +160,8 @@ def attribute_ranks(
     n_threads = workers(len(r_val))
     try:
         if n_threads > 1:
+            from concurrent.futures import ThreadPoolExecutor  # only when there are several cores
+
             with ThreadPoolExecutor(max_workers=n_threads) as pool:
                 results = list(pool.map(one, range(len(r_val))))
         else:
