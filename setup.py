@@ -11,5 +11,6 @@ setup(
     ext_modules=[
         Extension("tracekit._core", ["tracekit/_core.c"], extra_compile_args=["-O2", "-std=c99"], optional=True),
         Extension("tracekit._kineto", ["tracekit/_kineto.c"], extra_compile_args=["-O2", "-std=c99"], optional=True),
+        Extension("tracekit._walk", ["tracekit/_walk.c"], extra_compile_args=["-O2", "-std=c99"], optional=True),
     ]
 )

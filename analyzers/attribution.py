@@ -35,6 +35,7 @@ from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
+from .attribution_native import RANGE_CODES, attribute_ranks, kind_codes
 from .attribution_views import (
     BUCKET_COLUMNS,
     SUM_COLUMNS,
@@ -188,16 +189,21 @@ def _allreduce_rows(acc: _Acc) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_
     """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id, from
     the collective kernels the chunks collected: the same numbers as ``matched(events)``
     (match_collectives) without building its frame."""
-    sub = pl.concat(acc.coll_str) if len(acc.coll_str) > 1 else acc.coll_str[0]
     num = [np.concatenate(c) for c in zip(*acc.coll_num, strict=True)]
     seqn, rk, start, dur, pid = num
-    codes = sub.select(
-        pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
-        pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
-        (pl.col("coll_op") == "allreduce").fill_null(False).alias("ar"),
-    )
-    wait, ok = match_arrays(codes.get_column("g").to_numpy(), codes.get_column("op").to_numpy(), seqn, rk, start, dur)
-    keep = codes.get_column("ar").to_numpy() & (pid >= 0)
+    if acc.coll_codes is not None:  # the compiled pass coded group and op already
+        g, op, is_ar = acc.coll_codes
+    else:
+        sub = pl.concat(acc.coll_str) if len(acc.coll_str) > 1 else acc.coll_str[0]
+        codes = sub.select(
+            pl.col("group").fill_null("").rank("dense").cast(pl.Int64).alias("g"),
+            pl.col("coll_op").fill_null("?").rank("dense").cast(pl.Int64).alias("op"),
+            (pl.col("coll_op") == "allreduce").fill_null(False).alias("ar"),
+        )
+        g, op = codes.get_column("g").to_numpy(), codes.get_column("op").to_numpy()
+        is_ar = codes.get_column("ar").to_numpy()
+    wait, ok = match_arrays(g, op, seqn, rk, start, dur)
+    keep = is_ar & (pid >= 0)
     return pid[keep], dur[keep], wait[keep], (dur - wait)[keep], ok[keep]
 
 
@@ -218,6 +224,8 @@ class _Acc:
         self.collect = False
         self.coll_str: list[pl.DataFrame] = []
         self.coll_num: list[tuple[I64, I64, I64, I64, I64]] = []
+        # (group code, op code, is allreduce) of those kernels, when the compiled pass made them
+        self.coll_codes: tuple[I64, I64, npt.NDArray[np.bool_]] | None = None
 
 
 _CHUNK_ROWS: Final = 1 << 20
@@ -350,9 +358,11 @@ def attribute_instances(
 
     ``collectives``: ``matched(events)`` when the caller has it already.
     """
-    inst = phase_instances(
-        events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
-    ).sort(["rank", "start_ns", "phase_id"])
+    kc = kind_codes(events)  # None: the reference path
+    src = events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
+    if kc is not None:  # only the range rows can be instances: no string filter over the table
+        src = src.gather(np.flatnonzero(kc >= RANGE_CODES))
+    inst = phase_instances(src).sort(["rank", "start_ns", "phase_id"])
     K = inst.height
     pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)
     max_id = int(pid_all.max()) + 1 if K else 0
@@ -367,11 +377,16 @@ def attribute_instances(
     has_tid = bool(is_host.any()) and events.get_column("tid").null_count() < events.height
     # rank by rank (a rank's rows are contiguous in the canonical order): temporaries stay
     # small enough for the allocator to reuse them, and per-rank lookups need no slicing
+    collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
     acc = _Acc(K)
-    acc.collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
-    for lo, hi in _rank_chunks(events):
-        part = events if (lo, hi) == (0, events.height) else events.slice(lo, hi - lo)
-        _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc, i_tid if has_tid else None)
+    acc.collect = collect
+    if not attribute_ranks(events, dense, launch_latency_ns, i_rank, host_start, is_host, i_tid if has_tid else None, acc, kc):
+        # the numpy reference path (TRACEKIT_PURE=1, or a table the compiled pass does not take)
+        acc = _Acc(K)
+        acc.collect = collect
+        for lo, hi in _rank_chunks(events):
+            part = events if (lo, hi) == (0, events.height) else events.slice(lo, hi - lo)
+            _attribute_chunk(part, dense, K, launch_latency_ns, i_rank, host_start, is_host, acc, i_tid if has_tid else None)
     w = Walk(acc.buckets, acc.ws, acc.we, acc.ov, acc.n_ev)
     has_gpu = w.n_events > 0
     qd, graph_l, eager_l = acc.qd, acc.graph_l, acc.eager_l

@@ -1,36 +1,43 @@
-"""Attribution speed: `tracekit attribute`'s analysis on 8 ranks x 1 M kernels vs a plain polars group-by.
+"""Attribution speed: `tracekit attribute`'s analysis on 8 ranks x 1 M GPU events, compiled vs
+the numpy reference vs a plain polars group-by, in one run.
 
-    python bench/attribute.py [--ranks 8] [--kernels 1000000] [--repeat 3] [--source RUN.parquet]
+    python bench/attribute.py [--ranks 8] [--kernels 1000000] [--repeat 3] [--source RUN.parquet] [--report]
 
-The table: a real run (``--source``, else the first samples/*.parquet) replicated
-in time until every rank holds ``--kernels`` GPU events, else a synthetic
-speculative-decoding timeline built here (per cycle: a graphed draft of 150
-kernels, an eager verify of 2,000 kernels with one launch row each and an
-allreduce every 10th kernel, a graphed draft-extend of 150 kernels; 5 % of
-kernels overlap their predecessor like programmatic dependent launch).
+The table: a real run (``--source``) replicated in time until every rank holds ``--kernels``
+GPU events, else a synthetic speculative-decoding timeline built here (per cycle: a graphed
+draft of 150 kernels, an eager verify of 2,000 kernels with one launch row each and an
+allreduce every 10th kernel, a graphed draft-extend of 150 kernels; 5 % of kernels overlap
+their predecessor like programmatic dependent launch).
 
-Timed on the same table in the same process (median of --repeat runs):
+Timed on the same table in the same process, interleaved, median of --repeat runs:
 
-1. attribution: ``analyzers.attribution.attribute_instances`` on the annotated
-   table (the work behind ``tracekit attribute``: membership lookup, the
-   exclusive walk, queue delay, launches, allreduce wait/transfer);
-2. reference (cost floor): ``events.group_by("rank", "name").agg(pl.col("dur_ns").sum())``;
-3. for information: ``annotate_phases`` (done once at ingest/capture time), and with
-   ``--report`` ``attribute_report`` (everything ``tracekit attribute`` computes).
+1. floor: ``events.group_by("rank", "name").agg(pl.col("dur_ns").sum())`` (the cost floor of
+   any polars pass that groups the table);
+2. attribution: ``analyzers.attribution.attribute_instances`` (the work behind ``tracekit
+   attribute``: membership lookup, the exclusive walk, queue delay, launches, allreduce
+   wait/transfer) with the compiled pass (``tracekit._walk``, ranks in parallel threads when
+   several cores are usable);
+3. reference: the same with the numpy reference path (what ``TRACEKIT_PURE=1`` runs);
+4. with ``--report``: ``attribute_report`` (everything ``tracekit attribute`` computes), both paths.
 
-Prints GPU events/s for attribution and the ratio attribution time / reference time,
-wall and CPU (``time.process_time``: robust when other jobs share the core), and the
-load average. Pin it to one core for the one-core figure: ``taskset -c 1 python ...``.
+Prints CPU seconds (``time.process_time``: all threads of this process; robust when other
+jobs share the cores) and wall seconds, GPU events per CPU second, the ratios to the floor,
+the load average, and the peak memory each analysis adds above the table (VmHWM after
+resetting it through /proc/self/clear_refs; Linux only: memory the process already holds
+is reused, so this can read 0; ``--memory`` measures each path in a fresh process instead).
+Checks that both paths give the same instance table. Pin it to one core for the one-core figure: ``taskset -c 1 python ...``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -142,6 +149,66 @@ def replicate(source: Path, ranks: int, kernels: int) -> pl.DataFrame:
     return pl.concat(parts)
 
 
+def _rss_kb(field: str) -> int:
+    """A VmRSS / VmHWM line of /proc/self/status in KiB (0 where there is none)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _timed(fn: Any) -> tuple[Any, float, float, float]:
+    """(result, wall s, CPU s, peak MB above the RSS at the start; nan if not measurable)."""
+    gc.collect()
+    ok = _reset_peak()
+    base = _rss_kb("VmRSS")
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak = (_rss_kb("VmHWM") - base) / 1024 if ok else float("nan")
+    return out, wall, cpu, peak
+
+
+def _memory_child(path: Path, which: str) -> int:
+    """In a fresh process: read the table, then one attribution; print its peak RSS above the table."""
+    from tracekit import _native
+    from tracekit.analyzers.attribution import attribute_instances
+
+    if which == "reference":
+        _native.walk = None
+    events = pl.read_parquet(path).rechunk()
+    gc.collect()
+    table_mb = _rss_kb("VmRSS") / 1024
+    _, _, cpu, peak = _timed(lambda: attribute_instances(events))
+    print(f"{which}: table read, {table_mb:.0f} MB RSS; attribution {cpu:.2f} s CPU, peak {peak:.0f} MB above that")
+    return 0
+
+
+def _memory(events: pl.DataFrame) -> None:
+    import subprocess
+    import tempfile
+
+    largest = events.group_by("rank").len().get_column("len").max()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "table.parquet"
+        events.write_parquet(path, compression="uncompressed")
+        for which in ("compiled", "reference"):
+            out = subprocess.run([sys.executable, __file__, "--memory-child", str(path), which],
+                                 capture_output=True, text=True, check=True)
+            print(f"fresh process, {out.stdout.strip()} (largest rank {largest:,} rows of {events.height:,})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, default=8)
@@ -149,21 +216,40 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--source", type=Path, default=None)
     ap.add_argument("--report", action="store_true", help="also time attribute_report (what the CLI runs)")
+    ap.add_argument("--memory", action="store_true",
+                    help="also measure each path's peak RSS above the table in a fresh process (the table goes through a temporary parquet file)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print where one compiled attribute_instances call spends its CPU (cProfile, process_time)")
+    ap.add_argument("--memory-child", nargs=2, metavar=("RUN", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.memory_child:
+        return _memory_child(Path(args.memory_child[0]), args.memory_child[1])
 
+    from polars.testing import assert_frame_equal
+
+    from tracekit import _native
     from tracekit.analyzers.attribution import attribute_instances, attribute_report, check_sums
+    from tracekit.analyzers.attribution_native import workers
     from tracekit.finalize.collectives import annotate_collectives
     from tracekit.finalize.membership import annotate_phases
     from tracekit.schema import conform, sort_events
 
-    src = args.source
-    if src is None:
-        found = sorted((REPO / "samples").glob("*.parquet"))
-        src = found[0] if found else None
+    compiled = _native.walk
+    if compiled is None:
+        print("tracekit._walk is not built (or TRACEKIT_PURE=1): nothing to compare", file=sys.stderr)
+        return 1
+
+    def pure(fn: Any) -> Any:
+        _native.walk = None
+        try:
+            return fn()
+        finally:
+            _native.walk = compiled
+
     t0 = time.perf_counter()
-    if src is not None:
-        raw = replicate(src, args.ranks, args.kernels)
-        what = f"{src.name} replicated"
+    if args.source is not None:
+        raw = replicate(args.source, args.ranks, args.kernels)
+        what = f"{args.source} replicated"
     else:
         raw = pl.concat([synthetic_rank(r, args.kernels) for r in range(args.ranks)], how="diagonal_relaxed")
         what = "synthetic spec-decoding timeline"
@@ -174,42 +260,60 @@ def main() -> int:
     events = annotate_collectives(events)
     t_coll = time.perf_counter() - t0
     t0 = time.perf_counter()
-    events = annotate_phases(events)
+    events = annotate_phases(events).rechunk()
     t_phases = time.perf_counter() - t0
     n_gpu = events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).height
     print(f"table: {what}: {events.height:,} events, {n_gpu:,} GPU events on {args.ranks} ranks (built in {t_build:.1f} s)")
-    print(f"annotate_collectives {t_coll:.2f} s, annotate_phases {t_phases:.2f} s ({events.height / t_phases / 1e6:.1f} M rows/s; once per run, at ingest)")
+    print(f"annotate_collectives {t_coll:.2f} s, annotate_phases {t_phases:.2f} s wall (once per run, at ingest)")
 
-    t_attr, t_ref, c_attr, c_ref, t_rep = [], [], [], [], []
-    inst = None
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in ("floor", "compiled", "reference", "report", "report_ref")}
+    inst = ref_inst = None
     for _ in range(args.repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        ref = events.group_by(["rank", "name"]).agg(pl.col("dur_ns").sum())
-        t_ref.append(time.perf_counter() - t0)
-        c_ref.append(time.process_time() - c0)
-        t0, c0 = time.perf_counter(), time.process_time()
-        inst = attribute_instances(events)
-        t_attr.append(time.perf_counter() - t0)
-        c_attr.append(time.process_time() - c0)
+        _, *m = _timed(lambda: events.group_by(["rank", "name"]).agg(pl.col("dur_ns").sum()))
+        runs["floor"].append(tuple(m))  # type: ignore[arg-type]
+        inst, *m = _timed(lambda: attribute_instances(events))
+        runs["compiled"].append(tuple(m))  # type: ignore[arg-type]
+        ref_inst, *m = _timed(lambda: pure(lambda: attribute_instances(events)))
+        runs["reference"].append(tuple(m))  # type: ignore[arg-type]
         if args.report:
-            t0 = time.perf_counter()
-            attribute_report(events)
-            t_rep.append(time.perf_counter() - t0)
-    assert inst is not None
+            _, *m = _timed(lambda: attribute_report(events))
+            runs["report"].append(tuple(m))  # type: ignore[arg-type]
+            _, *m = _timed(lambda: pure(lambda: attribute_report(events)))
+            runs["report_ref"].append(tuple(m))  # type: ignore[arg-type]
+    assert inst is not None and ref_inst is not None
     check_sums(inst)
-    a, r = statistics.median(t_attr), statistics.median(t_ref)
-    ca, cr = statistics.median(c_attr), statistics.median(c_ref)
+    assert_frame_equal(inst, ref_inst)  # the compiled pass gives the reference's numbers
+
+    def med(k: str, i: int) -> float:
+        return statistics.median(r[i] for r in runs[k])
+
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {os.cpu_count()} cores, {len(os.sched_getaffinity(0))} usable by this process, load average {load} "
-          "(wall times suffer when other jobs share the core; CPU times much less)")
-    print(f"reference group_by(rank, name).sum(dur): {r:.3f} s wall, {cr:.3f} s CPU ({ref.height} groups)")
-    print(f"attribution: {a:.3f} s wall, {ca:.3f} s CPU for {inst.height:,} instances = {n_gpu / a / 1e6:.1f} M GPU events/s "
-          f"wall, {n_gpu / ca / 1e6:.1f} M/s CPU (target >= 10 M/s on one core; 8 x 1 M in < 2 s)")
-    print(f"ratio attribution / reference: {a / r:.2f}x wall, {ca / cr:.2f}x CPU")
-    if t_rep:
-        rp = statistics.median(t_rep)
-        print(f"end to end attribute_report (prepare, match_collectives frame, instances, views, stragglers): "
-              f"{rp:.3f} s wall = {n_gpu / rp / 1e6:.1f} M GPU events/s")
+    print(f"machine: {os.cpu_count()} cores, {len(os.sched_getaffinity(0))} usable by this process "
+          f"({workers(args.ranks)} attribution threads), load average {load}")
+    print(f"identical instance tables (compiled vs reference): {inst.height:,} instances, every column")
+    fw, fc = med("floor", 0), med("floor", 1)
+    print(f"{'':24s} {'wall s':>8s} {'CPU s':>8s} {'M GPU ev/CPU s':>15s} {'CPU/floor':>10s} {'peak MB':>8s}")
+    for k, label in (("floor", "floor group_by"), ("compiled", "attribution (compiled)"), ("reference", "attribution (reference)"),
+                     ("report", "attribute_report (comp.)"), ("report_ref", "attribute_report (ref.)")):
+        if not runs[k]:
+            continue
+        w, c, p = med(k, 0), med(k, 1), med(k, 2)
+        print(f"{label:24s} {w:8.3f} {c:8.3f} {n_gpu / c / 1e6:15.1f} {c / fc:9.2f}x {p:8.0f}")
+    print(f"ratio attribution / floor: compiled {med('compiled', 1) / fc:.2f}x CPU, {med('compiled', 0) / fw:.2f}x wall; "
+          f"reference {med('reference', 1) / fc:.2f}x CPU, {med('reference', 0) / fw:.2f}x wall (target <= 0.55x CPU)")
+    print(f"compiled vs reference: {med('reference', 1) / med('compiled', 1):.1f}x less CPU, "
+          f"{med('reference', 0) / med('compiled', 0):.1f}x less wall")
+    if args.memory:
+        _memory(events)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile(time.process_time)
+        prof.runcall(attribute_instances, events)
+        print("where one compiled attribute_instances call spends its CPU (cProfile, process_time; "
+              "the rank threads' CPU shows under the lock waits of the main thread):")
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(14)
     return 0
 
 

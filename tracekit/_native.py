@@ -1,5 +1,5 @@
 """The compiled extensions (``tracekit._core`` for the export, ``tracekit._kineto`` for ingest,
-built from ``tracekit/*.c`` by the package's build), each None when it is not built or
+``tracekit._walk`` for the attribution walk, built from ``tracekit/*.c`` by the package's build), each None when it is not built or
 ``TRACEKIT_PURE=1`` asks for the reference paths.
 
 Every function of the core has a numpy / Python reference next to its caller; the tests
@@ -24,5 +24,6 @@ def _load(name: str) -> ModuleType | None:
 
 core: ModuleType | None = _load("_core")
 kineto: ModuleType | None = _load("_kineto")
+walk: ModuleType | None = _load("_walk")
 
-__all__ = ["core", "kineto"]
+__all__ = ["core", "kineto", "walk"]

@@ -1,0 +1,246 @@
+"""The compiled attribution pass (tracekit._walk) against the numpy reference path.
+
+Every column of ``attribute_instances`` (every bucket of every instance, to the ns, windows,
+queue delay, launches, cross-thread counts, allreduce numbers) must be identical on the
+real samples, on generated multi-rank runs and on hypothesis-generated layouts (overlap
+clusters of every size, PDL on one or several streams, equal starts, zero and negative
+durations, missing correlations / launches / graph flags / categories, several threads).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+from test_attribution_fast import random_run
+
+from tracekit import _native
+from tracekit.analyzers import attribution_native
+from tracekit.analyzers.attribution import (
+    attribute_instances,
+    attribute_report,
+    check_sums,
+    prepare,
+)
+from tracekit.finalize import finalize_events
+from tracekit.finalize.phases import format_label
+from tracekit.schema import conform, sort_events
+from tracekit.store import read_run
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = sorted((REPO / "samples").glob("*/*.parquet"))
+WALK = _native.walk
+needs_walk = pytest.mark.skipif(WALK is None, reason="tracekit._walk not built (TRACEKIT_PURE=1 or no compiler)")
+
+
+def test_walk_is_built_in_ci() -> None:
+    # CI installs with the README's command, which builds the extension: it must be there
+    if os.environ.get("CI") == "true" and os.environ.get("TRACEKIT_PURE") != "1":
+        assert WALK is not None, "tracekit._walk was not built by pip install"
+
+
+class _Spy:
+    """Counts the compiled passes that ran (and did not fall back)."""
+
+    def __init__(self, mp: pytest.MonkeyPatch) -> None:
+        self.ok = 0
+        real = attribution_native.attribute_ranks
+
+        def spy(*a: Any, **k: Any) -> bool:
+            r = real(*a, **k)
+            self.ok += int(r)
+            return r
+
+        mp.setattr("tracekit.analyzers.attribution.attribute_ranks", spy)
+
+
+def _reference(fn: Any, *a: Any, **k: Any) -> Any:
+    saved = _native.walk
+    _native.walk = None
+    try:
+        return fn(*a, **k)
+    finally:
+        _native.walk = saved
+
+
+def _same(ev: pl.DataFrame, mp: pytest.MonkeyPatch, *, lat: int = 20_000, must_compile: bool = True) -> pl.DataFrame:
+    spy = _Spy(mp)
+    got = attribute_instances(ev, launch_latency_ns=lat)
+    if must_compile:
+        assert spy.ok == 1, "the compiled pass fell back to the reference"
+    want = _reference(attribute_instances, ev, launch_latency_ns=lat)
+    assert_frame_equal(got, want)
+    return got
+
+
+@needs_walk
+@pytest.mark.parametrize("path", SAMPLES, ids=[f"{p.parent.name}/{p.name}" for p in SAMPLES])
+def test_real_samples_identical(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ev, _ = prepare(read_run(path))
+    if ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).height == 0:
+        pytest.skip("host-mode run: no GPU events to walk")  # cpu8-builtin: host attribution
+    got = _same(ev, monkeypatch)
+    assert got.height > 0 and int(got.get_column("gpu_events").sum()) > 0
+    check_sums(got)
+
+
+@needs_walk
+def test_real_sample_report_identical() -> None:
+    ev = read_run(REPO / "samples/h200x2-mainjob/eager.parquet")
+    got = attribute_report(ev)
+    want = _reference(attribute_report, ev)
+    for key in want:
+        assert_frame_equal(got[key], want[key])
+
+
+@needs_walk
+@pytest.mark.parametrize("seed", range(6))
+def test_generated_runs_identical(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    ev, _ = prepare(finalize_events(random_run(seed, ranks=3 + seed % 3, mismatch=seed == 3)))
+    _same(ev, monkeypatch)
+    _same(ev, monkeypatch, lat=0)
+
+
+def _layout(draw: Any) -> pl.DataFrame:
+    """A random multi-rank table: ranges on two threads, eager and graph launches, GPU events on
+    several streams with arbitrary overlaps (the start order shuffled by ties and clusters)."""
+    ranks = draw(st.integers(1, 3))
+    rows: list[dict[str, Any]] = []
+    cats = ["gemm", "attention", "moe", "norm", "allreduce", "comm", None, "weird", "elementwise", "sampling"]
+    for rank in range(ranks):
+        n_inst = draw(st.integers(1, 4))
+        t = draw(st.integers(-50, 50))
+        corr = draw(st.sampled_from([1, 10**12]))  # dense or sparse correlation ids
+        for k in range(n_inst):
+            h0 = t
+            h_len = draw(st.integers(100, 2_000))
+            tid = draw(st.sampled_from([1, 1, 2]))
+            rows.append(dict(rank=rank, kind="range", name=format_label("verify", cycle=k, bs=2), pid=1, tid=1,
+                             start_ns=h0, dur_ns=h_len))
+            n = draw(st.integers(0, 9))
+            graphed = draw(st.booleans())
+            if graphed:
+                rows.append(dict(rank=rank, kind="launch", name="cudaGraphLaunch", pid=1, tid=tid, start_ns=h0 + 10,
+                                 dur_ns=draw(st.integers(0, 300)), correlation=corr,
+                                 graph=draw(st.sampled_from([True, None]))))
+            g = h0 + draw(st.integers(-200, 400))
+            for i in range(n):
+                c = corr if graphed else corr + 1 + i
+                if not graphed and draw(st.integers(0, 9)) > 0:
+                    ls = h0 + 20 + 15 * i
+                    for _ in range(draw(st.sampled_from([1, 1, 1, 2]))):  # a repeated correlation: the first wins
+                        rows.append(dict(rank=rank, kind="launch", name="cudaLaunchKernel", pid=1, tid=tid, start_ns=ls,
+                                         dur_ns=draw(st.integers(0, 40)), correlation=c,
+                                         graph=draw(st.sampled_from([False, False, None]))))
+                kind = draw(st.sampled_from(["kernel"] * 6 + ["memcpy", "memset"]))
+                dur = draw(st.sampled_from([0, -5, 1, 7, 30, 100, 250, 1_000]))
+                g += draw(st.sampled_from([-300, -40, -1, 0, 0, 1, 13, 80, 500]))
+                rows.append(dict(rank=rank, kind=kind, name="ncclKernel_AllReduce" if i % 4 == 3 else f"k{i % 3}",
+                                 category=draw(st.sampled_from(cats)), device=rank,
+                                 stream=draw(st.sampled_from([7, 7, 8, 20, None])), start_ns=g, dur_ns=dur,
+                                 correlation=None if draw(st.integers(0, 19)) == 0 else c, graph=graphed))
+                g += max(dur, 0)
+            corr += n + 2
+            t += h_len + draw(st.integers(-300, 3_000))  # may overlap the next instance's range
+    return sort_events(conform(pl.DataFrame(rows)))
+
+
+@needs_walk
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_random_layouts_identical(data: st.DataObject) -> None:
+    raw = _layout(data.draw)
+    ev, _ = prepare(finalize_events(raw))
+    with pytest.MonkeyPatch.context() as mp:
+        got = _same(ev, mp, lat=data.draw(st.sampled_from([0, 20, 20_000])))
+    check_sums(got)
+
+
+@needs_walk
+def test_large_cluster_and_many_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one long comm kernel on its own stream overlapping 3,000 short kernels on 5 streams with
+    # PDL overlaps: the sweep sorts thousands of points, the PDL rule tracks several streams
+    r = np.random.default_rng(7)
+    rows: list[dict[str, Any]] = [
+        dict(rank=0, kind="range", name=format_label("verify", cycle=0, bs=2), pid=1, tid=1, start_ns=0, dur_ns=10**7),
+        dict(rank=0, kind="kernel", name="ncclKernel_AllReduce", category="allreduce", device=0, stream=99,
+             start_ns=50, dur_ns=5 * 10**6, correlation=1),
+        dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=1, tid=1, start_ns=10, dur_ns=5, correlation=1, graph=False),
+    ]
+    g = 100
+    for i in range(3_000):
+        c = 2 + i
+        rows.append(dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=1, tid=1, start_ns=20 + i, dur_ns=3,
+                         correlation=c, graph=False))
+        rows.append(dict(rank=0, kind="kernel", name=f"k{i % 4}", category=["gemm", "norm", "moe", "attention"][i % 4],
+                         device=0, stream=int(r.integers(1, 6)), start_ns=g, dur_ns=int(r.integers(1, 3_000)),
+                         correlation=c))
+        g += int(r.integers(-500, 2_000))
+    ev, _ = prepare(finalize_events(sort_events(conform(pl.DataFrame(rows)))))
+    got = _same(ev, monkeypatch)
+    assert int(got.get_column("gpu_events").item()) == 3_001
+
+
+@needs_walk
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_unsorted_inside_ranks(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ranks contiguous, rows shuffled inside each rank: the compiled pass sorts each instance itself
+    ev, _ = prepare(finalize_events(random_run(seed, ranks=3)))
+    shuffled = ev.sample(fraction=1.0, shuffle=True, seed=seed).sort("rank", maintain_order=True)
+    assert not shuffled.get_column("start_ns").is_sorted()
+    got = _same(shuffled, monkeypatch)
+    assert_frame_equal(got, attribute_instances(ev))
+
+
+@needs_walk
+def test_interleaved_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two phases open at once on two threads (an overlap scheduler): their kernels alternate on
+    # the GPU, so one instance's events are not contiguous in start order
+    rows: list[dict[str, Any]] = []
+    for k, tid in enumerate((1, 2)):
+        rows.append(dict(rank=0, kind="range", name=format_label("verify" if k else "draft", cycle=0, bs=2), pid=1,
+                         tid=tid, start_ns=0, dur_ns=5_000))
+        for i in range(6):
+            c = 100 * (k + 1) + i
+            rows.append(dict(rank=0, kind="launch", name="cudaLaunchKernel", pid=1, tid=tid, start_ns=10 + 300 * i + k,
+                             dur_ns=20, correlation=c, graph=False))
+            rows.append(dict(rank=0, kind="kernel", name=f"k{k}", category=("gemm", "norm")[k], device=0, stream=7 + k,
+                             start_ns=1_000 + 500 * i + 250 * k, dur_ns=300 - 100 * k, correlation=c))
+    ev, _ = prepare(finalize_events(sort_events(conform(pl.DataFrame(rows)))))
+    got = _same(ev, monkeypatch)
+    assert got.get_column("gpu_events").to_list() == [6, 6]
+
+
+@needs_walk
+def test_unsorted_table_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    ev, _ = prepare(finalize_events(random_run(1, ranks=3)))
+    shuffled = ev.sample(fraction=1.0, shuffle=True, seed=3)
+    got = _same(shuffled, monkeypatch, must_compile=False)
+    assert_frame_equal(got, attribute_instances(ev))
+
+
+@needs_walk
+def test_codes_of_every_string_layout() -> None:
+    names = ("kernel", "launch", "a-name-longer-than-twelve-bytes")
+    vals = np.array([1, 2, 3, 9, -1], dtype=np.int8)
+    data = ["kernel", None, "launch", "other", "a-name-longer-than-twelve-bytes", "a-name-longer-than-twelve-bytez", ""]
+    want = [1, -1, 2, 9, 3, 9, 9]
+    for s in (
+        pl.Series(data),  # string view
+        pl.Series(data).slice(1, 6),  # with an offset
+        pl.Series(data, dtype=pl.Categorical),  # dictionary-encoded
+        pl.Series(data, dtype=pl.Enum(sorted({d for d in data if d is not None}))),
+    ):
+        exp = want[1:] if s.len() == 6 else want
+        assert attribution_native.codes(s, names, vals).tolist() == exp
+    chunked = pl.concat([pl.Series(data[:3]), pl.Series(data[3:])], rechunk=False)
+    assert chunked.n_chunks() == 2
+    assert attribution_native.codes(chunked, names, vals).tolist() == want
+

@@ -1,0 +1,1494 @@
+/* tracekit._walk: the attribution walk of one rank in one compiled pass (docs/attribution.md 4).
+ *
+ * Plain CPython C API. Polars columns come in through the Arrow C stream interface
+ * (``Series.__arrow_c_stream__()``: a PyCapsule; zero-copy, no pyarrow), numpy arrays through the
+ * buffer protocol; no numpy or Arrow headers are needed to build. The reference is the numpy
+ * path of analyzers/attribution.py + analyzers/buckets.py + analyzers/timeline.py
+ * (``TRACEKIT_PURE=1``); tests/test_attribution_compiled.py compares every number.
+ *
+ * codes(stream, names, values, out): a string column (string, large string, string view or
+ *   dictionary-encoded) -> one int8 per row: values[i] where the row equals names[i],
+ *   values[-2] for any other string, values[-1] for null.
+ * walk_rank(...): membership lookup, launch ends through (rank, correlation), first event of a
+ *   launch call, the exclusive walk with the PDL rule, queue delay, launch counts and
+ *   cross-thread counts of the instances of one rank; the GIL is released while it runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "pythread.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) --- */
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+struct ArrowArrayStream {
+    int (*get_schema)(struct ArrowArrayStream *, struct ArrowSchema *out);
+    int (*get_next)(struct ArrowArrayStream *, struct ArrowArray *out);
+    const char *(*get_last_error)(struct ArrowArrayStream *);
+    void (*release)(struct ArrowArrayStream *);
+    void *private_data;
+};
+
+/* bucket codes: positions in tracekit.buckets.BUCKETS (checked by analyzers/buckets.py) */
+#define NB 12
+#define N_WORK 8 /* compute buckets + memory */
+#define MEMORY 7
+#define N_EVENT_CODES 10 /* + allreduce, comm */
+#define B_LAUNCH 10
+#define B_IDLE 11
+#define UNKNOWN_LAUNCH INT64_MIN
+
+/* kind codes (the values analyzers/attribution.py passes to codes() for the kind column) */
+#define K_OTHER 0
+#define K_KERNEL 1
+#define K_MEMCPY 2
+#define K_MEMSET 3
+#define K_LAUNCH 4
+
+/* ---- columns ----------------------------------------------------------------------------- */
+
+enum { C_NULL, C_I8, C_I16, C_I32, C_I64, C_U8, C_U16, C_U32, C_U64, C_BOOL, C_STR, C_LSTR, C_VIEW };
+
+typedef struct {
+    struct ArrowSchema schema;
+    struct ArrowArray arr;
+    int type;
+    int64_t n, off;
+    const uint8_t *valid;
+    const void *vals;
+    const void *offsets; /* C_STR / C_LSTR */
+    const char *data;    /* C_STR / C_LSTR */
+    const char **vbufs;  /* C_VIEW data buffers */
+    int64_t n_vbufs;
+    /* dictionary-encoded: indices in vals (type), strings in dict */
+    int is_dict;
+    int dict_type;
+    const struct ArrowArray *dict;
+} Col;
+
+static int type_of(const char *f, int *out) {
+    if (!f || !f[0]) return -1;
+    if (f[1] == 0) {
+        switch (f[0]) {
+        case 'n': *out = C_NULL; return 0;
+        case 'c': *out = C_I8; return 0;
+        case 's': *out = C_I16; return 0;
+        case 'i': *out = C_I32; return 0;
+        case 'l': *out = C_I64; return 0;
+        case 'C': *out = C_U8; return 0;
+        case 'S': *out = C_U16; return 0;
+        case 'I': *out = C_U32; return 0;
+        case 'L': *out = C_U64; return 0;
+        case 'b': *out = C_BOOL; return 0;
+        case 'u': case 'z': *out = C_STR; return 0;
+        case 'U': case 'Z': *out = C_LSTR; return 0;
+        default: return -1;
+        }
+    }
+    if (f[0] == 'v' && (f[1] == 'u' || f[1] == 'z') && f[2] == 0) {
+        *out = C_VIEW;
+        return 0;
+    }
+    return -1;
+}
+
+static void col_free(Col *c) {
+    if (c->arr.release) c->arr.release(&c->arr);
+    if (c->schema.release) c->schema.release(&c->schema);
+    c->arr.release = NULL;
+    c->schema.release = NULL;
+}
+
+/* lay out the buffers of array a (type t) into c */
+static int col_layout(Col *c, const struct ArrowArray *a, int t, const char *what) {
+    c->n = a->length;
+    c->off = a->offset;
+    c->valid = (a->n_buffers > 0 && a->null_count != 0) ? (const uint8_t *)a->buffers[0] : NULL;
+    if (t == C_NULL) {
+        c->valid = NULL;
+        return 0;
+    }
+    if (t == C_VIEW) {
+        if (a->n_buffers < 2) goto bad;
+        c->vals = a->buffers[1];
+        c->n_vbufs = a->n_buffers - 3;
+        c->vbufs = (const char **)(a->buffers + 2);
+        return 0;
+    }
+    if (t == C_STR || t == C_LSTR) {
+        if (a->n_buffers < 3) goto bad;
+        c->offsets = a->buffers[1];
+        c->data = (const char *)a->buffers[2];
+        return 0;
+    }
+    if (a->n_buffers < 2) goto bad;
+    c->vals = a->buffers[1];
+    return 0;
+bad:
+    PyErr_Format(PyExc_ValueError, "%s: unexpected Arrow buffer layout", what);
+    return -1;
+}
+
+/* import a column from an "arrow_array_stream" capsule (one chunk) */
+static int col_import(PyObject *cap, Col *c, const char *what) {
+    struct ArrowArrayStream *st;
+    struct ArrowArray more;
+    int t;
+    memset(c, 0, sizeof(*c));
+    if (!PyCapsule_IsValid(cap, "arrow_array_stream")) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an arrow_array_stream capsule", what);
+        return -1;
+    }
+    st = (struct ArrowArrayStream *)PyCapsule_GetPointer(cap, "arrow_array_stream");
+    if (!st || !st->get_schema || st->get_schema(st, &c->schema) != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: cannot read the Arrow schema", what);
+        return -1;
+    }
+    if (st->get_next(st, &c->arr) != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: cannot read the Arrow array", what);
+        return -1;
+    }
+    if (c->arr.release) {
+        memset(&more, 0, sizeof(more));
+        if (st->get_next(st, &more) != 0) {
+            PyErr_Format(PyExc_ValueError, "%s: cannot read the Arrow stream", what);
+            return -1;
+        }
+        if (more.release) {
+            int64_t len = more.length;
+            more.release(&more);
+            if (len > 0) {
+                PyErr_Format(PyExc_ValueError, "%s: more than one chunk (rechunk first)", what);
+                return -1;
+            }
+        }
+    }
+    if (type_of(c->schema.format, &t) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: unsupported Arrow format %s", what, c->schema.format ? c->schema.format : "?");
+        return -1;
+    }
+    if (!c->arr.release) { /* no chunk: an empty column */
+        c->type = t;
+        return 0;
+    }
+    if (c->schema.dictionary) {
+        int dt;
+        if (!c->arr.dictionary || type_of(c->schema.dictionary->format, &dt) < 0 ||
+            !(dt == C_STR || dt == C_LSTR || dt == C_VIEW) || !(t >= C_I8 && t <= C_U64)) {
+            PyErr_Format(PyExc_ValueError, "%s: unsupported dictionary column", what);
+            return -1;
+        }
+        c->is_dict = 1;
+        c->dict_type = dt;
+        c->dict = c->arr.dictionary;
+    }
+    c->type = t;
+    return col_layout(c, &c->arr, t, what);
+}
+
+static inline int bit(const uint8_t *b, int64_t j) { return (b[j >> 3] >> (j & 7)) & 1; }
+
+static inline int col_valid(const Col *c, int64_t i) {
+    if (c->type == C_NULL) return 0;
+    return !c->valid || bit(c->valid, c->off + i);
+}
+
+/* integer value of row i (no validity check) */
+static inline int64_t col_raw(const Col *c, int64_t i) {
+    int64_t j = c->off + i;
+    switch (c->type) {
+    case C_I64: return ((const int64_t *)c->vals)[j];
+    case C_I32: return ((const int32_t *)c->vals)[j];
+    case C_I16: return ((const int16_t *)c->vals)[j];
+    case C_I8: return ((const int8_t *)c->vals)[j];
+    case C_U64: return (int64_t)((const uint64_t *)c->vals)[j];
+    case C_U32: return ((const uint32_t *)c->vals)[j];
+    case C_U16: return ((const uint16_t *)c->vals)[j];
+    case C_U8: return ((const uint8_t *)c->vals)[j];
+    case C_BOOL: return bit((const uint8_t *)c->vals, j);
+    default: return 0;
+    }
+}
+
+static inline int64_t col_i64(const Col *c, int64_t i, int64_t fill) {
+    return col_valid(c, i) ? col_raw(c, i) : fill;
+}
+
+
+/* the bytes of string row i of array a laid out in c (type t) */
+static inline const char *str_at(const Col *c, int t, int64_t j, int64_t *len) {
+    if (t == C_VIEW) {
+        const uint8_t *v = (const uint8_t *)c->vals + 16 * j;
+        int32_t l;
+        memcpy(&l, v, 4);
+        *len = l;
+        if (l <= 12) return (const char *)v + 4;
+        {
+            int32_t bi, bo;
+            memcpy(&bi, v + 8, 4);
+            memcpy(&bo, v + 12, 4);
+            return c->vbufs[bi] + bo;
+        }
+    }
+    if (t == C_STR) {
+        const int32_t *o = (const int32_t *)c->offsets;
+        *len = o[j + 1] - o[j];
+        return c->data + o[j];
+    }
+    {
+        const int64_t *o = (const int64_t *)c->offsets;
+        *len = o[j + 1] - o[j];
+        return c->data + o[j];
+    }
+}
+
+typedef struct {
+    const char **s;
+    Py_ssize_t *len;
+    Py_ssize_t n;
+    const int8_t *val; /* n + 2: then other, null */
+} Names;
+
+static inline int8_t name_code(const Names *nm, const char *p, int64_t len) {
+    for (Py_ssize_t k = 0; k < nm->n; k++)
+        if (nm->len[k] == len && memcmp(nm->s[k], p, (size_t)len) == 0) return nm->val[k];
+    return nm->val[nm->n];
+}
+
+/* string views: each name as the 16-byte view image of its length and first bytes, with a
+ * mask of the bytes that hold the string (padding of inline views is not relied on) */
+typedef struct {
+    uint64_t t0, t1, m0, m1;
+    int inl;
+} ViewKey;
+
+static void view_keys(const Names *nm, ViewKey *vk) {
+    for (Py_ssize_t k = 0; k < nm->n; k++) {
+        uint8_t img[16], msk[16];
+        int32_t l = (int32_t)nm->len[k];
+        Py_ssize_t nb = nm->len[k] <= 12 ? nm->len[k] : 4;
+        memset(img, 0, 16);
+        memset(msk, 0, 16);
+        memcpy(img, &l, 4);
+        memset(msk, 0xFF, 4);
+        memcpy(img + 4, nm->s[k], (size_t)nb);
+        memset(msk + 4, 0xFF, (size_t)nb);
+        memcpy(&vk[k].t0, img, 8);
+        memcpy(&vk[k].t1, img + 8, 8);
+        memcpy(&vk[k].m0, msk, 8);
+        memcpy(&vk[k].m1, msk + 8, 8);
+        vk[k].inl = nm->len[k] <= 12;
+    }
+}
+
+/* codes of rows [0, n) of a string view column: word compares, the last two views remembered
+ * (kernel and launch rows alternate in eager phases) */
+static void codes_of_views(const Col *c, int64_t n, const Names *nm, const ViewKey *vk, int8_t *out, const int8_t *mask,
+                           int8_t want) {
+    int8_t null_v = nm->val[nm->n + 1], other = nm->val[nm->n], ca = 0, cb = 0;
+    uint64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    int have_a = 0, have_b = 0;
+    const uint8_t *views = (const uint8_t *)c->vals;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = c->off + i;
+        uint64_t v0, v1;
+        int8_t code = other;
+        if ((mask && mask[i] != want) || (c->valid && !bit(c->valid, j))) {
+            out[i] = null_v;
+            continue;
+        }
+        memcpy(&v0, views + 16 * j, 8);
+        memcpy(&v1, views + 16 * j + 8, 8);
+        if (have_a && v0 == a0 && v1 == a1) { /* the same view: the same string */
+            out[i] = ca;
+            continue;
+        }
+        if (have_b && v0 == b0 && v1 == b1) {
+            int8_t hit = cb;
+            out[i] = hit;
+            b0 = a0, b1 = a1, cb = ca; /* swap: the other remembered view becomes b */
+            a0 = v0, a1 = v1, ca = hit;
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < nm->n; k++) {
+            if ((v0 ^ vk[k].t0) & vk[k].m0) continue;
+            if (vk[k].inl) {
+                if ((v1 ^ vk[k].t1) & vk[k].m1) continue;
+            } else {
+                int64_t len;
+                const char *p = str_at(c, C_VIEW, j, &len);
+                if (memcmp(p, nm->s[k], (size_t)len) != 0) continue;
+            }
+            code = nm->val[k];
+            break;
+        }
+        b0 = a0, b1 = a1, cb = ca, have_b = have_a;
+        a0 = v0, a1 = v1, ca = code, have_a = 1;
+        out[i] = code;
+    }
+}
+
+/* codes of rows [0, n) of string layout c (type t); null rows -> val[n + 1] */
+static void codes_of(const Col *c, int t, int64_t n, const Names *nm, int8_t *out, const int8_t *mask, int8_t want) {
+    int8_t null_v = nm->val[nm->n + 1];
+    if (t == C_VIEW) {
+        ViewKey vk[64];
+        if (nm->n <= 64) {
+            view_keys(nm, vk);
+            codes_of_views(c, n, nm, vk, out, mask, want);
+            return;
+        }
+    }
+    const char *last = NULL;
+    int64_t last_len = -1;
+    int8_t last_code = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = c->off + i, len;
+        const char *p;
+        if ((mask && mask[i] != want) || (c->valid && !bit(c->valid, j))) {
+            out[i] = null_v;
+            continue;
+        }
+        p = str_at(c, t, j, &len);
+        if (len == last_len && memcmp(p, last, (size_t)len) == 0) {
+            out[i] = last_code;
+            continue;
+        }
+        last_code = name_code(nm, p, len);
+        last = p;
+        last_len = len;
+        out[i] = last_code;
+    }
+}
+
+typedef struct {
+    Py_buffer view;
+    int ok;
+} Buf;
+
+static int get_buf(PyObject *o, Buf *b, Py_ssize_t itemsize, int writable, const char *what) {
+    b->ok = 0;
+    if (PyObject_GetBuffer(o, &b->view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    b->ok = 1;
+    if (b->view.len % itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not a whole number of %zd-byte items", what,
+                     b->view.len, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void rel_buf(Buf *b) {
+    if (b->ok) PyBuffer_Release(&b->view);
+    b->ok = 0;
+}
+
+/* codes(stream, names, values, out[, mask, want]): rows where mask != want are given the null
+ * value without being read */
+static PyObject *py_codes(PyObject *self, PyObject *args) {
+    PyObject *cap, *names, *ovals, *oout, *omask = Py_None;
+    int want = 0;
+    const int8_t *mk = NULL;
+    Col c;
+    Buf vals = {0}, out = {0}, mbuf = {0};
+    Names nm = {0};
+    int8_t *dcodes = NULL;
+    PyObject *ret = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!OO|Oi", &cap, &PyTuple_Type, &names, &ovals, &oout, &omask, &want)) return NULL;
+    memset(&c, 0, sizeof(c));
+    if (col_import(cap, &c, "codes") < 0) goto done;
+    if (get_buf(ovals, &vals, 1, 0, "values") < 0 || get_buf(oout, &out, 1, 1, "out") < 0) goto done;
+    if (omask != Py_None) {
+        if (get_buf(omask, &mbuf, 1, 0, "mask") < 0) goto done;
+        if (mbuf.view.len != out.view.len) {
+            PyErr_SetString(PyExc_ValueError, "codes: mask and out differ in length");
+            goto done;
+        }
+        mk = (const int8_t *)mbuf.view.buf;
+    }
+    nm.n = PyTuple_GET_SIZE(names);
+    if (vals.view.len != nm.n + 2) {
+        PyErr_SetString(PyExc_ValueError, "codes: values must have len(names) + 2 items");
+        goto done;
+    }
+    if (out.view.len != c.n) {
+        PyErr_Format(PyExc_ValueError, "codes: out has %zd items for %lld rows", out.view.len, (long long)c.n);
+        goto done;
+    }
+    nm.s = (const char **)calloc((size_t)nm.n + 1, sizeof(char *));
+    nm.len = (Py_ssize_t *)calloc((size_t)nm.n + 1, sizeof(Py_ssize_t));
+    if (!nm.s || !nm.len) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nm.n; k++) {
+        nm.s[k] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(names, k), &nm.len[k]);
+        if (!nm.s[k]) goto done;
+    }
+    nm.val = (const int8_t *)vals.view.buf;
+    if (c.n == 0) {
+        ret = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (c.type == C_NULL) {
+        memset(out.view.buf, nm.val[nm.n + 1], (size_t)c.n);
+    } else if (c.is_dict) {
+        Col d;
+        int64_t nd = c.dict->length;
+        memset(&d, 0, sizeof(d));
+        if (col_layout(&d, c.dict, c.dict_type, "codes dictionary") < 0) goto done;
+        dcodes = (int8_t *)malloc((size_t)nd + 1);
+        if (!dcodes) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        codes_of(&d, c.dict_type, nd, &nm, dcodes, NULL, 0);
+        {
+            int8_t *o = (int8_t *)out.view.buf;
+            int8_t null_v = nm.val[nm.n + 1];
+            for (int64_t i = 0; i < c.n; i++) {
+                if ((mk && mk[i] != (int8_t)want) || !col_valid(&c, i)) {
+                    o[i] = null_v;
+                } else {
+                    int64_t k = col_raw(&c, i);
+                    o[i] = (k >= 0 && k < nd) ? dcodes[k] : null_v;
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+    } else if (c.type == C_STR || c.type == C_LSTR || c.type == C_VIEW) {
+        Py_BEGIN_ALLOW_THREADS
+        codes_of(&c, c.type, c.n, &nm, (int8_t *)out.view.buf, mk, (int8_t)want);
+        Py_END_ALLOW_THREADS
+    } else {
+        PyErr_SetString(PyExc_ValueError, "codes: not a string column");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    free(dcodes);
+    free((void *)nm.s);
+    free(nm.len);
+    rel_buf(&vals);
+    rel_buf(&out);
+    rel_buf(&mbuf);
+    col_free(&c);
+    return ret;
+}
+
+/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = 1 + the index, in order of first
+ * appearance, of the string at row rows[i] (a null row counts as the string null_as) */
+typedef struct {
+    const char *p;
+    int64_t len;
+} Str;
+
+static uint64_t fnv(const char *p, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static PyObject *py_intern(PyObject *self, PyObject *args) {
+    PyObject *cap, *orows, *oout, *ret = NULL, *lst = NULL;
+    const char *null_as;
+    Py_ssize_t null_len;
+    Col c;
+    Buf rows = {0}, out = {0};
+    Str *dist = NULL;
+    int64_t *tab = NULL, n_dist = 0, cap_dist = 0, tcap = 64;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOs#O", &cap, &orows, &null_as, &null_len, &oout)) return NULL;
+    memset(&c, 0, sizeof(c));
+    if (col_import(cap, &c, "intern") < 0) goto done;
+    if (get_buf(orows, &rows, 8, 0, "rows") < 0 || get_buf(oout, &out, 8, 1, "out") < 0) goto done;
+    if (rows.view.len != out.view.len) {
+        PyErr_SetString(PyExc_ValueError, "intern: rows and out differ in length");
+        goto done;
+    }
+    if (c.is_dict || !(c.type == C_STR || c.type == C_LSTR || c.type == C_VIEW || c.type == C_NULL)) {
+        PyErr_SetString(PyExc_ValueError, "intern: not a plain string column");
+        goto done;
+    }
+    tab = (int64_t *)malloc((size_t)tcap * 8);
+    if (!tab) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t i = 0; i < tcap; i++) tab[i] = -1;
+    {
+        const int64_t *r = (const int64_t *)rows.view.buf;
+        int64_t *o = (int64_t *)out.view.buf, nr = rows.view.len / 8, last = 0;
+        uint64_t l0 = 0, l1 = 0;
+        int have_last = 0;
+        for (int64_t i = 0; i < nr; i++) {
+            const char *p;
+            int64_t len;
+            uint64_t h;
+            if (r[i] < 0 || r[i] >= c.n) {
+                PyErr_SetString(PyExc_IndexError, "intern: row out of range");
+                goto done;
+            }
+            if (c.type == C_VIEW && col_valid(&c, r[i])) { /* the same view as the last row: the same string */
+                uint64_t v0, v1;
+                const uint8_t *v = (const uint8_t *)c.vals + 16 * (c.off + r[i]);
+                memcpy(&v0, v, 8);
+                memcpy(&v1, v + 8, 8);
+                if (have_last && v0 == l0 && v1 == l1) {
+                    o[i] = last;
+                    continue;
+                }
+                l0 = v0, l1 = v1, have_last = 1;
+            } else {
+                have_last = 0;
+            }
+            if (!col_valid(&c, r[i])) {
+                p = null_as;
+                len = null_len;
+            } else {
+                p = str_at(&c, c.type, c.off + r[i], &len);
+            }
+            h = fnv(p, len);
+            for (;;) {
+                int64_t slot = (int64_t)(h & (uint64_t)(tcap - 1)), d = tab[slot];
+                if (d < 0) { /* a new string */
+                    if (n_dist == cap_dist) {
+                        int64_t c2 = cap_dist ? 2 * cap_dist : 16;
+                        Str *d2 = (Str *)realloc(dist, (size_t)c2 * sizeof(Str));
+                        if (!d2) {
+                            PyErr_NoMemory();
+                            goto done;
+                        }
+                        dist = d2;
+                        cap_dist = c2;
+                    }
+                    dist[n_dist].p = p;
+                    dist[n_dist].len = len;
+                    tab[slot] = n_dist;
+                    o[i] = last = ++n_dist;
+                    if (2 * n_dist > tcap) { /* grow and rehash */
+                        int64_t *t2 = (int64_t *)malloc((size_t)(2 * tcap) * 8);
+                        if (!t2) {
+                            PyErr_NoMemory();
+                            goto done;
+                        }
+                        tcap *= 2;
+                        for (int64_t q = 0; q < tcap; q++) t2[q] = -1;
+                        for (int64_t q = 0; q < n_dist; q++) {
+                            uint64_t h2 = fnv(dist[q].p, dist[q].len);
+                            while (t2[h2 & (uint64_t)(tcap - 1)] >= 0) h2++;
+                            t2[h2 & (uint64_t)(tcap - 1)] = q;
+                        }
+                        free(tab);
+                        tab = t2;
+                    }
+                    break;
+                }
+                if (dist[d].len == len && memcmp(dist[d].p, p, (size_t)len) == 0) {
+                    o[i] = last = d + 1;
+                    break;
+                }
+                h++;
+            }
+        }
+    }
+    lst = PyList_New((Py_ssize_t)n_dist);
+    if (!lst) goto done;
+    for (int64_t q = 0; q < n_dist; q++) {
+        PyObject *u = PyUnicode_DecodeUTF8(dist[q].p, (Py_ssize_t)dist[q].len, "surrogateescape");
+        if (!u) goto done;
+        PyList_SET_ITEM(lst, q, u);
+    }
+    ret = lst;
+    lst = NULL;
+done:
+    Py_XDECREF(lst);
+    free(tab);
+    free(dist);
+    rel_buf(&rows);
+    rel_buf(&out);
+    col_free(&c);
+    return ret;
+}
+
+/* ---- work memory: one block per rank, kept in a small pool between calls ------------------ */
+
+/* Fresh memory costs a page fault per 4 KiB (kernel time that dominated the first version):
+ * the blocks of finished ranks are reused by the next ones, and trim() (called at the end of
+ * an attribution) frees them. */
+#define POOL 16
+static struct {
+    char *p;
+    size_t size;
+    int busy;
+} pool[POOL];
+static PyThread_type_lock pool_lock;
+
+static char *pool_get(size_t need, int *slot) {
+    int best = -1, spare = -1;
+    char *p;
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    for (int i = 0; i < POOL; i++) {
+        if (pool[i].busy) continue;
+        if (pool[i].p && pool[i].size >= need && (best < 0 || pool[i].size < pool[best].size)) best = i;
+        if (spare < 0 || !pool[i].p || (pool[spare].p && pool[i].size < pool[spare].size)) spare = i;
+    }
+    if (best < 0 && spare >= 0) { /* grow the smallest free block (or an empty entry) */
+        free(pool[spare].p);
+        pool[spare].p = (char *)malloc(need);
+        pool[spare].size = pool[spare].p ? need : 0;
+        if (pool[spare].p) best = spare;
+    }
+    if (best >= 0) pool[best].busy = 1;
+    PyThread_release_lock(pool_lock);
+    *slot = best;
+    if (best >= 0) return pool[best].p;
+    p = (char *)malloc(need); /* every entry busy: a private block */
+    return p;
+}
+
+static void pool_put(char *p, int slot) {
+    if (slot < 0) {
+        free(p);
+        return;
+    }
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    pool[slot].busy = 0;
+    PyThread_release_lock(pool_lock);
+}
+
+static PyObject *py_trim(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    for (int i = 0; i < POOL; i++)
+        if (!pool[i].busy) {
+            free(pool[i].p);
+            pool[i].p = NULL;
+            pool[i].size = 0;
+        }
+    PyThread_release_lock(pool_lock);
+    Py_RETURN_NONE;
+}
+
+/* carve aligned arrays out of one block */
+typedef struct {
+    char *p;
+    size_t used, size;
+} Arena;
+
+static size_t al(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static void *take(Arena *a, size_t n) {
+    void *r = a->p + a->used;
+    a->used += al(n);
+    return r;
+}
+
+/* ---- correlation table: direct-address when dense, else open addressing ------------------- */
+
+typedef struct {
+    int64_t launch_end; /* the first launch row's end */
+    int32_t best_g;     /* the earliest member GPU event of the correlation; -1: none yet */
+    uint8_t used, has_l, cross;
+} Slot;
+
+typedef struct {
+    int dense;
+    int64_t lo, cap, mask;
+    Slot *s;
+    int64_t *key; /* hash mode */
+} Corr;
+
+static int64_t corr_cap(int64_t lo, int64_t hi, int64_t count, int *dense) {
+    int64_t cap = 16;
+    *dense = 0;
+    if (count == 0) return 0;
+    if (hi - lo + 1 <= 2 * count + (1 << 16)) {
+        *dense = 1;
+        return hi - lo + 1;
+    }
+    while (cap < 2 * count) cap <<= 1;
+    return cap;
+}
+
+static void corr_init(Corr *t, Slot *mem, int64_t *key, int64_t lo, int64_t cap, int dense) {
+    t->dense = dense;
+    t->lo = lo;
+    t->cap = cap;
+    t->mask = cap - 1;
+    t->s = mem;
+    t->key = key;
+    for (int64_t i = 0; i < cap; i++) {
+        mem[i].used = mem[i].has_l = mem[i].cross = 0;
+        mem[i].launch_end = UNKNOWN_LAUNCH;
+        mem[i].best_g = -1;
+    }
+}
+
+static inline Slot *corr_slot(Corr *t, int64_t k) {
+    uint64_t h;
+    if (t->dense) return t->s + (k - t->lo);
+    h = ((uint64_t)k * 0x9E3779B97F4A7C15ull) >> 17;
+    for (;;) {
+        int64_t i = (int64_t)(h & (uint64_t)t->mask);
+        Slot *s = t->s + i;
+        if (!s->used) {
+            s->used = 1;
+            t->key[i] = k;
+            return s;
+        }
+        if (t->key[i] == k) return s;
+        h++;
+    }
+}
+
+/* ---- the walk ------------------------------------------------------------------------------ */
+
+static inline int64_t floordiv(int64_t a, int64_t b) { /* floor(a / b), b > 0 */
+    int64_t q = a / b;
+    if ((a % b) != 0 && a < 0) q--;
+    return q;
+}
+
+/* how many ns t in [a, b) have t mod k == pos */
+static inline int64_t share(int64_t a, int64_t b, int64_t pos, int64_t k) {
+    if (k == 1) return b - a;
+    return floordiv(b - 1 - pos, k) - floordiv(a - 1 - pos, k);
+}
+
+typedef struct {
+    int64_t t;
+    int32_t d; /* +1 start, -1 end */
+    int32_t code;
+} Pt;
+
+static int pt_cmp(const void *a, const void *b) {
+    int64_t x = ((const Pt *)a)->t, y = ((const Pt *)b)->t;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    Pt *pts;
+    int64_t cap;
+    int64_t *sst;  /* PDL: stream of each run */
+    int64_t *smax; /* PDL: running max end */
+    int64_t scap;
+} Scratch;
+
+static int scratch_fit(Scratch *w, int64_t m) {
+    if (2 * m > w->cap) {
+        int64_t cap = 2 * m + 64;
+        Pt *p = (Pt *)realloc(w->pts, (size_t)cap * sizeof(Pt));
+        if (!p) return -1;
+        w->pts = p;
+        w->cap = cap;
+    }
+    if (m > w->scap) {
+        int64_t cap = m + 16;
+        int64_t *a = (int64_t *)realloc(w->sst, (size_t)cap * sizeof(int64_t));
+        int64_t *b;
+        if (!a) return -1;
+        w->sst = a;
+        b = (int64_t *)realloc(w->smax, (size_t)cap * sizeof(int64_t));
+        if (!b) return -1;
+        w->smax = b;
+        w->scap = cap;
+    }
+    return 0;
+}
+
+/* one cluster of m >= 2 overlapping events (start order): PDL rule, then the point sweep.
+ * s, e: starts and (clipped) ends; code; stream. Adds to b (NB) and *ov. */
+static int cluster(Scratch *w, int64_t m, const int64_t *s, const int64_t *e, const int8_t *code, const int64_t *stream,
+                   int64_t *b, int64_t *ov) {
+    int64_t ns = 0, np = 0, cnt[N_EVENT_CODES];
+    if (scratch_fit(w, m) < 0) return -1;
+    for (int64_t i = 0; i < m; i++) {
+        int64_t si = s[i], ei = e[i];
+        if (stream[i] >= 0) { /* PDL: counts from the latest end of earlier events of its stream */
+            int64_t k = 0;
+            while (k < ns && w->sst[k] != stream[i]) k++;
+            if (k == ns) {
+                w->sst[ns] = stream[i];
+                w->smax[ns] = ei;
+                ns++;
+            } else {
+                if (w->smax[k] > si) si = w->smax[k];
+                if (ei > w->smax[k]) w->smax[k] = ei;
+                if (ei < si) ei = si;
+            }
+        }
+        w->pts[np].t = si;
+        w->pts[np].d = 1;
+        w->pts[np].code = code[i];
+        np++;
+        w->pts[np].t = ei;
+        w->pts[np].d = -1;
+        w->pts[np].code = code[i];
+        np++;
+    }
+    if (np <= 16) { /* insertion sort */
+        for (int64_t i = 1; i < np; i++) {
+            Pt x = w->pts[i];
+            int64_t j = i - 1;
+            while (j >= 0 && w->pts[j].t > x.t) {
+                w->pts[j + 1] = w->pts[j];
+                j--;
+            }
+            w->pts[j + 1] = x;
+        }
+    } else {
+        qsort(w->pts, (size_t)np, sizeof(Pt), pt_cmp);
+    }
+    memset(cnt, 0, sizeof(cnt));
+    for (int64_t i = 0; i < np;) {
+        int64_t t = w->pts[i].t, a, bb, kw = 0, kc = 0;
+        while (i < np && w->pts[i].t == t) {
+            cnt[w->pts[i].code] += w->pts[i].d;
+            i++;
+        }
+        if (i == np) break;
+        a = t;
+        bb = w->pts[i].t;
+        for (int c = 0; c < N_WORK; c++) kw += cnt[c] > 0;
+        for (int c = N_WORK; c < N_EVENT_CODES; c++) kc += cnt[c] > 0;
+        if (kw) {
+            int64_t pos = 0;
+            for (int c = 0; c < N_WORK; c++)
+                if (cnt[c] > 0) b[c] += share(a, bb, pos++, kw);
+            if (kc) *ov += bb - a;
+        } else if (kc) {
+            int64_t pos = 0;
+            for (int c = N_WORK; c < N_EVENT_CODES; c++)
+                if (cnt[c] > 0) b[c] += share(a, bb, pos++, kc);
+        }
+    }
+    return 0;
+}
+
+/* stable merge sort of idx[0..n) by key[idx] */
+static void msort(int64_t *idx, int64_t *tmp, int64_t n, const int64_t *key) {
+    if (n < 2) return;
+    if (n <= 16) {
+        for (int64_t i = 1; i < n; i++) {
+            int64_t x = idx[i], j = i - 1;
+            while (j >= 0 && key[idx[j]] > key[x]) {
+                idx[j + 1] = idx[j];
+                j--;
+            }
+            idx[j + 1] = x;
+        }
+        return;
+    }
+    {
+        int64_t h = n / 2, i = 0, j = h, k = 0;
+        msort(idx, tmp, h, key);
+        msort(idx + h, tmp, n - h, key);
+        while (i < h && j < n) tmp[k++] = (key[idx[j]] < key[idx[i]]) ? idx[j++] : idx[i++];
+        while (i < h) tmp[k++] = idx[i++];
+        while (j < n) tmp[k++] = idx[j++];
+        memcpy(idx, tmp, (size_t)n * sizeof(int64_t));
+    }
+}
+
+typedef struct {
+    int64_t s, e;
+} SE;
+
+static int se_cmp(const void *a, const void *b) {
+    int64_t x = ((const SE *)a)->s, y = ((const SE *)b)->s;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    /* inputs */
+    Col *start, *dur, *pid, *corr, *stream, *tid, *graph;
+    const int8_t *kc, *cb;
+    int64_t n;
+    const int64_t *dense;
+    int64_t n_dense;
+    const int64_t *i_tid; /* NULL: no cross-thread counts */
+    int64_t n_itid;
+    const int64_t *host_start;
+    const uint8_t *is_host;
+    int64_t k_lo, m;
+    int64_t latency;
+    /* outputs (m instances; buckets m x NB) */
+    int64_t *buckets, *ws, *we, *ov, *n_ev, *qd, *graph_l, *eager_l, *cross;
+    /* rows of launches with an unknown graph flag (relative), for the caller */
+    int64_t *unres;
+    int64_t n_unres;
+    /* collective kernels (coll_seq not null) when seq is given: (row, coll_seq, start, dur,
+     * phase_id) per kernel, for the allreduce matching */
+    Col *seq;
+    int64_t *coll;
+    int64_t n_coll, cap_coll;
+    int status; /* 0 ok, 1 instance of another rank, 2 unresolved bucket code, -1 no memory */
+} Job;
+
+static inline int64_t inst_of(const Job *J, int64_t pid) {
+    /* _instance_of: dense[pid] for 0 <= pid < n_dense - 1, else -1 */
+    if (pid < 0 || pid >= J->n_dense - 1) return -1;
+    return J->dense[pid];
+}
+
+static inline int64_t gv(const Col *c, int64_t i, int64_t fill) { /* col_i64 with an int64 fast path */
+    int64_t j = c->off + i;
+    if (c->valid && !bit(c->valid, j)) return fill;
+    if (c->type == C_I64) return ((const int64_t *)c->vals)[j];
+    return c->type == C_NULL ? fill : col_raw(c, i);
+}
+
+/* the walk of one instance, one event at a time (events in start order): gaps split into launch
+ * overhead and idle, clusters of overlapping events resolved by cluster() when they close */
+typedef struct {
+    int64_t runmax, ws, we, nev, nc;
+    int64_t *cs, *cse, *cst; /* the open cluster: starts, ends, streams, codes */
+    int8_t *ccode;
+    int64_t *bk, *ov; /* the instance's buckets and overlapped comm */
+} IState;
+
+static inline int flush(Scratch *W, IState *st) {
+    if (st->nc == 1) st->bk[st->ccode[0]] += st->cse[0] - st->cs[0];
+    else if (st->nc > 1 && cluster(W, st->nc, st->cs, st->cse, st->ccode, st->cst, st->bk, st->ov) < 0) return -1;
+    st->nc = 0;
+    return 0;
+}
+
+/* s, e: start and end (e >= s); le: launch end (UNKNOWN_LAUNCH: none); first: the first event of
+ * its launch call */
+static inline int step(Scratch *W, IState *st, int64_t s, int64_t e, int64_t le, int first, int64_t latency,
+                       int64_t stream, int8_t code) {
+    if (st->nev == 0) {
+        st->ws = s;
+        st->we = e;
+    } else {
+        int64_t gap = s - st->runmax;
+        if (s < st->ws) st->ws = s;
+        if (gap > 0) {
+            int64_t lp = 0;
+            if (le != UNKNOWN_LAUNCH) {
+                lp = le + (first ? latency : 0);
+                if (lp > s) lp = s;
+                lp -= s - gap;
+                if (lp < 0) lp = 0;
+                if (lp > gap) lp = gap;
+            }
+            st->bk[B_LAUNCH] += lp;
+            st->bk[B_IDLE] += gap - lp;
+        }
+        if (gap >= 0 && flush(W, st) < 0) return -1; /* the previous cluster is complete */
+        if (e > st->we) st->we = e;
+    }
+    st->cs[st->nc] = s;
+    st->cse[st->nc] = e;
+    st->cst[st->nc] = stream;
+    st->ccode[st->nc] = code;
+    st->nc++;
+    if (st->nev == 0 || e > st->runmax) st->runmax = e;
+    st->nev++;
+    return 0;
+}
+
+static inline void istart(IState *st, Job *J, int64_t k) {
+    st->nev = st->nc = 0;
+    st->runmax = st->ws = st->we = 0;
+    st->bk = J->buckets + k * NB;
+    st->ov = &J->ov[k];
+}
+
+static inline int ifinish(Scratch *W, IState *st, Job *J, int64_t k) {
+    if (flush(W, st) < 0) return -1;
+    J->ws[k] = st->ws;
+    J->we[k] = st->we;
+    J->n_ev[k] = st->nev;
+    return 0;
+}
+
+/* the correlation of row i into *out when it has one (1), tracking the range and count */
+static inline int corr_at(const int64_t *C, const uint8_t *vC, int64_t oC, int64_t i, int64_t *out, int64_t *lo, int64_t *hi,
+                          int64_t *n) {
+    int64_t c;
+    if (!C || (vC && !bit(vC, oC + i))) return 0;
+    c = C[oC + i];
+    *out = c;
+    if (c < *lo) *lo = c;
+    if (c > *hi) *hi = c;
+    (*n)++;
+    return 1;
+}
+
+static void run_job(Job *J) {
+    int64_t n = J->n, ng = 0, nl = 0, lo = INT64_MAX, hi = INT64_MIN, ncorr = 0, m = J->m, cap, maxk = 0;
+    int dense_t = 0, g_sorted = 1, mono = 1, pslot = -1, pslot2 = -1;
+    int64_t last_inst = -1;
+    IState st;
+    size_t need;
+    Corr T;
+    Scratch W;
+    Arena A, B;
+    memset(&B, 0, sizeof(B));
+    int64_t *gs, *ge, *gc, *gst, *gle, *lc, *lend, *order, *tmp, *head;
+    int32_t *gi;
+    int8_t *gcode, *ghas, *lhas, *lx;
+    int64_t *bstart = NULL, *cs = NULL, *cse = NULL, *cst = NULL, *ss = NULL, *se = NULL;
+    int8_t *ccode = NULL;
+    SE *sorted = NULL;
+    memset(&W, 0, sizeof(W));
+    memset(&A, 0, sizeof(A));
+    J->status = -1;
+    /* pass 0: sizes (kind codes only) */
+    for (int64_t i = 0; i < n; i++) {
+        int8_t k = J->kc[i];
+        ng += k >= K_KERNEL && k <= K_MEMSET;
+        nl += k == K_LAUNCH;
+    }
+    need = 7 * al((size_t)(ng + 1) * 8) + al((size_t)(ng + 1) * 4) + 2 * al((size_t)ng + 1) +
+           2 * al((size_t)(nl + 1) * 8) + 2 * al((size_t)nl + 1) + al((size_t)(m + 2) * 8) + 64;
+    A.p = pool_get(need, &pslot);
+    if (!A.p) goto done;
+    A.size = need;
+    gs = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    ge = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gc = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gst = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gle = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    order = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    tmp = (int64_t *)take(&A, (size_t)(ng + 1) * 8);
+    gi = (int32_t *)take(&A, (size_t)(ng + 1) * 4);
+    gcode = (int8_t *)take(&A, (size_t)ng + 1);
+    ghas = (int8_t *)take(&A, (size_t)ng + 1);
+    lc = (int64_t *)take(&A, (size_t)(nl + 1) * 8);
+    lend = (int64_t *)take(&A, (size_t)(nl + 1) * 8);
+    lhas = (int8_t *)take(&A, (size_t)nl + 1);
+    lx = (int8_t *)take(&A, (size_t)nl + 1);
+    head = (int64_t *)take(&A, (size_t)(m + 2) * 8);
+    memset(head, 0, (size_t)(m + 2) * 8);
+
+    /* pass 1, one sweep over the rows: GPU rows gathered (instance, times, correlation, stream,
+     * bucket); launch rows: correlation, end, cross-thread flag, launch counts per instance.
+     * The int64 columns through local pointers (no reloads through the Col structs). */
+    {
+        int64_t g = 0, l = 0;
+        const int64_t *S = (const int64_t *)J->start->vals, *D = (const int64_t *)J->dur->vals;
+        const int64_t *P = (const int64_t *)J->pid->vals, *C = (const int64_t *)J->corr->vals;
+        const int64_t *ST = (const int64_t *)J->stream->vals, *TI = (const int64_t *)J->tid->vals;
+        const uint8_t *vS = J->start->valid, *vD = J->dur->valid, *vP = J->pid->valid, *vC = J->corr->valid;
+        const uint8_t *vST = J->stream->valid, *vTI = J->tid->valid;
+        const int64_t oS = J->start->off, oD = J->dur->off, oP = J->pid->off, oC = J->corr->off, oST = J->stream->off,
+                      oTI = J->tid->off;
+        const int8_t *kc = J->kc, *cb = J->cb;
+        const int64_t *itid = J->i_tid;
+#define VAL(V, v, o, i, fill) ((V) && (!(v) || bit((v), (o) + (i))) ? (V)[(o) + (i)] : (fill))
+        for (int64_t i = 0; i < n; i++) {
+            int8_t k = kc[i];
+            if (k >= K_KERNEL && k <= K_MEMSET) {
+                int64_t s = VAL(S, vS, oS, i, 0), inst = inst_of(J, VAL(P, vP, oP, i, -1));
+                int has = corr_at(C, vC, oC, i, &gc[g], &lo, &hi, &ncorr);
+                gs[g] = s;
+                ge[g] = s + VAL(D, vD, oD, i, 0);
+                if (g && s < gs[g - 1]) g_sorted = 0;
+                if (inst >= 0) {
+                    inst -= J->k_lo;
+                    if (inst < 0 || inst >= m) {
+                        J->status = 1;
+                        goto done;
+                    }
+                    head[inst + 1]++;
+                    if (inst < last_inst) mono = 0;
+                    last_inst = inst;
+                }
+                gi[g] = (int32_t)inst;
+                ghas[g] = (int8_t)has;
+                gst[g] = VAL(ST, vST, oST, i, -1);
+                if (k == K_KERNEL) {
+                    if (cb[i] < 0 || cb[i] >= N_EVENT_CODES) {
+                        J->status = 2;
+                        goto done;
+                    }
+                    gcode[g] = cb[i];
+                    if (J->seq && col_valid(J->seq, i)) {
+                        int64_t *r;
+                        if (J->n_coll == J->cap_coll) {
+                            int64_t c2 = J->cap_coll ? 2 * J->cap_coll : 1024;
+                            int64_t *p2 = (int64_t *)realloc(J->coll, (size_t)c2 * 5 * 8);
+                            if (!p2) goto done;
+                            J->coll = p2;
+                            J->cap_coll = c2;
+                        }
+                        r = J->coll + 5 * J->n_coll++;
+                        r[0] = i;
+                        r[1] = col_raw(J->seq, i);
+                        r[2] = s;
+                        r[3] = VAL(D, vD, oD, i, 0);
+                        r[4] = VAL(P, vP, oP, i, -1);
+                    }
+                } else {
+                    gcode[g] = MEMORY;
+                }
+                g++;
+            } else if (k == K_LAUNCH) {
+                int64_t p = VAL(P, vP, oP, i, -1), inst = inst_of(J, p);
+                lhas[l] = (int8_t)corr_at(C, vC, oC, i, &lc[l], &lo, &hi, &ncorr);
+                lend[l] = VAL(S, vS, oS, i, 0) + VAL(D, vD, oD, i, 0);
+                lx[l] = itid && inst >= 0 && VAL(TI, vTI, oTI, i, -1) != itid[inst];
+                if (p >= 0 && inst >= 0) {
+                    int64_t li = inst - J->k_lo;
+                    if (li < 0 || li >= m) {
+                        J->status = 1;
+                        goto done;
+                    }
+                    if (!col_valid(J->graph, i)) J->unres[J->n_unres++] = i;
+                    else if (col_raw(J->graph, i)) J->graph_l[li]++;
+                    else J->eager_l[li]++;
+                }
+                l++;
+            }
+        }
+#undef VAL
+    }
+    if (ng > INT32_MAX) goto done;
+    /* the correlation table; launch rows: the first launch row of a correlation wins */
+    cap = corr_cap(lo, hi, ncorr, &dense_t);
+    B.p = pool_get(al((size_t)(cap + 1) * sizeof(Slot)) + (dense_t ? 0 : al((size_t)(cap + 1) * 8)) + 64, &pslot2);
+    if (!B.p) goto done;
+    corr_init(&T, (Slot *)take(&B, (size_t)(cap + 1) * sizeof(Slot)), dense_t ? NULL : (int64_t *)take(&B, (size_t)(cap + 1) * 8),
+              lo, cap, dense_t);
+    for (int64_t l = 0; l < nl; l++) {
+        if (lhas[l]) {
+            Slot *sl = corr_slot(&T, lc[l]);
+            if (!sl->has_l) {
+                sl->has_l = 1;
+                sl->launch_end = lend[l];
+                sl->cross = lx[l];
+            }
+        }
+    }
+    for (int64_t k = 0; k < m; k++)
+        if (head[k + 1] > maxk) maxk = head[k + 1];
+    cs = (int64_t *)malloc((size_t)(maxk + 1) * 8);
+    cse = (int64_t *)malloc((size_t)(maxk + 1) * 8);
+    cst = (int64_t *)malloc((size_t)(maxk + 1) * 8);
+    ccode = (int8_t *)malloc((size_t)maxk + 1);
+    if (!cs || !cse || !cst || !ccode) goto done;
+    st.cs = cs, st.cse = cse, st.cst = cst, st.ccode = ccode;
+    if (g_sorted && mono) {
+        /* GPU rows in start order, each instance's events contiguous among the member events
+         * (the canonical order, instances one after another): one pass walks every instance,
+         * looks up launch ends, marks the first event of each launch call (the earliest member
+         * event, table order among equal starts) and keeps the running maximum of ends that
+         * queue delay needs (ends of all GPU events that started before the window) */
+        int64_t cur = -1, rm_all = 0, rm_lt = 0, prev_s = 0;
+        int have_all = 0, have_lt = 0;
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t s = gs[g], er = ge[g], k = gi[g];
+            if (g == 0 || s > prev_s) {
+                rm_lt = rm_all;
+                have_lt = have_all;
+                prev_s = s;
+            }
+            if (k >= 0) {
+                int64_t le = UNKNOWN_LAUNCH;
+                int first = 1;
+                if (k != cur) {
+                    if (cur >= 0 && ifinish(&W, &st, J, cur) < 0) goto done;
+                    cur = k;
+                    istart(&st, J, k);
+                    if (have_lt && J->is_host[k]) {
+                        int64_t busy = rm_lt < s ? rm_lt : s, d = busy - J->host_start[k];
+                        J->qd[k] += d > 0 ? d : 0;
+                    }
+                }
+                if (ghas[g]) {
+                    Slot *sl = corr_slot(&T, gc[g]);
+                    le = sl->launch_end;
+                    first = sl->best_g < 0;
+                    if (first) sl->best_g = (int32_t)g;
+                    if (sl->cross) J->cross[k]++;
+                }
+                if (step(&W, &st, s, er > s ? er : s, le, first, J->latency, gst[g], gcode[g]) < 0) goto done;
+            }
+            if (!have_all || er > rm_all) rm_all = er;
+            have_all = 1;
+        }
+        if (cur >= 0 && ifinish(&W, &st, J, cur) < 0) goto done;
+    } else {
+        /* any order: GPU rows' slots first, then each instance's events gathered and sorted */
+        /* GPU rows: launch end; the first event of each launch call = its earliest-starting member
+         * event (in table order among equal starts) */
+        if (!g_sorted) {
+            bstart = (int64_t *)malloc((size_t)(cap + 1) * 8);
+            if (!bstart) goto done;
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            Slot *sl;
+            if (!ghas[g]) {
+                gle[g] = UNKNOWN_LAUNCH;
+                continue;
+            }
+            sl = corr_slot(&T, gc[g]);
+            gle[g] = sl->launch_end;
+            gc[g] = sl - T.s; /* the slot from here on */
+            if (gi[g] >= 0) {
+                if (sl->best_g < 0 || (bstart && gs[g] < bstart[gc[g]])) {
+                    sl->best_g = (int32_t)g;
+                    if (bstart) bstart[gc[g]] = gs[g];
+                }
+                if (sl->cross) J->cross[gi[g]]++;
+            }
+        }
+
+        /* member events grouped by instance (stable), each instance in start order */
+        for (int64_t k = 0; k < m; k++) head[k + 1] += head[k];
+        {
+            int64_t *cur = tmp; /* fill cursors (tmp is free until the walk) */
+            if (m + 1 > ng + 1) {
+                cur = (int64_t *)malloc((size_t)(m + 1) * 8);
+                if (!cur) goto done;
+            }
+            memcpy(cur, head, (size_t)(m + 1) * 8);
+            for (int64_t g = 0; g < ng; g++)
+                if (gi[g] >= 0) order[cur[gi[g]]++] = g;
+            if (cur != tmp) free(cur);
+        }
+        for (int64_t k = 0; k < m; k++) {
+            int64_t a = head[k], z = head[k + 1];
+            if (z == a) continue;
+            if (!g_sorted) {
+                for (int64_t q = a + 1; q < z; q++)
+                    if (gs[order[q]] < gs[order[q - 1]]) {
+                        msort(order + a, tmp, z - a, gs);
+                        break;
+                    }
+            }
+            istart(&st, J, k);
+            for (int64_t q = a; q < z; q++) {
+                int64_t g = order[q], s = gs[g];
+                int first = !ghas[g] || T.s[gc[g]].best_g == g;
+                if (step(&W, &st, s, ge[g] > s ? ge[g] : s, gle[g], first, J->latency, gst[g], gcode[g]) < 0) goto done;
+            }
+            if (ifinish(&W, &st, J, k) < 0) goto done;
+        }
+        /* queue delay: the latest end of any GPU event of the rank that started before the window */
+        {
+            const int64_t *s_ = gs, *e_ = ge;
+            if (!g_sorted) {
+                sorted = (SE *)malloc((size_t)(ng + 1) * sizeof(SE));
+                ss = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+                se = (int64_t *)malloc((size_t)(ng + 1) * sizeof(int64_t));
+                if (!sorted || !ss || !se) goto done;
+                for (int64_t g = 0; g < ng; g++) {
+                    sorted[g].s = gs[g];
+                    sorted[g].e = ge[g];
+                }
+                qsort(sorted, (size_t)ng, sizeof(SE), se_cmp);
+                for (int64_t g = 0; g < ng; g++) {
+                    ss[g] = sorted[g].s;
+                    se[g] = sorted[g].e;
+                }
+                s_ = ss;
+                e_ = se;
+            }
+            /* prefix max of ends, in tmp */
+            for (int64_t g = 0; g < ng; g++) tmp[g] = (g && tmp[g - 1] > e_[g]) ? tmp[g - 1] : e_[g];
+            for (int64_t k = 0; k < m; k++) {
+                int64_t a = 0, b = ng, w = J->ws[k];
+                if (!J->n_ev[k] || !J->is_host[k]) continue;
+                while (a < b) { /* first g with s_[g] >= w */
+                    int64_t mid = a + (b - a) / 2;
+                    if (s_[mid] < w) a = mid + 1;
+                    else b = mid;
+                }
+                if (a > 0) {
+                    int64_t busy = tmp[a - 1] < w ? tmp[a - 1] : w, d = busy - J->host_start[k];
+                    J->qd[k] += d > 0 ? d : 0;
+                }
+            }
+        }
+    }
+    J->status = 0;
+done:
+    if (A.p) pool_put(A.p, pslot);
+    if (B.p) pool_put(B.p, pslot2);
+    free(bstart), free(cs), free(cse), free(cst), free(ccode), free(sorted), free(ss), free(se);
+    free(W.pts), free(W.sst), free(W.smax);
+}
+
+/* walk_rank(cols, kc, cb, dense, i_tid, host_start, is_host, k_lo, latency, outs) -> (status, unresolved rows, collectives)
+ * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph, coll_seq or None)
+ * over the rank's rows;
+ * kc / cb: int8 kind codes / bucket codes of those rows; dense: int64 phase id -> instance (last
+ * entry -1); i_tid: int64 per instance (all ranks) or None; host_start (int64) / is_host (uint8):
+ * the rank's instances [k_lo, k_lo + m); outs: writable int64 buffers over those instances:
+ * buckets (m x NB), window start, window end, overlapped comm, events, queue delay, graph launches,
+ * eager launches, cross-thread events (all zero on entry). */
+static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
+    PyObject *cols, *okc, *ocb, *odense, *oitid, *ohs, *oih, *outs;
+    long long k_lo, latency;
+    Col c[8];
+    Buf kc = {0}, cb = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9];
+    Job J;
+    PyObject *ret = NULL;
+    static const char *cname[8] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph", "coll_seq"};
+    (void)self;
+    memset(c, 0, sizeof(c));
+    memset(ob, 0, sizeof(ob));
+    memset(&J, 0, sizeof(J));
+    if (!PyArg_ParseTuple(args, "O!OOOOOOLLO!", &PyTuple_Type, &cols, &okc, &ocb, &odense, &oitid, &ohs, &oih, &k_lo,
+                          &latency, &PyTuple_Type, &outs))
+        return NULL;
+    if (PyTuple_GET_SIZE(cols) != 8 || PyTuple_GET_SIZE(outs) != 9) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: 8 columns and 9 outputs expected");
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++) {
+        PyObject *o = PyTuple_GET_ITEM(cols, i);
+        if ((i == 5 || i == 7) && o == Py_None) continue;
+        if (col_import(o, &c[i], cname[i]) < 0) goto done;
+        if (i == 6 ? !(c[i].type == C_BOOL || c[i].type == C_NULL) : !(c[i].type == C_I64 || c[i].type == C_NULL)) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", cname[i], i == 6 ? "boolean" : "int64");
+            goto done;
+        }
+        if (c[i].type == C_NULL) c[i].vals = NULL; /* every row null */
+    }
+    if (get_buf(okc, &kc, 1, 0, "kc") < 0 || get_buf(ocb, &cb, 1, 0, "cb") < 0 || get_buf(odense, &dense, 8, 0, "dense") < 0 ||
+        get_buf(ohs, &hs, 8, 0, "host_start") < 0 || get_buf(oih, &ih, 1, 0, "is_host") < 0)
+        goto done;
+    if (oitid != Py_None && get_buf(oitid, &itid, 8, 0, "i_tid") < 0) goto done;
+    J.n = kc.view.len;
+    J.m = hs.view.len / 8;
+    for (int i = 0; i < 8; i++)
+        if (!((i == 5 || i == 7) && PyTuple_GET_ITEM(cols, i) == Py_None) && c[i].n != J.n) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind codes %lld", cname[i], (long long)c[i].n,
+                         (long long)J.n);
+            goto done;
+        }
+    if (cb.view.len != J.n || ih.view.len != J.m || dense.view.len < 8) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: inconsistent input lengths");
+        goto done;
+    }
+    for (int i = 0; i < 9; i++) {
+        if (get_buf(PyTuple_GET_ITEM(outs, i), &ob[i], 8, 1, "out") < 0) goto done;
+        if (ob[i].view.len != (i == 0 ? NB : 1) * J.m * 8) {
+            PyErr_SetString(PyExc_ValueError, "walk_rank: output of the wrong size");
+            goto done;
+        }
+    }
+    J.start = &c[0], J.dur = &c[1], J.pid = &c[2], J.corr = &c[3], J.stream = &c[4], J.tid = &c[5], J.graph = &c[6];
+    J.seq = PyTuple_GET_ITEM(cols, 7) == Py_None ? NULL : &c[7];
+    J.kc = (const int8_t *)kc.view.buf;
+    J.cb = (const int8_t *)cb.view.buf;
+    J.dense = (const int64_t *)dense.view.buf;
+    J.n_dense = dense.view.len / 8;
+    J.i_tid = itid.ok ? (const int64_t *)itid.view.buf : NULL;
+    J.n_itid = itid.ok ? itid.view.len / 8 : 0;
+    if (J.i_tid && PyTuple_GET_ITEM(cols, 5) == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: i_tid without a tid column");
+        goto done;
+    }
+    J.host_start = (const int64_t *)hs.view.buf;
+    J.is_host = (const uint8_t *)ih.view.buf;
+    J.k_lo = k_lo;
+    J.latency = latency;
+    J.buckets = (int64_t *)ob[0].view.buf, J.ws = (int64_t *)ob[1].view.buf, J.we = (int64_t *)ob[2].view.buf;
+    J.ov = (int64_t *)ob[3].view.buf, J.n_ev = (int64_t *)ob[4].view.buf, J.qd = (int64_t *)ob[5].view.buf;
+    J.graph_l = (int64_t *)ob[6].view.buf, J.eager_l = (int64_t *)ob[7].view.buf, J.cross = (int64_t *)ob[8].view.buf;
+    {
+        /* every instance index of dense must be < len(i_tid) */
+        if (J.i_tid)
+            for (int64_t i = 0; i < J.n_dense; i++)
+                if (J.dense[i] >= J.n_itid) {
+                    PyErr_SetString(PyExc_ValueError, "walk_rank: i_tid shorter than the instances");
+                    goto done;
+                }
+    }
+    J.unres = (int64_t *)malloc((size_t)(J.n + 1) * sizeof(int64_t));
+    if (!J.unres) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_job(&J);
+    Py_END_ALLOW_THREADS
+    if (J.status < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8)), *coll;
+        if (!rows) goto done;
+        coll = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(J.n_coll * 5 * 8));
+        if (!coll) {
+            Py_DECREF(rows);
+            goto done;
+        }
+        { /* column by column: rows, coll_seq, start, dur, phase_id */
+            int64_t *o = (int64_t *)PyBytes_AS_STRING(coll);
+            for (int64_t f = 0; f < 5; f++)
+                for (int64_t q = 0; q < J.n_coll; q++) o[f * J.n_coll + q] = J.coll[5 * q + f];
+        }
+        ret = Py_BuildValue("(iNN)", J.status, rows, coll);
+    }
+done:
+    free(J.unres);
+    free(J.coll);
+    for (int i = 0; i < 8; i++) col_free(&c[i]);
+    rel_buf(&kc), rel_buf(&cb), rel_buf(&dense), rel_buf(&itid), rel_buf(&hs), rel_buf(&ih);
+    for (int i = 0; i < 9; i++) rel_buf(&ob[i]);
+    return ret;
+}
+
+static PyMethodDef METHODS[] = {
+    {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
+    {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
+    {"intern", py_intern, METH_VARARGS, "intern(stream, rows, null_as, out) -> distinct strings: dense codes."},
+    {"trim", py_trim, METH_NOARGS, "trim(): free the work memory kept between walk_rank calls."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "tracekit._walk", "tracekit's compiled attribution walk.", -1,
+                                    METHODS};
+
+PyMODINIT_FUNC PyInit__walk(void) {
+    PyObject *m;
+    if (!pool_lock && !(pool_lock = PyThread_allocate_lock())) return PyErr_NoMemory();
+    m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    if (PyModule_AddIntConstant(m, "NB", NB) < 0 || PyModule_AddIntConstant(m, "N_WORK", N_WORK) < 0 ||
+        PyModule_AddIntConstant(m, "MEMORY", MEMORY) < 0 || PyModule_AddIntConstant(m, "N_EVENT_CODES", N_EVENT_CODES) < 0 ||
+        PyModule_AddIntConstant(m, "LAUNCH", B_LAUNCH) < 0 || PyModule_AddIntConstant(m, "IDLE", B_IDLE) < 0 ||
+        PyModule_AddIntConstant(m, "K_KERNEL", K_KERNEL) < 0 || PyModule_AddIntConstant(m, "K_MEMCPY", K_MEMCPY) < 0 ||
+        PyModule_AddIntConstant(m, "K_MEMSET", K_MEMSET) < 0 || PyModule_AddIntConstant(m, "K_LAUNCH", K_LAUNCH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,29 @@
+from typing import Any
+
+NB: int
+N_WORK: int
+MEMORY: int
+N_EVENT_CODES: int
+LAUNCH: int
+IDLE: int
+K_KERNEL: int
+K_MEMCPY: int
+K_MEMSET: int
+K_LAUNCH: int
+
+def codes(stream: Any, names: tuple[str, ...], values: Any, out: Any, mask: Any = ..., want: int = ..., /) -> None: ...
+def trim() -> None: ...
+def intern(stream: Any, rows: Any, null_as: str, out: Any, /) -> list[str]: ...
+def walk_rank(
+    cols: tuple[Any, ...],
+    kc: Any,
+    cb: Any,
+    dense: Any,
+    i_tid: Any,
+    host_start: Any,
+    is_host: Any,
+    k_lo: int,
+    latency: int,
+    outs: tuple[Any, ...],
+    /,
+) -> tuple[int, bytes, bytes]: ...
