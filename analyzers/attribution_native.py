@@ -13,7 +13,6 @@ its own rank; anything else returns False and the caller runs the reference path
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -21,6 +20,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit import _native
+from tracekit.cores import usable_cores
 from tracekit.finalize.categories import CATEGORIES
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
@@ -73,15 +73,7 @@ def kind_codes(events: pl.DataFrame) -> npt.NDArray[np.int8] | None:
 
 def workers(ranks: int) -> int:
     """Threads for ``ranks`` rank passes: the usable cores (TRACEKIT_ATTRIBUTE_THREADS overrides)."""
-    env = os.environ.get("TRACEKIT_ATTRIBUTE_THREADS")
-    if env and env.isdigit() and int(env) > 0:
-        cores = int(env)
-    else:
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # not on Linux
-            cores = os.cpu_count() or 1
-    return max(1, min(ranks, cores))
+    return max(1, min(ranks, usable_cores("TRACEKIT_ATTRIBUTE_THREADS")))
 
 
 def _check_codes() -> None:

@@ -274,10 +274,9 @@ def run_one(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
 
 
 def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    from tracekit.cores import usable_cores
+
+    return usable_cores()
 
 
 def _load() -> str:

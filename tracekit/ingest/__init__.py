@@ -24,6 +24,7 @@ from typing import Any, Literal
 import polars as pl
 
 from tracekit import schema
+from tracekit.cores import usable_cores
 from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError, RankError, TracekitError
 from tracekit.ingest import fastscan
 from tracekit.ingest.discover import Source, discover, read_trace_bytes
@@ -51,13 +52,7 @@ _EMPTY = pl.DataFrame()
 
 def _cores() -> int:
     """Cores this process may run on (TRACEKIT_INGEST_THREADS overrides)."""
-    env = os.environ.get("TRACEKIT_INGEST_THREADS")
-    if env and env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return usable_cores("TRACEKIT_INGEST_THREADS")
 
 
 def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, pl.DataFrame]] | None:
