@@ -21,7 +21,6 @@ Then the CPU seconds of the process and the load average (the machine may be sha
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -37,12 +36,9 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 def _shapes_module() -> ModuleType:
     """tests/sglang_shapes.py, loaded by path (it is not an installed module)."""
-    spec = importlib.util.spec_from_file_location("bench_sglang_shapes", TESTS / "sglang_shapes.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from modload import load_path  # bench/ is on sys.path when this runs as a script
+
+    return load_path("bench_sglang_shapes", TESTS / "sglang_shapes.py")
 
 
 def load_shapes() -> ModuleType:

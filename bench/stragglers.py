@@ -12,7 +12,6 @@ as they were at git revision REV and times them on the same table (before / afte
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from forensic_frames import Spec, build  # noqa: E402
 from forensics import replicate, timed  # noqa: E402
+from modload import load_path  # noqa: E402
 
 from tracekit.analyzers import attribution_views, stragglers  # noqa: E402
 from tracekit.analyzers.attribution import attribute_instances, matched, prepare  # noqa: E402
@@ -40,12 +40,7 @@ def at_revision(rev: str, path: str, name: str, tmp: Path) -> ModuleType:
     src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True, text=True).stdout
     f = tmp / Path(path).name
     f.write_text(src)
-    spec = importlib.util.spec_from_file_location(f"tracekit.analyzers.{name}", f)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_path(f"tracekit.analyzers.{name}", f)
 
 
 def main() -> int:
