@@ -245,6 +245,9 @@ def _group_name(g: int, a: int | None, b: int | None, multi: bool) -> str:
     raise ValueError(g)
 
 
+UNNAMED_COUNTER: Final = "(unnamed counter)"
+
+
 def make_tracks(ranks: list[int], info: Mapping[int, tuple[str, int, tuple[str, ...]]], groups: list[tuple[Any, ...]],
                 multi_set: set[tuple[int, int]], lane_n: Mapping[tuple[Any, ...], int], ctr_names: pl.DataFrame,
                 ph_names: pl.DataFrame, outstanding: bool) -> _TrackBuilder:
@@ -267,7 +270,8 @@ def make_tracks(ranks: list[int], info: Mapping[int, tuple[str, int, tuple[str, 
                 continue
             if which == "ctr":
                 for nm in ctr_names.filter(pl.col("rank") == r)["name"].to_list():
-                    tb.add(Track(0, proc, nm, "counter", r, 0), (r, "ctr", nm))
+                    # a counter row without a name still gets a track, named as such (not dropped)
+                    tb.add(Track(0, proc, UNNAMED_COUNTER if nm is None else nm, "counter", r, 0), (r, "ctr", nm))
                 continue
             for _, g, a, b in rg:
                 if g != which:
