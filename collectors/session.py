@@ -83,7 +83,7 @@ def _categories(kevents: Any, names: list[str]) -> list[str]:
 def kineto_to_frame(kevents: Any, rank: int, trace_start_ns: int = 0) -> tuple[pl.DataFrame, str]:
     """Convert ``_KinetoEvent``s to an event frame (schema columns). Returns (frame, time base note).
 
-    The events become the Kineto columns ingest reads from a trace file (``kineto.RAW_SCHEMA``:
+    The events become the Kineto columns ingest reads from a trace file (``kineto_events.RAW_SCHEMA``:
     category, name, pid/tid as the JSON has them (``device_index`` / ``device_resource_id``: the
     process / thread, the device / stream for GPU events), times,
     correlation, External id) and go through the one converter, ``tracekit.ingest.kineto
@@ -92,7 +92,12 @@ def kineto_to_frame(kevents: Any, rank: int, trace_start_ns: int = 0) -> tuple[p
     without ``activity_type``/``external_id`` on the event objects (torch 2.13 has both, 2.11
     neither).
     """
-    from tracekit.ingest.kineto import GPU_CATEGORIES, RAW_SCHEMA, RUNTIME_CATEGORIES, kineto_events
+    from tracekit.ingest.kineto_events import (
+        GPU_CATEGORIES,
+        RAW_SCHEMA,
+        RUNTIME_CATEGORIES,
+        kineto_events,
+    )
 
     n = len(kevents)
     names = [ev.name() for ev in kevents]

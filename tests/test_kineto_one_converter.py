@@ -1,5 +1,5 @@
 """One Kineto -> events converter: capture (torch's in-process event objects) and ingest (the
-trace file) go through ``tracekit.ingest.kineto.kineto_events`` and give the same table.
+trace file) go through ``tracekit.ingest.kineto_events.kineto_events`` and give the same table.
 
 The committed raw Kineto JSON of a real 2x H200 capture (samples/h200x2-builtin, kept with
 ``--keep-json``) is turned into event objects with the ``_KinetoEvent`` API (what torch hands
@@ -21,7 +21,8 @@ from kineto_reference import load, ns
 from polars.testing import assert_frame_equal
 
 from tracekit.collectors.session import kineto_to_frame
-from tracekit.ingest.kineto import GPU_CATEGORIES, parse_kineto
+from tracekit.ingest.kineto import parse_kineto
+from tracekit.ingest.kineto_events import GPU_CATEGORIES
 from tracekit.schema import conform, sort_events
 
 H200 = Path(__file__).resolve().parent.parent / "samples" / "h200x2-builtin"

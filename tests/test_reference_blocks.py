@@ -54,7 +54,7 @@ def test_dilation_line_prints_both_blocks_and_the_ratio_against_each() -> None:
 
 
 def test_cupti_keep_table_holds_launches_and_syncs_only() -> None:
-    from tracekit.ingest.kineto import _api_kind
+    from tracekit.ingest.kineto_events import _api_kind
 
     assert RUNTIME_KEEP[211] == "cudaLaunchKernel_v7000" and DRIVER_KEEP[652] == "cuLaunchKernelEx"
     assert {_api_kind(cupti.api_name(n)) for n in [*RUNTIME_KEEP.values(), *DRIVER_KEEP.values()]} == {"launch", "sync"}

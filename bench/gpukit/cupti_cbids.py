@@ -4,7 +4,7 @@
 
 Keeps the runtime and driver API callback ids whose name (version suffix ``_vNNNN`` and
 per-thread-stream suffix ``_ptsz`` / ``_ptds`` stripped) tracekit's Kineto converter classifies as a
-launch or a sync (``tracekit.ingest.kineto._api_kind``): the API rows attribution reads. Every other id
+launch or a sync (``tracekit.ingest.kineto_events._api_kind``): the API rows attribution reads. Every other id
 below the header's ``..._SIZE`` is switched off by ``collectors/cupti.trim(lean=True)``.
 """
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tracekit.collectors.cupti import api_name
-from tracekit.ingest.kineto import _api_kind
+from tracekit.ingest.kineto_events import _api_kind
 from tracekit.schema import RUNTIME
 
 

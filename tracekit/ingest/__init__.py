@@ -28,7 +28,8 @@ from tracekit.cores import usable_cores
 from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError, RankError, TracekitError
 from tracekit.ingest import fastscan
 from tracekit.ingest.discover import Source, discover, read_trace_bytes
-from tracekit.ingest.kineto import ParsedTrace, parse_kineto
+from tracekit.ingest.kineto import parse_kineto
+from tracekit.ingest.kineto_events import ParsedTrace
 from tracekit.ingest.ranks import MERGED_LABEL, RankHint, Unit, assign_ranks, hint_from_name
 from tracekit.manifest import RankManifest, host_from_trace_name, rank_section_dict
 from tracekit.store import Run, new_manifest
