@@ -10,29 +10,30 @@ import pytest
 from forensic_frames import Spec, build, manifest
 
 from tracekit.analyzers import spec as sp
+from tracekit.analyzers import spec_model as sm
 from tracekit.errors import AnalysisError
 
 
 def test_seed_arithmetic_from_its_own_numbers() -> None:
     # seed: baseline decode 82 tok/s -> 12.2 ms per step
-    step = sp.step_ns_from_tps(82)
+    step = sm.step_ns_from_tps(82)
     assert round(step / 1e6, 1) == 12.2
     # break-even 2.46 tokens/cycle -> the cycle is 30.0 ms (29 ms verify + draft + host)
     cycle = 2.46 * step
     assert round(cycle / 1e6, 1) == 30.0
-    assert sp.break_even_accept_len(30.0e6, step) == pytest.approx(2.46, abs=0.005)
+    assert sm.break_even_accept_len(30.0e6, step) == pytest.approx(2.46, abs=0.005)
     # 150 tok/s at a 30 ms cycle needs 4.5 tokens per cycle (bonus included) ...
-    need = sp.tokens_needed(150, cycle)
+    need = sm.tokens_needed(150, cycle)
     assert need == pytest.approx(4.5, abs=1e-9)
     # ... and the seed's "78% conditional accuracy" is the unbounded chain: 1/(1-p) = 4.5
-    p = sp.solve_accept_prob(need, None)
+    p = sm.solve_accept_prob(need, None)
     assert p is not None and round(p, 2) == 0.78
     # with a finite draft it takes more: k=5 needs 88%, k=3 cannot reach 4.5 tokens at all
-    p5 = sp.solve_accept_prob(need, 5)
+    p5 = sm.solve_accept_prob(need, 5)
     assert p5 is not None and round(p5, 2) == 0.88
-    assert sp.solve_accept_prob(need, 3) is None
+    assert sm.solve_accept_prob(need, 3) is None
     # the seed's speculative run: 60 tok/s at 30 ms -> 1.8 tokens/cycle, below break-even
-    eco = sp.economics(cycle, tokens_per_cycle=1.8, decode_step_ns=step, target_tps=150, draft_tokens=None)
+    eco = sm.economics(cycle, tokens_per_cycle=1.8, decode_step_ns=step, target_tps=150, draft_tokens=None)
     assert eco.tps_per_seq == pytest.approx(60.0)
     assert eco.break_even_tokens == pytest.approx(2.46)
     assert eco.decode_tps_per_seq == pytest.approx(82.0)
@@ -53,13 +54,13 @@ def _brute_chain(p: float, k: int) -> float:
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 7])
 @pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.78, 0.93, 1.0])
 def test_chain_sum_matches_brute_force(p: float, k: int) -> None:
-    assert sp.chain_accept_len(p, k) == pytest.approx(_brute_chain(p, k), rel=1e-12, abs=1e-12)
+    assert sm.chain_accept_len(p, k) == pytest.approx(_brute_chain(p, k), rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.parametrize("k", [1, 3, 4, 6])
 @pytest.mark.parametrize("target", [1.0, 1.3, 2.0, 2.46, 3.9])
 def test_solver_inverts_brute_force(k: int, target: float) -> None:
-    p = sp.solve_accept_prob(target, k)
+    p = sm.solve_accept_prob(target, k)
     if target > k + 1:
         assert p is None
         return
@@ -68,22 +69,22 @@ def test_solver_inverts_brute_force(k: int, target: float) -> None:
 
 
 def test_solver_limits() -> None:
-    assert sp.solve_accept_prob(0.5, 3) == 0.0
-    assert sp.solve_accept_prob(4.0, 3) == 1.0
-    assert sp.solve_accept_prob(4.0000001, 3) is None
-    assert sp.chain_accept_len(0.5, None) == pytest.approx(2.0)
+    assert sm.solve_accept_prob(0.5, 3) == 0.0
+    assert sm.solve_accept_prob(4.0, 3) == 1.0
+    assert sm.solve_accept_prob(4.0000001, 3) is None
+    assert sm.chain_accept_len(0.5, None) == pytest.approx(2.0)
     with pytest.raises(ValueError):
-        sp.chain_accept_len(1.5, 3)
+        sm.chain_accept_len(1.5, 3)
     with pytest.raises(ValueError):
-        sp.step_ns_from_tps(0)
+        sm.step_ns_from_tps(0)
 
 
 def test_shrink_targets_say_what_each_part_must_fall_to() -> None:
     parts = {"draft_ns": 0.6e6, "verify_ns": 29.1e6, "draft_extend_ns": 0.3e6}
-    got = sp.shrink_targets(parts, 22.4e6)  # cycle 30.0 -> 22.4: 7.6 ms must go
+    got = sm.shrink_targets(parts, 22.4e6)  # cycle 30.0 -> 22.4: 7.6 ms must go
     assert got["verify_ns"] == pytest.approx(21.5e6)
     assert got["draft_ns"] is None and got["draft_extend_ns"] is None  # not enough alone
-    assert sp.shrink_targets(parts, 40e6) == parts
+    assert sm.shrink_targets(parts, 40e6) == parts
 
 
 def test_cycles_from_trace_add_up_exactly() -> None:

@@ -88,7 +88,7 @@ def spec_plot(side: RunDocs, tag: str = "") -> Plot:
     """Group 6: tok/s per sequence against accept length at the measured cycle, break-even and target."""
     import plotly.graph_objects as go
 
-    from tracekit.analyzers.spec import tokens_per_s
+    from tracekit.analyzers.spec_model import tokens_per_s
 
     key = f"spec-economics{tag and '-' + tag}"
     title = f"{tag + ': ' if tag else ''}Speculation economics — tok/s per sequence vs accept length at the measured cycle time"
