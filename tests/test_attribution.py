@@ -27,6 +27,7 @@ from tracekit.finalize import finalize_events
 from tracekit.finalize.phases import format_label
 from tracekit.ingest import ingest_traces
 from tracekit.render import attribute as render_attribute
+from tracekit.render import attribute_json
 from tracekit.schema import conform
 from tracekit.store import new_manifest, write_run
 
@@ -142,7 +143,7 @@ def test_unmatched_collectives_are_reported_and_wait_left_unknown() -> None:
     rep = attribute_report(finalize_events(conform(pl.DataFrame(rows))))
     assert rep["instances"].get_column("allreduce_wait_ns").null_count() == 2
     assert "count differs" in rep["issues"].get_column("issue")[0]
-    item = render_attribute.to_json(rep, "rank")["phases"][0]
+    item = attribute_json.to_json(rep, "rank")["phases"][0]
     assert item["allreduce"]["wait_ns"] is None
 
 

@@ -1,4 +1,4 @@
-"""Render ``tracekit attribute``: rich tables, a plain-language summary, a JSON document.
+"""Render ``tracekit attribute``: rich tables and a plain-language summary (the JSON document: ``attribute_json.py``).
 
 Every number says what it is: ``/inst`` = mean per phase instance (each
 instance of each rank counts once), ``total`` = summed over instances, ``%`` =
@@ -17,9 +17,12 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO
 from tracekit.buckets import BUCKETS
-from tracekit.documents import ATTRIBUTE
+from tracekit.render.attribute_json import (
+    WHOLE_TRACE_LINE,
+    dilation,
+    whole_trace,
+)
 from tracekit.render.ranks import before_late
 from tracekit.render.units import dur
 from tracekit.schema import PHASES
@@ -39,42 +42,7 @@ LABELS: Final = {
     "idle": "GPU idle (dependency / sync)",
 }
 PHASE_ORDER: Final = PHASES  # tables list the phases in cycle order, then the others by name
-DEFINITIONS: Final = {
-    "units": "integer nanoseconds",
-    "host_ns": "phase range on the host (CPU), summed over instances",
-    "gpu_window_ns": "first GPU event start to last GPU event end of each instance, summed over instances",
-    "buckets_ns": "exclusive time per bucket, summed over instances; adds up to gpu_window_ns exactly",
-    "queue_delay_ns": "time after the host range opened while the GPU was still busy with earlier work (not in the window)",
-    "overlapped_comm_ns": "communication hidden under compute or copies (not in any bucket)",
-    "between_ns": "GPU time from this phase's window end to the next phase's window start on the rank",
-    "launches": "launch calls issued inside the phase range: eager kernel/copy launches + cudaGraphLaunch calls",
-    "cross_thread_events": "GPU events whose launch call ran on another thread of the process than the phase range",
-    "graphed_label_conflicts": (
-        "instances whose graphed label contradicts their launches: labelled graphed with eager launches and no "
-        "graph launch, or labelled eager with graph launches and no eager launch"
-    ),
-    "allreduce_wait_ns": "allreduce kernel time spent waiting for the last rank to arrive",
-    "allreduce_transfer_ns": "allreduce kernel time after the last rank arrived",
-    "median_gpu_window_ns": "median GPU window per instance: the ceil(n/2)-th smallest (nearest rank; one instance's value)",
-    "p90_gpu_window_ns": "90th percentile GPU window per instance: the ceil(0.9 n)-th smallest",
-    "outliers": (
-        f"instances more than {OUTLIER_RATIO:g}x the median of their (phase, rank) and more than "
-        f"{OUTLIER_MADS:g} x {MAD_SCALE} x MAD above it (MAD: median absolute deviation); slow side only"
-    ),
-}
 MAX_OUTLIER_LINES: Final = 8
-WHOLE_TRACE_LINE: Final = (
-    "no phase ranges found (no tracekit labels, no SGLang spans): each rank's whole GPU span, first GPU event "
-    "to last, is attributed as one instance of phase 'trace'; its buckets add up to the span"
-)
-
-
-def whole_trace(report: dict[str, pl.DataFrame]) -> bool:
-    """True when the report attributes whole traces (no phase ranges)."""
-    w = report.get("whole_trace")
-    return bool(w is not None and w.height and w.item(0, 0))
-
-
 def pct(part: float, whole: float) -> str:
     return "n/a" if whole <= 0 else f"{100.0 * part / whole:.1f}%"
 
@@ -135,183 +103,6 @@ def phase_order(phases: Iterable[str]) -> list[str]:
     """``phases`` in the order every table lists them (``PHASE_ORDER``, then the others by name)."""
     return sorted(phases, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
 
-
-
-def _int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def _float(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def outlier_reason(row: dict[str, Any], what: str) -> str:
-    """Why an instance is an outlier (``analyzers.robust.outliers`` row), in words."""
-    ratio = "" if row["ratio"] is None else f"{row['ratio']:.0f}x the median, "
-    return (
-        f"{what} {ratio}{dur(row['value_ns'])} vs a median of {dur(row['median_ns'])} on rank {row['rank']}: above "
-        f"{OUTLIER_RATIO:g}x the median and {OUTLIER_MADS:g} scaled MADs above it"
-    )
-
-
-def outlier_item(row: dict[str, Any], value_key: str) -> dict[str, Any]:
-    """One JSON ``outliers`` item: rank, cycle, phase_id, start_ns, the value, median_ns, ratio, reason."""
-    what = "GPU window" if value_key == "gpu_window_ns" else "host range"
-    return {
-        "rank": row["rank"],
-        "cycle": _int(row["cycle"]),
-        "phase_id": _int(row["phase_id"]),
-        "start_ns": int(row["start_ns"]),
-        value_key: int(row["value_ns"]),
-        "median_ns": int(row["median_ns"]),
-        "ratio_to_median": _float(row["ratio"]),
-        "reason": outlier_reason(row, what),
-    }
-
-
-def outlier_items(out: pl.DataFrame | None, value_key: str) -> dict[tuple[str, int | None], list[dict[str, Any]]]:
-    """JSON outlier items keyed by (phase, rank) and by (phase, None) (all ranks)."""
-    items: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
-    if out is None:
-        return items
-    for r in out.iter_rows(named=True):
-        it = outlier_item(r, value_key)
-        items.setdefault((r["phase"], r["rank"]), []).append(it)
-        items.setdefault((r["phase"], None), []).append(it)
-    return items
-
-
-def phase_item(
-    row: dict[str, Any],
-    buckets: tuple[str, ...] = BUCKETS,
-    outliers: dict[tuple[str, int | None], list[dict[str, Any]]] | None = None,
-) -> dict[str, Any]:
-    """One JSON ``phases`` item from a by_rank / by_phase row."""
-    extra: dict[str, Any] = {k: int(row[k]) for k in ("ops", "outer_ops") if k in row}
-    for k in ("median_gpu_window_ns", "p90_gpu_window_ns", "median_host_ns", "p90_host_ns"):
-        if k in row:
-            extra[k] = _int(row[k])
-    if outliers is not None:
-        extra["outliers"] = outliers.get((row["phase"], row.get("rank")), [])
-    return {
-        "phase": row["phase"],
-        "rank": row.get("rank"),
-        "instances": int(row["instances"]),
-        "host_ns": int(row["host_ns"]),
-        "gpu_window_ns": int(row["gpu_window_ns"]),
-        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in buckets},
-        "queue_delay_ns": int(row["queue_delay_ns"]),
-        "overlapped_comm_ns": int(row["overlapped_comm_ns"]),
-        "between_ns": int(row["between_ns"]),
-        "launches": int(row["launches"]),
-        "eager_launches": int(row["eager_launches"]),
-        "graph_launches": int(row["graph_launches"]),
-        "graphed_instances": int(row["graphed_instances"]),
-        **({"graphed_label_conflicts": int(row["graphed_label_conflicts"])} if "graphed_label_conflicts" in row else {}),
-        **({"cross_thread_events": int(row["cross_thread_events"])} if "cross_thread_events" in row else {}),
-        "gpu_events": int(row["gpu_events"]),
-        "allreduce": {
-            "kernel_ns": int(row["allreduce_kernel_ns"]),
-            "wait_ns": None if row["unmatched_instances"] else int(row["allreduce_wait_ns"]),
-            "transfer_ns": None if row["unmatched_instances"] else int(row["allreduce_transfer_ns"]),
-        },
-        "tokens": int(row["tokens"]) if row["token_instances"] else None,
-        "mean_batch_size": _float(row["mean_batch_size"]),
-        "mean_seq_len": _float(row["mean_seq_len"]),
-        "mean_accept_len": _float(row["mean_accept_len"]),
-        **extra,
-    }
-
-
-def cycle_item(row: dict[str, Any], buckets: tuple[str, ...] = BUCKETS) -> dict[str, Any]:
-    """One JSON ``cycles`` item (one phase instance)."""
-    extra: dict[str, Any] = {k: int(row[k]) for k in ("ops", "outer_ops") if k in row}
-    return {
-        "phase": row["phase"],
-        "rank": row["rank"],
-        "phase_id": row["phase_id"],
-        "cycle": _int(row["cycle"]),
-        "batch_size": _int(row["batch_size"]),
-        "num_tokens": _int(row["num_tokens"]),
-        "seq_len": _int(row["seq_len"]),
-        "graphed": row["graphed"],
-        "accept_len": _float(row["accept_len"]),
-        "host_start_ns": int(row["host_start_ns"]),
-        "host_ns": int(row["host_ns"]),
-        "window_start_ns": int(row["window_start_ns"]),
-        "gpu_window_ns": int(row["gpu_window_ns"]),
-        "buckets_ns": {b: int(row[f"{b}_ns"]) for b in buckets},
-        "queue_delay_ns": int(row["queue_delay_ns"]),
-        "between_ns": int(row["between_ns"]),
-        "overlapped_comm_ns": int(row["overlapped_comm_ns"]),
-        "launches": int(row["launches"]),
-        "eager_launches": int(row["eager_launches"]),
-        "graph_launches": int(row["graph_launches"]),
-        **({"cross_thread_events": int(row["cross_thread_events"])} if "cross_thread_events" in row else {}),
-        "allreduce_wait_ns": _int(row["allreduce_wait_ns"]),
-        "allreduce_transfer_ns": _int(row["allreduce_transfer_ns"]),
-        **extra,
-    }
-
-
-def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The stable ``--json`` document."""
-    out = outlier_items(report.get("outliers"), "gpu_window_ns")
-    doc: dict[str, Any] = {
-        "run": run,
-        "mode": "gpu",
-        "by": by,
-        "units": "ns",
-        "bucket_order": list(BUCKETS),
-        "phases": [phase_item(r, outliers=out) for r in report["by_rank"].iter_rows(named=True)],
-        "all_ranks": [phase_item({**r, "rank": None}, outliers=out) for r in report["by_phase"].iter_rows(named=True)],
-        "stragglers": report["stragglers"].to_dicts(),
-        "issues": report["issues"].get_column("issue").to_list(),
-        "whole_trace": whole_trace(report),
-        "definitions": DEFINITIONS,
-    }
-    if doc["whole_trace"]:
-        doc["notes"] = [WHOLE_TRACE_LINE]
-    if by == "cycle":
-        doc["cycles"] = [cycle_item(r) for r in report["instances"].iter_rows(named=True)]
-    if by == "seq":
-        doc["seq"] = [
-            {"seq_lo": _int(r["seq_lo"]), "seq_hi": _int(r["seq_hi"]), **phase_item({**r, "rank": None})}
-            for r in report["by_seq"].iter_rows(named=True)
-        ]
-    if manifest is not None:
-        doc["dilation"] = dilation(manifest)
-        doc["unprofiled_estimate"] = _estimates_json(report, manifest)
-    return ATTRIBUTE.make(doc)
-
-
-def _estimates_json(report: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per (phase, rank) row and per phase over all ranks: the unprofiled estimate (render/estimate.py)."""
-    from tracekit.analyzers.unprofiled import phase_timers
-    from tracekit.render.estimate import estimate_json, phase_estimate, typical_instance
-
-    out = []
-    for key, frame in (("by_rank", report["by_rank"]), ("by_phase", report["by_phase"])):
-        for r in frame.iter_rows(named=True):
-            rank = r.get("rank") if key == "by_rank" else None
-            timer = phase_timers(manifest, None if rank is None else [int(rank)]).get(r["phase"])
-            inst = typical_instance(report["instances"], r["phase"], None if rank is None else int(rank))
-            est = phase_estimate(inst, timer)
-            if est is not None and timer is not None and inst is not None:
-                out.append({"phase": r["phase"], "rank": rank, **estimate_json(est, timer, inst)})
-    return out
-
-
-def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per phase: unprofiled and profiled time per instance from the capture manifest
-    (``analyzers.unprofiled.phase_timers``: each rank's median per instance, then the median over ranks)."""
-    from tracekit.analyzers.unprofiled import phase_timers
-
-    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio,
-                 **({"before_ns": t.before_ns, "after_ns": t.after_ns}
-                    if t.before_ns is not None and t.after_ns is not None else {})}
-            for ph, t in phase_timers(manifest).items()
-            if t.ratio is not None and t.paired_unprofiled_ns is not None and t.window_ns is not None}
 
 
 def straggler_line(s: dict[str, Any]) -> str:
@@ -558,15 +349,11 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
         console.print(f"[yellow]warning:[/yellow] {issue}; wait/transfer not split for that group", soft_wrap=True)
 
 
-
 __all__ = [
     "BUCKETS",
-    "DEFINITIONS",
     "LABELS",
-    "dilation",
     "dilation_line",
     "make_console",
-    "outlier_items",
     "phase_order",
     "render",
     "robust_lines",
@@ -574,5 +361,4 @@ __all__ = [
     "share_table",
     "straggler_line",
     "summary",
-    "to_json",
 ]

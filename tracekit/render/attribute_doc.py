@@ -34,14 +34,14 @@ def analysis(events: pl.DataFrame, manifest: dict[str, Any], phase: str | None =
 def document(mode: Mode, report: dict[str, pl.DataFrame], by: str, run: str | None,
              manifest: dict[str, Any]) -> dict[str, Any]:
     """The ``tracekit attribute --json`` document of ``analysis``' result."""
-    from tracekit.render import attribute as render_attribute
+    from tracekit.render import attribute_json
     from tracekit.render import host_attribute as render_host
     from tracekit.render import timing as render_timing
     from tracekit.render.capture import profile_line
 
     if mode == "timing":
         return render_timing.to_json(report, by, run, manifest)
-    doc = (render_host.host_to_json if mode == "host" else render_attribute.to_json)(report, by, run, manifest)
+    doc = (render_host.host_to_json if mode == "host" else attribute_json.to_json)(report, by, run, manifest)
     doc["profile"] = profile_line(manifest)
     return doc
 

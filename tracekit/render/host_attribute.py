@@ -18,18 +18,14 @@ from tracekit.buckets import HOST_BUCKETS
 from tracekit.documents import ATTRIBUTE, GAP
 from tracekit.render.attribute import (
     _facts_line,
-    _int,
-    cycle_item,
-    dilation,
     dilation_line,
-    outlier_items,
     pct,
-    phase_item,
     phase_order,
     robust_lines,
     seq_table,
     share_table,
 )
+from tracekit.render.attribute_json import cycle_item, dilation, opt_int, outlier_items, phase_item
 from tracekit.render.gap import (
     STAT_NOTE,
     bucket_table,
@@ -105,7 +101,7 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
         doc["cycles"] = [cycle_item({**r, **_HOST_ZERO}, hb) for r in report["instances"].iter_rows(named=True)]
     if by == "seq":
         doc["seq"] = [
-            {"seq_lo": _int(r["seq_lo"]), "seq_hi": _int(r["seq_hi"]), **phase_item({**r, **_HOST_ZERO, "rank": None}, hb)}
+            {"seq_lo": opt_int(r["seq_lo"]), "seq_hi": opt_int(r["seq_hi"]), **phase_item({**r, **_HOST_ZERO, "rank": None}, hb)}
             for r in report["by_seq"].iter_rows(named=True)
         ]
     if manifest is not None:
