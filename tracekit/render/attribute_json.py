@@ -164,15 +164,16 @@ def cycle_item(row: dict[str, Any], buckets: tuple[str, ...] = BUCKETS) -> dict[
     }
 
 
+def document_head(run: str | None, mode: str, by: str, buckets: tuple[str, ...]) -> dict[str, Any]:
+    """The keys every ``attribute --json`` document starts with (GPU and host mode)."""
+    return {"run": run, "mode": mode, "by": by, "units": "ns", "bucket_order": list(buckets)}
+
+
 def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     """The stable ``--json`` document."""
     out = outlier_items(report.get("outliers"), "gpu_window_ns")
     doc: dict[str, Any] = {
-        "run": run,
-        "mode": "gpu",
-        "by": by,
-        "units": "ns",
-        "bucket_order": list(BUCKETS),
+        **document_head(run, "gpu", by, BUCKETS),
         "phases": [phase_item(r, outliers=out) for r in report["by_rank"].iter_rows(named=True)],
         "all_ranks": [phase_item({**r, "rank": None}, outliers=out) for r in report["by_phase"].iter_rows(named=True)],
         "stragglers": report["stragglers"].to_dicts(),

@@ -25,7 +25,14 @@ from tracekit.render.attribute import (
     seq_table,
     share_table,
 )
-from tracekit.render.attribute_json import cycle_item, dilation, opt_int, outlier_items, phase_item
+from tracekit.render.attribute_json import (
+    cycle_item,
+    dilation,
+    document_head,
+    opt_int,
+    outlier_items,
+    phase_item,
+)
 from tracekit.render.gap import (
     STAT_NOTE,
     bucket_table,
@@ -85,11 +92,7 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
     hb = tuple(HOST_BUCKETS)
     out = outlier_items(report.get("outliers"), "host_ns")
     doc: dict[str, Any] = {
-        "run": run,
-        "mode": "host",
-        "by": by,
-        "units": "ns",
-        "bucket_order": list(hb),
+        **document_head(run, "host", by, hb),
         "phases": [phase_item({**r, **_HOST_ZERO}, hb, out) for r in report["by_rank"].iter_rows(named=True)],
         "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb, out) for r in report["by_phase"].iter_rows(named=True)],
         "stragglers": [],
