@@ -10,6 +10,7 @@ checked on the GPU sample (samples/sglang-shapes-h200x2), made lite-shaped.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -324,3 +325,38 @@ def test_timing_window_through_sglang_hook_registry(tmp_path: Path, version: str
                if lab is not None and lab.is_facts and "accept_len" in lab.facts}
     # v2 hands cycle c's accept lengths over during cycle c+1: cycle 2's came after the window closed
     assert accepts == {c: pytest.approx(sum(S.accepted(c, 4, 3)) / 4, abs=1e-4) for c in range(2)}
+
+
+def test_two_processes_with_one_tp_rank_are_refused_not_merged(tmp_path: Path) -> None:
+    """dp/pp replicas share TP ranks: the second scheduler process must not overwrite the first one's
+    files; it records nothing and the capture names both pids."""
+    import multiprocessing as mp
+
+    win = window.open_window(tmp_path, "lite", None, max_s=30)
+    first = window.Agent(_Rec(), tmp_path)
+    first.rec.cycle += 1
+    first.tick()
+    assert win.wait_acks(1, 2) == [] and win.clashes() == {}
+    ctx = mp.get_context("spawn")  # a real second scheduler process, same TP rank 0
+    proc = ctx.Process(target=_second_agent, args=(str(tmp_path),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    clash = win.clashes()
+    assert list(clash) == [0] and clash[0][0] == os.getpid() and clash[0][1] == proc.pid
+    assert win.acks()[0]["pid"] == os.getpid()  # the first claimant's ack is intact
+    win.stop()
+    first._last_poll = 0
+    first.rec.cycle += 1
+    first.tick()
+    assert win.wait_ranges(1, 10) == []
+    assert json.loads((tmp_path / win.id / "ranges-TP-0.json").read_text())["pid"] == os.getpid()
+
+
+def _second_agent(directory: str) -> None:
+    from tracekit.collectors.hooks import _Backend
+
+    agent = window.Agent(_Rec(), Path(directory))
+    agent.rec.cycle += 1
+    agent.tick()
+    assert _Backend.recorder is None and agent._active is None  # refused: recording nothing

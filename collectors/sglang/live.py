@@ -320,6 +320,13 @@ def run_live_capture(
             # the ranks stop by themselves past every wait below (a capture killed with its window open)
             win = window.open_window(mdir, mode, num_steps if mode == "timing" else None, max_s=ack_s + 2 * timeout_s + 60)
             late = win.wait_acks(world, ack_s)
+            clash = win.clashes()
+            if clash:
+                raise TracekitError(
+                    "; ".join(f"TP rank {r} is claimed by scheduler processes {pids}" for r, pids in sorted(clash.items()))
+                    + ": tracekit's window files are named by TP rank, so servers with data or pipeline parallel "
+                    "replicas (dp/pp > 1) cannot be captured in lite or timing mode; use --profile full",
+                    path=str(mdir))
             if late:
                 raise _window_error(mode, "did not start", late, mdir, ack_s)
             say(f"tracekit's {mode} window {win.id} recording on every rank")

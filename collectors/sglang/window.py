@@ -16,7 +16,9 @@ Protocol (capture side ``open_window`` / ``WindowHandle``; server side ``Agent``
 2. Every scheduler process notices it (the hooks call ``Agent.tick`` at each cycle boundary
    and look at the file at most every ``POLL_NS``; a watcher thread looks instead while the
    scheduler has been idle for ``IDLE_NS``), starts recording (``hooks.start_recording``,
-   ``record_function`` off) and writes ``<id>/ack-TP-<r>.json``.
+   ``record_function`` off) and writes ``<id>/ack-TP-<r>.json``, exclusively: a second process
+   with the same TP rank (data or pipeline parallel replicas) writes ``clash-TP-<r>-<pid>.json``
+   instead and records nothing, and the capture refuses the window naming both pids.
 3. It stops when ``state`` becomes ``"stop"`` (lite: after one more cycle, whose ranges the capture
    cuts away, so that SGLang v2's accept lengths of the last profiled cycle, handed over in the
    next one, are recorded; at once for an idle scheduler), or another id appears, or the file is removed,
@@ -54,6 +56,7 @@ IDLE_NS = 1_000_000_000  # the watcher acts when no cycle began for 1 s
 MAX_ROWS = 1_000_000  # a window stops itself after this many ranges (~100k cycles), whatever the capture does
 ACK_RE = re.compile(r"^ack-TP-(\d+)\.json$")
 DONE_RE = re.compile(r"^ranges-TP-(\d+)\.json$")
+CLASH_RE = re.compile(r"^clash-TP-(\d+)-\d+\.json$")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -66,6 +69,21 @@ def _write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _claim(path: Path, data: bytes) -> bool:
+    """Write ``path`` only if nobody has: False when another process wrote it first (link is exclusive)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -201,13 +219,29 @@ class Agent:
         self._active = {"id": str(doc["id"]), "mode": mode, "cycles": cycles if isinstance(cycles, int) else None,
                         "first_cycle": self.rec.cycle, "start_unix_ns": time.time_ns(),
                         "deadline": int(doc["deadline_unix_ns"]), "drain": None}
-        start_recording(self._recorder, record_function=False)
-        self._watcher = threading.Thread(target=self._watch, name="tracekit-window", daemon=True)
-        self._watcher.start()
         rank = self._rank()
         ack = {"rank": rank, "pid": os.getpid(), "mode": mode, "cuda_events": self._recorder.cuda_events,
                "start_unix_ns": self._active["start_unix_ns"], "cycle": self.rec.cycle}
-        self._write(f"ack-TP-{_tag(rank)}.json", json.dumps(ack).encode())
+        ack_path = self.directory() / self._active["id"] / f"ack-TP-{_tag(rank)}.json"
+        try:
+            claimed = _claim(ack_path, json.dumps(ack).encode())
+        except OSError:  # as before the claim: record; the capture names the rank that never acked
+            log.exception("tracekit: cannot write %s", ack_path)
+            claimed = True
+        if not claimed:
+            # another scheduler process has this TP rank (data or pipeline parallel replicas): its files
+            # would be overwritten by ours; say so, record nothing
+            other = _read_json(ack_path) or {}
+            log.error("tracekit: TP rank %s of window %s is claimed by pid %s too: not recording",
+                      rank, self._active["id"], other.get("pid"))
+            self._write(f"clash-TP-{_tag(rank)}-{os.getpid()}.json",
+                        json.dumps({**ack, "other_pid": other.get("pid")}).encode())
+            self._done.add(self._active["id"])
+            self._active, self._recorder = None, None
+            return
+        start_recording(self._recorder, record_function=False)
+        self._watcher = threading.Thread(target=self._watch, name="tracekit-window", daemon=True)
+        self._watcher.start()
 
     def _finish(self, why: str, boundary: bool = True) -> None:
         from tracekit.collectors.hooks import stop_recording
@@ -311,6 +345,17 @@ class WindowHandle:
             doc = _read_json(self.path / f"ack-TP-{r}.json")
             if doc is not None:
                 out[r] = doc
+        return out
+
+    def clashes(self) -> dict[int, list[int]]:
+        """TP ranks claimed by more than one scheduler process: rank -> the pids (first claimant first)."""
+        out: dict[int, list[int]] = {}
+        if not self.path.is_dir():
+            return out
+        for p in sorted(self.path.iterdir()):
+            if CLASH_RE.match(p.name) and (doc := _read_json(p)) is not None:
+                pids = out.setdefault(int(doc.get("rank", -1)), [doc.get("other_pid", -1)])
+                pids.append(int(doc.get("pid", -1)))
         return out
 
     def stop(self) -> None:
