@@ -21,6 +21,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit._native import core
+from tracekit.export.buckets import ArgSets, BucketTable, add_bucket_args
 from tracekit.export.lanes import assign_lanes_grouped
 from tracekit.export.layout import (
     G_GPU_RANGE,
@@ -320,11 +321,16 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     argset_arr = aid.copy()
     f_window = code["window"][final]
     f_rank = rank[final]
+    sets: ArgSets | None = None
     if buckets:
         pid_vals, pid_ok = ints["phase_id"]
         brows = np.flatnonzero((f_window == strings.get("gpu")) & pid_ok)
-        add_buckets(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
-    argset_arr = np.where(np.array([len(a) > 0 for a in argsets], dtype=bool)[argset_arr], argset_arr, -1)
+        if isinstance(buckets, BucketTable):
+            sets = add_bucket_args(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
+        else:
+            add_buckets(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
+    nonempty = sets.nonempty() if sets is not None else np.array([len(a) > 0 for a in argsets], dtype=bool)
+    argset_arr = np.where(nonempty[argset_arr], argset_arr, -1)
     f_start, f_dur = start[final], dur[final]
     f_launch = is_launch[final]
     corr, corr_ok = ints["correlation"]
@@ -351,7 +357,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         f_dur[dur_rows], ctr, track_of, out_args)
     return Layout(
         tracks=tracks, start=f_start, dur=f_dur, track=track_col[final], name_id=name_id, cat_id=cat_id,
-        argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets,
+        argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets if sets is None else sets,
         flow_src=fsrc, flow_dst=fdst, flow_id=fid, c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int,
         ranks=ranks,
     )

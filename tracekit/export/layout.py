@@ -91,7 +91,7 @@ class Layout:
     is_gpu: BoolA  # kernel / memcpy / memset rows of the run
     names: list[str]
     cats: list[str]
-    argsets: list[ArgSet]
+    argsets: Sequence[ArgSet]  # a list, or export.buckets.ArgSets (bucket args as columns)
     # flows: edges between slice indices, ids unique in the export
     flow_src: I64
     flow_dst: I64
