@@ -185,7 +185,8 @@ def test_first_seen_ids() -> None:
 
     rng = np.random.default_rng(5)
     for cols in ([rng.integers(0, 5, 1000)], [rng.integers(0, 3, 500), rng.integers(-(2**62), 2**62, 500) % 4],
-                 [rng.integers(0, 2**40, 300)], [np.zeros(0, np.int64)]):
+                 [rng.integers(0, 2**40, 300)], [np.zeros(0, np.int64)],
+                 [rng.integers(0, 2**40, 5000), rng.integers(0, 3, 5000)], [np.repeat(rng.integers(0, 900, 700), 3)]):
         n = cols[0].size
         for order in (None, rng.permutation(n), rng.integers(0, max(n, 1), n // 2) if n else None):
             ids, first = first_seen(cols, order=order)

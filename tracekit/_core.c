@@ -733,16 +733,23 @@ static PyObject *first_seen(PyObject *self, PyObject *args) {
         }
     }
     {
-        size_t cap = 16;
-        while (cap < (size_t)n * 2) cap <<= 1;
+        /* the table grows with the distinct rows (usually few: it stays in cache); a row equal to
+           the previous one (runs are common) takes the previous id without a lookup */
+        size_t cap = 1024;
         table = (int64_t *)malloc(cap * sizeof(int64_t));
         if (!table) { PyErr_NoMemory(); goto done; }
         memset(table, 0xff, cap * sizeof(int64_t));  /* -1: empty */
         int64_t *io = P64(ids), *fo = P64(first);
         size_t mask = cap - 1;
+        int oom = 0;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             Py_ssize_t ri = ROW(i);
+            if (i > 0) {
+                Py_ssize_t rp = ROW(i - 1), j = 0;
+                while (j < k && cv[j][rp] == cv[j][ri]) j++;
+                if (j == k) { io[i] = io[i - 1]; continue; }
+            }
             uint64_t h = 0x9e3779b97f4a7c15ULL;
             for (Py_ssize_t j = 0; j < k; j++) h = mix64(h ^ (uint64_t)cv[j][ri]) + (uint64_t)j;
             size_t slot = (size_t)h & mask;
@@ -760,8 +767,27 @@ static PyObject *first_seen(PyObject *self, PyObject *args) {
                 if (j == k) { io[i] = id; break; }
                 slot = (slot + 1) & mask;
             }
+            if ((size_t)distinct * 2 > cap) {  /* grow x4 and re-insert every id (hash of its first row) */
+                size_t ncap = cap * 4;
+                int64_t *nt = (int64_t *)malloc(ncap * sizeof(int64_t));
+                if (!nt) { oom = 1; break; }
+                memset(nt, 0xff, ncap * sizeof(int64_t));
+                for (Py_ssize_t d = 0; d < distinct; d++) {
+                    Py_ssize_t r = ROW(fo[d]);
+                    uint64_t h2 = 0x9e3779b97f4a7c15ULL;
+                    for (Py_ssize_t j = 0; j < k; j++) h2 = mix64(h2 ^ (uint64_t)cv[j][r]) + (uint64_t)j;
+                    size_t sl = (size_t)h2 & (ncap - 1);
+                    while (nt[sl] >= 0) sl = (sl + 1) & (ncap - 1);
+                    nt[sl] = d;
+                }
+                free(table);
+                table = nt;
+                cap = ncap;
+                mask = cap - 1;
+            }
         }
         Py_END_ALLOW_THREADS
+        if (oom) { PyErr_NoMemory(); goto done; }
     }
 #undef ROW
     ret = PyLong_FromSsize_t(distinct);

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit._native import core
+from tracekit._native import core, walk
 from tracekit.export.buckets import ArgSets, BucketTable, add_bucket_args
 from tracekit.export.lanes import assign_lanes_grouped
 from tracekit.export.layout import (
@@ -85,12 +85,35 @@ class _Strings:
         return np.fromiter((self.get(v) for v in vals), dtype=np.int64, count=len(vals))
 
 
-def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None) -> I64:
-    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: a dictionary cast, first-seen ids,
-    one lookup per distinct value (a null read as ``null_as``)."""
+def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str | None]]:
+    """(index into the distinct values of each of ``series[rows]``, the distinct values in order of first
+    appearance, null as None). A column of nulls costs nothing; ``hashed``: short strings, interned by
+    ``tracekit._walk.intern`` from the Arrow buffers (no dictionary cast); else polars' dictionary cast."""
+    n_null = series.null_count()
+    if n_null == series.len():
+        return np.zeros(rows.size, np.int64), [None]
+    if hashed and walk is not None and series.dtype == pl.String:
+        from tracekit.analyzers.attribution_native import _stream
+
+        ids = np.empty(rows.size, dtype=np.int64)
+        vals: list[str | None] = list(walk.intern(_stream(series), rows, "", ids))
+        ids -= 1
+        if n_null:
+            nulls = series.is_null().to_numpy()[rows]
+            if nulls.any():
+                ids[nulls] = len(vals)
+                vals.append(None)
+        return ids, vals
     phys = series.cast(pl.Categorical).to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
     ids, first = first_seen([phys], order=rows)
-    vals = series.gather(rows[first]).to_list() if first.size else []
+    return ids, series.gather(rows[first]).to_list() if first.size else []
+
+
+def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None,
+           hashed: bool = True) -> I64:
+    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: ``_intern``, then one lookup per
+    distinct value (a null read as ``null_as``)."""
+    ids, vals = _intern(series, rows, hashed)
     lut = strings.lut([null_as if v is None else v for v in vals] if null_as is not None else vals)
     h = 0 if head is None else head.size
     out = np.empty(h + ids.size, dtype=np.int64)
@@ -181,21 +204,15 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     ranks = sorted(int(r) for r in events["rank"].unique().drop_nulls().to_list())
     info = _rank_info(manifest, events, ranks)
     phases = _phase_slices(events)
-    gpu_kinds = list(GPU_KINDS)
-    m = events.select(
-        (pl.col("kind") != COUNTER).fill_null(False).alias("base"),
-        pl.col("kind").is_in(gpu_kinds).fill_null(False).alias("gpu"),
-        (pl.col("kind") == GPU_RANGE).fill_null(False).alias("gr"),
-        (pl.col("kind") == LAUNCH).fill_null(False).alias("launch"),
-        pl.when(pl.col("kind").is_in(gpu_kinds)).then(pl.col("category").fill_null(pl.col("kind")))
-        .otherwise(pl.col("kind")).fill_null("other").alias("category"),
-    )
-    rows = np.flatnonzero(m["base"].to_numpy())
+    # kinds: one code per row, the masks by lookup (a null kind is in none of them)
+    k_ids, k_vals = _intern(events["kind"], np.arange(events.height, dtype=np.int64), True)
+    rows = np.flatnonzero(np.array([v is not None and v != COUNTER for v in k_vals], dtype=bool)[k_ids])
+    k_rows = k_ids[rows]
     nb, npf = int(rows.size), phases.height
     n = npf + nb
-    b_gpu = m["gpu"].to_numpy()[rows]
-    b_gr = m["gr"].to_numpy()[rows]
-    b_launch = m["launch"].to_numpy()[rows]
+    b_gpu = np.array([v in GPU_KINDS for v in k_vals], dtype=bool)[k_rows]
+    b_gr = np.array([v == GPU_RANGE for v in k_vals], dtype=bool)[k_rows]
+    b_launch = np.array([v == LAUNCH for v in k_vals], dtype=bool)[k_rows]
     strings = _Strings()
     # per slice (phase slices first, then the run's rows in order): the columns the layout reads
     ph_n = phases.select(
@@ -229,10 +246,12 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     ph_str = {c: _codes(phases[c], all_ph, strings, null_as="" if c == "name" else None)
               for c in ("name", "category", "phase", "window")}
     code: dict[str, I64] = {}
-    for c in _STR_COLS:
+    for c in _STR_COLS:  # kernel names are long: a dictionary cast is cheaper than hashing their bytes
         code[c] = _codes(events[c], rows, strings, ph_str.get(c, np.full(npf, none, np.int64)),
-                         null_as="" if c == "name" else None)
-    cat = _codes(m["category"], rows, strings, ph_str["category"])
+                         null_as="" if c == "name" else None, hashed=c != "name")
+    k_code = strings.lut(k_vals)[k_rows]
+    c_code = _codes(events["category"], rows, strings)
+    cat = np.concatenate([ph_str["category"], np.where(b_gpu & (c_code != none), c_code, k_code)])
     cat[cat == none] = strings.get("other")
     code["window"] = np.concatenate([ph_str["window"], np.full(nb, none, np.int64)])
     # integer, boolean and float columns (value, present)
