@@ -199,3 +199,23 @@ def test_first_seen_ids() -> None:
             assert [rows[i] for i in first.tolist()] == list(seen)
     with pytest.raises(IndexError):
         first_seen([np.arange(3)], order=np.array([0, 5]))
+
+
+@needs_core
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 300), span=st.sampled_from([5, 50, 2**40, 2**62]))
+def test_launch_edges_first_launch_of_each_pair(seed: int, n: int, span: int) -> None:
+    from tracekit.export.fastlayout import _launch_edges
+
+    rng = np.random.default_rng(seed)
+    rank = rng.integers(0, 3, n)
+    corr = rng.integers(-span // 2, span // 2, n) if span < 2**62 else rng.integers(-(2**62), 2**62, n) * 2
+    kind = rng.integers(0, 3, n)  # 0 launch, 1 GPU, 2 other
+    first: dict[tuple[int, int], int] = {}
+    for i in range(n):
+        if kind[i] == 0:
+            first.setdefault((int(rank[i]), int(corr[i])), i)
+    want = sorted((first[(int(rank[i]), int(corr[i]))], i) for i in range(n)
+                  if kind[i] == 1 and (int(rank[i]), int(corr[i])) in first)
+    src, dst = _launch_edges(rank.astype(np.int64), corr.astype(np.int64), kind == 0, kind == 1)
+    assert list(zip(src.tolist(), dst.tolist(), strict=True)) == want

@@ -409,10 +409,19 @@ def _launch_edges(rank: I64, corr: I64, launch: BoolA, gpu: BoolA) -> tuple[I64,
     if lrows.size == 0 or grows.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     both = np.concatenate([lrows, grows])
-    ids, first = first_seen(_pack([rank, corr]), order=both)
-    f = first[ids[lrows.size:]]
-    hit = f < lrows.size
-    src, dst = lrows[f[hit]], grows[hit]
+    packed = _pack([rank[both], corr[both]])
+    if len(packed) == 1:  # one key per row: a sorted join (correlations are mostly distinct, no hash table)
+        kl, kg = packed[0][:lrows.size], packed[0][lrows.size:]
+        o = np.argsort(kl, kind="stable")  # equal keys keep slice order: the first launch comes first
+        ks = kl[o]
+        pos = np.minimum(np.searchsorted(ks, kg), ks.size - 1)
+        hit = ks[pos] == kg
+        src, dst = lrows[o[pos[hit]]], grows[hit]
+    else:
+        ids, first = first_seen(packed)
+        f = first[ids[lrows.size:]]
+        hit = f < lrows.size
+        src, dst = lrows[f[hit]], grows[hit]
     o = np.argsort(src, kind="stable")  # dst ascending already
     return src[o], dst[o]
 
