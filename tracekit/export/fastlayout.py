@@ -39,6 +39,7 @@ from tracekit.export.layout import (
     add_buckets,
     counter_samples,
     display_names,
+    dur_tracks,
     layout_options,
     make_tracks,
 )
@@ -371,9 +372,10 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     dur_rows = np.flatnonzero(f_window == strings.get("gpu"))
     f_phase = code["phase"][final]
     out_args = (le[0], le[1], f_rank, f_start, f_dur, f_gpu) if outstanding and le is not None else None
+    pair, pfirst = first_seen([f_rank[dur_rows], f_phase[dur_rows]])  # the distinct (rank, phase) pairs
+    d_lut = dur_tracks(f_rank[dur_rows[pfirst]].tolist(), [strings.values[int(c)] for c in f_phase[dur_rows[pfirst]]], track_of)
     c_ts, c_track, c_value, c_is_int = counter_samples(
-        f_start[dur_rows], f_rank[dur_rows].tolist(), [strings.values[int(c)] for c in f_phase[dur_rows]],
-        f_dur[dur_rows], ctr, track_of, out_args)
+        f_start[dur_rows], d_lut[pair] if pair.size else d_lut, f_dur[dur_rows], ctr, track_of, out_args)
     return Layout(
         tracks=tracks, start=f_start, dur=f_dur, track=track_col[final], name_id=name_id, cat_id=cat_id,
         argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets if sets is None else sets,
