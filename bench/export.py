@@ -231,10 +231,29 @@ def main() -> int:
                          "[default: samples/h200x2-mainjob/eager.parquet, samples/cpu8-builtin/run.parquet]")
     ap.add_argument("--replicate", type=int, default=8, help="copies of the main job for the large real run (0: none)")
     ap.add_argument("--no-pb2", action="store_true", help="skip the pb2 reference writer (slow)")
+    ap.add_argument("--write-runs", type=Path, metavar="DIR",
+                    help="write the synthetic run (synthetic.parquet) and the replicated main job (mainjob-x<N>.parquet) to DIR and stop")
+    ap.add_argument("--stages-only", action="store_true",
+                    help="only the stages of export_run on --run (with PYTHONPATH=<another checkout>: that code's stages)")
     ap.add_argument("--child-export", nargs=2, metavar=("RUN", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child_export:
         return child_export(*a.child_export)
+    if a.write_runs:
+        a.write_runs.mkdir(parents=True, exist_ok=True)
+        write_run(finalize_events(replicated(a.ranks, a.events)), a.write_runs / "synthetic.parquet", stamp(make_manifest(a.ranks)))
+        main_job = samples / "h200x2-mainjob" / "eager.parquet"
+        n = replicate_run(main_job, a.replicate, a.write_runs / f"mainjob-x{a.replicate}.parquet")
+        print(f"wrote {a.write_runs}/synthetic.parquet and mainjob-x{a.replicate}.parquet ({n} events)")
+        return 0
+    if a.stages_only:
+        if not a.run:
+            ap.error("--stages-only needs --run")
+        import tracekit
+
+        print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) + f"; tracekit from {Path(tracekit.__file__).parent}")
+        stages(a.run)
+        return 0
     cli_runs = a.cli_run or [samples / "h200x2-mainjob" / "eager.parquet", samples / "cpu8-builtin" / "run.parquet"]
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     fast_env, pure_env = envs()
