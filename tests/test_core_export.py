@@ -107,6 +107,11 @@ def test_grouped_lanes_match_per_group(groups: list[list[tuple[int, int]]]) -> N
     assert fast[1].tolist() == ref[1].tolist()
 
 
+def _dep_lists(deps: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[list[int]]:
+    c, o, f = deps
+    return [f[a:a + k].tolist() for a, k in zip(o.tolist(), c.tolist(), strict=True)]
+
+
 @needs_core
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(
@@ -123,7 +128,7 @@ def test_argset_encoding_matches_reference(sets: list[tuple[tuple[str, object], 
     ref_tab, ref_deps = perfetto._encode_argsets_reference(lay, ann_iid, s_ref)
     assert tab.flat.tobytes() == ref_tab.flat.tobytes()
     assert tab.sizes.tolist() == ref_tab.sizes.tolist()
-    assert deps == ref_deps
+    assert _dep_lists(deps) == _dep_lists(ref_deps)
     assert s_fast.iid == s_ref.iid
 
 
@@ -180,7 +185,8 @@ def test_first_seen_ids() -> None:
 
     rng = np.random.default_rng(5)
     for cols in ([rng.integers(0, 5, 1000)], [rng.integers(0, 3, 500), rng.integers(-(2**62), 2**62, 500) % 4],
-                 [rng.integers(0, 2**40, 300)], [np.zeros(0, np.int64)]):
+                 [rng.integers(0, 2**40, 300)], [np.zeros(0, np.int64)],
+                 [rng.integers(0, 2**40, 5000), rng.integers(0, 3, 5000)], [np.repeat(rng.integers(0, 900, 700), 3)]):
         n = cols[0].size
         for order in (None, rng.permutation(n), rng.integers(0, max(n, 1), n // 2) if n else None):
             ids, first = first_seen(cols, order=order)
@@ -193,3 +199,23 @@ def test_first_seen_ids() -> None:
             assert [rows[i] for i in first.tolist()] == list(seen)
     with pytest.raises(IndexError):
         first_seen([np.arange(3)], order=np.array([0, 5]))
+
+
+@needs_core
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 300), span=st.sampled_from([5, 50, 2**40, 2**62]))
+def test_launch_edges_first_launch_of_each_pair(seed: int, n: int, span: int) -> None:
+    from tracekit.export.fastlayout import _launch_edges
+
+    rng = np.random.default_rng(seed)
+    rank = rng.integers(0, 3, n)
+    corr = rng.integers(-span // 2, span // 2, n) if span < 2**62 else rng.integers(-(2**62), 2**62, n) * 2
+    kind = rng.integers(0, 3, n)  # 0 launch, 1 GPU, 2 other
+    first: dict[tuple[int, int], int] = {}
+    for i in range(n):
+        if kind[i] == 0:
+            first.setdefault((int(rank[i]), int(corr[i])), i)
+    want = sorted((first[(int(rank[i]), int(corr[i]))], i) for i in range(n)
+                  if kind[i] == 1 and (int(rank[i]), int(corr[i])) in first)
+    src, dst = _launch_edges(rank.astype(np.int64), corr.astype(np.int64), kind == 0, kind == 1)
+    assert list(zip(src.tolist(), dst.tolist(), strict=True)) == want

@@ -610,6 +610,61 @@ done:
 }
 
 
+/* encode_bucket_sets(base_flat, base_off, base_size, ext_base, ext_row, values, iids) -> (flat, sizes)
+ * The extended arg sets of export/buckets.ArgSets: set e is the encoded base set ext_base[e]
+ * (base_flat[base_off[a]:+base_size[a]]) followed by one integer DebugAnnotation (name iid
+ * iids[j], int_value values[ext_row[e], j]) per nonzero column j, in column order: the bytes
+ * encode_argsets gives for the same (name, int) pairs. values: int64, rows x len(iids). */
+static PyObject *encode_bucket_sets(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    Buf b[7];
+    Out flat = {0}, sizes = {0};
+    PyObject *ret = NULL;
+    const char *names[7] = {"base_flat", "base_off", "base_size", "ext_base", "ext_row", "values", "iids"};
+    memset(b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    for (int k = 0; k < 7; k++)
+        if (get_buf(o[k], &b[k], k == 0 ? 1 : 8, 0, names[k])) goto done;
+    {
+        const uint8_t *bf = PU8(b[0]);
+        const int64_t *boff = P64(b[1]), *bsz = P64(b[2]), *eb = P64(b[3]), *er = P64(b[4]), *val = P64(b[5]), *iid = P64(b[6]);
+        int64_t nbase = N64(b[1]), ne = N64(b[3]), nc = N64(b[6]);
+        if (N64(b[2]) != nbase || N64(b[4]) != ne || (nc && N64(b[5]) % nc)) {
+            PyErr_SetString(PyExc_ValueError, "encode_bucket_sets: inconsistent lengths");
+            goto done;
+        }
+        int64_t nrow = nc ? N64(b[5]) / nc : 0;
+        if (reserve(&sizes, 8 * ne + 8)) { PyErr_NoMemory(); goto done; }
+        for (int64_t e = 0; e < ne; e++) {
+            int64_t a = eb[e], r = er[e];
+            if (!blob_ok(&b[0], boff, bsz, nbase, a) || r < 0 || (nc && r >= nrow)) {
+                PyErr_SetString(PyExc_ValueError, "encode_bucket_sets: bad set reference");
+                goto done;
+            }
+            Py_ssize_t before = flat.n;
+            if (reserve(&flat, (Py_ssize_t)bsz[a] + 24 * (Py_ssize_t)nc)) { PyErr_NoMemory(); goto done; }
+            memcpy(flat.p + flat.n, bf + boff[a], (size_t)bsz[a]);
+            uint8_t *p = flat.p + flat.n + bsz[a];
+            for (int64_t j = 0; j < nc; j++) {
+                uint64_t v = (uint64_t)val[r * nc + j], ii = (uint64_t)iid[j];
+                if (!v) continue;
+                *p++ = 0x22;
+                *p++ = (uint8_t)(2 + vlen(ii) + vlen(v));
+                *p++ = 0x08; p = put_v(p, ii);
+                *p++ = 0x20; p = put_v(p, v);
+            }
+            flat.n = p - flat.p;
+            int64_t sz = flat.n - before;
+            memcpy(sizes.p + 8 * e, &sz, 8);
+        }
+        ret = Py_BuildValue("(y#y#)", flat.p ? (char *)flat.p : "", flat.n, sizes.p, (Py_ssize_t)(8 * ne));
+    }
+done:
+    free(flat.p); free(sizes.p);
+    for (int k = 0; k < 7; k++) rel_buf(&b[k]);
+    return ret;
+}
+
 /* ---- first-seen ids of row tuples (export layout: names, arg sets, groups, launch joins) -- */
 
 static inline uint64_t mix64(uint64_t x) {
@@ -678,16 +733,23 @@ static PyObject *first_seen(PyObject *self, PyObject *args) {
         }
     }
     {
-        size_t cap = 16;
-        while (cap < (size_t)n * 2) cap <<= 1;
+        /* the table grows with the distinct rows (usually few: it stays in cache); a row equal to
+           the previous one (runs are common) takes the previous id without a lookup */
+        size_t cap = 1024;
         table = (int64_t *)malloc(cap * sizeof(int64_t));
         if (!table) { PyErr_NoMemory(); goto done; }
         memset(table, 0xff, cap * sizeof(int64_t));  /* -1: empty */
         int64_t *io = P64(ids), *fo = P64(first);
         size_t mask = cap - 1;
+        int oom = 0;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             Py_ssize_t ri = ROW(i);
+            if (i > 0) {
+                Py_ssize_t rp = ROW(i - 1), j = 0;
+                while (j < k && cv[j][rp] == cv[j][ri]) j++;
+                if (j == k) { io[i] = io[i - 1]; continue; }
+            }
             uint64_t h = 0x9e3779b97f4a7c15ULL;
             for (Py_ssize_t j = 0; j < k; j++) h = mix64(h ^ (uint64_t)cv[j][ri]) + (uint64_t)j;
             size_t slot = (size_t)h & mask;
@@ -705,8 +767,27 @@ static PyObject *first_seen(PyObject *self, PyObject *args) {
                 if (j == k) { io[i] = id; break; }
                 slot = (slot + 1) & mask;
             }
+            if ((size_t)distinct * 2 > cap) {  /* grow x4 and re-insert every id (hash of its first row) */
+                size_t ncap = cap * 4;
+                int64_t *nt = (int64_t *)malloc(ncap * sizeof(int64_t));
+                if (!nt) { oom = 1; break; }
+                memset(nt, 0xff, ncap * sizeof(int64_t));
+                for (Py_ssize_t d = 0; d < distinct; d++) {
+                    Py_ssize_t r = ROW(fo[d]);
+                    uint64_t h2 = 0x9e3779b97f4a7c15ULL;
+                    for (Py_ssize_t j = 0; j < k; j++) h2 = mix64(h2 ^ (uint64_t)cv[j][r]) + (uint64_t)j;
+                    size_t sl = (size_t)h2 & (ncap - 1);
+                    while (nt[sl] >= 0) sl = (sl + 1) & (ncap - 1);
+                    nt[sl] = d;
+                }
+                free(table);
+                table = nt;
+                cap = ncap;
+                mask = cap - 1;
+            }
         }
         Py_END_ALLOW_THREADS
+        if (oom) { PyErr_NoMemory(); goto done; }
     }
 #undef ROW
     ret = PyLong_FromSsize_t(distinct);
@@ -723,6 +804,7 @@ static PyMethodDef METHODS[] = {
     {"merge_records", merge_records, METH_VARARGS, "Write order of slice ends, counters and opens."},
     {"encode_batch", encode_batch, METH_VARARGS, "One batch of TracePackets (see perfetto.py)."},
     {"encode_argsets", encode_argsets, METH_VARARGS, "DebugAnnotations of arg sets (see perfetto.py)."},
+    {"encode_bucket_sets", encode_bucket_sets, METH_VARARGS, "DebugAnnotations of bucket arg sets (see export/buckets.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,7 +8,6 @@ file in one of the registered formats (``tracekit.exporters.FORMATS``: ``.pftrac
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,11 +16,10 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracekit.errors import TracekitError
+from tracekit.export.buckets import attribution_buckets
 from tracekit.export.select import Selection, select_events
 from tracekit.exporters import WriteContext, format_for
 from tracekit.outputs import named_os_error, temp_beside
-from tracekit.schema import GPU_KINDS, GPU_RANGE, RANGE
 from tracekit.store import publish
 
 WARN_BYTES: Final = 500_000_000
@@ -47,36 +45,6 @@ def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     """The registry name of the format (``tracekit.exporters``) from ``fmt`` or the
     file suffix. Raises ValueError."""
     return format_for(path, fmt).name
-
-
-def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> dict[tuple[int, int], dict[str, int]] | None:
-    """(rank, phase_id) -> {bucket: ns} from ``tracekit.analyzers.attribution`` when it is available."""
-    try:
-        attribution = importlib.import_module("tracekit.analyzers.attribution")
-    except ImportError:
-        return None
-    bucket_columns: Sequence[str] = getattr(attribution, "BUCKET_COLUMNS", ())
-    if not events.select(pl.col("kind").is_in(list(GPU_KINDS)).any()).item():
-        return None
-    inst_ids = events.filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()).select("rank", "phase_id")
-    if inst_ids.unique().height != inst_ids["phase_id"].n_unique():
-        warnings.append("phase ids repeat across ranks in this run (instances numbered per rank): "
-                        "attribution buckets left out of the phase slices")
-        return None
-    try:
-        inst = attribution.attribute_instances(events)
-    except TracekitError as exc:
-        warnings.append(f"attribution buckets left out of the phase slices: {exc.message}")
-        return None
-    cols = [c for c in bucket_columns if c in inst.columns]
-    out: dict[tuple[int, int], dict[str, int]] = {}
-    for row in inst.select("rank", "phase_id", *cols).iter_rows(named=True):
-        if row["phase_id"] is None or row["rank"] is None:
-            continue
-        b = {c[:-3]: int(row[c]) for c in cols if row[c]}
-        if b:
-            out[(int(row["rank"]), int(row["phase_id"]))] = b
-    return out
 
 
 def export_events(

@@ -20,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit._native import core
+from tracekit._native import core, walk
+from tracekit.export.buckets import ArgSets, BucketTable, add_bucket_args
 from tracekit.export.lanes import assign_lanes_grouped
 from tracekit.export.layout import (
     G_GPU_RANGE,
@@ -38,6 +39,7 @@ from tracekit.export.layout import (
     add_buckets,
     counter_samples,
     display_names,
+    dur_tracks,
     layout_options,
     make_tracks,
 )
@@ -84,12 +86,35 @@ class _Strings:
         return np.fromiter((self.get(v) for v in vals), dtype=np.int64, count=len(vals))
 
 
-def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None) -> I64:
-    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: a dictionary cast, first-seen ids,
-    one lookup per distinct value (a null read as ``null_as``)."""
+def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str | None]]:
+    """(index into the distinct values of each of ``series[rows]``, the distinct values in order of first
+    appearance, null as None). A column of nulls costs nothing; ``hashed``: short strings, interned by
+    ``tracekit._walk.intern`` from the Arrow buffers (no dictionary cast); else polars' dictionary cast."""
+    n_null = series.null_count()
+    if n_null == series.len():
+        return np.zeros(rows.size, np.int64), [None]
+    if hashed and walk is not None and series.dtype == pl.String:
+        from tracekit.analyzers.attribution_native import _stream
+
+        ids = np.empty(rows.size, dtype=np.int64)
+        vals: list[str | None] = list(walk.intern(_stream(series), rows, "", ids))
+        ids -= 1
+        if n_null:
+            nulls = series.is_null().to_numpy()[rows]
+            if nulls.any():
+                ids[nulls] = len(vals)
+                vals.append(None)
+        return ids, vals
     phys = series.cast(pl.Categorical).to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
     ids, first = first_seen([phys], order=rows)
-    vals = series.gather(rows[first]).to_list() if first.size else []
+    return ids, series.gather(rows[first]).to_list() if first.size else []
+
+
+def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None,
+           hashed: bool = True) -> I64:
+    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: ``_intern``, then one lookup per
+    distinct value (a null read as ``null_as``)."""
+    ids, vals = _intern(series, rows, hashed)
     lut = strings.lut([null_as if v is None else v for v in vals] if null_as is not None else vals)
     h = 0 if head is None else head.size
     out = np.empty(h + ids.size, dtype=np.int64)
@@ -180,21 +205,15 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     ranks = sorted(int(r) for r in events["rank"].unique().drop_nulls().to_list())
     info = _rank_info(manifest, events, ranks)
     phases = _phase_slices(events)
-    gpu_kinds = list(GPU_KINDS)
-    m = events.select(
-        (pl.col("kind") != COUNTER).fill_null(False).alias("base"),
-        pl.col("kind").is_in(gpu_kinds).fill_null(False).alias("gpu"),
-        (pl.col("kind") == GPU_RANGE).fill_null(False).alias("gr"),
-        (pl.col("kind") == LAUNCH).fill_null(False).alias("launch"),
-        pl.when(pl.col("kind").is_in(gpu_kinds)).then(pl.col("category").fill_null(pl.col("kind")))
-        .otherwise(pl.col("kind")).fill_null("other").alias("category"),
-    )
-    rows = np.flatnonzero(m["base"].to_numpy())
+    # kinds: one code per row, the masks by lookup (a null kind is in none of them)
+    k_ids, k_vals = _intern(events["kind"], np.arange(events.height, dtype=np.int64), True)
+    rows = np.flatnonzero(np.array([v is not None and v != COUNTER for v in k_vals], dtype=bool)[k_ids])
+    k_rows = k_ids[rows]
     nb, npf = int(rows.size), phases.height
     n = npf + nb
-    b_gpu = m["gpu"].to_numpy()[rows]
-    b_gr = m["gr"].to_numpy()[rows]
-    b_launch = m["launch"].to_numpy()[rows]
+    b_gpu = np.array([v in GPU_KINDS for v in k_vals], dtype=bool)[k_rows]
+    b_gr = np.array([v == GPU_RANGE for v in k_vals], dtype=bool)[k_rows]
+    b_launch = np.array([v == LAUNCH for v in k_vals], dtype=bool)[k_rows]
     strings = _Strings()
     # per slice (phase slices first, then the run's rows in order): the columns the layout reads
     ph_n = phases.select(
@@ -228,10 +247,12 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     ph_str = {c: _codes(phases[c], all_ph, strings, null_as="" if c == "name" else None)
               for c in ("name", "category", "phase", "window")}
     code: dict[str, I64] = {}
-    for c in _STR_COLS:
+    for c in _STR_COLS:  # kernel names are long: a dictionary cast is cheaper than hashing their bytes
         code[c] = _codes(events[c], rows, strings, ph_str.get(c, np.full(npf, none, np.int64)),
-                         null_as="" if c == "name" else None)
-    cat = _codes(m["category"], rows, strings, ph_str["category"])
+                         null_as="" if c == "name" else None, hashed=c != "name")
+    k_code = strings.lut(k_vals)[k_rows]
+    c_code = _codes(events["category"], rows, strings)
+    cat = np.concatenate([ph_str["category"], np.where(b_gpu & (c_code != none), c_code, k_code)])
     cat[cat == none] = strings.get("other")
     code["window"] = np.concatenate([ph_str["window"], np.full(nb, none, np.int64)])
     # integer, boolean and float columns (value, present)
@@ -320,11 +341,16 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     argset_arr = aid.copy()
     f_window = code["window"][final]
     f_rank = rank[final]
+    sets: ArgSets | None = None
     if buckets:
         pid_vals, pid_ok = ints["phase_id"]
         brows = np.flatnonzero((f_window == strings.get("gpu")) & pid_ok)
-        add_buckets(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
-    argset_arr = np.where(np.array([len(a) > 0 for a in argsets], dtype=bool)[argset_arr], argset_arr, -1)
+        if isinstance(buckets, BucketTable):
+            sets = add_bucket_args(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
+        else:
+            add_buckets(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
+    nonempty = sets.nonempty() if sets is not None else np.array([len(a) > 0 for a in argsets], dtype=bool)
+    argset_arr = np.where(nonempty[argset_arr], argset_arr, -1)
     f_start, f_dur = start[final], dur[final]
     f_launch = is_launch[final]
     corr, corr_ok = ints["correlation"]
@@ -346,12 +372,13 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     dur_rows = np.flatnonzero(f_window == strings.get("gpu"))
     f_phase = code["phase"][final]
     out_args = (le[0], le[1], f_rank, f_start, f_dur, f_gpu) if outstanding and le is not None else None
+    pair, pfirst = first_seen([f_rank[dur_rows], f_phase[dur_rows]])  # the distinct (rank, phase) pairs
+    d_lut = dur_tracks(f_rank[dur_rows[pfirst]].tolist(), [strings.values[int(c)] for c in f_phase[dur_rows[pfirst]]], track_of)
     c_ts, c_track, c_value, c_is_int = counter_samples(
-        f_start[dur_rows], f_rank[dur_rows].tolist(), [strings.values[int(c)] for c in f_phase[dur_rows]],
-        f_dur[dur_rows], ctr, track_of, out_args)
+        f_start[dur_rows], d_lut[pair] if pair.size else d_lut, f_dur[dur_rows], ctr, track_of, out_args)
     return Layout(
         tracks=tracks, start=f_start, dur=f_dur, track=track_col[final], name_id=name_id, cat_id=cat_id,
-        argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets,
+        argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets if sets is None else sets,
         flow_src=fsrc, flow_dst=fdst, flow_id=fid, c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int,
         ranks=ranks,
     )
@@ -384,10 +411,19 @@ def _launch_edges(rank: I64, corr: I64, launch: BoolA, gpu: BoolA) -> tuple[I64,
     if lrows.size == 0 or grows.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     both = np.concatenate([lrows, grows])
-    ids, first = first_seen(_pack([rank, corr]), order=both)
-    f = first[ids[lrows.size:]]
-    hit = f < lrows.size
-    src, dst = lrows[f[hit]], grows[hit]
+    packed = _pack([rank[both], corr[both]])
+    if len(packed) == 1:  # one key per row: a sorted join (correlations are mostly distinct, no hash table)
+        kl, kg = packed[0][:lrows.size], packed[0][lrows.size:]
+        o = np.argsort(kl, kind="stable")  # equal keys keep slice order: the first launch comes first
+        ks = kl[o]
+        pos = np.minimum(np.searchsorted(ks, kg), ks.size - 1)
+        hit = ks[pos] == kg
+        src, dst = lrows[o[pos[hit]]], grows[hit]
+    else:
+        ids, first = first_seen(packed)
+        f = first[ids[lrows.size:]]
+        hit = f < lrows.size
+        src, dst = lrows[f[hit]], grows[hit]
     o = np.argsort(src, kind="stable")  # dst ascending already
     return src[o], dst[o]
 

@@ -91,7 +91,7 @@ class Layout:
     is_gpu: BoolA  # kernel / memcpy / memset rows of the run
     names: list[str]
     cats: list[str]
-    argsets: list[ArgSet]
+    argsets: Sequence[ArgSet]  # a list, or export.buckets.ArgSets (bucket args as columns)
     # flows: edges between slice indices, ids unique in the export
     flow_src: I64
     flow_dst: I64
@@ -298,16 +298,21 @@ def add_buckets(rows: I64, rank: npt.NDArray[np.integer], phase_id: I64, argset_
             argset_arr[i] = len(argsets) - 1
 
 
-def counter_samples(dur_ts: I64, dur_rank: list[Any], dur_phase: list[Any], dur_ns: npt.NDArray[np.integer],
+def dur_tracks(dur_rank: Sequence[Any], dur_phase: Sequence[Any], track_of: Mapping[tuple[Any, ...], int]) -> I64:
+    """The duration counter track of each (rank, phase) pair."""
+    return np.array([track_of[(int(r), "dur", f"{p} duration")] for r, p in zip(dur_rank, dur_phase, strict=True)],
+                    dtype=np.int64)
+
+
+def counter_samples(dur_ts: I64, dur_track: I64, dur_ns: npt.NDArray[np.integer],
                     ctr: pl.DataFrame, track_of: Mapping[tuple[Any, ...], int],
                     out: tuple[I64, I64, I64, I64, I64, BoolA] | None) -> tuple[I64, I64, F64, BoolA]:
     """Counter samples sorted by (ts, track), stable, non-finite values left out: each GPU-window phase
-    slice's duration at its start (``dur_*``, in slice order), the run's counter rows (``ctr``), and with
-    ``out`` = (launch edge sources, destinations, and per slice rank, start, dur, is_gpu) the outstanding
-    GPU work."""
+    slice's duration at its start (``dur_*``, in slice order; tracks from ``dur_tracks``), the run's counter
+    rows (``ctr``), and with ``out`` = (launch edge sources, destinations, and per slice rank, start, dur,
+    is_gpu) the outstanding GPU work."""
     ts = [np.asarray(dur_ts, dtype=np.int64), ctr["start_ns"].to_numpy().astype(np.int64, copy=False)]
-    track = [np.array([track_of[(int(r), "dur", f"{p} duration")] for r, p in zip(dur_rank, dur_phase, strict=True)],
-                      dtype=np.int64),
+    track = [np.asarray(dur_track, dtype=np.int64),
              np.array([track_of[(int(r), "ctr", n)] for r, n in zip(ctr["rank"].to_list(), ctr["name"].to_list(), strict=True)],
                       dtype=np.int64)]
     value = [np.asarray(dur_ns, dtype=np.float64), ctr["value"].fill_null(float("nan")).to_numpy().astype(np.float64, copy=False)]
@@ -480,7 +485,8 @@ def build_layout_reference(events: pl.DataFrame, manifest: Mapping[str, Any], **
         le_src, le_dst = launch_edges(sl)
         out_args = (le_src, le_dst, sl["rank"].to_numpy().astype(np.int64), start, dur, is_gpu)
     c_ts, c_track, c_value, c_is_int = counter_samples(
-        dur_rows["start_ns"].to_numpy().astype(np.int64), dur_rows["rank"].to_list(), dur_rows["phase"].to_list(),
+        dur_rows["start_ns"].to_numpy().astype(np.int64),
+        dur_tracks(dur_rows["rank"].to_list(), dur_rows["phase"].to_list(), track_of),
         dur_rows["dur_ns"].to_numpy(), ctr, track_of, out_args)
     return Layout(
         tracks=tracks, start=start, dur=dur, track=track_arr, name_id=name_id.astype(np.int64),
@@ -579,6 +585,7 @@ __all__ = [
     "build_layout_reference",
     "counter_samples",
     "display_names",
+    "dur_tracks",
     "layout_options",
     "make_tracks",
 ]

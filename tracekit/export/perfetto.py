@@ -21,6 +21,7 @@ import numpy.typing as npt
 from tracekit._native import core
 from tracekit.errors import AnalysisError
 from tracekit.export import pbenc as pe
+from tracekit.export.buckets import ArgSets
 from tracekit.export.layout import INT_ARGS, ArgValue, Layout, Track
 from tracekit.exporters import WriteContext
 
@@ -86,23 +87,52 @@ class _Strings:
         return i
 
 
-def _encode_argsets(lay: Layout, ann_iid: dict[str, int], strings: _Strings) -> tuple[pe.BlobTable, list[list[int]]]:
+Deps = tuple[I64, I64, I64]  # per arg set: count and offset of its string ids in the flat array
+
+
+def _deps_arrays(deps: list[list[int]]) -> Deps:
+    counts = np.array([len(d) for d in deps], dtype=np.int64)
+    return counts, np.cumsum(counts) - counts, np.array([s for d in deps for s in d], dtype=np.int64)
+
+
+def annotation_names(lay: Layout) -> list[str]:
+    """Debug-annotation names: the integer args, then the arg-set keys in order of first appearance."""
+    names = list(INT_ARGS)
+    sets = lay.argsets
+    keys = sets.keys_in_order() if isinstance(sets, ArgSets) else [k for argset in sets for k, _ in argset]
+    for k in keys:
+        if k not in names:
+            names.append(k)
+    return names
+
+
+def _encode_argsets(lay: Layout, ann_iid: dict[str, int], strings: _Strings) -> tuple[pe.BlobTable, Deps]:
+    sets = lay.argsets
     if core is not None:
+        base = sets.base if isinstance(sets, ArgSets) else sets
         try:
-            flat, sizes, counts, ids = core.encode_argsets(lay.argsets, ann_iid, strings.iid)
+            flat, sizes, counts, ids = core.encode_argsets(base if isinstance(base, list) else list(base), ann_iid, strings.iid)
         except OverflowError:  # an integer annotation outside int64/uint64: the reference path says so
             pass
         else:
+            fl = np.frombuffer(flat, dtype=np.uint8)
             sz = np.frombuffer(sizes, dtype=np.int64)
             c = np.frombuffer(counts, dtype=np.int64)
-            dep_ids = np.frombuffer(ids, dtype=np.int64).tolist()
-            ends = np.cumsum(c).tolist()
-            deps = [dep_ids[e - k:e] for e, k in zip(ends, c.tolist(), strict=True)]
-            return pe.BlobTable(flat=np.frombuffer(flat, dtype=np.uint8), offsets=np.cumsum(sz) - sz, sizes=sz), deps
+            d_off = np.cumsum(c) - c
+            d_flat = np.frombuffer(ids, dtype=np.int64)
+            if isinstance(sets, ArgSets) and sets.ext_row.size:
+                # the sets with buckets: their base set's bytes and strings, then the bucket values
+                t = sets.table
+                iids = np.array([ann_iid.get(f"bucket.{n}", 0) for n in t.names], dtype=np.int64)
+                eflat, esz = core.encode_bucket_sets(fl, np.cumsum(sz) - sz, sz, sets.ext_base, sets.ext_row, t.ns, iids)
+                fl = np.concatenate([fl, np.frombuffer(eflat, dtype=np.uint8)])
+                sz = np.concatenate([sz, np.frombuffer(esz, dtype=np.int64)])
+                c, d_off = np.concatenate([c, c[sets.ext_base]]), np.concatenate([d_off, d_off[sets.ext_base]])
+            return pe.BlobTable(flat=fl, offsets=np.cumsum(sz) - sz, sizes=sz), (c, d_off, d_flat)
     return _encode_argsets_reference(lay, ann_iid, strings)
 
 
-def _encode_argsets_reference(lay: Layout, ann_iid: dict[str, int], strings: _Strings) -> tuple[pe.BlobTable, list[list[int]]]:
+def _encode_argsets_reference(lay: Layout, ann_iid: dict[str, int], strings: _Strings) -> tuple[pe.BlobTable, Deps]:
     blobs: list[bytes] = []
     deps: list[list[int]] = []
     # one encoding per distinct (name, type, value): arg sets repeat most of their pairs
@@ -133,7 +163,7 @@ def _encode_argsets_reference(lay: Layout, ann_iid: dict[str, int], strings: _St
                 dep.append(hit[1])
         blobs.append(b"".join(parts))
         deps.append(dep)
-    return pe.BlobTable.build(blobs), deps
+    return pe.BlobTable.build(blobs), _deps_arrays(deps)
 
 
 def _csr(keys: I64, vals: I64, n: int) -> tuple[I64, I64, I64]:
@@ -193,18 +223,11 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
     t0 = int(ts[0]) if ts.size else 0
     if ts.size and int(ts[0]) < 0:
         raise AnalysisError("negative timestamps cannot be written to a Perfetto trace (align the run's clocks first)")
-    ann_names = list(INT_ARGS)
-    for argset in lay.argsets:
-        for k, _ in argset:
-            if k not in ann_names:
-                ann_names.append(k)
+    ann_names = annotation_names(lay)
     ann_iid = {k: i + 1 for i, k in enumerate(ann_names)}
     strings = _Strings()
-    blob_tab, deps = _encode_argsets(lay, ann_iid, strings)
+    blob_tab, (dep_counts, dep_off, dep_flat) = _encode_argsets(lay, ann_iid, strings)
     str_list = sorted(strings.iid, key=strings.iid.__getitem__)
-    dep_counts = np.array([len(d) for d in deps], dtype=np.int64)
-    dep_off = np.cumsum(dep_counts) - dep_counts
-    dep_flat = np.array([s for d in deps for s in d], dtype=np.int64)
     # first packet: incremental state cleared, categories and annotation names interned
     first = _head(t0, SEQ_CLEARED) + _interned([
         (I_CATEGORIES, [_iid_entry(i + 1, 2, c) for i, c in enumerate(lay.cats)]),
