@@ -76,10 +76,11 @@ class Switch:
         self.trim: dict[str, Any] | None = None
 
     def __call__(self, on: bool) -> None:
+        running = self.sess is not None or self.prof is not None or self.rec is not None or self.client_on
+        if running:  # also between two "on" blocks in a row: a new session for every "on" block
+            self._stop()
         if on:
             self._start()
-        elif self.sess is not None or self.prof is not None or self.rec is not None or self.client_on:
-            self._stop()
 
     def _start(self) -> None:
         from torch.profiler import ProfilerActivity, profile

@@ -5,11 +5,14 @@
    it) and one with it off, the order of each pair drawn at random; each cycle's wall time ends in a
    host sync. The paired difference (on - off) cancels drift between pairs (clocks, the KV cache
    growing); its mean and median, with 95% bootstrap intervals (``resamples`` resamples, fixed seed),
-   over the median "off" cycle.
+   over the median "off" cycle. Every ``reset_every`` pairs the context goes back to its length at the
+   first pair, so that the eager phases keep their shapes over hundreds of pairs.
 2. Directly: the host time one phase range (``with phase(...)``: label, time stamps, two CUDA events)
    and one facts marker (``emit_facts``) cost with the recorder on, against the same calls with
    nothing recording, ``calls`` times each in a loop (CPU ns by ``thread_time_ns`` and wall ns), times
    the ranges and markers a cycle records: the host ns and CUDA events the recorder adds per cycle.
+   Split: the range without CUDA events (``range_no_events``), a new ``torch.cuda.Event`` made and
+   recorded (``event_new``), a pooled one recorded again (``event_record``), each against an empty loop.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ def bootstrap(values: list[int], stat: Any, resamples: int, seed: int = 16) -> t
     return float(est[int(0.025 * resamples)]), float(est[int(0.975 * resamples) - 1])
 
 
-def interleaved(wl: Any, start: int, pairs: int, cuda: bool, resamples: int = 2000) -> dict[str, Any]:
+def interleaved(wl: Any, start: int, pairs: int, cuda: bool, resamples: int = 2000,
+                reset_every: int = 8) -> dict[str, Any]:
     from tracekit.collectors.hooks import start_recording, stop_recording
     from tracekit.collectors.ranges import RangeRecorder
 
@@ -38,7 +42,11 @@ def interleaved(wl: Any, start: int, pairs: int, cuda: bool, resamples: int = 20
     c = start
     on_t: list[int] = []
     off_t: list[int] = []
-    for _ in range(pairs):
+    ctx0 = list(wl.seq)
+    for p in range(pairs):
+        if p % reset_every == 0:  # the context back to where the pairs began: the same shapes all along
+            wl.seq = list(ctx0)
+            wl.seq_t.copy_(wl.seq_t.new_tensor(ctx0))
         t: dict[bool, int] = {}
         for on in ((True, False) if rng.random() < 0.5 else (False, True)):
             if on:
@@ -89,10 +97,11 @@ def direct(calls: int, cuda: bool) -> dict[str, Any]:
         emit_facts("verify", i, accept=2.5)
 
     out: dict[str, Any] = {"calls": calls}
-    for name, body in (("range", rng_body), ("marker", fact_body)):
+    for name, body, events in (("range", rng_body, cuda), ("marker", fact_body, cuda),
+                               ("range_no_events", rng_body, False)):
         _loop(calls // 10, body)  # warm
         off_cpu, off_wall = _loop(calls, body)
-        rec = RangeRecorder(cuda_events=cuda)
+        rec = RangeRecorder(cuda_events=events)
         start_recording(rec, record_function=False)
         _loop(calls // 10, body)
         on_cpu, on_wall = _loop(calls, body)
@@ -103,6 +112,19 @@ def direct(calls: int, cuda: bool) -> dict[str, Any]:
             torch.cuda.synchronize()
         out[name] = {"cpu_ns": (on_cpu - off_cpu) / calls, "wall_ns": (on_wall - off_wall) / calls,
                      "off_cpu_ns": off_cpu / calls, "on_cpu_ns": on_cpu / calls}
+    if cuda:
+        import torch
+
+        pool = [torch.cuda.Event(enable_timing=True) for _ in range(64)]
+        for e in pool:
+            e.record()
+        empty_cpu, empty_wall = _loop(calls, lambda i: None)
+        new_cpu, new_wall = _loop(calls, lambda i: torch.cuda.Event(enable_timing=True).record())
+        torch.cuda.synchronize()
+        rec_cpu, rec_wall = _loop(calls, lambda i: pool[i % 64].record())
+        torch.cuda.synchronize()
+        out["event_new"] = {"cpu_ns": (new_cpu - empty_cpu) / calls, "wall_ns": (new_wall - empty_wall) / calls}
+        out["event_record"] = {"cpu_ns": (rec_cpu - empty_cpu) / calls, "wall_ns": (rec_wall - empty_wall) / calls}
     return out
 
 
@@ -133,5 +155,8 @@ def report(t: dict[str, Any]) -> list[str]:
         f"({d['calls']:,} calls each); a cycle records {i['ranges_per_cycle']:.1f} ranges + "
         f"{i['markers_per_cycle']:.1f} markers: {p['host_cpu_ns'] / 1e3:.1f} us host CPU "
         f"({p['host_wall_ns'] / 1e3:.1f} us wall), {p['cuda_events']:.0f} CUDA events per cycle = "
-        f"{p['host_cpu_pct']:.3f}% ({p['host_wall_pct']:.3f}%) of a graphed cycle",
+        f"{p['host_cpu_pct']:.3f}% ({p['host_wall_pct']:.3f}%) of a graphed cycle; split: a range without "
+        f"CUDA events {d['range_no_events']['cpu_ns']:,.0f} CPU ns"
+        + (f", a new torch.cuda.Event made + recorded {d['event_new']['cpu_ns']:,.0f}, a pooled one recorded "
+           f"{d['event_record']['cpu_ns']:,.0f}" if "event_new" in d else ""),
     ]

@@ -8,11 +8,14 @@
  * What it records (tk_start flags):
  *   TK_KERNELS   CONCURRENT_KERNEL activity records
  *   TK_COPIES    MEMCPY + MEMSET activity records
- *   TK_API_SOME  RUNTIME / DRIVER activity records for the given callback ids only
- *                (cuptiActivityEnableRuntimeApi / ...DriverApi without the whole kind)
+ *   TK_API_SOME  RUNTIME / DRIVER activity records, with every callback id in the given lists
+ *                switched off (cuptiActivityEnableRuntimeApi / ...DriverApi after enabling the kinds;
+ *                enabling single ids without the kinds recorded nothing on H200, CUPTI 13.0)
  *   TK_API_ALL   the RUNTIME and DRIVER kinds whole (what Kineto enables)
  *   TK_API_CB    no API activity records: a callback (CUPTI callback API) on the given ids writes
- *                one row per call (enter / exit time, thread, correlation id)
+ *                one row per call (enter / exit time, thread, correlation id); a driver call made
+ *                inside a traced runtime call (cudaLaunchKernel -> cuLaunchKernel) is not written,
+ *                as CUPTI's activity records do not show it either
  * Every time stamp is CLOCK_REALTIME ns (cuptiActivityRegisterTimestampCallback for CUPTI's
  * records; clock_gettime in the callback): the clock of Python's time.time_ns(), which the
  * phase ranges of lite use. Thread ids are the kernel's (SYS_gettid; cuptiSetThreadIdType SYSTEM).
@@ -241,18 +244,23 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buff
 /* TK_API_CB: one row per traced API call, written at its exit */
 static __thread int64_t cb_enter_ns;
 static __thread uint32_t cb_tid;
+static __thread int cb_depth; /* traced runtime calls open on this thread */
 
 static void CUPTIAPI api_cb(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const void *data) {
   (void)ud;
   const CUpti_CallbackData *d = (const CUpti_CallbackData *)data;
+  int rt = dom == CUPTI_CB_DOMAIN_RUNTIME_API;
   if (d->callbackSite == CUPTI_API_ENTER) {
-    cb_enter_ns = now_ns();
+    if (rt) cb_depth++;
+    if (rt || cb_depth == 0) cb_enter_ns = now_ns();
     return;
   }
+  if (rt) cb_depth--;
+  else if (cb_depth > 0) return; /* the driver call under a traced runtime call */
   if (!cb_tid) cb_tid = (uint32_t)syscall(SYS_gettid);
   tk_row r;
   r.start = cb_enter_ns; r.end = now_ns(); r.corr = d->correlationId;
-  r.cat = dom == CUPTI_CB_DOMAIN_RUNTIME_API ? CAT_RUNTIME : CAT_DRIVER;
+  r.cat = rt ? CAT_RUNTIME : CAT_DRIVER;
   r.device = UINT32_MAX; r.stream = cb_tid; r.name = cbid; r.pid = my_pid;
   pthread_mutex_lock(&mu);
   push(&r);
@@ -296,7 +304,8 @@ int tk_open(const char *path) {
     }                                                                                 \
   } while (0)
 
-/* Start recording. rt_ids / dr_ids: the runtime / driver callback ids of TK_API_SOME and TK_API_CB. */
+/* Start recording. rt_ids / dr_ids: the runtime / driver callback ids switched off (TK_API_SOME) or
+ * traced (TK_API_CB). */
 int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids, int n_dr) {
   if (!C.lib) { snprintf(err_text, sizeof err_text, "tk_open was not called"); return -1; }
   if (flags_on) { snprintf(err_text, sizeof err_text, "already recording"); return -1; }
@@ -316,8 +325,10 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
     CHECK(C.enable(CUPTI_ACTIVITY_KIND_DRIVER), "enable DRIVER");
   } else if (flags & TK_API_SOME) {
     if (!C.rt_api || !C.dr_api) { snprintf(err_text, sizeof err_text, "CUPTI older than 12.5"); return -1; }
-    for (int i = 0; i < n_rt; i++) CHECK(C.rt_api(rt_ids[i], 1), "cuptiActivityEnableRuntimeApi");
-    for (int i = 0; i < n_dr; i++) CHECK(C.dr_api(dr_ids[i], 1), "cuptiActivityEnableDriverApi");
+    CHECK(C.enable(CUPTI_ACTIVITY_KIND_RUNTIME), "enable RUNTIME");
+    CHECK(C.enable(CUPTI_ACTIVITY_KIND_DRIVER), "enable DRIVER");
+    for (int i = 0; i < n_rt; i++) CHECK(C.rt_api(rt_ids[i], 0), "cuptiActivityEnableRuntimeApi off");
+    for (int i = 0; i < n_dr; i++) CHECK(C.dr_api(dr_ids[i], 0), "cuptiActivityEnableDriverApi off");
   } else if (flags & TK_API_CB) {
     if (!C.sub || !C.enable_cb) { snprintf(err_text, sizeof err_text, "no CUPTI callback API"); return -1; }
     CHECK(C.sub(&subscriber, (CUpti_CallbackFunc)api_cb, NULL), "cuptiSubscribe");
@@ -331,19 +342,16 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
 }
 
 /* Stop recording and flush every buffer into the rows. */
-int tk_stop(const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids, int n_dr) {
+int tk_stop(void) {
   int f = flags_on;
   if (!f) return 0;
   flags_on = 0;
   if (f & TK_API_CB) {
     CHECK(C.unsub(subscriber), "cuptiUnsubscribe");
   }
-  if (f & TK_API_ALL) {
+  if (f & (TK_API_ALL | TK_API_SOME)) { /* disabling the kinds resets the per-id settings too */
     CHECK(C.disable(CUPTI_ACTIVITY_KIND_RUNTIME), "disable RUNTIME");
     CHECK(C.disable(CUPTI_ACTIVITY_KIND_DRIVER), "disable DRIVER");
-  } else if (f & TK_API_SOME) {
-    for (int i = 0; i < n_rt; i++) CHECK(C.rt_api(rt_ids[i], 0), "cuptiActivityEnableRuntimeApi off");
-    for (int i = 0; i < n_dr; i++) CHECK(C.dr_api(dr_ids[i], 0), "cuptiActivityEnableDriverApi off");
   }
   if (f & TK_COPIES) {
     CHECK(C.disable(CUPTI_ACTIVITY_KIND_MEMCPY), "disable MEMCPY");

@@ -6,9 +6,9 @@ ones cannot be chosen (collectors/cupti.py trims them afterwards). This client e
 attribution needs, in a small C library (``cupti_client.c``, no Python API) loaded with ctypes:
 
 - ``kernels``: CONCURRENT_KERNEL + MEMCPY + MEMSET records, no API records (no launches);
-- ``launch``: those, plus RUNTIME / DRIVER records of the launch and sync calls only
-  (``cupti_cbids.RUNTIME_KEEP`` / ``DRIVER_KEEP`` through ``cuptiActivityEnableRuntimeApi`` /
-  ``...DriverApi`` without enabling the whole kinds);
+- ``launch``: those, plus RUNTIME / DRIVER records of the launch and sync calls only (the kinds
+  enabled, then every callback id but ``cupti_cbids.RUNTIME_KEEP`` / ``DRIVER_KEEP`` switched off
+  through ``cuptiActivityEnableRuntimeApi`` / ``...DriverApi``, as ``cupti.lean_ids`` lists them);
 - ``callback``: kernels and copies as records, launches and syncs through a CUPTI callback
   (callback API) that writes one row per call;
 - ``all``: kernels, copies and the RUNTIME + DRIVER kinds whole (what Kineto records, less OVERHEAD).
@@ -139,7 +139,7 @@ def _lib(path: Path) -> Any:
     for name, res, args in (
         ("tk_open", ctypes.c_int, [ctypes.c_char_p]), ("tk_error", ctypes.c_char_p, []),
         ("tk_start", ctypes.c_int, [ctypes.c_int, u32p, ctypes.c_int, u32p, ctypes.c_int]),
-        ("tk_stop", ctypes.c_int, [u32p, ctypes.c_int, u32p, ctypes.c_int]),
+        ("tk_stop", ctypes.c_int, []),
         ("tk_count", ctypes.c_size_t, []), ("tk_rows", ctypes.c_void_p, []), ("tk_row_size", ctypes.c_size_t, []),
         ("tk_name_count", ctypes.c_size_t, []), ("tk_name", ctypes.c_char_p, [ctypes.c_size_t]),
         ("tk_dropped", ctypes.c_uint64, []), ("tk_other", ctypes.c_uint64, []), ("tk_now", ctypes.c_int64, []),
@@ -167,6 +167,7 @@ class Client:
         self.info: dict[str, Any] = {}
 
     def open(self) -> Client:
+        from tracekit.collectors.cupti import lean_ids
         from tracekit.collectors.cupti_cbids import DRIVER_KEEP, RUNTIME_KEEP
 
         path = build()
@@ -177,7 +178,8 @@ class Client:
         if self.lib.tk_open(cupti.encode()) != 0:
             raise ClientUnavailable(self.lib.tk_error().decode())
         self.libcupti = cupti
-        self._rt, self._dr = sorted(RUNTIME_KEEP), sorted(DRIVER_KEEP)
+        # launch: the ids switched off; callback: the ids traced
+        self._rt, self._dr = lean_ids() if self.mode == "launch" else (sorted(RUNTIME_KEEP), sorted(DRIVER_KEEP))
         self.info = {"client": str(path), "libcupti": cupti, "mode": self.mode, "records": MODE_NOTES[self.mode]}
         return self
 
@@ -188,7 +190,7 @@ class Client:
             raise ClientUnavailable(f"CUPTI client start ({self.mode}): {self.lib.tk_error().decode()}")
 
     def stop(self) -> None:
-        rc = self.lib.tk_stop(_ids(self._rt), len(self._rt), _ids(self._dr), len(self._dr))
+        rc = self.lib.tk_stop()
         if rc != 0:
             raise ClientUnavailable(f"CUPTI client stop: {self.lib.tk_error().decode()}")
         self.info["dropped_records"] = int(self.lib.tk_dropped())

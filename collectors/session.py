@@ -158,7 +158,7 @@ TRIM_WORDS = ("lean", "dropped")
 # Where lite's CUDA records come from on a GPU rank: "torch" (torch.profiler's CUDA activity) or a mode of
 # tracekit's own CUPTI client (collectors/cupti_client.py: kernels, launch, callback, all).
 # TRACEKIT_LITE_CUPTI overrides it. The client falls back to "torch" (and says why) when it cannot run.
-LITE_CUPTI = "launch"  # measured on H200: docs/capture.md, "Profile-mode cost"
+LITE_CUPTI = "callback"  # measured on H200: docs/capture.md, "Profile-mode cost"
 
 
 def lite_cupti_source() -> str:
