@@ -11,8 +11,10 @@
    and one facts marker (``emit_facts``) cost with the recorder on, against the same calls with
    nothing recording, ``calls`` times each in a loop (CPU ns by ``thread_time_ns`` and wall ns), times
    the ranges and markers a cycle records: the host ns and CUDA events the recorder adds per cycle.
-   Split: the range without CUDA events (``range_no_events``), a new ``torch.cuda.Event`` made and
-   recorded (``event_new``), a pooled one recorded again (``event_record``), each against an empty loop.
+   The recorder as timing mode has it (CUDA events on every ``events_every``-th range of a phase:
+   ``session.TIMING_EVENTS_EVERY``); split: a range without CUDA events (``range_no_events``), with
+   events on every range (``range_events_always``), a new ``torch.cuda.Event`` made and recorded
+   (``event_new``), a pooled one recorded again (``event_record``), each against an empty loop.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ def interleaved(wl: Any, start: int, pairs: int, cuda: bool, resamples: int = 20
                 reset_every: int = 8) -> dict[str, Any]:
     from tracekit.collectors.hooks import start_recording, stop_recording
     from tracekit.collectors.ranges import RangeRecorder
+    from tracekit.collectors.session import timing_events_every
 
-    rec = RangeRecorder(cuda_events=cuda)
+    rec = RangeRecorder(cuda_events=cuda, events_every=timing_events_every())
     rng = random.Random(7)
     wl.timer.window = None
     c = start
@@ -97,11 +100,15 @@ def direct(calls: int, cuda: bool) -> dict[str, Any]:
         emit_facts("verify", i, accept=2.5)
 
     out: dict[str, Any] = {"calls": calls}
-    for name, body, events in (("range", rng_body, cuda), ("marker", fact_body, cuda),
-                               ("range_no_events", rng_body, False)):
+    from tracekit.collectors.session import timing_events_every
+
+    every = timing_events_every()
+    out["events_every"] = every
+    for name, body, events, n in (("range", rng_body, cuda, every), ("marker", fact_body, cuda, every),
+                                  ("range_no_events", rng_body, False, 1), ("range_events_always", rng_body, cuda, 1)):
         _loop(calls // 10, body)  # warm
         off_cpu, off_wall = _loop(calls, body)
-        rec = RangeRecorder(cuda_events=events)
+        rec = RangeRecorder(cuda_events=events, events_every=n)
         start_recording(rec, record_function=False)
         _loop(calls // 10, body)
         on_cpu, on_wall = _loop(calls, body)
@@ -133,7 +140,7 @@ def per_cycle(inter: dict[str, Any], dire: dict[str, Any]) -> dict[str, float]:
     r, m = inter["ranges_per_cycle"], inter["markers_per_cycle"]
     cpu = r * dire["range"]["cpu_ns"] + m * dire["marker"]["cpu_ns"]
     wall = r * dire["range"]["wall_ns"] + m * dire["marker"]["wall_ns"]
-    return {"host_cpu_ns": cpu, "host_wall_ns": wall, "cuda_events": 2 * r,
+    return {"host_cpu_ns": cpu, "host_wall_ns": wall, "cuda_events": 2 * r / dire.get("events_every", 1),
             "host_cpu_pct": 100 * cpu / inter["off_median_ns"], "host_wall_pct": 100 * wall / inter["off_median_ns"]}
 
 
@@ -152,11 +159,12 @@ def report(t: dict[str, Any]) -> list[str]:
         f"{i['resamples']} resamples; target < 1%)",
         f"timing mode, direct: one phase range {d['range']['cpu_ns']:,.0f} CPU ns ({d['range']['wall_ns']:,.0f} wall) "
         f"more with the recorder on, one facts marker {d['marker']['cpu_ns']:,.0f} ({d['marker']['wall_ns']:,.0f}) "
-        f"({d['calls']:,} calls each); a cycle records {i['ranges_per_cycle']:.1f} ranges + "
+        f"({d['calls']:,} calls each; CUDA events on every {d['events_every']}th range of a phase); a cycle records {i['ranges_per_cycle']:.1f} ranges + "
         f"{i['markers_per_cycle']:.1f} markers: {p['host_cpu_ns'] / 1e3:.1f} us host CPU "
-        f"({p['host_wall_ns'] / 1e3:.1f} us wall), {p['cuda_events']:.0f} CUDA events per cycle = "
+        f"({p['host_wall_ns'] / 1e3:.1f} us wall), {p['cuda_events']:.2f} CUDA events per cycle = "
         f"{p['host_cpu_pct']:.3f}% ({p['host_wall_pct']:.3f}%) of a graphed cycle; split: a range without "
-        f"CUDA events {d['range_no_events']['cpu_ns']:,.0f} CPU ns"
+        f"CUDA events {d['range_no_events']['cpu_ns']:,.0f} CPU ns, with them on every range "
+        f"{d['range_events_always']['cpu_ns']:,.0f}"
         + (f", a new torch.cuda.Event made + recorded {d['event_new']['cpu_ns']:,.0f}, a pooled one recorded "
            f"{d['event_record']['cpu_ns']:,.0f}" if "event_new" in d else ""),
     ]

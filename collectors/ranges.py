@@ -10,7 +10,9 @@ Facts markers (``format_facts``) become zero-length ranges, as with
 ``record_function``.
 
 With ``cuda_events=True`` (timing mode on a GPU) a CUDA event is also recorded
-on the current stream at open and close; the GPU time between the two
+on the current stream at open and close of every ``events_every``-th range of each
+phase name (the first, then every N-th: a sample of the instances; the others keep
+their host time only, ``args`` null); the GPU time between the two
 (``elapsed_time``, the queue ahead of the phase included, like
 ``collectors/timing.py``) goes into the range row's ``args`` as
 ``{"cuda_event_ns": N}``. The events come from a pool and go back to it once read: a range
@@ -56,8 +58,12 @@ POOL_GROW = 64  # CUDA events made at once when the pool is empty and no range h
 class RangeRecorder:
     """Collects phase ranges (label, thread, start, end, optional CUDA events); appends are thread-safe."""
 
-    def __init__(self, cuda_events: bool = False) -> None:
+    def __init__(self, cuda_events: bool = False, events_every: int = 1) -> None:
+        if events_every < 1:
+            raise ValueError(f"events_every must be >= 1, not {events_every}")
         self.cuda_events = cuda_events
+        self.events_every = events_every
+        self._opened: dict[str, int] = {}  # phase name -> ranges opened
         self._rows: list[tuple[str, int, int, int, Any, Any]] = []
         self._threads: dict[int, int] = {}  # pthread ident -> native id of every thread that opened a range
         self._free: list[Any] = []  # CUDA events ready for reuse
@@ -74,8 +80,12 @@ class RangeRecorder:
         t0 = time.time_ns()
         ev = None
         if self._event is not None:
-            ev = self._take()
-            ev.record()
+            name = label.split("|", 1)[0]
+            n = self._opened.get(name, 0)
+            self._opened[name] = n + 1
+            if n % self.events_every == 0:
+                ev = self._take()
+                ev.record()
         return (label, threading.get_native_id(), t0, ev)
 
     def close(self, token: Token) -> None:

@@ -144,8 +144,8 @@ MODE_NOTES: dict[str, str] = {
     "full": "torch.profiler CPU + CUDA activities: CPU ops, launches, kernels, record_function phase ranges",
     "lite": "torch.profiler CUDA activity only (launches, kernels); phase ranges recorded by tracekit's hooks on "
             "the host clock; no CPU ops, so no op-scope category fallback and no host-op attribution",
-    "timing": "no profiler: phase ranges (host clock) and CUDA events per phase for every cycle; "
-              "no kernels, so no kernel buckets",
+    "timing": "no profiler: phase ranges (host clock) for every cycle and CUDA events around every N-th instance "
+              "of each phase (session.cuda_events_every); no kernels, so no kernel buckets",
 }
 
 
@@ -159,6 +159,21 @@ TRIM_WORDS = ("lean", "dropped")
 # tracekit's own CUPTI client (collectors/cupti_client.py: kernels, launch, callback, all).
 # TRACEKIT_LITE_CUPTI overrides it. The client falls back to "torch" (and says why) when it cannot run.
 LITE_CUPTI = "callback"  # measured on H200: docs/capture.md, "Profile-mode cost"
+
+
+# Timing mode records CUDA events around every N-th instance of each phase (the others: host time only).
+# Measured on H200: two CUDA events cost ~26 us of host time per range there, 1.3-3.4% of a graphed cycle with
+# events on every range (docs/capture.md, "Profile-mode cost"). TRACEKIT_TIMING_EVENTS_EVERY overrides it.
+TIMING_EVENTS_EVERY = 16
+
+
+def timing_events_every() -> int:
+    env = os.environ.get("TRACEKIT_TIMING_EVENTS_EVERY", "").strip()
+    if not env:
+        return TIMING_EVENTS_EVERY
+    if not env.isdigit() or int(env) < 1:
+        raise ValueError(f"TRACEKIT_TIMING_EVENTS_EVERY: {env!r} is not a whole number >= 1")
+    return int(env)
 
 
 def lite_cupti_source() -> str:
@@ -227,7 +242,10 @@ class ProfilerSession:
             from tracekit.collectors.hooks import start_recording
             from tracekit.collectors.ranges import RangeRecorder
 
-            self.recorder = RangeRecorder(cuda_events=self.cuda and self.mode == "timing")
+            timed = self.cuda and self.mode == "timing"
+            self.recorder = RangeRecorder(cuda_events=timed, events_every=timing_events_every() if timed else 1)
+            if timed:
+                self.info["cuda_events_every"] = self.recorder.events_every
             start_recording(self.recorder, record_function=False)
         self.info["activities"] = [str(a).rsplit(".", 1)[-1] for a in acts]
         self.info["note"] = MODE_NOTES[self.mode] + (

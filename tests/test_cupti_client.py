@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -114,7 +114,7 @@ class FakeEvent:
 
     made = 0
     clock = 0
-    held: set[int] = set()
+    held: ClassVar[set[int]] = set()
 
     def __init__(self, enable_timing: bool = True) -> None:
         FakeEvent.made += 1
@@ -151,3 +151,29 @@ def test_timing_recorder_reuses_its_events_and_reads_every_range() -> None:
     assert rec._rows[-1][4] is not None
     FakeEvent.held = set()
     assert rec._gpu_ns()[-1] == 1_000_000 and rec._rows[-1][4] is None
+
+
+def test_timing_recorder_samples_cuda_events_per_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracekit.collectors.session import TIMING_EVENTS_EVERY, timing_events_every
+
+    rec = RangeRecorder(events_every=4)
+    rec._event = FakeEvent
+    rec._sync = lambda: None  # type: ignore[method-assign]
+    for cycle in range(8):  # two phases a cycle: each gets events on its 1st, 5th, ... instance
+        for ph in ("verify", "draft"):
+            rec.close(rec.open(f"tracekit:{ph}|cycle={cycle}"))
+    gpu = rec._gpu_ns()
+    timed = [r[0] for r, g in zip(rec._rows, gpu, strict=True) if g is not None]
+    assert timed == ["tracekit:verify|cycle=0", "tracekit:draft|cycle=0", "tracekit:verify|cycle=4",
+                     "tracekit:draft|cycle=4"]
+    frame = rec.frame(0, 1)
+    assert frame["args"].null_count() == 12
+    monkeypatch.delenv("TRACEKIT_TIMING_EVENTS_EVERY", raising=False)
+    assert timing_events_every() == TIMING_EVENTS_EVERY
+    monkeypatch.setenv("TRACEKIT_TIMING_EVENTS_EVERY", "1")
+    assert timing_events_every() == 1
+    monkeypatch.setenv("TRACEKIT_TIMING_EVENTS_EVERY", "0")
+    with pytest.raises(ValueError, match="TRACEKIT_TIMING_EVENTS_EVERY"):
+        timing_events_every()
+    with pytest.raises(ValueError, match="events_every"):
+        RangeRecorder(events_every=0)
