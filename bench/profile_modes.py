@@ -17,10 +17,13 @@ ends in a host sync); the spread of the "off" blocks' medians is printed beside 
    ratio on / off, cost per launch = (on - off) / launches per cycle (the ``lite`` variant's launch rows
    per cycle), and the verify phase's GPU time (the workload's CUDA-event timer) on vs off: the eager
    verify dilation.
-2. verify graphed, timing mode (phase ranges + a CUDA event pair per phase): the cost per cycle and its
-   share of the graphed cycle (target < 1%), same A/B blocks, ``--ab-rounds`` x ``--ab-block``.
+2. verify graphed, timing mode (phase ranges + CUDA events on sampled instances): the cost per cycle and its
+   share of the graphed cycle (target < 1%), same A/B blocks, ``--ab-rounds`` x ``--ab-block``; then
+   ``bench/timing_cost.py`` in a process of its own: ``--pairs`` adjacent cycles on / off with a bootstrap
+   interval of the paired difference, and the recorder's direct host cost per cycle (``--calls``).
 
-Variants (``VARIANTS``): full, lite, timing (the profile modes, ``ProfilerSession``); cuda (the torch
+Variants (``VARIANTS``): full, lite, timing (the profile modes, ``ProfilerSession``); tk-kernels, tk-launch,
+tk-callback, tk-all (tracekit's CUPTI client alone in each mode, ``collectors/cupti_client.py``); cuda (the torch
 profiler's CUDA activity alone, no tracekit ranges), cpu (CPU activity alone), hooks (tracekit's range
 recorder alone); cuda-trim (CUDA activity with the runtime records Kineto drops switched off at the
 source, ``collectors/cupti.py``), cuda-nodriver (driver-API records off), cuda-nokernel (kernel records
@@ -41,7 +44,7 @@ from typing import Any
 
 VARIANTS: dict[str, str] = {
     "full": "profile mode full: torch.profiler CPU + CUDA activities",
-    "lite": "profile mode lite as captured: CUDA activity, CUPTI trimmed (session.LITE_TRIM), tracekit's ranges",
+    "lite": "profile mode lite as captured: tracekit's CUPTI client (session.LITE_CUPTI) + tracekit's ranges",
     "timing": "profile mode timing: phase ranges + CUDA events, no profiler",
     "cuda": "torch.profiler CUDA activity alone",
     "cpu": "torch.profiler CPU activity alone",
