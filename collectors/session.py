@@ -228,8 +228,9 @@ class ProfilerSession:
         if client_mode != "torch":
             from tracekit.collectors.cupti_client import Client, ClientUnavailable
 
-            try:
+            try:  # started here, so that a CUPTI that refuses (another subscriber) falls back to torch.profiler
                 self.client = Client(client_mode).open()
+                self.client.start()
             except ClientUnavailable as exc:
                 self.info["cupti_client_error"] = str(exc)
                 self.client = None
@@ -260,8 +261,6 @@ class ProfilerSession:
             self.info["note"] += f"; tracekit's CUPTI client could not run ({self.info['cupti_client_error']}): " \
                                  "torch.profiler instead"
         self.info["window_start_unix_ns"] = time.time_ns()
-        if self.client is not None:
-            self.client.start()
         if acts:
             from torch.profiler import profile
 
