@@ -170,11 +170,14 @@ class Client:
         from tracekit.collectors.cupti import lean_ids
         from tracekit.collectors.cupti_cbids import DRIVER_KEEP, RUNTIME_KEEP
 
-        path = build()
-        cupti = find_libcupti()
-        if cupti is None:
-            raise ClientUnavailable("no libcupti in this process or in a pip nvidia package")
-        self.lib = _lib(path)
+        try:  # a missing source, an unwritable cache, a library that does not load: say so, never crash the window
+            path = build()
+            cupti = find_libcupti()
+            if cupti is None:
+                raise ClientUnavailable("no libcupti in this process or in a pip nvidia package")
+            self.lib = _lib(path)
+        except OSError as exc:
+            raise ClientUnavailable(f"{type(exc).__name__}: {exc}") from exc
         if self.lib.tk_open(cupti.encode()) != 0:
             raise ClientUnavailable(self.lib.tk_error().decode())
         self.libcupti = cupti

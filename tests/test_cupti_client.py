@@ -95,6 +95,10 @@ def test_build_without_headers_says_what_is_missing(tmp_path: Path, monkeypatch:
         cupti_client.build()
     with pytest.raises(ValueError, match="CUPTI client mode"):
         cupti_client.Client("everything")
+    # an unreadable source or unwritable cache is a reason to fall back, not a crash
+    monkeypatch.setattr(cupti_client, "build", lambda: (_ for _ in ()).throw(PermissionError("cache")))
+    with pytest.raises(ClientUnavailable, match="PermissionError: cache"):
+        cupti_client.Client("callback").open()
 
 
 def test_lite_source_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
