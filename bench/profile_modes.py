@@ -17,10 +17,13 @@ ends in a host sync); the spread of the "off" blocks' medians is printed beside 
    ratio on / off, cost per launch = (on - off) / launches per cycle (the ``lite`` variant's launch rows
    per cycle), and the verify phase's GPU time (the workload's CUDA-event timer) on vs off: the eager
    verify dilation.
-2. verify graphed, timing mode (phase ranges + a CUDA event pair per phase): the cost per cycle and its
-   share of the graphed cycle (target < 1%), same A/B blocks, ``--ab-rounds`` x ``--ab-block``.
+2. verify graphed, timing mode (phase ranges + CUDA events on sampled instances): the cost per cycle and its
+   share of the graphed cycle (target < 1%), same A/B blocks, ``--ab-rounds`` x ``--ab-block``; then
+   ``bench/timing_cost.py`` in a process of its own: ``--pairs`` adjacent cycles on / off with a bootstrap
+   interval of the paired difference, and the recorder's direct host cost per cycle (``--calls``).
 
-Variants (``VARIANTS``): full, lite, timing (the profile modes, ``ProfilerSession``); cuda (the torch
+Variants (``VARIANTS``): full, lite, timing (the profile modes, ``ProfilerSession``); tk-kernels, tk-launch,
+tk-callback, tk-all (tracekit's CUPTI client alone in each mode, ``collectors/cupti_client.py``); cuda (the torch
 profiler's CUDA activity alone, no tracekit ranges), cpu (CPU activity alone), hooks (tracekit's range
 recorder alone); cuda-trim (CUDA activity with the runtime records Kineto drops switched off at the
 source, ``collectors/cupti.py``), cuda-nodriver (driver-API records off), cuda-nokernel (kernel records
@@ -41,7 +44,7 @@ from typing import Any
 
 VARIANTS: dict[str, str] = {
     "full": "profile mode full: torch.profiler CPU + CUDA activities",
-    "lite": "profile mode lite as captured: CUDA activity, CUPTI trimmed (session.LITE_TRIM), tracekit's ranges",
+    "lite": "profile mode lite as captured: tracekit's CUPTI client (session.LITE_CUPTI) + tracekit's ranges",
     "timing": "profile mode timing: phase ranges + CUDA events, no profiler",
     "cuda": "torch.profiler CUDA activity alone",
     "cpu": "torch.profiler CPU activity alone",
@@ -51,6 +54,10 @@ VARIANTS: dict[str, str] = {
     "cuda-nodriver": "CUDA activity, driver-API records off",
     "cuda-nokernel": "CUDA activity, kernel records off (runtime records alone)",
     "cuda-noruntime": "CUDA activity, runtime records off (kernel records alone)",
+    "tk-kernels": "tracekit's CUPTI client: kernel + copy records only (no launches)",
+    "tk-launch": "tracekit's CUPTI client: kernels, copies, API records of launches and syncs only",
+    "tk-callback": "tracekit's CUPTI client: kernels, copies, launches and syncs from a CUPTI callback",
+    "tk-all": "tracekit's CUPTI client: kernels, copies, every runtime and driver API record",
 }
 DEFAULT = ("full", "lite", "timing", "cuda", "cpu", "hooks", "cuda-trim", "cuda-nodriver", "cuda-nokernel",
            "cuda-noruntime")
@@ -65,15 +72,18 @@ class Switch:
         self.sess: Any = None
         self.prof: Any = None
         self.rec: Any = None
+        self.client: Any = None
+        self.client_on = False
         self.blocks = 0
         self.first: dict[str, Any] | None = None
         self.trim: dict[str, Any] | None = None
 
     def __call__(self, on: bool) -> None:
+        running = self.sess is not None or self.prof is not None or self.rec is not None or self.client_on
+        if running:  # also between two "on" blocks in a row: a new session for every "on" block
+            self._stop()
         if on:
             self._start()
-        elif self.sess is not None or self.prof is not None or self.rec is not None:
-            self._stop()
 
     def _start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
@@ -87,6 +97,12 @@ class Switch:
         if v in ("full", "lite", "timing"):
             self.sess = ProfilerSession(0, self.cuda, mode=v)
             self.sess.start()
+        elif v.startswith("tk-"):
+            from tracekit.collectors.cupti_client import Client
+
+            self.client = self.client or Client(v[3:]).open()
+            self.client.start()
+            self.client_on = True
         elif v == "hooks":
             self.rec = RangeRecorder(cuda_events=False)
             start_recording(self.rec, record_function=False)
@@ -121,6 +137,16 @@ class Switch:
             self.prof.__exit__(None, None, None)
             if self.first is None:
                 frame = kineto_to_frame(self.prof.profiler.kineto_results.events(), 0)[0]
+        if self.client_on:
+            self.client_on = False
+            if self.cuda:
+                import torch
+
+                torch.cuda.synchronize()
+            self.client.stop()
+            if self.first is None:
+                frame = self.client.events(0)
+                self.trim = {k: v for k, v in self.client.info.items() if k != "client"}
         if self.rec is not None:
             stop_recording()
         if self.first is None:
@@ -164,6 +190,20 @@ def one_variant(variant: str, preset: str, a: argparse.Namespace, cuda: bool, gr
             "verify_on_ns": verify["on"], "verify_off_ns": verify["off"],
             "verify_clock": (st.get("off", {}).get("verify") or {}).get("clock"),
             "cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime}
+
+
+def timing_child(preset: str, a: argparse.Namespace, cuda: bool) -> dict[str, Any]:
+    """Child process body: the timing recorder's cost per graphed cycle, interleaved and direct (timing_cost.py)."""
+    import timing_cost
+
+    wl = _workload(preset, "on", a.warmup + 2 * a.pairs + 4, cuda)
+    for c in range(a.warmup):
+        wl.run_cycle(c)
+    wl.sync()
+    inter = timing_cost.interleaved(wl, a.warmup, a.pairs, cuda)
+    dire = timing_cost.direct(a.calls, cuda)
+    return {"graphs": sorted(wl.graphs), "interleaved": inter, "direct": dire,
+            "per_cycle": timing_cost.per_cycle(inter, dire)}
 
 
 def _child(args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -214,6 +254,8 @@ def main() -> int:
     ap.add_argument("--drop", type=int, default=2)
     ap.add_argument("--ab-rounds", type=int, default=6)
     ap.add_argument("--ab-block", type=int, default=8)
+    ap.add_argument("--pairs", type=int, default=600, help="timing mode: pairs of adjacent graphed cycles on / off")
+    ap.add_argument("--calls", type=int, default=20000, help="timing mode, direct: calls of each hook timed")
     ap.add_argument("--env-variant", action="append", default=[], metavar="NAME=VARIANT:K=V,K=V")
     ap.add_argument("--repeat", type=int, default=1, help="processes per variant, run in turn (the ratio's spread "
                     "between processes)")
@@ -226,12 +268,16 @@ def main() -> int:
 
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     preset = args.preset or ("kimi-k2-tiny" if cuda else "tiny")
+    if args.child == "timing-pairs":
+        print(json.dumps(timing_child(preset, args, cuda)))
+        return 0
     if args.child:
         print(json.dumps(one_variant(args.child, preset, args, cuda, args.graphed)))
         return 0
     common = ["--device", "cuda" if cuda else "cpu", "--preset", preset, "--warmup", str(args.warmup),
               "--rounds", str(args.rounds), "--block", str(args.block), "--drop", str(args.drop),
-              "--ab-rounds", str(args.ab_rounds), "--ab-block", str(args.ab_block)]
+              "--ab-rounds", str(args.ab_rounds), "--ab-block", str(args.ab_block),
+              "--pairs", str(args.pairs), "--calls", str(args.calls)]
     plan: list[tuple[str, str, dict[str, str]]] = []
     for v in [v for v in args.variants.split(",") if v]:
         if v not in VARIANTS:
@@ -250,6 +296,7 @@ def main() -> int:
     for name, _, env in plan:
         rows[name]["env"] = env
     timing_graphed = _child([*common, "--child", "timing", "--graphed"], {}, args.timeout)
+    timing_pairs = _child([*common, "--child", "timing-pairs"], {}, args.timeout)
     wall = time.monotonic() - t0
     counted = next((r["per_block"] for v in ("full", "cuda", "lite") for name, r in rows.items()
                     if name.split("#")[0] == v and r.get("per_block")), None)
@@ -257,7 +304,7 @@ def main() -> int:
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
                            "preset": preset, "args": vars(args), "launches_per_cycle": lpc, "eager": rows,
-                           "timing_graphed": timing_graphed, "wall_s": wall,
+                           "timing_graphed": timing_graphed, "timing_pairs": timing_pairs, "wall_s": wall,
                            "children_cpu_s": cpu.ru_utime + cpu.ru_stime, "loadavg": os.getloadavg()}
     print(f"device: {out['device']}  torch {out['torch']}  preset {preset}; verify eager; one fresh process per "
           f"variant: {args.warmup} warm-up, then {args.rounds} rounds of {args.block} timed cycles on / off "
@@ -275,6 +322,13 @@ def main() -> int:
               f"{_ms(t['off_median_ns'])} ms not (off blocks {_ms(min(t['off_blocks_ns']))}-"
               f"{_ms(max(t['off_blocks_ns']))}): {t['cost_per_cycle_ns'] / 1e3:+.1f} us per cycle = "
               f"{100 * (t['ratio'] - 1):+.2f}% of a graphed cycle ({t['cycles_each']} cycles each; target < 1%)")
+    if "error" in timing_pairs:
+        print(f"timing mode, interleaved: failed: {timing_pairs['error']}")
+    else:
+        import timing_cost
+
+        for line in timing_cost.report(timing_pairs):
+            print(line)
     for name, r in rows.items():
         if r.get("trim"):
             print(f"{name}: CUPTI trim {r['trim']}")

@@ -10,10 +10,16 @@ Facts markers (``format_facts``) become zero-length ranges, as with
 ``record_function``.
 
 With ``cuda_events=True`` (timing mode on a GPU) a CUDA event is also recorded
-on the current stream at open and close; the GPU time between the two
+on the current stream at open and close of every ``events_every``-th range of each
+phase name (the first, then every N-th: a sample of the instances; the others keep
+their host time only, ``args`` null); the GPU time between the two
 (``elapsed_time``, the queue ahead of the phase included, like
 ``collectors/timing.py``) goes into the range row's ``args`` as
-``{"cuda_event_ns": N}``.
+``{"cuda_event_ns": N}``. The events come from a pool and go back to it once read: a range
+that needs one takes a free event; when none is free, the ranges whose end event has completed
+(``query()``, oldest first) are read and their events freed, and only when none has completed are
+new events made (``POOL_GROW`` at a time). A long timing window thus reuses a few hundred events
+instead of creating (and holding) two per range (bench/timing_cost.py measures the cost per range).
 
 ``frame(rank, pid)`` gives ``range`` rows in the schema's columns: the same
 rows a ``record_function`` range gives, so ``tracekit.finalize.membership`` joins host
@@ -46,15 +52,23 @@ from tracekit import schema
 from tracekit.finalize.phases import CUDA_EVENT_ARG
 
 Token = tuple[str, int, int, Any]
+POOL_GROW = 64  # CUDA events made at once when the pool is empty and no range has completed
 
 
 class RangeRecorder:
     """Collects phase ranges (label, thread, start, end, optional CUDA events); appends are thread-safe."""
 
-    def __init__(self, cuda_events: bool = False) -> None:
+    def __init__(self, cuda_events: bool = False, events_every: int = 1) -> None:
+        if events_every < 1:
+            raise ValueError(f"events_every must be >= 1, not {events_every}")
         self.cuda_events = cuda_events
+        self.events_every = events_every
+        self._opened: dict[str, int] = {}  # phase name -> ranges opened
         self._rows: list[tuple[str, int, int, int, Any, Any]] = []
         self._threads: dict[int, int] = {}  # pthread ident -> native id of every thread that opened a range
+        self._free: list[Any] = []  # CUDA events ready for reuse
+        self._gpu: dict[int, int] = {}  # row index -> GPU ns of the rows already read
+        self._read = 0  # rows before this index have been read (or have no events)
         self._event: Any = None
         if cuda_events:
             import torch
@@ -66,17 +80,50 @@ class RangeRecorder:
         t0 = time.time_ns()
         ev = None
         if self._event is not None:
-            ev = self._event(enable_timing=True)
-            ev.record()
+            name = label.split("|", 1)[0]
+            n = self._opened.get(name, 0)
+            self._opened[name] = n + 1
+            if n % self.events_every == 0:
+                ev = self._take()
+                ev.record()
         return (label, threading.get_native_id(), t0, ev)
 
     def close(self, token: Token) -> None:
         label, tid, t0, ev0 = token
         ev1 = None
         if ev0 is not None:
-            ev1 = self._event(enable_timing=True)
+            ev1 = self._take()
             ev1.record()
         self._rows.append((label, tid, t0, time.time_ns(), ev0, ev1))
+
+    @staticmethod
+    def _sync() -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+    def _take(self) -> Any:
+        if not self._free:
+            self._harvest()
+            if not self._free:
+                self._free = [self._event(enable_timing=True) for _ in range(POOL_GROW)]
+        return self._free.pop()
+
+    def _harvest(self, wait: bool = False) -> None:
+        """Read the GPU time of the recorded ranges in order, up to the first whose end event has not completed
+        (``wait``: all of them, after a device sync), and free their events."""
+        rows = self._rows
+        i = self._read
+        while i < len(rows):
+            label, tid, t0, t1, e0, e1 = rows[i]
+            if e0 is not None:
+                if not wait and not e1.query():
+                    break
+                self._gpu[i] = round(e0.elapsed_time(e1) * 1e6)
+                self._free += (e0, e1)
+                rows[i] = (label, tid, t0, t1, None, None)
+            i += 1
+        self._read = i
 
     def marker(self, label: str) -> None:
         t = time.time_ns()
@@ -94,11 +141,10 @@ class RangeRecorder:
         return len(self._rows)
 
     def _gpu_ns(self) -> list[int | None]:
-        if self._event is not None and any(r[4] is not None for r in self._rows):
-            import torch
-
-            torch.cuda.synchronize()
-        return [None if e0 is None else round(e0.elapsed_time(e1) * 1e6) for *_, e0, e1 in self._rows]
+        if self._event is not None and any(r[4] is not None for r in self._rows[self._read:]):
+            self._sync()
+            self._harvest(wait=True)
+        return [self._gpu.get(i) for i in range(len(self._rows))]
 
     def frame(self, rank: int, pid: int) -> pl.DataFrame:
         """The recorded ranges as ``range`` rows (schema columns, conformed, not finalized)."""

@@ -144,8 +144,8 @@ MODE_NOTES: dict[str, str] = {
     "full": "torch.profiler CPU + CUDA activities: CPU ops, launches, kernels, record_function phase ranges",
     "lite": "torch.profiler CUDA activity only (launches, kernels); phase ranges recorded by tracekit's hooks on "
             "the host clock; no CPU ops, so no op-scope category fallback and no host-op attribution",
-    "timing": "no profiler: phase ranges (host clock) and CUDA events per phase for every cycle; "
-              "no kernels, so no kernel buckets",
+    "timing": "no profiler: phase ranges (host clock) for every cycle and CUDA events around every N-th instance "
+              "of each phase (session.cuda_events_every); no kernels, so no kernel buckets",
 }
 
 
@@ -154,6 +154,36 @@ MODE_NOTES: dict[str, str] = {
 # "dropped" (the runtime records Kineto drops anyway) and CUPTI activity kinds (cupti.KINDS).
 LITE_TRIM: tuple[str, ...] = ()  # measured: "lean" made lite slower on H200 (docs/capture.md, "Profile-mode cost")
 TRIM_WORDS = ("lean", "dropped")
+
+# Where lite's CUDA records come from on a GPU rank: "torch" (torch.profiler's CUDA activity) or a mode of
+# tracekit's own CUPTI client (collectors/cupti_client.py: kernels, launch, callback, all).
+# TRACEKIT_LITE_CUPTI overrides it. The client falls back to "torch" (and says why) when it cannot run.
+LITE_CUPTI = "callback"  # measured on H200: docs/capture.md, "Profile-mode cost"
+
+
+# Timing mode records CUDA events around every N-th instance of each phase (the others: host time only).
+# Measured on H200: two CUDA events cost ~26 us of host time per range there, 1.3-3.4% of a graphed cycle with
+# events on every range (docs/capture.md, "Profile-mode cost"). TRACEKIT_TIMING_EVENTS_EVERY overrides it.
+TIMING_EVENTS_EVERY = 16
+
+
+def timing_events_every() -> int:
+    env = os.environ.get("TRACEKIT_TIMING_EVENTS_EVERY", "").strip()
+    if not env:
+        return TIMING_EVENTS_EVERY
+    if not env.isdigit() or int(env) < 1:
+        raise ValueError(f"TRACEKIT_TIMING_EVENTS_EVERY: {env!r} is not a whole number >= 1")
+    return int(env)
+
+
+def lite_cupti_source() -> str:
+    from tracekit.collectors.cupti_client import MODES
+
+    src = os.environ.get("TRACEKIT_LITE_CUPTI", "").strip() or LITE_CUPTI
+    if src != "torch" and src not in MODES:
+        raise ValueError(f"TRACEKIT_LITE_CUPTI: {src!r} is neither 'torch' nor a CUPTI client mode "
+                         f"({', '.join(MODES)})")
+    return src
 
 
 def cupti_trim_spec() -> tuple[str, ...]:
@@ -181,6 +211,7 @@ class ProfilerSession:
         self.record_shapes = record_shapes
         self.with_stack = with_stack
         self.prof: Any = None
+        self.client: Any = None
         self.recorder: Any = None
         self.info: dict[str, Any] = {"profile_mode": mode}
 
@@ -193,7 +224,17 @@ class ProfilerSession:
             raise ValueError(f"TRACEKIT_CUPTI_TRIM: unknown word(s) {bad} "
                              f"(known: {', '.join(TRIM_WORDS)}, {', '.join(cupti.KINDS)})")
         acts: list[Any] = []
-        if self.mode != "timing":
+        client_mode = lite_cupti_source() if self.mode == "lite" and self.cuda else "torch"
+        if client_mode != "torch":
+            from tracekit.collectors.cupti_client import Client, ClientUnavailable
+
+            try:  # started here, so that a CUPTI that refuses (another subscriber) falls back to torch.profiler
+                self.client = Client(client_mode).open()
+                self.client.start()
+            except ClientUnavailable as exc:
+                self.info["cupti_client_error"] = str(exc)
+                self.client = None
+        if self.mode != "timing" and self.client is None:
             from torch.profiler import ProfilerActivity
 
             acts = ([ProfilerActivity.CPU] if self.mode == "full" else []) + (
@@ -202,12 +243,23 @@ class ProfilerSession:
             from tracekit.collectors.hooks import start_recording
             from tracekit.collectors.ranges import RangeRecorder
 
-            self.recorder = RangeRecorder(cuda_events=self.cuda and self.mode == "timing")
+            timed = self.cuda and self.mode == "timing"
+            self.recorder = RangeRecorder(cuda_events=timed, events_every=timing_events_every() if timed else 1)
+            if timed:
+                self.info["cuda_events_every"] = self.recorder.events_every
             start_recording(self.recorder, record_function=False)
         self.info["activities"] = [str(a).rsplit(".", 1)[-1] for a in acts]
         self.info["note"] = MODE_NOTES[self.mode] + (
-            "; a CPU rank has no CUDA activity: no profiler ran, phase ranges only" if self.mode == "lite" and not acts
-            else "")
+            "; a CPU rank has no CUDA activity: no profiler ran, phase ranges only"
+            if self.mode == "lite" and not acts and self.client is None else "")
+        if self.client is not None:
+            self.info["activities"] = [f"CUPTI client: {client_mode}"]
+            self.info["cupti_client"] = self.client.info
+            self.info["note"] = MODE_NOTES["lite"].replace("torch.profiler CUDA activity only (launches, kernels)",
+                                                           f"tracekit's CUPTI client ({self.client.info['records']})")
+        elif "cupti_client_error" in self.info:
+            self.info["note"] += f"; tracekit's CUPTI client could not run ({self.info['cupti_client_error']}): " \
+                                 "torch.profiler instead"
         self.info["window_start_unix_ns"] = time.time_ns()
         if acts:
             from torch.profiler import profile
@@ -221,7 +273,7 @@ class ProfilerSession:
                     self.info["note"] += f"; CUPTI records switched off: {', '.join(spec)} (TRACEKIT_CUPTI_TRIM)"
 
     def stop(self) -> None:
-        if self.prof is None and self.recorder is None:
+        if self.prof is None and self.recorder is None and self.client is None:
             raise RuntimeError("profiler session was not started")
         if self.cuda:
             import torch
@@ -229,6 +281,9 @@ class ProfilerSession:
             torch.cuda.synchronize()
         if self.prof is not None:
             self.prof.__exit__(None, None, None)
+        if self.client is not None:
+            self.client.stop()
+            self.info["cupti_client"] = self.client.info
         if self.recorder is not None:
             from tracekit.collectors.hooks import stop_recording
 
@@ -238,9 +293,10 @@ class ProfilerSession:
     def events(self) -> pl.DataFrame:
         """The recorded window as an event frame (schema columns, not finalized)."""
         parts: list[pl.DataFrame] = []
-        kin = self._kineto_events() if self.prof is not None else None
+        kin = self._kineto_events() if self.prof is not None else self._client_events()
         rec = self.recorder.frame(self.rank, os.getpid()) if self.recorder is not None else None
-        if kin is not None and rec is not None and self.mode == "lite":  # CUDA-only: launches carry Kineto's key
+        if kin is not None and rec is not None and self.mode == "lite" and self.prof is not None:
+            # CUDA-only profiler: launches carry Kineto's thread key (the client's carry the native id)
             from tracekit.collectors.ranges import lite_thread_map, remap_threads
 
             tmap, how = lite_thread_map(kin, rec, self.recorder.thread_map())
@@ -256,6 +312,15 @@ class ProfilerSession:
             return schema.empty_events()
         df = parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
         self.info["events"] = df.height
+        return df
+
+    def _client_events(self) -> pl.DataFrame | None:
+        if self.client is None:
+            return None
+        t0 = time.perf_counter_ns()
+        df: pl.DataFrame = self.client.events(self.rank)
+        self.info.update({"event_api": "tracekit CUPTI client", "events": df.height,
+                          "convert_ns": time.perf_counter_ns() - t0, "time_base": "absolute (CLOCK_REALTIME)"})
         return df
 
     def _kineto_events(self) -> pl.DataFrame:
@@ -285,7 +350,8 @@ class ProfilerSession:
     def export_json(self, path: str | os.PathLike[str]) -> Path:
         """Write the raw Kineto Chrome-trace JSON of the window (gzipped when ``path`` ends in .gz)."""
         if self.prof is None:
-            raise RuntimeError(f"profile mode {self.mode!r} on this rank ran no torch profiler: no Kineto JSON")
+            raise RuntimeError(f"profile mode {self.mode!r} on this rank ran no torch profiler: no Kineto JSON"
+                               + (" (tracekit's CUPTI client recorded it)" if self.client is not None else ""))
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter_ns()

@@ -4,7 +4,7 @@
 #   TK_SRC=.gpu/observe source .gpu/observe/bench/gpukit/install.sh
 #
 # Unpacks deps.tar.xz and copies src/tracekit into /tmp/site, builds tracekit's C extensions in
-# place there (optional: without a compiler the numpy paths run), and exports PYTHONPATH=/tmp/site
+# place there (optional: without a compiler the numpy paths run), builds the CUPTI client, and exports PYTHONPATH=/tmp/site
 # and the NVLink-multicast switches (KINDS.md). `python3 -m tracekit` then runs the carried code.
 TK_SRC=${TK_SRC:?set TK_SRC to the carried folder (bench/gpukit/pack.sh DEST)}
 TK_SRC=$(cd "$TK_SRC" && pwd)
@@ -20,4 +20,6 @@ PY
 ) > /tmp/site/build.log 2>&1 || echo "install.sh: C extensions not built (numpy paths run): /tmp/site/build.log"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# tracekit's CUPTI client (profile mode lite): built once against the CUPTI headers there, cached in ~/.cache/tracekit
+(cd /tmp && python3 -m tracekit.collectors.cupti_client build) || echo "install.sh: CUPTI client not built (lite falls back to torch.profiler)"
 (cd /tmp && python3 -c 'import tracekit, polars, msgspec, sys; print("install.sh: tracekit from", tracekit.__file__, "polars", polars.__version__, "python", sys.version.split()[0])')
