@@ -124,13 +124,15 @@ class _Range:
 
     __slots__ = ("_nv", "_rec", "_rf", "_tok")
 
-    def __init__(self, label: str, torch_on: bool, nv: Any, rec: Any = None) -> None:
+    def __init__(self, name: str, facts: dict[str, Any], torch_on: bool, nv: Any, rec: Any = None) -> None:
         self._rf: Any = None
         self._nv: Any = None
         self._rec: Any = None
         self._tok: Any = None
+        # the recorder formats its labels when its frame is built; record_function / NVTX need the text now
+        label = format_label(name, **facts) if torch_on or nv is not None else ""
         if rec is not None:
-            self._tok = rec.open(label)
+            self._tok = rec.open_phase(name, facts)
             self._rec = rec
         if torch_on:
             rf = _record_function(label)
@@ -152,13 +154,13 @@ class _Range:
             rec.close(self._tok)
 
 
-def _open(label_fn: Callable[[], str]) -> _Range | None:
+def _open(name: str, facts_fn: Callable[[], dict[str, Any]]) -> _Range | None:
     _Backend.resolve()
     on = _Backend.record_function and (_Backend.enabled() if _Backend.enabled is not None else False)
     rec = _Backend.recorder
     if not on and _Backend.nvtx is None and rec is None:
         return None
-    return _Range(label_fn(), on, _Backend.nvtx, rec)
+    return _Range(name, facts_fn(), on, _Backend.nvtx, rec)
 
 
 def emit_facts(phase_name: str, cycle: int, **facts: int | float | bool | None) -> None:
@@ -167,7 +169,7 @@ def emit_facts(phase_name: str, cycle: int, **facts: int | float | bool | None) 
         _Backend.resolve()
         rec = _Backend.recorder
         if rec is not None:
-            rec.marker(format_facts(phase_name, cycle, **facts))
+            rec.facts_marker(phase_name, cycle, facts)
         if _Backend.record_function and _Backend.enabled is not None and _Backend.enabled():
             with _record_function(format_facts(phase_name, cycle, **facts)):
                 pass
@@ -199,7 +201,7 @@ class phase:
         if en is not None and _Backend.nvtx is None and _Backend.recorder is None and not en():
             return self  # fast path: nothing records
         try:
-            self._range = _open(lambda: format_label(self._name, **self._facts))
+            self._range = _open(self._name, lambda: self._facts)
         except Exception as exc:
             self._range = None
             _warn_once(("phase", self._name), f"phase range {self._name!r} could not be opened: {exc!r}")
@@ -251,7 +253,7 @@ class PhaseHook(Generic[R]):
         rng: _Range | None = None
         try:
             self.calls += 1
-            rng = _open(lambda: format_label(self.name, **(dict(self.facts(args, kwargs)) if self.facts else {})))
+            rng = _open(self.name, lambda: dict(self.facts(args, kwargs)) if self.facts else {})
         except Exception as exc:
             self._disable("opening the range", exc)
             rng = None

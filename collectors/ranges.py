@@ -49,9 +49,11 @@ from typing import Any
 import polars as pl
 
 from tracekit import schema
-from tracekit.finalize.phases import CUDA_EVENT_ARG
+from tracekit.finalize.phases import CUDA_EVENT_ARG, check_facts, format_facts, format_label
 
-Token = tuple[str, int, int, Any]
+# a range's label: its text, or (phase, facts) / (phase, facts, cycle) formatted when the frame is built
+Label = str | tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], int]
+Token = tuple[Label, int, int, Any]
 POOL_GROW = 64  # CUDA events made at once when the pool is empty and no range has completed
 
 
@@ -64,7 +66,7 @@ class RangeRecorder:
         self.cuda_events = cuda_events
         self.events_every = events_every
         self._opened: dict[str, int] = {}  # phase name -> ranges opened
-        self._rows: list[tuple[str, int, int, int, Any, Any]] = []
+        self._rows: list[tuple[Label, int, int, int, Any, Any]] = []
         self._threads: dict[int, int] = {}  # pthread ident -> native id of every thread that opened a range
         self._free: list[Any] = []  # CUDA events ready for reuse
         self._gpu: dict[int, int] = {}  # row index -> GPU ns of the rows already read
@@ -76,17 +78,27 @@ class RangeRecorder:
             self._event = torch.cuda.Event
 
     def open(self, label: str) -> Token:
-        self._threads[threading.get_ident()] = threading.get_native_id()
+        """Open a range named ``label`` (any text)."""
+        return self._open(label, label.split("|", 1)[0])
+
+    def open_phase(self, phase: str, facts: dict[str, Any]) -> Token:
+        """Open phase ``phase``'s range: its label is ``format_label(phase, **facts)``, formatted when the
+        frame is built, not on the hot path (keys checked now: a bad one raises here, as formatting would)."""
+        check_facts(facts)
+        return self._open((phase, facts), phase)
+
+    def _open(self, label: Label, key: str) -> Token:
+        tid = threading.get_native_id()
+        self._threads[threading.get_ident()] = tid
         t0 = time.time_ns()
         ev = None
         if self._event is not None:
-            name = label.split("|", 1)[0]
-            n = self._opened.get(name, 0)
-            self._opened[name] = n + 1
+            n = self._opened.get(key, 0)
+            self._opened[key] = n + 1
             if n % self.events_every == 0:
                 ev = self._take()
                 ev.record()
-        return (label, threading.get_native_id(), t0, ev)
+        return (label, tid, t0, ev)
 
     def close(self, token: Token) -> None:
         label, tid, t0, ev0 = token
@@ -129,6 +141,12 @@ class RangeRecorder:
         t = time.time_ns()
         self._rows.append((label, threading.get_native_id(), t, t, None, None))
 
+    def facts_marker(self, phase: str, cycle: int, facts: dict[str, Any]) -> None:
+        """A facts marker ``format_facts(phase, cycle, **facts)``, formatted when the frame is built."""
+        check_facts(facts)
+        t = time.time_ns()
+        self._rows.append(((phase, facts, cycle), threading.get_native_id(), t, t, None, None))
+
     def thread_map(self) -> dict[int, int]:
         """Kineto thread key -> native thread id, for every live Python thread and every range thread."""
         pairs = dict(self._threads)
@@ -155,7 +173,7 @@ class RangeRecorder:
                 {
                     "rank": pl.Series([rank] * len(rows), dtype=pl.Int32),
                     "kind": pl.Series([schema.RANGE] * len(rows), dtype=pl.String),
-                    "name": pl.Series([r[0] for r in rows], dtype=pl.String),
+                    "name": pl.Series([_label(r[0]) for r in rows], dtype=pl.String),
                     "device": pl.Series([-1] * len(rows), dtype=pl.Int16),
                     "pid": pl.Series([pid] * len(rows), dtype=pl.Int64),
                     "tid": pl.Series([r[1] for r in rows], dtype=pl.Int64),
@@ -166,6 +184,15 @@ class RangeRecorder:
                 }
             )
         )
+
+
+def _label(label: Label) -> str:
+    """A row's name: the text, or a phase label / facts marker formatted now."""
+    if isinstance(label, str):
+        return label
+    if len(label) == 2:
+        return format_label(label[0], **label[1])
+    return format_facts(label[0], label[2], **label[1])
 
 
 def kineto_thread_key(ident: int) -> int:

@@ -43,17 +43,23 @@ class Label:
     is_facts: bool = False  # a late-facts marker rather than a phase range
 
 
+def check_facts(facts: Mapping[str, object]) -> None:
+    """Raise ValueError for a key that is not a label key of FACT_KEYS (what ``format_label`` refuses)."""
+    for key in facts:
+        if key not in FACT_KEYS:
+            raise ValueError(f"unknown phase fact {key!r}")
+
+
 def format_label(phase: str, **facts: int | float | bool | None) -> str:
     """``format_label("verify", cycle=3, bs=4)`` -> ``tracekit:verify|cycle=3|bs=4``.
 
     Keys are the short label keys of FACT_KEYS; None values are left out.
     """
+    check_facts(facts)
     parts = [PREFIX + phase]
     for key, val in facts.items():
         if val is None:
             continue
-        if key not in FACT_KEYS:
-            raise ValueError(f"unknown phase fact {key!r}")
         if isinstance(val, bool):
             parts.append(f"{key}={int(val)}")
         elif isinstance(val, float):
