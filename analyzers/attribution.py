@@ -189,7 +189,7 @@ def _allreduce_rows(acc: _Acc) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_
     """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id, from
     the collective kernels the chunks collected: the same numbers as ``matched(events)``
     (match_collectives) without building its frame."""
-    num = [np.concatenate(c) for c in zip(*acc.coll_num, strict=True)]
+    num = list(acc.coll_num[0]) if len(acc.coll_num) == 1 else [np.concatenate(c) for c in zip(*acc.coll_num, strict=True)]
     seqn, rk, start, dur, pid = num
     if acc.coll_codes is not None:  # the compiled pass coded group and op already
         g, op, is_ar = acc.coll_codes

@@ -1013,6 +1013,9 @@ static inline int flush(Scratch *W, IState *st) {
 
 /* s, e: start and end (e >= s); le: launch end (UNKNOWN_LAUNCH: none); first: the first event of
  * its launch call */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
 static inline int step(Scratch *W, IState *st, int64_t s, int64_t e, int64_t le, int first, int64_t latency,
                        int64_t stream, int8_t code) {
     if (st->nev == 0) {
@@ -1092,13 +1095,11 @@ static void run_job(Job *J) {
     SE *sorted = NULL;
     memset(&W, 0, sizeof(W));
     memset(&A, 0, sizeof(A));
+    memset(&st, 0, sizeof(st));
     J->status = -1;
-    /* pass 0: sizes (kind codes only) */
-    for (int64_t i = 0; i < n; i++) {
-        int8_t k = code_at(J->kind, J->lut_k, i);
-        ng += k >= K_KERNEL && k <= K_MEMSET;
-        nl += k == K_LAUNCH;
-    }
+    /* arrays of one entry per row (GPU rows and launch rows counted in pass 1, not before: the
+     * pages past the counts are never touched, so they cost address space only) */
+    ng = nl = n;
     need = 7 * al((size_t)(ng + 1) * 8) + al((size_t)(ng + 1) * 4) + 2 * al((size_t)ng + 1) +
            2 * al((size_t)(nl + 1) * 8) + 2 * al((size_t)nl + 1) + al((size_t)(m + 2) * 8) + 64;
     A.p = pool_get(need, &pslot);
@@ -1199,6 +1200,8 @@ static void run_job(Job *J) {
                 l++;
             }
         }
+        ng = g;
+        nl = l;
 #undef VAL
     }
     if (ng > INT32_MAX) goto done;
