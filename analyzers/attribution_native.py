@@ -145,6 +145,22 @@ def category_codes(events: pl.DataFrame, kc: Coded) -> pl.Series:
     return pl.Series("category", cb)
 
 
+def _run_codes(local: I64, counts: npt.NDArray[np.int64], strings: list[list[str]]) -> tuple[I64, list[str]]:
+    """Codes (1 + index into the returned strings) of rows coded per rank (``counts`` rows each,
+    rank j's code k being ``strings[j][k - 1]``)."""
+    index: dict[str, int] = {}
+    luts = [np.array([0] + [index.setdefault(x, len(index) + 1) for x in ss], dtype=np.int64) for ss in strings]
+    longest = max(luts, key=len, default=np.zeros(1, dtype=np.int64))
+    if all(np.array_equal(lut, longest[: lut.size]) for lut in luts):  # the usual case: one table for all
+        return longest[local], list(index)
+    out = np.empty(local.size, dtype=np.int64)
+    o = 0
+    for lut, c in zip(luts, counts.tolist(), strict=True):
+        out[o : o + c] = lut[local[o : o + c]]
+        o += c
+    return out, list(index)
+
+
 def workers(ranks: int) -> int:
     """Threads for ``ranks`` rank passes: the usable cores (TRACEKIT_ATTRIBUTE_THREADS overrides)."""
     return max(1, min(ranks, usable_cores("TRACEKIT_ATTRIBUTE_THREADS")))
@@ -197,7 +213,8 @@ def attribute_ranks(
     outs = (acc.buckets, acc.ws, acc.we, acc.ov, acc.n_ev, acc.qd, acc.graph_l, acc.eager_l, acc.cross)
 
     seq_col = events.get_column("coll_seq") if acc.collect else None
-    # the collective kernels' (row, coll_seq, start, dur, phase_id), written by the rank passes into
+    # the collective kernels' (row, coll_seq, start, dur, phase_id, group code, op code: codes of the
+    # rank's own group / op strings), written by the rank passes into
     # one array: each rank its slice, sized by its rows with a coll_seq (annotate_collectives sets it
     # on kernels only, so the slices are filled exactly and need no concatenation)
     c_cap = np.zeros(len(r_val), dtype=np.int64)
@@ -205,9 +222,11 @@ def attribute_ranks(
         c_cap = np.array([int(hi - lo) - seq_col.slice(int(lo), int(hi - lo)).null_count() for lo, hi in zip(r_lo, r_hi, strict=True)],
                          dtype=np.int64)
     c_off = np.cumsum(c_cap) - c_cap
-    coll_buf = np.empty((5, int(c_cap.sum())), dtype=np.int64)
+    coll_buf = np.empty((7, int(c_cap.sum())), dtype=np.int64)
+    grp_col = events.get_column("group") if seq_col is not None else None
+    op_col = events.get_column("coll_op") if seq_col is not None else None
 
-    def one(j: int) -> tuple[int, bytes, int, int]:
+    def one(j: int) -> tuple[int, bytes, int, int, list[str], list[str]]:
         lo, hi = int(r_lo[j]), int(r_hi[j])
         k_lo = int(np.searchsorted(i_rank, r_val[j], side="left"))
         k_hi = int(np.searchsorted(i_rank, r_val[j], side="right"))
@@ -215,8 +234,10 @@ def attribute_ranks(
         part["coll_seq"] = seq_col
         part["kind"] = kc.kind
         part["category"] = cat
+        part["group"] = grp_col
+        part["coll_op"] = op_col
         caps = tuple(None if s is None else _stream(s.slice(lo, hi - lo)) for s in part.values())
-        status, unres, n_coll = w.walk_rank(
+        status, unres, n_coll, groups, ops = w.walk_rank(
             caps,
             luts,
             dense_c,
@@ -226,9 +247,9 @@ def attribute_ranks(
             k_lo,
             launch_latency_ns,
             tuple(o[k_lo:k_hi] for o in outs),
-            None if seq_col is None else tuple(coll_buf[f, c_off[j] : c_off[j] + c_cap[j]] for f in range(5)),
+            None if seq_col is None else tuple(coll_buf[f, c_off[j] : c_off[j] + c_cap[j]] for f in range(7)),
         )
-        return int(status), unres, int(n_coll), lo
+        return int(status), unres, int(n_coll), lo, groups, ops
 
     n_threads = workers(len(r_val))
     try:
@@ -243,7 +264,7 @@ def attribute_ranks(
                     results = list(pool.map(one, range(len(r_val))))
             else:
                 results = [one(j) for j in range(len(r_val))]
-            if cat is kc.category and any(st == 2 for st, _, _, _ in results):
+            if cat is kc.category and any(st == 2 for st, *_ in results):
                 # a kernel without a category (a table not finalized): code them by name, again
                 cat, cat_lut = category_codes(events, kc), _IDENTITY
                 for o in outs:
@@ -252,9 +273,9 @@ def attribute_ranks(
             break
     finally:
         w.trim()
-    if any(st != 0 for st, _, _, _ in results):
+    if any(st != 0 for st, *_ in results):
         return False
-    unres_rows = [np.frombuffer(u, dtype=np.int64) + lo for _, u, _, lo in results if u]
+    unres_rows = [np.frombuffer(u, dtype=np.int64) + lo for _, u, _, lo, _, _ in results if u]
     if unres_rows:  # launch rows without a graph flag: a graph launch by its name
         rows = np.concatenate(unres_rows)
         graph = events.get_column("name").gather(rows).str.contains("GraphLaunch").fill_null(False).to_numpy()
@@ -263,17 +284,14 @@ def attribute_ranks(
         acc.eager_l += np.bincount(inst[~graph], minlength=acc.eager_l.size)
 
     if acc.collect:  # the collective kernels (row, coll_seq, start, dur, phase_id), for allreduce wait / transfer
-        counts = np.array([c for _, _, c, _ in results], dtype=np.int64)
+        counts = np.array([r[2] for r in results], dtype=np.int64)
         f = coll_buf if np.array_equal(counts, c_cap) else np.concatenate(
             [coll_buf[:, o : o + c] for o, c in zip(c_off.tolist(), counts.tolist(), strict=True)], axis=1)
-        rows = f[0] + np.repeat(r_lo, counts)
-        g = np.empty(rows.size, dtype=np.int64)
-        op = np.empty(rows.size, dtype=np.int64)
-        # dense codes of group and op (match_arrays needs any dense numbering; the reference
-        # path ranks the strings): null group as "", null op as "?"
-        w.intern(_stream(events.get_column("group")), rows, "", g)
-        ops = w.intern(_stream(events.get_column("coll_op")), rows, "?", op)
-        is_ar = op == (ops.index("allreduce") + 1) if "allreduce" in ops else np.zeros(rows.size, dtype=bool)
+        # dense codes of group and op over all ranks (match_arrays needs any dense numbering; the
+        # reference path ranks the strings): each rank's codes through a table to the run's
+        g = _run_codes(f[5], counts, [r[4] for r in results])[0]
+        op, ops = _run_codes(f[6], counts, [r[5] for r in results])
+        is_ar = op == (ops.index("allreduce") + 1) if "allreduce" in ops else np.zeros(op.size, dtype=bool)
         acc.coll_codes = (g, op, is_ar)
         acc.coll_num.append((f[1], np.repeat(r_val, counts), f[2], f[3], f[4]))
     return True

@@ -315,3 +315,17 @@ def test_compiled_matching_of_a_real_layout() -> None:
     _match_both(g, [1] * len(rows), seq, rk, start, dur)
     wait, ok = match_arrays(*(np.array(a, dtype=np.int64) for a in (g, [1] * len(rows), seq, rk, start, dur)))
     assert ok.tolist() == [x == 1 for x in g] and int(wait[ok].sum()) > 0
+
+
+def test_rank_codes_become_run_codes() -> None:
+    """Each rank pass interns group / op in its own order of first appearance; the run's codes
+    name the same strings, whether the ranks' tables agree (one table) or not."""
+    strings = [["g0", "g1"], ["g1", "g0", "g2"], [], ["g0"]]
+    want = [["g0", "g1", "g1"], ["g1", "g2", "g0"], [], ["g0", "g0"]]
+    local = np.array([1, 2, 2, 1, 3, 2, 1, 1], dtype=np.int64)
+    counts = np.array([3, 3, 0, 2], dtype=np.int64)
+    got, names = attribution_native._run_codes(local, counts, strings)
+    assert [names[c - 1] for c in got.tolist()] == [x for w in want for x in w]
+    same = [["a", "b"], ["a"], ["a", "b", "c"]]
+    got, names = attribution_native._run_codes(np.array([2, 1, 1, 3], dtype=np.int64), np.array([1, 1, 2]), same)
+    assert [names[c - 1] for c in got.tolist()] == ["b", "a", "a", "c"] and names == ["a", "b", "c"]

@@ -507,12 +507,21 @@ done:
     return ret;
 }
 
-/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = 1 + the index, in order of first
- * appearance, of the string at row rows[i] (a null row counts as the string null_as) */
+/* interning: strings -> 1 + their index in order of first appearance (a null row counts as the
+ * string null_as); the view of the last row remembered (collective rows repeat their group / op) */
 typedef struct {
     const char *p;
     int64_t len;
 } Str;
+
+typedef struct {
+    Str *dist;
+    int64_t n, cap, *tab, tcap, last;
+    uint64_t l0, l1;
+    int have_last;
+    const char *null_as;
+    int64_t null_len;
+} Interner;
 
 static uint64_t fnv(const char *p, int64_t n) {
     uint64_t h = 1469598103934665603ull;
@@ -520,15 +529,110 @@ static uint64_t fnv(const char *p, int64_t n) {
     return h;
 }
 
+static int interner_init(Interner *I, const char *null_as, int64_t null_len) {
+    memset(I, 0, sizeof(*I));
+    I->null_as = null_as;
+    I->null_len = null_len;
+    I->tcap = 64;
+    I->tab = (int64_t *)malloc((size_t)I->tcap * 8);
+    if (!I->tab) return -1;
+    for (int64_t i = 0; i < I->tcap; i++) I->tab[i] = -1;
+    return 0;
+}
+
+static void interner_free(Interner *I) {
+    free(I->tab);
+    free(I->dist);
+    I->tab = NULL;
+    I->dist = NULL;
+}
+
+/* the code of row j (relative to the column's offset) of string column c; -1: no memory */
+static int64_t intern_row(Interner *I, const Col *c, int64_t j) {
+    const char *p;
+    int64_t len;
+    uint64_t h;
+    int valid = col_valid(c, j);
+    if (c->type == C_VIEW && valid) { /* the same view as the last row: the same string */
+        uint64_t v0, v1;
+        const uint8_t *v = (const uint8_t *)c->vals + 16 * (c->off + j);
+        memcpy(&v0, v, 8);
+        memcpy(&v1, v + 8, 8);
+        if (I->have_last && v0 == I->l0 && v1 == I->l1) return I->last;
+        I->l0 = v0, I->l1 = v1, I->have_last = 1;
+    } else {
+        I->have_last = 0;
+    }
+    if (!valid) {
+        p = I->null_as;
+        len = I->null_len;
+    } else {
+        p = str_at(c, c->type, c->off + j, &len);
+    }
+    h = fnv(p, len);
+    for (;;) {
+        int64_t slot = (int64_t)(h & (uint64_t)(I->tcap - 1)), d = I->tab[slot];
+        if (d < 0) { /* a new string */
+            if (I->n == I->cap) {
+                int64_t c2 = I->cap ? 2 * I->cap : 16;
+                Str *d2 = (Str *)realloc(I->dist, (size_t)c2 * sizeof(Str));
+                if (!d2) return -1;
+                I->dist = d2;
+                I->cap = c2;
+            }
+            I->dist[I->n].p = p;
+            I->dist[I->n].len = len;
+            I->tab[slot] = I->n;
+            I->last = ++I->n;
+            if (2 * I->n > I->tcap) { /* grow and rehash */
+                int64_t tcap = 2 * I->tcap, *t2 = (int64_t *)malloc((size_t)tcap * 8);
+                if (!t2) return -1;
+                for (int64_t q = 0; q < tcap; q++) t2[q] = -1;
+                for (int64_t q = 0; q < I->n; q++) {
+                    uint64_t h2 = fnv(I->dist[q].p, I->dist[q].len);
+                    while (t2[h2 & (uint64_t)(tcap - 1)] >= 0) h2++;
+                    t2[h2 & (uint64_t)(tcap - 1)] = q;
+                }
+                free(I->tab);
+                I->tab = t2;
+                I->tcap = tcap;
+            }
+            return I->last;
+        }
+        if (I->dist[d].len == len && memcmp(I->dist[d].p, p, (size_t)len) == 0) return I->last = d + 1;
+        h++;
+    }
+}
+
+/* the distinct strings of an interner, in code order (a new list; needs the GIL) */
+static PyObject *interner_list(const Interner *I) {
+    PyObject *lst = PyList_New((Py_ssize_t)I->n);
+    if (!lst) return NULL;
+    for (int64_t q = 0; q < I->n; q++) {
+        PyObject *u = PyUnicode_DecodeUTF8(I->dist[q].p, (Py_ssize_t)I->dist[q].len, "surrogateescape");
+        if (!u) {
+            Py_DECREF(lst);
+            return NULL;
+        }
+        PyList_SET_ITEM(lst, q, u);
+    }
+    return lst;
+}
+
+static int is_string_col(const Col *c) {
+    return !c->is_dict && (c->type == C_STR || c->type == C_LSTR || c->type == C_VIEW || c->type == C_NULL);
+}
+
+/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = the code of row rows[i] */
 static PyObject *py_intern(PyObject *self, PyObject *args) {
-    PyObject *cap, *orows, *oout, *ret = NULL, *lst = NULL;
+    PyObject *cap, *orows, *oout, *ret = NULL;
     const char *null_as;
     Py_ssize_t null_len;
     Col c;
     Buf rows = {0}, out = {0};
-    Str *dist = NULL;
-    int64_t *tab = NULL, n_dist = 0, cap_dist = 0, tcap = 64;
+    Interner I;
     (void)self;
+    memset(&I, 0, sizeof(I));
     if (!PyArg_ParseTuple(args, "OOs#O", &cap, &orows, &null_as, &null_len, &oout)) return NULL;
     memset(&c, 0, sizeof(c));
     if (col_import(cap, &c, "intern") < 0) goto done;
@@ -537,105 +641,31 @@ static PyObject *py_intern(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "intern: rows and out differ in length");
         goto done;
     }
-    if (c.is_dict || !(c.type == C_STR || c.type == C_LSTR || c.type == C_VIEW || c.type == C_NULL)) {
+    if (!is_string_col(&c)) {
         PyErr_SetString(PyExc_ValueError, "intern: not a plain string column");
         goto done;
     }
-    tab = (int64_t *)malloc((size_t)tcap * 8);
-    if (!tab) {
+    if (interner_init(&I, null_as, null_len) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    for (int64_t i = 0; i < tcap; i++) tab[i] = -1;
     {
         const int64_t *r = (const int64_t *)rows.view.buf;
-        int64_t *o = (int64_t *)out.view.buf, nr = rows.view.len / 8, last = 0;
-        uint64_t l0 = 0, l1 = 0;
-        int have_last = 0;
+        int64_t *o = (int64_t *)out.view.buf, nr = rows.view.len / 8;
         for (int64_t i = 0; i < nr; i++) {
-            const char *p;
-            int64_t len;
-            uint64_t h;
             if (r[i] < 0 || r[i] >= c.n) {
                 PyErr_SetString(PyExc_IndexError, "intern: row out of range");
                 goto done;
             }
-            if (c.type == C_VIEW && col_valid(&c, r[i])) { /* the same view as the last row: the same string */
-                uint64_t v0, v1;
-                const uint8_t *v = (const uint8_t *)c.vals + 16 * (c.off + r[i]);
-                memcpy(&v0, v, 8);
-                memcpy(&v1, v + 8, 8);
-                if (have_last && v0 == l0 && v1 == l1) {
-                    o[i] = last;
-                    continue;
-                }
-                l0 = v0, l1 = v1, have_last = 1;
-            } else {
-                have_last = 0;
-            }
-            if (!col_valid(&c, r[i])) {
-                p = null_as;
-                len = null_len;
-            } else {
-                p = str_at(&c, c.type, c.off + r[i], &len);
-            }
-            h = fnv(p, len);
-            for (;;) {
-                int64_t slot = (int64_t)(h & (uint64_t)(tcap - 1)), d = tab[slot];
-                if (d < 0) { /* a new string */
-                    if (n_dist == cap_dist) {
-                        int64_t c2 = cap_dist ? 2 * cap_dist : 16;
-                        Str *d2 = (Str *)realloc(dist, (size_t)c2 * sizeof(Str));
-                        if (!d2) {
-                            PyErr_NoMemory();
-                            goto done;
-                        }
-                        dist = d2;
-                        cap_dist = c2;
-                    }
-                    dist[n_dist].p = p;
-                    dist[n_dist].len = len;
-                    tab[slot] = n_dist;
-                    o[i] = last = ++n_dist;
-                    if (2 * n_dist > tcap) { /* grow and rehash */
-                        int64_t *t2 = (int64_t *)malloc((size_t)(2 * tcap) * 8);
-                        if (!t2) {
-                            PyErr_NoMemory();
-                            goto done;
-                        }
-                        tcap *= 2;
-                        for (int64_t q = 0; q < tcap; q++) t2[q] = -1;
-                        for (int64_t q = 0; q < n_dist; q++) {
-                            uint64_t h2 = fnv(dist[q].p, dist[q].len);
-                            while (t2[h2 & (uint64_t)(tcap - 1)] >= 0) h2++;
-                            t2[h2 & (uint64_t)(tcap - 1)] = q;
-                        }
-                        free(tab);
-                        tab = t2;
-                    }
-                    break;
-                }
-                if (dist[d].len == len && memcmp(dist[d].p, p, (size_t)len) == 0) {
-                    o[i] = last = d + 1;
-                    break;
-                }
-                h++;
+            if ((o[i] = intern_row(&I, &c, r[i])) < 0) {
+                PyErr_NoMemory();
+                goto done;
             }
         }
     }
-    lst = PyList_New((Py_ssize_t)n_dist);
-    if (!lst) goto done;
-    for (int64_t q = 0; q < n_dist; q++) {
-        PyObject *u = PyUnicode_DecodeUTF8(dist[q].p, (Py_ssize_t)dist[q].len, "surrogateescape");
-        if (!u) goto done;
-        PyList_SET_ITEM(lst, q, u);
-    }
-    ret = lst;
-    lst = NULL;
+    ret = interner_list(&I);
 done:
-    Py_XDECREF(lst);
-    free(tab);
-    free(dist);
+    interner_free(&I);
     rel_buf(&rows);
     rel_buf(&out);
     col_free(&c);
@@ -969,8 +999,9 @@ typedef struct {
     int64_t n_unres;
     /* collective kernels (coll_seq not null) when seq is given: (row, coll_seq, start, dur,
      * phase_id) per kernel, for the allreduce matching */
-    Col *seq;
-    int64_t *coll[5]; /* the caller's output columns, cap_coll rows each */
+    Col *seq, *group, *op;
+    Interner ig, io;  /* group and op of the collective kernels, interned per rank */
+    int64_t *coll[7]; /* the caller's output columns, cap_coll rows each */
     int64_t n_coll, cap_coll;
     int status; /* 0 ok, 1 instance of another rank, 2 unresolved bucket code, 3 coll_out too short, -1 no memory */
 } Job;
@@ -1177,6 +1208,9 @@ static void run_job(Job *J) {
                         J->coll[2][q] = s;
                         J->coll[3][q] = VAL(D, vD, oD, i, 0);
                         J->coll[4][q] = VAL(P, vP, oP, i, -1);
+                        if ((J->coll[5][q] = intern_row(&J->ig, J->group, i)) < 0 ||
+                            (J->coll[6][q] = intern_row(&J->io, J->op, i)) < 0)
+                            goto done;
                     }
                 } else {
                     gcode[g] = MEMORY;
@@ -1371,27 +1405,29 @@ done:
     free(W.pts), free(W.sst), free(W.smax);
 }
 
-/* walk_rank(cols, luts, dense, i_tid, host_start, is_host, k_lo, latency, outs, coll_out) -> (status, unresolved rows, n_coll)
+/* walk_rank(cols, luts, dense, i_tid, host_start, is_host, k_lo, latency, outs, coll_out)
+ *   -> (status, unresolved rows, n_coll, groups, ops)
  * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph, coll_seq or None,
- * kind, category) over the rank's rows; kind and category as 1-byte codes (uint8 / int8: the
+ * kind, category, group or None, coll_op or None) over the rank's rows (group and coll_op with coll_seq); kind and category as 1-byte codes (uint8 / int8: the
  * physical codes of an Enum, or the output of codes());
  * luts: 514 int8: code -> kind code (K_*), then code -> bucket code (-1: unresolved), entry 256 of
  * each for a null row; dense: int64 phase id -> instance (last
  * entry -1); i_tid: int64 per instance (all ranks) or None; host_start (int64) / is_host (uint8):
  * the rank's instances [k_lo, k_lo + m); outs: writable int64 buffers over those instances:
  * buckets (m x NB), window start, window end, overlapped comm, events, queue delay, graph launches,
- * eager launches, cross-thread events (all zero on entry); coll_out: None, or 5 writable int64 buffers
- * of one length, for the collective kernels (coll_seq not null): row, coll_seq, start, dur, phase_id
- * (status 3 when there are more than they hold); n_coll: how many were written. */
+ * eager launches, cross-thread events (all zero on entry); coll_out: None, or 7 writable int64 buffers
+ * of one length, for the collective kernels (coll_seq not null): row, coll_seq, start, dur, phase_id,
+ * group code, op code (status 3 when there are more than they hold); n_coll: how many were written;
+ * groups / ops: the strings of the codes (1 + index; a null group is "", a null op "?"). */
 static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     PyObject *cols, *oluts, *odense, *oitid, *ohs, *oih, *outs, *ocoll;
     long long k_lo, latency;
-    Col c[10];
-    Buf luts = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9], cb5[5];
+    Col c[12];
+    Buf luts = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9], cb5[7];
     Job J;
     PyObject *ret = NULL;
-    static const char *cname[10] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream",
-                                    "tid",      "graph",  "coll_seq", "kind",        "category"};
+    static const char *cname[12] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid",
+                                    "graph",    "coll_seq", "kind",   "category",    "group",  "coll_op"};
     (void)self;
     memset(c, 0, sizeof(c));
     memset(ob, 0, sizeof(ob));
@@ -1400,21 +1436,22 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OOOOOLLO!O", &PyTuple_Type, &cols, &oluts, &odense, &oitid, &ohs, &oih, &k_lo, &latency,
                           &PyTuple_Type, &outs, &ocoll))
         return NULL;
-    if (PyTuple_GET_SIZE(cols) != 10 || PyTuple_GET_SIZE(outs) != 9) {
-        PyErr_SetString(PyExc_ValueError, "walk_rank: 10 columns and 9 outputs expected");
+    if (PyTuple_GET_SIZE(cols) != 12 || PyTuple_GET_SIZE(outs) != 9) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: 12 columns and 9 outputs expected");
         return NULL;
     }
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 12; i++) {
         PyObject *o = PyTuple_GET_ITEM(cols, i);
         int ok;
-        if ((i == 5 || i == 7) && o == Py_None) continue;
+        if ((i == 5 || i == 7 || i >= 10) && o == Py_None) continue;
         if (col_import(o, &c[i], cname[i]) < 0) goto done;
-        if (i >= 8) ok = !c[i].is_dict && (c[i].type == C_U8 || c[i].type == C_I8 || c[i].type == C_NULL);
+        if (i >= 10) ok = is_string_col(&c[i]);
+        else if (i >= 8) ok = !c[i].is_dict && (c[i].type == C_U8 || c[i].type == C_I8 || c[i].type == C_NULL);
         else if (i == 6) ok = c[i].type == C_BOOL || c[i].type == C_NULL;
         else ok = c[i].type == C_I64 || c[i].type == C_NULL;
         if (!ok) {
             PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", cname[i],
-                         i >= 8 ? "1-byte code" : i == 6 ? "boolean" : "int64");
+                         i >= 10 ? "string" : i >= 8 ? "1-byte code" : i == 6 ? "boolean" : "int64");
             goto done;
         }
         if (c[i].type == C_NULL) c[i].vals = NULL; /* every row null */
@@ -1425,8 +1462,8 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     if (oitid != Py_None && get_buf(oitid, &itid, 8, 0, "i_tid") < 0) goto done;
     J.n = c[8].n;
     J.m = hs.view.len / 8;
-    for (int i = 0; i < 10; i++)
-        if (!((i == 5 || i == 7) && PyTuple_GET_ITEM(cols, i) == Py_None) && c[i].n != J.n) {
+    for (int i = 0; i < 12; i++)
+        if (!((i == 5 || i == 7 || i >= 10) && PyTuple_GET_ITEM(cols, i) == Py_None) && c[i].n != J.n) {
             PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind %lld", cname[i], (long long)c[i].n,
                          (long long)J.n);
             goto done;
@@ -1445,11 +1482,17 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     J.start = &c[0], J.dur = &c[1], J.pid = &c[2], J.corr = &c[3], J.stream = &c[4], J.tid = &c[5], J.graph = &c[6];
     J.seq = PyTuple_GET_ITEM(cols, 7) == Py_None ? NULL : &c[7];
     if (J.seq) {
-        if (!PyTuple_Check(ocoll) || PyTuple_GET_SIZE(ocoll) != 5) {
-            PyErr_SetString(PyExc_ValueError, "walk_rank: coll_seq needs coll_out (5 int64 buffers)");
+        if (!PyTuple_Check(ocoll) || PyTuple_GET_SIZE(ocoll) != 7 || PyTuple_GET_ITEM(cols, 10) == Py_None ||
+            PyTuple_GET_ITEM(cols, 11) == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "walk_rank: coll_seq needs group, coll_op and coll_out (7 int64 buffers)");
             goto done;
         }
-        for (int f = 0; f < 5; f++) {
+        J.group = &c[10], J.op = &c[11];
+        if (interner_init(&J.ig, "", 0) < 0 || interner_init(&J.io, "?", 1) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (int f = 0; f < 7; f++) {
             if (get_buf(PyTuple_GET_ITEM(ocoll, f), &cb5[f], 8, 1, "coll_out") < 0) goto done;
             if (cb5[f].view.len != cb5[0].view.len) {
                 PyErr_SetString(PyExc_ValueError, "walk_rank: coll_out buffers of different lengths");
@@ -1499,14 +1542,23 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8));
+        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8)), *gl, *ol;
         if (!rows) goto done;
-        ret = Py_BuildValue("(iNL)", J.status, rows, (long long)J.n_coll);
+        gl = interner_list(&J.ig);
+        ol = gl ? interner_list(&J.io) : NULL;
+        if (!ol) {
+            Py_DECREF(rows);
+            Py_XDECREF(gl);
+            goto done;
+        }
+        ret = Py_BuildValue("(iNLNN)", J.status, rows, (long long)J.n_coll, gl, ol);
     }
 done:
     free(J.unres);
-    for (int f = 0; f < 5; f++) rel_buf(&cb5[f]);
-    for (int i = 0; i < 10; i++) col_free(&c[i]);
+    interner_free(&J.ig);
+    interner_free(&J.io);
+    for (int f = 0; f < 7; f++) rel_buf(&cb5[f]);
+    for (int i = 0; i < 12; i++) col_free(&c[i]);
     rel_buf(&luts), rel_buf(&dense), rel_buf(&itid), rel_buf(&hs), rel_buf(&ih);
     for (int i = 0; i < 9; i++) rel_buf(&ob[i]);
     return ret;
