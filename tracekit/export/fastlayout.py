@@ -186,8 +186,9 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         pl.col("kind").is_in(gpu_kinds).fill_null(False).alias("gpu"),
         (pl.col("kind") == GPU_RANGE).fill_null(False).alias("gr"),
         (pl.col("kind") == LAUNCH).fill_null(False).alias("launch"),
-        pl.when(pl.col("kind").is_in(gpu_kinds)).then(pl.col("category").fill_null(pl.col("kind")))
-        .otherwise(pl.col("kind")).fill_null("other").alias("category"),
+        # kind and category are Enums of two vocabularies (schema.KIND_DTYPE): mixed as strings
+        pl.when(pl.col("kind").is_in(gpu_kinds)).then(pl.col("category").cast(pl.String).fill_null(pl.col("kind").cast(pl.String)))
+        .otherwise(pl.col("kind").cast(pl.String)).fill_null("other").alias("category"),
     )
     rows = np.flatnonzero(m["base"].to_numpy())
     nb, npf = int(rows.size), phases.height
