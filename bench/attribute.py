@@ -41,10 +41,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import numpy as np
-import polars as pl
+from tracekit._alloc import JEMALLOC_CONF_VAR
+
+# polars' jemalloc returns freed pages at once: each timed call then pays for freeing its own
+# memory. With the default (ten seconds of decay) the pages one call freed were returned during
+# the next call's allocations, charged to it: the floor's ~1 GB of temporaries to the attribution
+# that follows it (0.3-0.7 s of its system time). Set before polars loads; a value set is kept.
+ALLOCATOR: Final = "dirty_decay_ms:0,muzzy_decay_ms:0"
+os.environ.setdefault(JEMALLOC_CONF_VAR, ALLOCATOR)
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -301,7 +310,8 @@ def main() -> int:
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} cores, {len(os.sched_getaffinity(0))} usable by this process "
-          f"({workers(args.ranks)} attribution threads), load average {load}")
+          f"({workers(args.ranks)} attribution threads), load average {load}; "
+          f"polars' allocator {JEMALLOC_CONF_VAR}={os.environ.get(JEMALLOC_CONF_VAR)}")
     print(f"identical instance tables (compiled vs reference vs compiled on String columns): {inst.height:,} instances, every column")
     fw, fc = med("floor", 0), med("floor", 1)
     print(f"{'':24s} {'wall s':>8s} {'CPU s':>8s} {'M GPU ev/CPU s':>15s} {'CPU/floor':>10s} {'peak MB':>8s}")
