@@ -35,7 +35,7 @@ from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
-from .attribution_native import RANGE_CODES, attribute_ranks, kind_codes
+from .attribution_native import attribute_ranks, kind_codes
 from .attribution_views import (
     BUCKET_COLUMNS,
     SUM_COLUMNS,
@@ -189,7 +189,7 @@ def _allreduce_rows(acc: _Acc) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_
     """(phase_id, dur, wait, transfer, matched) of the allreduce kernels with a phase id, from
     the collective kernels the chunks collected: the same numbers as ``matched(events)``
     (match_collectives) without building its frame."""
-    num = [np.concatenate(c) for c in zip(*acc.coll_num, strict=True)]
+    num = list(acc.coll_num[0]) if len(acc.coll_num) == 1 else [np.concatenate(c) for c in zip(*acc.coll_num, strict=True)]
     seqn, rk, start, dur, pid = num
     if acc.coll_codes is not None:  # the compiled pass coded group and op already
         g, op, is_ar = acc.coll_codes
@@ -361,7 +361,7 @@ def attribute_instances(
     kc = kind_codes(events)  # None: the reference path
     src = events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
     if kc is not None:  # only the range rows can be instances: no string filter over the table
-        src = src.gather(np.flatnonzero(kc >= RANGE_CODES))
+        src = src.gather(kc.range_rows())
     inst = phase_instances(src).sort(["rank", "start_ns", "phase_id"])
     K = inst.height
     pid_all = inst.get_column("phase_id").to_numpy().astype(np.int64)

@@ -18,7 +18,11 @@ Timed on the same table in the same process, interleaved, median of --repeat run
    wait/transfer) with the compiled pass (``tracekit._walk``, ranks in parallel threads when
    several cores are usable);
 3. reference: the same with the numpy reference path (what ``TRACEKIT_PURE=1`` runs);
-4. with ``--report``: ``attribute_report`` (everything ``tracekit attribute`` computes), both paths.
+4. compiled, strings: the compiled pass on the same table with ``kind`` / ``category`` as String
+   columns (what a run held before they were stored as Enum codes: one string pass each);
+5. with ``--report``: ``attribute_report`` (everything ``tracekit attribute`` computes), both paths.
+
+The table holds kind / category as Enum columns, as ingest and finalize write them (``conform``).
 
 Prints CPU seconds (``time.process_time``: all threads of this process; robust when other
 jobs share the cores) and wall seconds, GPU events per CPU second, the ratios to the floor,
@@ -37,10 +41,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import numpy as np
-import polars as pl
+from tracekit._alloc import JEMALLOC_CONF_VAR
+
+# polars' jemalloc returns freed pages at once: each timed call then pays for freeing its own
+# memory. With the default (ten seconds of decay) the pages one call freed were returned during
+# the next call's allocations, charged to it: the floor's ~1 GB of temporaries to the attribution
+# that follows it (0.3-0.7 s of its system time). Set before polars loads; a value set is kept.
+ALLOCATOR: Final = "dirty_decay_ms:0,muzzy_decay_ms:0"
+os.environ.setdefault(JEMALLOC_CONF_VAR, ALLOCATOR)
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -266,8 +279,13 @@ def main() -> int:
     print(f"table: {what}: {events.height:,} events, {n_gpu:,} GPU events on {args.ranks} ranks (built in {t_build:.1f} s)")
     print(f"annotate_collectives {t_coll:.2f} s, annotate_phases {t_phases:.2f} s wall (once per run, at ingest)")
 
-    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in ("floor", "compiled", "reference", "report", "report_ref")}
-    inst = ref_inst = None
+    dt = events.schema
+    print(f"kind, category: {dt['kind'].__class__.__name__} columns of {len(dt['kind'].categories)} and "  # type: ignore[attr-defined]
+          f"{len(dt['category'].categories)} values (codes, as ingest and finalize store them)")  # type: ignore[attr-defined]
+    strings = events.with_columns(pl.col("kind").cast(pl.String), pl.col("category").cast(pl.String))
+    runs: dict[str, list[tuple[float, float, float]]] = {
+        k: [] for k in ("floor", "compiled", "reference", "strings", "report", "report_ref")}
+    inst = ref_inst = str_inst = None
     for _ in range(args.repeat):
         _, *m = _timed(lambda: events.group_by(["rank", "name"]).agg(pl.col("dur_ns").sum()))
         runs["floor"].append(tuple(m))  # type: ignore[arg-type]
@@ -275,25 +293,30 @@ def main() -> int:
         runs["compiled"].append(tuple(m))  # type: ignore[arg-type]
         ref_inst, *m = _timed(lambda: pure(lambda: attribute_instances(events)))
         runs["reference"].append(tuple(m))  # type: ignore[arg-type]
+        str_inst, *m = _timed(lambda: attribute_instances(strings))
+        runs["strings"].append(tuple(m))  # type: ignore[arg-type]
         if args.report:
             _, *m = _timed(lambda: attribute_report(events))
             runs["report"].append(tuple(m))  # type: ignore[arg-type]
             _, *m = _timed(lambda: pure(lambda: attribute_report(events)))
             runs["report_ref"].append(tuple(m))  # type: ignore[arg-type]
-    assert inst is not None and ref_inst is not None
+    assert inst is not None and ref_inst is not None and str_inst is not None
     check_sums(inst)
     assert_frame_equal(inst, ref_inst)  # the compiled pass gives the reference's numbers
+    assert_frame_equal(inst, str_inst)
 
     def med(k: str, i: int) -> float:
         return statistics.median(r[i] for r in runs[k])
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} cores, {len(os.sched_getaffinity(0))} usable by this process "
-          f"({workers(args.ranks)} attribution threads), load average {load}")
-    print(f"identical instance tables (compiled vs reference): {inst.height:,} instances, every column")
+          f"({workers(args.ranks)} attribution threads), load average {load}; "
+          f"polars' allocator {JEMALLOC_CONF_VAR}={os.environ.get(JEMALLOC_CONF_VAR)}")
+    print(f"identical instance tables (compiled vs reference vs compiled on String columns): {inst.height:,} instances, every column")
     fw, fc = med("floor", 0), med("floor", 1)
     print(f"{'':24s} {'wall s':>8s} {'CPU s':>8s} {'M GPU ev/CPU s':>15s} {'CPU/floor':>10s} {'peak MB':>8s}")
     for k, label in (("floor", "floor group_by"), ("compiled", "attribution (compiled)"), ("reference", "attribution (reference)"),
+                     ("strings", "compiled, String columns"),
                      ("report", "attribute_report (comp.)"), ("report_ref", "attribute_report (ref.)")):
         if not runs[k]:
             continue

@@ -30,8 +30,9 @@ from tracekit.analyzers.attribution import (
     prepare,
 )
 from tracekit.finalize import finalize_events
+from tracekit.finalize.collectives import match_arrays
 from tracekit.finalize.phases import format_label
-from tracekit.schema import conform, sort_events
+from tracekit.schema import CATEGORY_DTYPE, KIND_DTYPE, conform, sort_events
 from tracekit.store import read_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -244,3 +245,87 @@ def test_codes_of_every_string_layout() -> None:
     assert chunked.n_chunks() == 2
     assert attribution_native.codes(chunked, names, vals).tolist() == want
 
+
+
+@needs_walk
+@pytest.mark.parametrize("seed", range(3))
+def test_enum_codes_read_directly_same_as_strings(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finalized table holds kind / category as Enum columns: the walk reads their codes through a
+    table (no string pass); the same table with String columns (coded by codes()) and with kernels
+    left without a category (coded by name on a second pass) gives the same instances."""
+    ev, _ = prepare(finalize_events(random_run(seed, ranks=3)))
+    assert ev.schema["kind"] == KIND_DTYPE and ev.schema["category"] == CATEGORY_DTYPE
+    kc = attribution_native.kind_codes(ev)
+    assert kc is not None and kc.category is not None and kc.kind.dtype == pl.UInt8
+    got = _same(ev, monkeypatch)
+    strings = ev.with_columns(pl.col("kind").cast(pl.String), pl.col("category").cast(pl.String))
+    sc = attribution_native.kind_codes(strings)
+    assert sc is not None and sc.category is None
+    assert sc.range_rows().tolist() == kc.range_rows().tolist() and sc.kinds().tolist() == kc.kinds().tolist()
+    assert_frame_equal(_same(strings, monkeypatch), got)
+    # kernels without a category (a table that skipped finalize): the rule table by name
+    third = pl.int_range(pl.len()) % 3 == 0
+    for table in (ev, strings):
+        nocat = table.with_columns(pl.when(third).then(None).otherwise(pl.col("category")).alias("category"))
+        assert nocat.filter((pl.col("kind") == "kernel") & pl.col("category").is_null()).height > 0
+        _same(nocat, monkeypatch)
+
+
+def _match_both(g: list[int], op: list[int], seq: list[int], rk: list[int], start: list[int], dur: list[int]) -> None:
+    arrs = [np.array(a, dtype=np.int64) for a in (g, op, seq, rk, start, dur)]
+    got = match_arrays(*arrs)
+    saved = _native.walk
+    _native.walk = None
+    try:
+        want = match_arrays(*arrs)
+    finally:
+        _native.walk = saved
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+@needs_walk
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_compiled_matching_equals_numpy(data: st.DataObject) -> None:
+    """walk.match (no sort: segments addressed as base[group] + coll_seq) gives match_arrays' numpy
+    wait and matched flag for every row: counts that differ across ranks, ops that differ, groups
+    with gaps in their codes, repeated (group, seq, rank), sparse or negative coll_seq (declined: the
+    numpy path runs)."""
+    n = data.draw(st.integers(0, 40))
+    seq_hi = data.draw(st.sampled_from([3, 8, 10**7]))
+    ints = st.lists
+    g = data.draw(ints(st.integers(1, 4), min_size=n, max_size=n))
+    op = data.draw(ints(st.integers(1, 3), min_size=n, max_size=n))
+    seq = data.draw(ints(st.integers(-1 if seq_hi == 8 else 0, seq_hi), min_size=n, max_size=n))
+    rk = data.draw(ints(st.integers(0, 3), min_size=n, max_size=n))
+    start = data.draw(ints(st.integers(-50, 500), min_size=n, max_size=n))
+    dur = data.draw(ints(st.integers(-5, 300), min_size=n, max_size=n))
+    _match_both(g, op, seq, rk, start, dur)
+
+
+@needs_walk
+def test_compiled_matching_of_a_real_layout() -> None:
+    """Every rank its k-th allreduce: matched; one rank with one more: the group unmatched; the same
+    numbers as the numpy matching."""
+    rng = np.random.default_rng(3)
+    rows = [(g, s, r) for g in (1, 2) for s in range(50) for r in range(4)] + [(2, 50, 0)]
+    g, seq, rk = (list(x) for x in zip(*rows, strict=True))
+    start = rng.integers(0, 10**6, len(rows)).tolist()
+    dur = rng.integers(1, 10**4, len(rows)).tolist()
+    _match_both(g, [1] * len(rows), seq, rk, start, dur)
+    wait, ok = match_arrays(*(np.array(a, dtype=np.int64) for a in (g, [1] * len(rows), seq, rk, start, dur)))
+    assert ok.tolist() == [x == 1 for x in g] and int(wait[ok].sum()) > 0
+
+
+def test_rank_codes_become_run_codes() -> None:
+    """Each rank pass interns group / op in its own order of first appearance; the run's codes
+    name the same strings, whether the ranks' tables agree (one table) or not."""
+    strings = [["g0", "g1"], ["g1", "g0", "g2"], [], ["g0"]]
+    want = [["g0", "g1", "g1"], ["g1", "g2", "g0"], [], ["g0", "g0"]]
+    local = np.array([1, 2, 2, 1, 3, 2, 1, 1], dtype=np.int64)
+    counts = np.array([3, 3, 0, 2], dtype=np.int64)
+    got, names = attribution_native._run_codes(local, counts, strings)
+    assert [names[c - 1] for c in got.tolist()] == [x for w in want for x in w]
+    same = [["a", "b"], ["a"], ["a", "b", "c"]]
+    got, names = attribution_native._run_codes(np.array([2, 1, 1, 3], dtype=np.int64), np.array([1, 1, 2]), same)
+    assert [names[c - 1] for c in got.tolist()] == ["b", "a", "a", "c"] and names == ["a", "b", "c"]

@@ -1,14 +1,16 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from tracekit.errors import RunError
 from tracekit.finalize import FINALIZE_VERSION, stamp
-from tracekit.schema import COLUMNS, SCHEMA_VERSION, conform
+from tracekit.schema import CATEGORY_DTYPE, COLUMNS, KIND_CODES, KIND_DTYPE, SCHEMA_VERSION, conform
 from tracekit.store import load_run, merge_shards, new_manifest, read_manifest, read_run, write_run
 
 
@@ -168,3 +170,48 @@ def test_shard_directory_is_as_finalized_as_its_least_finalized_shard(tmp_path: 
     assert kernels.get_column("phase_id").n_unique() == 2
     out = merge_shards(d, tmp_path / "run.parquet")
     assert read_manifest(out)["finalize_version"] == FINALIZE_VERSION and load_run(out).refinalized is None
+
+
+def _old_format(events: pl.DataFrame, path: Path, manifest: dict[str, object]) -> Path:
+    """A run file as tracekit wrote it before kind / category were Enum columns (String)."""
+    df = conform(events).with_columns(pl.col("kind").cast(pl.String), pl.col("category").cast(pl.String))
+    df.write_parquet(path, metadata={"tracekit": json.dumps(manifest)})
+    return path
+
+
+def test_run_with_string_kind_and_category_is_coded_on_read(tmp_path: Path) -> None:
+    fin = load_run(write_run(_raw_phase_run(), tmp_path / "new.parquet", new_manifest())).events
+    old = _old_format(fin, tmp_path / "old.parquet", stamp(new_manifest()))
+    assert pl.read_parquet_schema(old)["kind"] == pl.String
+    run = load_run(old)
+    assert run.refinalized is None  # finalized already: only the columns are converted
+    assert run.events.schema["kind"] == KIND_DTYPE and run.events.schema["category"] == CATEGORY_DTYPE
+    assert_frame_equal(run.events, fin)
+    assert load_run(old, columns=["kind", "name"]).events.schema["kind"] == KIND_DTYPE
+    # a shard directory of old and new files reads as one run
+    d = tmp_path / "run.parquet.d"
+    d.mkdir()
+    _old_format(fin, d / "rank-00000.parquet", stamp(new_manifest(ranks={"0": {}})))
+    write_run(fin.with_columns(pl.lit(1, pl.Int32).alias("rank")), d / "rank-00001.parquet", stamp(new_manifest(ranks={"1": {}})))
+    both = read_run(d)
+    assert both.schema["kind"] == KIND_DTYPE and both.get_column("rank").to_list() == [0, 0, 0, 1, 1, 1]
+    assert both.get_column("kind").cast(pl.String).to_list() == ["range", "launch", "kernel"] * 2
+    # a kind outside the vocabulary: one line naming the file
+    bad = _old_format(fin, tmp_path / "bad.parquet", stamp(new_manifest()))
+    pl.read_parquet(bad).with_columns(pl.lit("bogus").alias("kind")).write_parquet(
+        bad, metadata={"tracekit": json.dumps(stamp(new_manifest()))})
+    with pytest.raises(RunError, match=r"cannot read events.*kind.*bogus") as err:
+        read_run(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_conform_codes_kind_and_category() -> None:
+    ev = conform(pl.DataFrame({"kind": ["kernel", "launch", "kernel"], "category": ["moe", None, "not-a-category"]}))
+    assert ev.schema["kind"] == KIND_DTYPE and ev.schema["category"] == CATEGORY_DTYPE
+    # a category outside the rule vocabulary is "other" (what every analyzer made of it), a missing one stays missing
+    assert ev.get_column("category").cast(pl.String).to_list() == ["moe", None, "other"]
+    # the Enum sorts as the strings do (sort_events' order is unchanged)
+    kinds = pl.Series(list(KIND_CODES), dtype=KIND_DTYPE)
+    assert kinds.sort().cast(pl.String).to_list() == sorted(KIND_CODES)
+    with pytest.raises(pl.exceptions.InvalidOperationError):
+        conform(pl.DataFrame({"kind": ["not-a-kind"]}))

@@ -19,6 +19,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 /* ---- the Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) --- */
 
@@ -504,12 +507,21 @@ done:
     return ret;
 }
 
-/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = 1 + the index, in order of first
- * appearance, of the string at row rows[i] (a null row counts as the string null_as) */
+/* interning: strings -> 1 + their index in order of first appearance (a null row counts as the
+ * string null_as); the view of the last row remembered (collective rows repeat their group / op) */
 typedef struct {
     const char *p;
     int64_t len;
 } Str;
+
+typedef struct {
+    Str *dist;
+    int64_t n, cap, *tab, tcap, last;
+    uint64_t l0, l1;
+    int have_last;
+    const char *null_as;
+    int64_t null_len;
+} Interner;
 
 static uint64_t fnv(const char *p, int64_t n) {
     uint64_t h = 1469598103934665603ull;
@@ -517,15 +529,110 @@ static uint64_t fnv(const char *p, int64_t n) {
     return h;
 }
 
+static int interner_init(Interner *I, const char *null_as, int64_t null_len) {
+    memset(I, 0, sizeof(*I));
+    I->null_as = null_as;
+    I->null_len = null_len;
+    I->tcap = 64;
+    I->tab = (int64_t *)malloc((size_t)I->tcap * 8);
+    if (!I->tab) return -1;
+    for (int64_t i = 0; i < I->tcap; i++) I->tab[i] = -1;
+    return 0;
+}
+
+static void interner_free(Interner *I) {
+    free(I->tab);
+    free(I->dist);
+    I->tab = NULL;
+    I->dist = NULL;
+}
+
+/* the code of row j (relative to the column's offset) of string column c; -1: no memory */
+static int64_t intern_row(Interner *I, const Col *c, int64_t j) {
+    const char *p;
+    int64_t len;
+    uint64_t h;
+    int valid = col_valid(c, j);
+    if (c->type == C_VIEW && valid) { /* the same view as the last row: the same string */
+        uint64_t v0, v1;
+        const uint8_t *v = (const uint8_t *)c->vals + 16 * (c->off + j);
+        memcpy(&v0, v, 8);
+        memcpy(&v1, v + 8, 8);
+        if (I->have_last && v0 == I->l0 && v1 == I->l1) return I->last;
+        I->l0 = v0, I->l1 = v1, I->have_last = 1;
+    } else {
+        I->have_last = 0;
+    }
+    if (!valid) {
+        p = I->null_as;
+        len = I->null_len;
+    } else {
+        p = str_at(c, c->type, c->off + j, &len);
+    }
+    h = fnv(p, len);
+    for (;;) {
+        int64_t slot = (int64_t)(h & (uint64_t)(I->tcap - 1)), d = I->tab[slot];
+        if (d < 0) { /* a new string */
+            if (I->n == I->cap) {
+                int64_t c2 = I->cap ? 2 * I->cap : 16;
+                Str *d2 = (Str *)realloc(I->dist, (size_t)c2 * sizeof(Str));
+                if (!d2) return -1;
+                I->dist = d2;
+                I->cap = c2;
+            }
+            I->dist[I->n].p = p;
+            I->dist[I->n].len = len;
+            I->tab[slot] = I->n;
+            I->last = ++I->n;
+            if (2 * I->n > I->tcap) { /* grow and rehash */
+                int64_t tcap = 2 * I->tcap, *t2 = (int64_t *)malloc((size_t)tcap * 8);
+                if (!t2) return -1;
+                for (int64_t q = 0; q < tcap; q++) t2[q] = -1;
+                for (int64_t q = 0; q < I->n; q++) {
+                    uint64_t h2 = fnv(I->dist[q].p, I->dist[q].len);
+                    while (t2[h2 & (uint64_t)(tcap - 1)] >= 0) h2++;
+                    t2[h2 & (uint64_t)(tcap - 1)] = q;
+                }
+                free(I->tab);
+                I->tab = t2;
+                I->tcap = tcap;
+            }
+            return I->last;
+        }
+        if (I->dist[d].len == len && memcmp(I->dist[d].p, p, (size_t)len) == 0) return I->last = d + 1;
+        h++;
+    }
+}
+
+/* the distinct strings of an interner, in code order (a new list; needs the GIL) */
+static PyObject *interner_list(const Interner *I) {
+    PyObject *lst = PyList_New((Py_ssize_t)I->n);
+    if (!lst) return NULL;
+    for (int64_t q = 0; q < I->n; q++) {
+        PyObject *u = PyUnicode_DecodeUTF8(I->dist[q].p, (Py_ssize_t)I->dist[q].len, "surrogateescape");
+        if (!u) {
+            Py_DECREF(lst);
+            return NULL;
+        }
+        PyList_SET_ITEM(lst, q, u);
+    }
+    return lst;
+}
+
+static int is_string_col(const Col *c) {
+    return !c->is_dict && (c->type == C_STR || c->type == C_LSTR || c->type == C_VIEW || c->type == C_NULL);
+}
+
+/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = the code of row rows[i] */
 static PyObject *py_intern(PyObject *self, PyObject *args) {
-    PyObject *cap, *orows, *oout, *ret = NULL, *lst = NULL;
+    PyObject *cap, *orows, *oout, *ret = NULL;
     const char *null_as;
     Py_ssize_t null_len;
     Col c;
     Buf rows = {0}, out = {0};
-    Str *dist = NULL;
-    int64_t *tab = NULL, n_dist = 0, cap_dist = 0, tcap = 64;
+    Interner I;
     (void)self;
+    memset(&I, 0, sizeof(I));
     if (!PyArg_ParseTuple(args, "OOs#O", &cap, &orows, &null_as, &null_len, &oout)) return NULL;
     memset(&c, 0, sizeof(c));
     if (col_import(cap, &c, "intern") < 0) goto done;
@@ -534,105 +641,31 @@ static PyObject *py_intern(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "intern: rows and out differ in length");
         goto done;
     }
-    if (c.is_dict || !(c.type == C_STR || c.type == C_LSTR || c.type == C_VIEW || c.type == C_NULL)) {
+    if (!is_string_col(&c)) {
         PyErr_SetString(PyExc_ValueError, "intern: not a plain string column");
         goto done;
     }
-    tab = (int64_t *)malloc((size_t)tcap * 8);
-    if (!tab) {
+    if (interner_init(&I, null_as, null_len) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    for (int64_t i = 0; i < tcap; i++) tab[i] = -1;
     {
         const int64_t *r = (const int64_t *)rows.view.buf;
-        int64_t *o = (int64_t *)out.view.buf, nr = rows.view.len / 8, last = 0;
-        uint64_t l0 = 0, l1 = 0;
-        int have_last = 0;
+        int64_t *o = (int64_t *)out.view.buf, nr = rows.view.len / 8;
         for (int64_t i = 0; i < nr; i++) {
-            const char *p;
-            int64_t len;
-            uint64_t h;
             if (r[i] < 0 || r[i] >= c.n) {
                 PyErr_SetString(PyExc_IndexError, "intern: row out of range");
                 goto done;
             }
-            if (c.type == C_VIEW && col_valid(&c, r[i])) { /* the same view as the last row: the same string */
-                uint64_t v0, v1;
-                const uint8_t *v = (const uint8_t *)c.vals + 16 * (c.off + r[i]);
-                memcpy(&v0, v, 8);
-                memcpy(&v1, v + 8, 8);
-                if (have_last && v0 == l0 && v1 == l1) {
-                    o[i] = last;
-                    continue;
-                }
-                l0 = v0, l1 = v1, have_last = 1;
-            } else {
-                have_last = 0;
-            }
-            if (!col_valid(&c, r[i])) {
-                p = null_as;
-                len = null_len;
-            } else {
-                p = str_at(&c, c.type, c.off + r[i], &len);
-            }
-            h = fnv(p, len);
-            for (;;) {
-                int64_t slot = (int64_t)(h & (uint64_t)(tcap - 1)), d = tab[slot];
-                if (d < 0) { /* a new string */
-                    if (n_dist == cap_dist) {
-                        int64_t c2 = cap_dist ? 2 * cap_dist : 16;
-                        Str *d2 = (Str *)realloc(dist, (size_t)c2 * sizeof(Str));
-                        if (!d2) {
-                            PyErr_NoMemory();
-                            goto done;
-                        }
-                        dist = d2;
-                        cap_dist = c2;
-                    }
-                    dist[n_dist].p = p;
-                    dist[n_dist].len = len;
-                    tab[slot] = n_dist;
-                    o[i] = last = ++n_dist;
-                    if (2 * n_dist > tcap) { /* grow and rehash */
-                        int64_t *t2 = (int64_t *)malloc((size_t)(2 * tcap) * 8);
-                        if (!t2) {
-                            PyErr_NoMemory();
-                            goto done;
-                        }
-                        tcap *= 2;
-                        for (int64_t q = 0; q < tcap; q++) t2[q] = -1;
-                        for (int64_t q = 0; q < n_dist; q++) {
-                            uint64_t h2 = fnv(dist[q].p, dist[q].len);
-                            while (t2[h2 & (uint64_t)(tcap - 1)] >= 0) h2++;
-                            t2[h2 & (uint64_t)(tcap - 1)] = q;
-                        }
-                        free(tab);
-                        tab = t2;
-                    }
-                    break;
-                }
-                if (dist[d].len == len && memcmp(dist[d].p, p, (size_t)len) == 0) {
-                    o[i] = last = d + 1;
-                    break;
-                }
-                h++;
+            if ((o[i] = intern_row(&I, &c, r[i])) < 0) {
+                PyErr_NoMemory();
+                goto done;
             }
         }
     }
-    lst = PyList_New((Py_ssize_t)n_dist);
-    if (!lst) goto done;
-    for (int64_t q = 0; q < n_dist; q++) {
-        PyObject *u = PyUnicode_DecodeUTF8(dist[q].p, (Py_ssize_t)dist[q].len, "surrogateescape");
-        if (!u) goto done;
-        PyList_SET_ITEM(lst, q, u);
-    }
-    ret = lst;
-    lst = NULL;
+    ret = interner_list(&I);
 done:
-    Py_XDECREF(lst);
-    free(tab);
-    free(dist);
+    interner_free(&I);
     rel_buf(&rows);
     rel_buf(&out);
     col_free(&c);
@@ -652,6 +685,23 @@ static struct {
 } pool[POOL];
 static PyThread_type_lock pool_lock;
 
+/* a work block; a large one aligned to 2 MiB and marked for transparent huge pages where the
+ * kernel offers them on request (one fault per 2 MiB instead of per 4 KiB: the faults of the
+ * blocks were about a third of the CPU time of an attribution) */
+#define HUGE_BLOCK ((size_t)2 << 20)
+static char *block_alloc(size_t need) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (need >= 2 * HUGE_BLOCK) {
+        void *p = NULL;
+        size_t size = (need + HUGE_BLOCK - 1) & ~(HUGE_BLOCK - 1);
+        if (posix_memalign(&p, HUGE_BLOCK, size) != 0) return NULL;
+        (void)madvise(p, size, MADV_HUGEPAGE);
+        return (char *)p;
+    }
+#endif
+    return (char *)malloc(need);
+}
+
 static char *pool_get(size_t need, int *slot) {
     int best = -1, spare = -1;
     char *p;
@@ -663,7 +713,7 @@ static char *pool_get(size_t need, int *slot) {
     }
     if (best < 0 && spare >= 0) { /* grow the smallest free block (or an empty entry) */
         free(pool[spare].p);
-        pool[spare].p = (char *)malloc(need);
+        pool[spare].p = block_alloc(need);
         pool[spare].size = pool[spare].p ? need : 0;
         if (pool[spare].p) best = spare;
     }
@@ -671,7 +721,7 @@ static char *pool_get(size_t need, int *slot) {
     PyThread_release_lock(pool_lock);
     *slot = best;
     if (best >= 0) return pool[best].p;
-    p = (char *)malloc(need); /* every entry busy: a private block */
+    p = block_alloc(need); /* every entry busy: a private block */
     return p;
 }
 
@@ -931,7 +981,8 @@ static int se_cmp(const void *a, const void *b) {
 typedef struct {
     /* inputs */
     Col *start, *dur, *pid, *corr, *stream, *tid, *graph;
-    const int8_t *kc, *cb;
+    Col *kind, *cat;            /* 1-byte codes (an Enum's physical codes, or codes() output) */
+    const int8_t *lut_k, *lut_c; /* code -> kind code / bucket code; entry 256: null */
     int64_t n;
     const int64_t *dense;
     int64_t n_dense;
@@ -948,11 +999,19 @@ typedef struct {
     int64_t n_unres;
     /* collective kernels (coll_seq not null) when seq is given: (row, coll_seq, start, dur,
      * phase_id) per kernel, for the allreduce matching */
-    Col *seq;
-    int64_t *coll;
+    Col *seq, *group, *op;
+    Interner ig, io;  /* group and op of the collective kernels, interned per rank */
+    int64_t *coll[7]; /* the caller's output columns, cap_coll rows each */
     int64_t n_coll, cap_coll;
-    int status; /* 0 ok, 1 instance of another rank, 2 unresolved bucket code, -1 no memory */
+    int status; /* 0 ok, 1 instance of another rank, 2 unresolved bucket code, 3 coll_out too short, -1 no memory */
 } Job;
+
+/* the LUT value of 1-byte code row i of c (lut[256] where the row is null) */
+static inline int8_t code_at(const Col *c, const int8_t *lut, int64_t i) {
+    int64_t j = c->off + i;
+    if (c->type == C_NULL || (c->valid && !bit(c->valid, j))) return lut[256];
+    return lut[((const uint8_t *)c->vals)[j]];
+}
 
 static inline int64_t inst_of(const Job *J, int64_t pid) {
     /* _instance_of: dense[pid] for 0 <= pid < n_dense - 1, else -1 */
@@ -985,6 +1044,9 @@ static inline int flush(Scratch *W, IState *st) {
 
 /* s, e: start and end (e >= s); le: launch end (UNKNOWN_LAUNCH: none); first: the first event of
  * its launch call */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
 static inline int step(Scratch *W, IState *st, int64_t s, int64_t e, int64_t le, int first, int64_t latency,
                        int64_t stream, int8_t code) {
     if (st->nev == 0) {
@@ -1064,13 +1126,11 @@ static void run_job(Job *J) {
     SE *sorted = NULL;
     memset(&W, 0, sizeof(W));
     memset(&A, 0, sizeof(A));
+    memset(&st, 0, sizeof(st));
     J->status = -1;
-    /* pass 0: sizes (kind codes only) */
-    for (int64_t i = 0; i < n; i++) {
-        int8_t k = J->kc[i];
-        ng += k >= K_KERNEL && k <= K_MEMSET;
-        nl += k == K_LAUNCH;
-    }
+    /* arrays of one entry per row (GPU rows and launch rows counted in pass 1, not before: the
+     * pages past the counts are never touched, so they cost address space only) */
+    ng = nl = n;
     need = 7 * al((size_t)(ng + 1) * 8) + al((size_t)(ng + 1) * 4) + 2 * al((size_t)ng + 1) +
            2 * al((size_t)(nl + 1) * 8) + 2 * al((size_t)nl + 1) + al((size_t)(m + 2) * 8) + 64;
     A.p = pool_get(need, &pslot);
@@ -1105,11 +1165,12 @@ static void run_job(Job *J) {
         const uint8_t *vST = J->stream->valid, *vTI = J->tid->valid;
         const int64_t oS = J->start->off, oD = J->dur->off, oP = J->pid->off, oC = J->corr->off, oST = J->stream->off,
                       oTI = J->tid->off;
-        const int8_t *kc = J->kc, *cb = J->cb;
+        const Col *KC = J->kind, *CB = J->cat;
+        const int8_t *lk = J->lut_k, *lcb = J->lut_c;
         const int64_t *itid = J->i_tid;
 #define VAL(V, v, o, i, fill) ((V) && (!(v) || bit((v), (o) + (i))) ? (V)[(o) + (i)] : (fill))
         for (int64_t i = 0; i < n; i++) {
-            int8_t k = kc[i];
+            int8_t k = code_at(KC, lk, i);
             if (k >= K_KERNEL && k <= K_MEMSET) {
                 int64_t s = VAL(S, vS, oS, i, 0), inst = inst_of(J, VAL(P, vP, oP, i, -1));
                 int has = corr_at(C, vC, oC, i, &gc[g], &lo, &hi, &ncorr);
@@ -1130,26 +1191,26 @@ static void run_job(Job *J) {
                 ghas[g] = (int8_t)has;
                 gst[g] = VAL(ST, vST, oST, i, -1);
                 if (k == K_KERNEL) {
-                    if (cb[i] < 0 || cb[i] >= N_EVENT_CODES) {
+                    int8_t b = code_at(CB, lcb, i);
+                    if (b < 0 || b >= N_EVENT_CODES) {
                         J->status = 2;
                         goto done;
                     }
-                    gcode[g] = cb[i];
+                    gcode[g] = b;
                     if (J->seq && col_valid(J->seq, i)) {
-                        int64_t *r;
-                        if (J->n_coll == J->cap_coll) {
-                            int64_t c2 = J->cap_coll ? 2 * J->cap_coll : 1024;
-                            int64_t *p2 = (int64_t *)realloc(J->coll, (size_t)c2 * 5 * 8);
-                            if (!p2) goto done;
-                            J->coll = p2;
-                            J->cap_coll = c2;
+                        int64_t q = J->n_coll++;
+                        if (q >= J->cap_coll) {
+                            J->status = 3;
+                            goto done;
                         }
-                        r = J->coll + 5 * J->n_coll++;
-                        r[0] = i;
-                        r[1] = col_raw(J->seq, i);
-                        r[2] = s;
-                        r[3] = VAL(D, vD, oD, i, 0);
-                        r[4] = VAL(P, vP, oP, i, -1);
+                        J->coll[0][q] = i;
+                        J->coll[1][q] = col_raw(J->seq, i);
+                        J->coll[2][q] = s;
+                        J->coll[3][q] = VAL(D, vD, oD, i, 0);
+                        J->coll[4][q] = VAL(P, vP, oP, i, -1);
+                        if ((J->coll[5][q] = intern_row(&J->ig, J->group, i)) < 0 ||
+                            (J->coll[6][q] = intern_row(&J->io, J->op, i)) < 0)
+                            goto done;
                     }
                 } else {
                     gcode[g] = MEMORY;
@@ -1173,6 +1234,8 @@ static void run_job(Job *J) {
                 l++;
             }
         }
+        ng = g;
+        nl = l;
 #undef VAL
     }
     if (ng > INT32_MAX) goto done;
@@ -1342,56 +1405,70 @@ done:
     free(W.pts), free(W.sst), free(W.smax);
 }
 
-/* walk_rank(cols, kc, cb, dense, i_tid, host_start, is_host, k_lo, latency, outs) -> (status, unresolved rows, collectives)
- * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph, coll_seq or None)
- * over the rank's rows;
- * kc / cb: int8 kind codes / bucket codes of those rows; dense: int64 phase id -> instance (last
+/* walk_rank(cols, luts, dense, i_tid, host_start, is_host, k_lo, latency, outs, coll_out)
+ *   -> (status, unresolved rows, n_coll, groups, ops)
+ * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph, coll_seq or None,
+ * kind, category, group or None, coll_op or None) over the rank's rows (group and coll_op with coll_seq); kind and category as 1-byte codes (uint8 / int8: the
+ * physical codes of an Enum, or the output of codes());
+ * luts: 514 int8: code -> kind code (K_*), then code -> bucket code (-1: unresolved), entry 256 of
+ * each for a null row; dense: int64 phase id -> instance (last
  * entry -1); i_tid: int64 per instance (all ranks) or None; host_start (int64) / is_host (uint8):
  * the rank's instances [k_lo, k_lo + m); outs: writable int64 buffers over those instances:
  * buckets (m x NB), window start, window end, overlapped comm, events, queue delay, graph launches,
- * eager launches, cross-thread events (all zero on entry). */
+ * eager launches, cross-thread events (all zero on entry); coll_out: None, or 7 writable int64 buffers
+ * of one length, for the collective kernels (coll_seq not null): row, coll_seq, start, dur, phase_id,
+ * group code, op code (status 3 when there are more than they hold); n_coll: how many were written;
+ * groups / ops: the strings of the codes (1 + index; a null group is "", a null op "?"). */
 static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
-    PyObject *cols, *okc, *ocb, *odense, *oitid, *ohs, *oih, *outs;
+    PyObject *cols, *oluts, *odense, *oitid, *ohs, *oih, *outs, *ocoll;
     long long k_lo, latency;
-    Col c[8];
-    Buf kc = {0}, cb = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9];
+    Col c[12];
+    Buf luts = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9], cb5[7];
     Job J;
     PyObject *ret = NULL;
-    static const char *cname[8] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph", "coll_seq"};
+    static const char *cname[12] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid",
+                                    "graph",    "coll_seq", "kind",   "category",    "group",  "coll_op"};
     (void)self;
     memset(c, 0, sizeof(c));
     memset(ob, 0, sizeof(ob));
+    memset(cb5, 0, sizeof(cb5));
     memset(&J, 0, sizeof(J));
-    if (!PyArg_ParseTuple(args, "O!OOOOOOLLO!", &PyTuple_Type, &cols, &okc, &ocb, &odense, &oitid, &ohs, &oih, &k_lo,
-                          &latency, &PyTuple_Type, &outs))
+    if (!PyArg_ParseTuple(args, "O!OOOOOLLO!O", &PyTuple_Type, &cols, &oluts, &odense, &oitid, &ohs, &oih, &k_lo, &latency,
+                          &PyTuple_Type, &outs, &ocoll))
         return NULL;
-    if (PyTuple_GET_SIZE(cols) != 8 || PyTuple_GET_SIZE(outs) != 9) {
-        PyErr_SetString(PyExc_ValueError, "walk_rank: 8 columns and 9 outputs expected");
+    if (PyTuple_GET_SIZE(cols) != 12 || PyTuple_GET_SIZE(outs) != 9) {
+        PyErr_SetString(PyExc_ValueError, "walk_rank: 12 columns and 9 outputs expected");
         return NULL;
     }
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 12; i++) {
         PyObject *o = PyTuple_GET_ITEM(cols, i);
-        if ((i == 5 || i == 7) && o == Py_None) continue;
+        int ok;
+        if ((i == 5 || i == 7 || i >= 10) && o == Py_None) continue;
         if (col_import(o, &c[i], cname[i]) < 0) goto done;
-        if (i == 6 ? !(c[i].type == C_BOOL || c[i].type == C_NULL) : !(c[i].type == C_I64 || c[i].type == C_NULL)) {
-            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", cname[i], i == 6 ? "boolean" : "int64");
+        if (i >= 10) ok = is_string_col(&c[i]);
+        else if (i >= 8) ok = !c[i].is_dict && (c[i].type == C_U8 || c[i].type == C_I8 || c[i].type == C_NULL);
+        else if (i == 6) ok = c[i].type == C_BOOL || c[i].type == C_NULL;
+        else ok = c[i].type == C_I64 || c[i].type == C_NULL;
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", cname[i],
+                         i >= 10 ? "string" : i >= 8 ? "1-byte code" : i == 6 ? "boolean" : "int64");
             goto done;
         }
         if (c[i].type == C_NULL) c[i].vals = NULL; /* every row null */
     }
-    if (get_buf(okc, &kc, 1, 0, "kc") < 0 || get_buf(ocb, &cb, 1, 0, "cb") < 0 || get_buf(odense, &dense, 8, 0, "dense") < 0 ||
+    if (get_buf(oluts, &luts, 1, 0, "luts") < 0 || get_buf(odense, &dense, 8, 0, "dense") < 0 ||
         get_buf(ohs, &hs, 8, 0, "host_start") < 0 || get_buf(oih, &ih, 1, 0, "is_host") < 0)
         goto done;
     if (oitid != Py_None && get_buf(oitid, &itid, 8, 0, "i_tid") < 0) goto done;
-    J.n = kc.view.len;
+    J.n = c[8].n;
     J.m = hs.view.len / 8;
-    for (int i = 0; i < 8; i++)
-        if (!((i == 5 || i == 7) && PyTuple_GET_ITEM(cols, i) == Py_None) && c[i].n != J.n) {
-            PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind codes %lld", cname[i], (long long)c[i].n,
+    for (int i = 0; i < 12; i++)
+        if (!((i == 5 || i == 7 || i >= 10) && PyTuple_GET_ITEM(cols, i) == Py_None) && c[i].n != J.n) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind %lld", cname[i], (long long)c[i].n,
                          (long long)J.n);
             goto done;
         }
-    if (cb.view.len != J.n || ih.view.len != J.m || dense.view.len < 8) {
+    if (luts.view.len != 514 || ih.view.len != J.m || dense.view.len < 8) {
         PyErr_SetString(PyExc_ValueError, "walk_rank: inconsistent input lengths");
         goto done;
     }
@@ -1404,8 +1481,30 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     }
     J.start = &c[0], J.dur = &c[1], J.pid = &c[2], J.corr = &c[3], J.stream = &c[4], J.tid = &c[5], J.graph = &c[6];
     J.seq = PyTuple_GET_ITEM(cols, 7) == Py_None ? NULL : &c[7];
-    J.kc = (const int8_t *)kc.view.buf;
-    J.cb = (const int8_t *)cb.view.buf;
+    if (J.seq) {
+        if (!PyTuple_Check(ocoll) || PyTuple_GET_SIZE(ocoll) != 7 || PyTuple_GET_ITEM(cols, 10) == Py_None ||
+            PyTuple_GET_ITEM(cols, 11) == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "walk_rank: coll_seq needs group, coll_op and coll_out (7 int64 buffers)");
+            goto done;
+        }
+        J.group = &c[10], J.op = &c[11];
+        if (interner_init(&J.ig, "", 0) < 0 || interner_init(&J.io, "?", 1) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (int f = 0; f < 7; f++) {
+            if (get_buf(PyTuple_GET_ITEM(ocoll, f), &cb5[f], 8, 1, "coll_out") < 0) goto done;
+            if (cb5[f].view.len != cb5[0].view.len) {
+                PyErr_SetString(PyExc_ValueError, "walk_rank: coll_out buffers of different lengths");
+                goto done;
+            }
+            J.coll[f] = (int64_t *)cb5[f].view.buf;
+        }
+        J.cap_coll = cb5[0].view.len / 8;
+    }
+    J.kind = &c[8], J.cat = &c[9];
+    J.lut_k = (const int8_t *)luts.view.buf;
+    J.lut_c = J.lut_k + 257;
     J.dense = (const int64_t *)dense.view.buf;
     J.n_dense = dense.view.len / 8;
     J.i_tid = itid.ok ? (const int64_t *)itid.view.buf : NULL;
@@ -1443,26 +1542,132 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8)), *coll;
+        PyObject *rows = PyBytes_FromStringAndSize((const char *)J.unres, (Py_ssize_t)(J.n_unres * 8)), *gl, *ol;
         if (!rows) goto done;
-        coll = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(J.n_coll * 5 * 8));
-        if (!coll) {
+        gl = interner_list(&J.ig);
+        ol = gl ? interner_list(&J.io) : NULL;
+        if (!ol) {
             Py_DECREF(rows);
+            Py_XDECREF(gl);
             goto done;
         }
-        { /* column by column: rows, coll_seq, start, dur, phase_id */
-            int64_t *o = (int64_t *)PyBytes_AS_STRING(coll);
-            for (int64_t f = 0; f < 5; f++)
-                for (int64_t q = 0; q < J.n_coll; q++) o[f * J.n_coll + q] = J.coll[5 * q + f];
-        }
-        ret = Py_BuildValue("(iNN)", J.status, rows, coll);
+        ret = Py_BuildValue("(iNLNN)", J.status, rows, (long long)J.n_coll, gl, ol);
     }
 done:
     free(J.unres);
-    free(J.coll);
-    for (int i = 0; i < 8; i++) col_free(&c[i]);
-    rel_buf(&kc), rel_buf(&cb), rel_buf(&dense), rel_buf(&itid), rel_buf(&hs), rel_buf(&ih);
+    interner_free(&J.ig);
+    interner_free(&J.io);
+    for (int f = 0; f < 7; f++) rel_buf(&cb5[f]);
+    for (int i = 0; i < 12; i++) col_free(&c[i]);
+    rel_buf(&luts), rel_buf(&dense), rel_buf(&itid), rel_buf(&hs), rel_buf(&ih);
     for (int i = 0; i < 9; i++) rel_buf(&ob[i]);
+    return ret;
+}
+
+/* match(g, op, seqn, rk, start, dur, wait, ok) -> bool: collectives.match_arrays without a sort
+ * (the k-th collective of a group across ranks). g, op: dense codes >= 1; seqn >= 0: coll_seq;
+ * rk: rank; all int64; outputs: wait (int64), ok (1 byte: matched). A segment (group, coll_seq)
+ * is addressed as base[group] + coll_seq, so the coll_seq of a group must be dense enough
+ * (annotate_collectives numbers them 0, 1, ... per rank and group); returns False, writing
+ * nothing, where they are not (negative or sparse) and the caller runs the numpy matching. */
+static PyObject *py_match(PyObject *self, PyObject *args) {
+    PyObject *o[8], *ret = NULL;
+    Buf b[8];
+    int64_t n, gmax = 0, rlo = INT64_MAX, rhi = INT64_MIN, ng, nr, S = 0;
+    int64_t *per = NULL, *base = NULL, *last = NULL, *opmin = NULL, *opmax = NULL;
+    uint8_t *bad = NULL;
+    int fits = 1, oom = 0;
+    (void)self;
+    memset(b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7])) return NULL;
+    for (int i = 0; i < 8; i++)
+        if (get_buf(o[i], &b[i], i == 7 ? 1 : 8, i >= 6, "match") < 0) goto done;
+    n = b[0].view.len / 8;
+    for (int i = 1; i < 8; i++)
+        if (b[i].view.len != n * (i == 7 ? 1 : 8)) {
+            PyErr_SetString(PyExc_ValueError, "match: arrays of different lengths");
+            goto done;
+        }
+    if (n == 0) {
+        ret = Py_NewRef(Py_True);
+        goto done;
+    }
+    {
+        const int64_t *g = (const int64_t *)b[0].view.buf, *op = (const int64_t *)b[1].view.buf;
+        const int64_t *sq = (const int64_t *)b[2].view.buf, *rk = (const int64_t *)b[3].view.buf;
+        const int64_t *st = (const int64_t *)b[4].view.buf, *du = (const int64_t *)b[5].view.buf;
+        int64_t *wait = (int64_t *)b[6].view.buf;
+        uint8_t *ok = (uint8_t *)b[7].view.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < n; i++) {
+            if (g[i] < 1 || sq[i] < 0) fits = 0;
+            if (g[i] > gmax) gmax = g[i];
+            if (rk[i] < rlo) rlo = rk[i];
+            if (rk[i] > rhi) rhi = rk[i];
+        }
+        ng = gmax, nr = rhi - rlo + 1;
+        if (fits && (nr > 4 * n + 4096 || ng > n || ng * nr > 16 * n + 65536)) fits = 0;
+        if (fits) {
+            per = (int64_t *)calloc((size_t)(ng * nr), 8);
+            base = (int64_t *)calloc((size_t)ng + 1, 8);
+            bad = (uint8_t *)calloc((size_t)ng, 1);
+            if (!per || !base || !bad) oom = 1;
+        }
+        if (fits && !oom) {
+            for (int64_t i = 0; i < n; i++) {
+                int64_t k = g[i] - 1;
+                per[k * nr + (rk[i] - rlo)]++;
+                if (sq[i] + 1 > base[k + 1]) base[k + 1] = sq[i] + 1;
+            }
+            for (int64_t k = 0; k < ng && fits; k++) {
+                base[k + 1] += base[k];
+                if (base[k + 1] > 4 * n + 4096) fits = 0; /* sparse coll_seq */
+            }
+        }
+        if (fits && !oom) {
+            S = base[ng];
+            last = (int64_t *)malloc((size_t)(S + 1) * 8);
+            opmin = (int64_t *)malloc((size_t)(S + 1) * 8);
+            opmax = (int64_t *)malloc((size_t)(S + 1) * 8);
+            if (!last || !opmin || !opmax) oom = 1;
+        }
+        if (fits && !oom) {
+            for (int64_t q = 0; q < S; q++) last[q] = INT64_MIN, opmin[q] = INT64_MAX, opmax[q] = INT64_MIN;
+            for (int64_t i = 0; i < n; i++) {
+                int64_t q = base[g[i] - 1] + sq[i];
+                if (st[i] > last[q]) last[q] = st[i];
+                if (op[i] < opmin[q]) opmin[q] = op[i];
+                if (op[i] > opmax[q]) opmax[q] = op[i];
+            }
+            for (int64_t k = 0; k < ng; k++) { /* the ranks hold different numbers of the group's collectives */
+                int64_t lo_c = INT64_MAX, hi_c = 0;
+                for (int64_t r = 0; r < nr; r++) {
+                    int64_t c = per[k * nr + r];
+                    if (c > 0 && c < lo_c) lo_c = c;
+                    if (c > hi_c) hi_c = c;
+                }
+                if (hi_c > 0 && lo_c != hi_c) bad[k] = 1;
+                for (int64_t q = base[k]; q < base[k + 1] && !bad[k]; q++) /* the k-th collective's op differs */
+                    if (opmin[q] != INT64_MAX && opmin[q] != opmax[q]) bad[k] = 1;
+            }
+            for (int64_t i = 0; i < n; i++) {
+                int64_t w = last[base[g[i] - 1] + sq[i]] - st[i];
+                if (w < 0) w = 0;
+                if (w > du[i]) w = du[i];
+                wait[i] = w;
+                ok[i] = !bad[g[i] - 1];
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (oom) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ret = Py_NewRef(fits ? Py_True : Py_False);
+done:
+    free(per), free(base), free(bad), free(last), free(opmin), free(opmax);
+    for (int i = 0; i < 8; i++) rel_buf(&b[i]);
     return ret;
 }
 
@@ -1470,6 +1675,7 @@ static PyMethodDef METHODS[] = {
     {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
     {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
     {"intern", py_intern, METH_VARARGS, "intern(stream, rows, null_as, out) -> distinct strings: dense codes."},
+    {"match", py_match, METH_VARARGS, "match(g, op, seqn, rk, start, dur, wait, ok) -> bool: collectives matched by order."},
     {"trim", py_trim, METH_NOARGS, "trim(): free the work memory kept between walk_rank calls."},
     {NULL, NULL, 0, NULL},
 };

@@ -14,10 +14,10 @@ K_LAUNCH: int
 def codes(stream: Any, names: tuple[str, ...], values: Any, out: Any, mask: Any = ..., want: int = ..., /) -> None: ...
 def trim() -> None: ...
 def intern(stream: Any, rows: Any, null_as: str, out: Any, /) -> list[str]: ...
+def match(g: Any, op: Any, seqn: Any, rk: Any, start: Any, dur: Any, wait: Any, ok: Any, /) -> bool: ...
 def walk_rank(
     cols: tuple[Any, ...],
-    kc: Any,
-    cb: Any,
+    luts: bytes,
     dense: Any,
     i_tid: Any,
     host_start: Any,
@@ -25,5 +25,6 @@ def walk_rank(
     k_lo: int,
     latency: int,
     outs: tuple[Any, ...],
+    coll_out: tuple[Any, ...] | None,
     /,
-) -> tuple[int, bytes, bytes]: ...
+) -> tuple[int, bytes, int, list[str], list[str]]: ...

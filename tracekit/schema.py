@@ -29,6 +29,19 @@ INSTANT: Final = "instant"  # zero-length marker
 GPU_KINDS: Final = (KERNEL, MEMCPY, MEMSET)
 KINDS: Final = (KERNEL, MEMCPY, MEMSET, LAUNCH, RUNTIME, SYNC, RANGE, GPU_RANGE, OP, PYTHON, COUNTER, INSTANT)
 
+# Kernel categories: the only values the category rules can give (tracekit.finalize.categories).
+CATEGORIES: Final = ("attention", "moe", "gemm", "allreduce", "comm", "norm", "elementwise", "sampling", "memory", "other")
+
+# kind and category are dictionary-encoded (polars Enum: one small integer code per row, the
+# vocabulary in the schema): analyzers read the codes, no string is compared per row. The
+# vocabularies are in lexical order, so an Enum column sorts and compares as the strings would
+# (sort_events' order is unchanged). A run written before (String columns) is converted on read,
+# in one place: tracekit.store.scan_run.
+KIND_CODES: Final = tuple(sorted(KINDS))  # the Enum's categories: code i is KIND_CODES[i]
+CATEGORY_CODES: Final = tuple(sorted(CATEGORIES))
+KIND_DTYPE: Final = pl.Enum(list(KIND_CODES))
+CATEGORY_DTYPE: Final = pl.Enum(list(CATEGORY_CODES))
+
 # Phase names tracekit's collectors emit (DESIGN.md section 4).
 PHASES: Final = ("draft", "verify", "draft_extend", "decode", "prefill")
 
@@ -36,9 +49,9 @@ PHASES: Final = ("draft", "verify", "draft_extend", "decode", "prefill")
 COLUMNS: Final[dict[str, pl.DataType]] = {
     # identity
     "rank": pl.Int32(),
-    "kind": pl.String(),
+    "kind": KIND_DTYPE,  # one of KINDS
     "name": pl.String(),  # full name as recorded (never truncated)
-    "category": pl.String(),  # kernel category (categories.py); null for host events
+    "category": CATEGORY_DTYPE,  # kernel category, one of CATEGORIES (categories.py); null for host events
     "device": pl.Int16(),  # GPU index for GPU events, -1 for host events
     "stream": pl.Int64(),  # CUDA stream for GPU events
     "pid": pl.Int64(),  # host process id
@@ -80,6 +93,8 @@ def empty_events() -> pl.DataFrame:
 def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Add missing columns as nulls, cast to the schema's dtypes, order columns.
 
+    A category outside CATEGORIES becomes ``other`` (what every analyzer made of it before the
+    column was an Enum); a kind outside KINDS cannot be cast.
     Raises ValueError naming the first column that cannot be cast.
     A frame that conforms already is returned as it is (a select would copy it into one chunk).
     """
@@ -87,7 +102,11 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
         return df
     exprs: list[pl.Expr] = []
     for name, dtype in COLUMNS.items():
-        if name in df.columns:
+        if name == "category" and name in df.columns and df.schema[name] != dtype:
+            cat = pl.col(name).cast(pl.String)
+            known = cat.is_in(list(CATEGORIES)) | cat.is_null()
+            exprs.append(pl.when(known).then(cat).otherwise(pl.lit("other")).cast(dtype, strict=True).alias(name))
+        elif name in df.columns:
             exprs.append(pl.col(name).cast(dtype, strict=True))
         else:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))

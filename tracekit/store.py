@@ -43,6 +43,7 @@ from tracekit.outputs import named_os_error, temp_beside
 from tracekit.schema import SCHEMA, SCHEMA_VERSION, conform, empty_events, sort_events
 
 MANIFEST_KEY = b"tracekit"
+_CODED: Final = ("kind", "category")  # dictionary-encoded in the schema (schema.KIND_DTYPE)
 SHARD_GLOB = "rank-*.parquet"
 
 Manifest = dict[str, Any]
@@ -231,14 +232,36 @@ def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
     p = Path(path)
     read_manifest(p)  # validates existence, manifest and schema version
     files = _shards(p) if p.is_dir() else [p]
-    return pl.scan_parquet([str(f) for f in files], schema=SCHEMA)
+    old = [f for f in files if _strings_coded(f)]
+    if not old:
+        return pl.scan_parquet([str(f) for f in files], schema=SCHEMA)
+    # a run written before kind / category were dictionary-encoded: the strings become codes here,
+    # the one place a run is converted on read (a value outside the vocabulary: RunError on collect)
+    return pl.concat([_scan_file(f, f in old) for f in files], how="vertical")
+
+
+def _strings_coded(path: Path) -> bool:
+    """True when the file stores kind / category as strings (written before schema.KIND_DTYPE)."""
+    try:
+        schema = pl.read_parquet_schema(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise RunError(f"cannot read the Parquet schema ({exc.__class__.__name__}: {exc})", path=str(path)) from None
+    return any(schema.get(c) == pl.String for c in _CODED)
+
+
+def _scan_file(path: Path, strings: bool) -> pl.LazyFrame:
+    if not strings:
+        return pl.scan_parquet(str(path), schema=SCHEMA)
+    as_read = pl.Schema({c: pl.String() if c in _CODED else t for c, t in SCHEMA.items()})
+    return pl.scan_parquet(str(path), schema=as_read).with_columns(pl.col(c).cast(SCHEMA[c]) for c in _CODED)
 
 
 def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str]) -> pl.DataFrame:
     try:
         return lf.collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise RunError(f"cannot read events ({exc.__class__.__name__}: {exc})", path=str(path)) from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""  # polars adds hints on later lines
+        raise RunError(f"cannot read events ({exc.__class__.__name__}: {first})", path=str(path)) from None
 
 
 def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> Run:

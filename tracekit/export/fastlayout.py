@@ -105,7 +105,9 @@ def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str |
                 ids[nulls] = len(vals)
                 vals.append(None)
         return ids, vals
-    phys = series.cast(pl.Categorical).to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
+    # an Enum (kind, category: schema.KIND_DTYPE / CATEGORY_DTYPE) is its codes already
+    cat = series if isinstance(series.dtype, pl.Enum) else series.cast(pl.Categorical)
+    phys = cat.to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
     ids, first = first_seen([phys], order=rows)
     return ids, series.gather(rows[first]).to_list() if first.size else []
 

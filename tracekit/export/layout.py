@@ -224,8 +224,9 @@ def _base_slices(ev: pl.LazyFrame) -> pl.LazyFrame:
         pl.when(is_gpu).then(pl.lit(G_STREAM))
         .when(pl.col("kind") == GPU_RANGE).then(pl.lit(G_GPU_RANGE))
         .otherwise(pl.lit(G_THREAD)).alias("_g"),
-        pl.when(is_gpu).then(pl.col("category").fill_null(pl.col("kind")))
-        .otherwise(pl.col("kind")).alias("category"),
+        # kind and category are Enums of two vocabularies (schema.KIND_DTYPE): mixed as strings
+        pl.when(is_gpu).then(pl.col("category").cast(pl.String).fill_null(pl.col("kind").cast(pl.String)))
+        .otherwise(pl.col("kind").cast(pl.String)).alias("category"),
         pl.lit(None, dtype=pl.String()).alias("window"),
     )
 

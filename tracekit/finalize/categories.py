@@ -31,7 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-CATEGORIES: Final = ("attention", "moe", "gemm", "allreduce", "comm", "norm", "elementwise", "sampling", "memory", "other")
+CATEGORIES: Final = schema.CATEGORIES
 COMM_CATEGORIES: Final = ("allreduce", "comm")
 COLL_OPS: Final = ("allreduce", "allgather", "reducescatter", "broadcast", "sendrecv", "alltoall", "dispatch", "combine")
 OTHER: Final = "other"

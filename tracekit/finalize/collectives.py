@@ -284,6 +284,14 @@ def match_arrays(
     n = g.size
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    from tracekit import _native
+
+    if _native.walk is not None:  # the same matching compiled, without the sort (tracekit/_walk.c)
+        wait = np.empty(n, dtype=np.int64)
+        ok = np.empty(n, dtype=np.bool_)
+        arrays = (np.ascontiguousarray(a, dtype=np.int64) for a in (g, op, seqn, rk, start, dur))
+        if _native.walk.match(*arrays, wait, ok):
+            return wait, ok
     m = _match(g, op, seqn, rk, start)
     wait = np.empty(n, dtype=np.int64)
     wait[m.order] = np.minimum(np.maximum(m.last_arr[m.seg] - start[m.order], 0), dur[m.order])

@@ -127,7 +127,7 @@ def encode(s: pl.Series) -> Codes:
 
 
 _KIND_INDEX = {k: i for i, k in enumerate(schema.KINDS)}
-_KIND_NAMES = pl.Series("kind", [*schema.KINDS, None], dtype=pl.String)  # code -1: null
+_KIND_NAMES = pl.Series("kind", [*schema.KINDS, None], dtype=schema.KIND_DTYPE)  # code -1: null; Enum: no string column
 _GPU_WORK = [_KIND_INDEX[k] for k in schema.GPU_KINDS]
 
 
