@@ -58,7 +58,7 @@ _ORDER = ("instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_n
 Scanned = tuple[dict[str, msgspec.Raw], tuple[Any, ...]]  # (top-level raw values by key, the scanner's result)
 
 
-def scan_raw(data: bytes) -> Scanned | None:
+def scan_raw(data: bytes | memoryview) -> Scanned | None:
     """The scanner's pass (no Python object per event; the GIL released, so rank files are
     scanned in threads) and the top-level values it found, or None when the scanner is not
     built or declines the file. ``data`` is not needed after it: ``columns`` builds the frame."""
@@ -73,11 +73,11 @@ def scan_raw(data: bytes) -> Scanned | None:
             if key in TOP_KEYS:
                 if key in top:  # a repeated key: leave it to the decoder
                     return None
-                top[key] = msgspec.Raw(data[lo:hi])
+                top[key] = msgspec.Raw(bytes(data[lo:hi]))  # a copy: no view keeps the JSON alive
     return top, res
 
 
-def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int, tuple[Codes, Codes]] | None:
+def scan(data: bytes | memoryview) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int, tuple[Codes, Codes]] | None:
     """``columns(scan_raw(data))``."""
     return columns(scan_raw(data))
 
