@@ -186,3 +186,32 @@ def test_mutated_real_bytes(data: st.DataObject) -> None:
         else:
             del b[i:i + data.draw(st.integers(1, 5))]
     _same(bytes(b))
+
+
+# keys: the scanner reads a plain ASCII key ending within 16 bytes without the full string check;
+# anything else (escapes, non-ASCII, control bytes, long keys, a key near the end) takes that check
+_KEYS = ['"ph"', '"p\\u0068"', '"n\\u0061me"', '"\\u0063at"', '"na\\"me"', '"nam\\\\e"', '"name\u00e9"', '"é"',
+         '"名前"', '"a\\/b"', '"ts\\t"', '"x\x01"', '"x\x7f"', '"x\xff"', '"a_very_long_key_beyond_sixteen_bytes"',
+         '"exactly_fifteen"', '"sixteen_chars__"', '"seventeen_chars__"', '"Collective n\\u0061me"', '"Ev Idx"']
+
+
+@needs_scanner
+@pytest.mark.parametrize("key", _KEYS)
+@pytest.mark.parametrize("where", ["event", "args", "top", "end"])
+def test_odd_keys_identical(key: str, where: str) -> None:
+    ev = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 1.5, "dur": 2.25'
+    args = '"args": {"External id": 3, "correlation": 9}'
+    if where == "event":
+        doc = f'{{"traceEvents": [{ev}, {key}: 1, {args}}}]}}'
+    elif where == "args":
+        doc = f'{{"traceEvents": [{ev}, "args": {{"device": 0, {key}: "allreduce"}}}}]}}'
+    elif where == "top":
+        doc = f'{{{key}: 1, "traceEvents": [{ev}, {args}}}]}}'
+    else:  # the key within the last 16 bytes of the buffer
+        doc = f'{{"traceEvents": [{ev}, {args}}}], {key}: 0}}'
+    # a raw invalid UTF-8 byte inside the key (latin-1 keeps \xff one byte); the rest as UTF-8
+    data = doc.encode("latin-1") if "\xff" in key else doc.encode("utf-8")
+    _same(data)
+    plain = ('"Ev Idx"', '"exactly_fifteen"', '"sixteen_chars__"', '"a_very_long_key_beyond_sixteen_bytes"')
+    if key in plain:  # plain keys: the scanner takes the file
+        assert fastscan.scan(data) is not None

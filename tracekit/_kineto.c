@@ -475,11 +475,31 @@ static inline int key_is(const char *k, Py_ssize_t n, const char *w) {
 static int key(Sc *s, const char **k, Py_ssize_t *n) {
     if (s->p >= s->end || *s->p != '"') return FAIL;
     const char *start = s->p + 1;
-    int esc;
-    if (string_esc(s, 0, NULL, &esc)) return FAIL;
-    *k = start;
-    *n = (s->p - 1) - start;
-    if (esc) return FAIL; /* an escaped key may spell one of ours */
+    /* the usual key: plain ASCII, its closing quote within the next 16 bytes (two word tests,
+     * the same as string_esc's; anything else, or too near the end, goes through string_esc) */
+    if (s->end - start >= 16) {
+        for (int h = 0; h < 16; h += 8) {
+            uint64_t w = load64(start + h);
+            uint64_t q = w ^ 0x2222222222222222ULL, b = w ^ 0x5C5C5C5C5C5C5C5CULL;
+            uint64_t m = (((q - 0x0101010101010101ULL) & ~q) | ((b - 0x0101010101010101ULL) & ~b) |
+                          ((w - 0x2020202020202020ULL) & ~w) | w) & 0x8080808080808080ULL;
+            if (!m) continue;
+            const char *e = start + h + (__builtin_ctzll(m) >> 3);
+            if (*e != '"') break; /* an escape, a control or non-ASCII byte first: the full check */
+            *k = start;
+            *n = e - start;
+            s->p = e + 1;
+            goto colon;
+        }
+    }
+    {
+        int esc;
+        if (string_esc(s, 0, NULL, &esc)) return FAIL;
+        *k = start;
+        *n = (s->p - 1) - start;
+        if (esc) return FAIL; /* an escaped key may spell one of ours */
+    }
+colon:
     ws(s);
     if (s->p >= s->end || *s->p != ':') return FAIL;
     s->p++;
@@ -510,8 +530,12 @@ static int args_obj(Sc *s, Args *a) {
         Py_ssize_t n;
         if (key(s, &k, &n)) return FAIL;
         int which = -1;
-        for (int j = 0; j < 11; j++)
-            if (ARG_LEN[j] == n && memcmp(k, ARG_KEYS[j], (size_t)n) == 0) { which = j; break; }
+        if (n >= 5 && n <= 18) /* the lengths of ARG_KEYS: most keys of other lengths skip the loop */
+            for (int j = 0; j < 11; j++)
+                if (ARG_LEN[j] == n && k[0] == ARG_KEYS[j][0] && memcmp(k, ARG_KEYS[j], (size_t)n) == 0) {
+                    which = j;
+                    break;
+                }
         if (which < 0) {
             if (skip(s)) return FAIL; /* incl. "name" (metadata events): unused here */
         } else {

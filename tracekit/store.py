@@ -91,7 +91,7 @@ def write_run(
     manifest: Mapping[str, Any] | None = None,
     *,
     sort: bool = True,
-    compression_level: int = 3,
+    compression_level: int = 1,
 ) -> Path:
     """Write ``events`` (conformed to the schema) and ``manifest`` atomically to ``path``."""
     out = Path(path)
@@ -109,7 +109,9 @@ def write_run(
         # the manifest goes into the file's key-value metadata. Row groups of 64 Ki rows: the
         # writer copies a row group's strings (names ~100 bytes each) before encoding them, so
         # one row group of the whole table copied all names at once (31 MB for 275k events of
-        # bench/ingest.py), raising an ingest's peak RSS; the file is JSON/80 instead of JSON/205
+        # bench/ingest.py), raising an ingest's peak RSS; the file is JSON/80 instead of JSON/205.
+        # zstd level 1, not 3: the same size on the samples and bench/ingest.py's set (dictionary
+        # pages carry most of it; JSON/48 and JSON/81) for less CPU (40 vs 50 ms on the 2-file sample)
         df.write_parquet(
             tmp,
             compression="zstd",

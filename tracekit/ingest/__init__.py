@@ -92,7 +92,7 @@ def _meta_for_rank(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_Loaded = tuple[bytes, Source, fastscan.Scanned | None]
+_Loaded = tuple[bytes | memoryview, Source, fastscan.Scanned | None]
 
 
 def _load(path: str) -> _Loaded:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
+import mmap
 import os
 import re
 import zlib
@@ -27,11 +28,32 @@ except ImportError:  # pragma: no cover
     _HAVE_ISAL = False
 
 
-def _gunzip(raw: bytes) -> bytes:
-    if _HAVE_ISAL:
+_MAX_DEFLATE_RATIO = 1032  # deflate expands at most ~1032:1: a larger ISIZE is a corrupt trailer
+
+
+def _gunzip(raw: bytes) -> bytes | memoryview:
+    """The uncompressed bytes of a gzip file (every member). With ISA-L, inflated straight into
+    one anonymous memory map of the size the trailer gives (ISIZE, the size mod 2**32): about half
+    the CPU of ``igzip.decompress``, whose output buffer grows (copies, page faults) as it inflates,
+    and the map is returned to the system as soon as the last view of it goes (a heap block of
+    that size could stay in a malloc arena). The result is then a memoryview of the map."""
+    if not _HAVE_ISAL:
+        return gzip.decompress(raw)
+    isize = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
+    if not 0 < isize <= _MAX_DEFLATE_RATIO * len(raw):
         out: bytes = _igzip.decompress(raw)
         return out
-    return gzip.decompress(raw)
+    # reads every member, like igzip.decompress (which passes bytes too; the stub says BinaryIO)
+    reader = _isal_zlib._GzipReader(raw)  # type: ignore[arg-type]
+    buf = mmap.mmap(-1, isize)
+    got = reader.readinto(buf)
+    if got < isize:  # a trailer that does not tell the size (several members): trust the data
+        return memoryview(buf)[:got]
+    rest = reader.readall()  # more than ISIZE: several members, or 4 GiB or more
+    if rest:
+        return bytes(buf) + rest
+    return memoryview(buf)
+
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _MERGED = re.compile(r"^merged-(?P<id>.+)\.trace\.json(\.gz)?$")
@@ -103,8 +125,9 @@ def _drop_redundant_merged(files: list[Path]) -> list[Path]:
     return [f for f in files if f not in drop]
 
 
-def read_trace_bytes(path: Path) -> tuple[bytes, Source]:
-    """The uncompressed JSON bytes of ``path`` and its Source record (size, sha256 of the file)."""
+def read_trace_bytes(path: Path) -> tuple[bytes | memoryview, Source]:
+    """The uncompressed JSON bytes of ``path`` (bytes, or a memoryview of a gunzipped file) and its
+    Source record (size, sha256 of the file)."""
     try:
         raw = path.read_bytes()
     except IsADirectoryError:

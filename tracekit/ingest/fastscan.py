@@ -58,7 +58,7 @@ _ORDER = ("instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_n
 Scanned = tuple[dict[str, msgspec.Raw], tuple[Any, ...]]  # (top-level raw values by key, the scanner's result)
 
 
-def scan_raw(data: bytes) -> Scanned | None:
+def scan_raw(data: bytes | memoryview) -> Scanned | None:
     """The scanner's pass (no Python object per event; the GIL released, so rank files are
     scanned in threads) and the top-level values it found, or None when the scanner is not
     built or declines the file. ``data`` is not needed after it: ``columns`` builds the frame."""
@@ -73,11 +73,11 @@ def scan_raw(data: bytes) -> Scanned | None:
             if key in TOP_KEYS:
                 if key in top:  # a repeated key: leave it to the decoder
                     return None
-                top[key] = msgspec.Raw(data[lo:hi])
+                top[key] = msgspec.Raw(bytes(data[lo:hi]))  # a copy: no view keeps the JSON alive
     return top, res
 
 
-def scan(data: bytes) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int, tuple[Codes, Codes]] | None:
+def scan(data: bytes | memoryview) -> tuple[dict[str, msgspec.Raw], pl.DataFrame, int, tuple[Codes, Codes]] | None:
     """``columns(scan_raw(data))``."""
     return columns(scan_raw(data))
 
@@ -96,19 +96,49 @@ def columns(scanned: Scanned | None) -> tuple[dict[str, msgspec.Raw], pl.DataFra
     instant, _dur_ok, pid_k, tid_k, corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok = (_u8(c) for c in cols[11:])
     # one spare entry: a gather of a masked (null) row must stay in bounds when no string was met
     table = pl.Series("t", [*strings, ""], dtype=pl.String)
+    # the few rows with a "Collective name": their values spread to full-length columns in numpy
+    # (code -1 / flag 0 elsewhere), so that one query builds every column
+    row, c_name, c_dtype, c_pg, c_in, c_out, c_gs, c_in_ok, c_out_ok, c_gs_ok = (_i64(c) for c in coll)
+    n = ts.size
+
+    def spread(v: np.ndarray[Any, np.dtype[np.int64]], fill: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        out = np.full(n, fill, dtype=np.int64)
+        out[row] = v
+        return out
+
     # one frame of the raw numbers, then one query: masks to nulls, codes to strings (a gather
     # over the table: rows share its strings)
     raw = pl.DataFrame({
-        "cat": cat, "name": name, "pid": pid, "pid_k": pid_k, "tid": tid, "tid_k": tid_k, "instant": instant,
+        "name": name, "pid": pid, "pid_k": pid_k, "tid": tid, "tid_k": tid_k, "instant": instant,
         "start_ns": ts, "dur_ns": dur,
         **{c: v for c, v in zip(_INT_COLS, (corr, ext, dev, stream, nbytes), strict=True)},
         **{f"{c}_ok": v for c, v in zip(_INT_COLS, (corr_ok, ext_ok, dev_ok, stream_ok, bytes_ok), strict=True)},
+        **({"c_name": spread(c_name, -1), "c_dtype": spread(c_dtype, -1), "c_pg": spread(c_pg, -1),
+            "c_in": spread(c_in, 0), "c_out": spread(c_out, 0), "c_gs": spread(c_gs, 0),
+            "c_in_ok": spread(c_in_ok, 0), "c_out_ok": spread(c_out_ok, 0), "c_gs_ok": spread(c_gs_ok, 0)}
+           if row.size else {}),
     })
     tab = pl.lit(table)
 
     def text(code: pl.Expr) -> pl.Expr:
         return pl.when(code >= 0).then(tab.gather(code.clip(lower_bound=0))).otherwise(None)
 
+    def masked(col: str, ok: str) -> pl.Expr:
+        return pl.when(pl.col(ok) != 0).then(pl.col(col)).otherwise(None).alias(col)
+
+    if row.size:
+        coll_cols = [
+            text(pl.col("c_name")).alias("coll_name"),
+            masked("c_in", "c_in_ok").alias("in_nelems"),
+            masked("c_out", "c_out_ok").alias("out_nelems"),
+            text(pl.col("c_dtype")).alias("dtype"),
+            text(pl.col("c_pg")).alias("pg_name"),
+            masked("c_gs", "c_gs_ok").alias("group_size"),
+        ]
+    else:
+        coll_cols = [pl.lit(None, dtype=dt).alias(c) for c, dt in (
+            ("coll_name", pl.String()), ("in_nelems", pl.Int64()), ("out_nelems", pl.Int64()), ("dtype", pl.String()),
+            ("pg_name", pl.String()), ("group_size", pl.Int64()))]
     frame = raw.select(
         (pl.col("instant") != 0).alias("instant"),
         text(pl.col("name")).alias("name"),
@@ -116,26 +146,9 @@ def columns(scanned: Scanned | None) -> tuple[dict[str, msgspec.Raw], pl.DataFra
         pl.when(pl.col("pid_k") == 1).then(pl.col("pid")).otherwise(None).alias("pid_int"),
         pl.when(pl.col("tid_k") == 1).then(pl.col("tid")).otherwise(None).alias("tid_raw"),
         "start_ns", "dur_ns",
-        *[pl.when(pl.col(f"{c}_ok") != 0).then(pl.col(c)).otherwise(None).alias(c) for c in _INT_COLS],
+        *[masked(c, f"{c}_ok") for c in _INT_COLS],
+        *coll_cols,
     )
-    row, c_name, c_dtype, c_pg, c_in, c_out, c_gs, c_in_ok, c_out_ok, c_gs_ok = (_i64(c) for c in coll)
-    n = frame.height
-    if row.size:
-        cf = pl.DataFrame({"name": c_name, "dtype": c_dtype, "pg": c_pg, "in": c_in, "out": c_out, "gs": c_gs,
-                           "in_ok": c_in_ok, "out_ok": c_out_ok, "gs_ok": c_gs_ok}).select(
-            text(pl.col("name")).alias("coll_name"),
-            pl.when(pl.col("in_ok") != 0).then(pl.col("in")).otherwise(None).alias("in_nelems"),
-            pl.when(pl.col("out_ok") != 0).then(pl.col("out")).otherwise(None).alias("out_nelems"),
-            text(pl.col("dtype")).alias("dtype"),
-            text(pl.col("pg")).alias("pg_name"),
-            pl.when(pl.col("gs_ok") != 0).then(pl.col("gs")).otherwise(None).alias("group_size"),
-        )
-        sparse = [pl.repeat(None, n, dtype=cf[c].dtype, eager=True).scatter(row, cf[c]).alias(c) for c in cf.columns]
-    else:
-        sparse = [pl.repeat(None, n, dtype=dt, eager=True).alias(c) for c, dt in (
-            ("coll_name", pl.String()), ("in_nelems", pl.Int64()), ("out_nelems", pl.Int64()), ("dtype", pl.String()),
-            ("pg_name", pl.String()), ("group_size", pl.Int64()))]
-    frame = frame.with_columns(sparse).select(_ORDER)
     return top, frame, int(n_all), (Codes(cat, strings), Codes(name, strings))
 
 

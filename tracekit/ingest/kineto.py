@@ -142,10 +142,10 @@ def _int_or_none(x: Any) -> int | None:
     return None
 
 
-def _decode(data: bytes, path: str) -> tuple[_Trace, list[Any]]:
+def _decode(data: bytes | memoryview, path: str) -> tuple[_Trace, list[Any]]:
     """The top-level object and its events: ``_Kept``/``_Other`` Structs from the tagged decoder,
     or ``_Event`` Structs from the plain one when the tagged one cannot take the file."""
-    bare = data.lstrip()[:1] == b"["
+    bare = bytes(data[:4096]).lstrip()[:1] == b"["  # _check_head: whitespace beyond that is an empty file
     try:
         if bare:
             return _Trace(), _TAGGED_LIST_DECODER.decode(data)
@@ -173,7 +173,7 @@ def _decode(data: bytes, path: str) -> tuple[_Trace, list[Any]]:
 _UNSCANNED: Any = object()
 
 
-def parse_kineto(data: bytes, path: str, scanned: Any = _UNSCANNED) -> ParsedTrace:
+def parse_kineto(data: bytes | memoryview, path: str, scanned: Any = _UNSCANNED) -> ParsedTrace:
     """Decode one Kineto JSON document. Raises BadTraceError (naming ``path``) if it is not a trace.
     ``scanned``: ``fastscan.scan_raw(data)`` when the caller ran it already (in a thread); when
     that is not None, ``data`` is not read (the caller may pass ``b""``)."""
@@ -208,15 +208,15 @@ def parse_kineto(data: bytes, path: str, scanned: Any = _UNSCANNED) -> ParsedTra
     return _columns(events, base_ns or 0, path, meta)
 
 
-def _check_head(data: bytes, path: str) -> None:
-    head = data[:4096].lstrip()
+def _check_head(data: bytes | memoryview, path: str) -> None:
+    head = bytes(data[:4096]).lstrip()
     if not head:
         raise BadTraceError("empty file", path=path)
     if head[:1] not in (b"{", b"["):
         raise BadTraceError("not JSON (does not start with '{' or '[')", path=path)
 
 
-def _decode_or_raise(data: bytes, path: str, meta: dict[str, Any]) -> tuple[_Trace, list[Any]]:
+def _decode_or_raise(data: bytes | memoryview, path: str, meta: dict[str, Any]) -> tuple[_Trace, list[Any]]:
     """``_decode``, with non-UTF-8 bytes replaced (noted in ``meta``) and errors as BadTraceError."""
     try:
         return _decode(data, path)
@@ -226,7 +226,7 @@ def _decode_or_raise(data: bytes, path: str, meta: dict[str, Any]) -> tuple[_Tra
         # names with non-UTF-8 bytes: keep the event, replace the bad bytes (U+FFFD)
         meta["non_utf8_replaced"] = True
         try:
-            return _decode(data.decode("utf-8", "replace").encode("utf-8"), path)
+            return _decode(bytes(data).decode("utf-8", "replace").encode("utf-8"), path)
         except msgspec.DecodeError as exc2:
             raise BadTraceError(f"truncated or malformed JSON ({exc2})", path=path) from None
 
