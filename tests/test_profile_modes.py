@@ -196,3 +196,20 @@ def test_lite_capture_refinalized_joins_every_launch_like_full(g: str, tmp_path:
     assert fixed == full and fixed["verify"][1] > 0
     assert captured == full
     assert per_phase(SAMPLE / f"lite-{g}.parquet") == full  # the committed sample is the re-finalized run
+
+
+def test_recorder_refuses_an_unknown_fact_at_open_not_when_the_frame_is_built(caplog: pytest.LogCaptureFixture) -> None:
+    """Labels are formatted when the frame is built (off the hot path); a bad key must still fail its own
+    range at once, as formatting did, and leave the frame of the good ranges intact."""
+    rec = RangeRecorder()
+    start_recording(rec, record_function=False)
+    with phase("verify", cycle=1, bs=2, tokens=9) as p:  # 'tokens' is no label key ('tok' is)
+        assert p._range is None
+    emit_facts("verify", 1, accepted=2.0)
+    with phase("verify", cycle=2, bs=2, tok=9, graphed=True):
+        pass
+    emit_facts("verify", 2, accept=2.5, bs=None)
+    stop_recording()
+    assert "unknown phase fact 'tokens'" in caplog.text and "unknown phase fact 'accepted'" in caplog.text
+    assert rec.frame(0, 1)["name"].to_list() == ["tracekit:verify|cycle=2|bs=2|tok=9|graphed=1",
+                                                 "tracekit:facts|phase=verify|cycle=2|accept=2.5000"]
