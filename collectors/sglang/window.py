@@ -59,12 +59,22 @@ DONE_RE = re.compile(r"^ranges-TP-(\d+)\.json$")
 CLASH_RE = re.compile(r"^clash-TP-(\d+)-\d+\.json$")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _staged(path: Path, data: bytes) -> str:
+    """``data`` in a temporary file beside ``path`` (its directory made): the caller renames or links it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = _staged(path, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -73,11 +83,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _claim(path: Path, data: bytes) -> bool:
     """Write ``path`` only if nobody has: False when another process wrote it first (link is exclusive)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+    tmp = _staged(path, data)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
         os.link(tmp, path)
         return True
     except FileExistsError:
