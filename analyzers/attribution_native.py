@@ -17,13 +17,14 @@ its own rank; anything else returns False and the caller runs the reference path
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
 from tracekit import _native
+from tracekit._native import arrow_stream
 from tracekit.cores import usable_cores
 from tracekit.finalize.categories import CATEGORIES
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
@@ -48,11 +49,6 @@ _CAT_VALUES: Final = np.array([BUCKETS.index(c) for c in _CATS] + [BUCKETS.index
 _WALK_COLS: Final = ("start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph")
 
 
-def _stream(s: pl.Series) -> Any:
-    """The Arrow C stream capsule of one column, as one chunk."""
-    return (s.rechunk() if s.n_chunks() > 1 else s).__arrow_c_stream__()
-
-
 def codes(
     s: pl.Series, names: tuple[str, ...], values: npt.NDArray[np.int8], where: tuple[npt.NDArray[np.int8], int] | None = None
 ) -> npt.NDArray[np.int8]:
@@ -62,9 +58,9 @@ def codes(
     assert w is not None
     out = np.empty(s.len(), dtype=np.int8)
     if where is None:
-        w.codes(_stream(s), names, values, out)
+        w.codes(arrow_stream(s), names, values, out)
     else:
-        w.codes(_stream(s), names, values, out, where[0], where[1])
+        w.codes(arrow_stream(s), names, values, out, where[0], where[1])
     return out
 
 
@@ -236,7 +232,7 @@ def attribute_ranks(
         part["category"] = cat
         part["group"] = grp_col
         part["coll_op"] = op_col
-        caps = tuple(None if s is None else _stream(s.slice(lo, hi - lo)) for s in part.values())
+        caps = tuple(None if s is None else arrow_stream(s.slice(lo, hi - lo)) for s in part.values())
         status, unres, n_coll, groups, ops = w.walk_rank(
             caps,
             luts,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
+from typing import Any
 
 
 def _load(name: str) -> ModuleType | None:
@@ -26,4 +27,10 @@ core: ModuleType | None = _load("_core")
 kineto: ModuleType | None = _load("_kineto")
 walk: ModuleType | None = _load("_walk")
 
-__all__ = ["core", "kineto", "walk"]
+
+def arrow_stream(series: Any) -> Any:
+    """The Arrow C stream capsule of one polars column, as one chunk: how ``_walk`` reads a column."""
+    return (series.rechunk() if series.n_chunks() > 1 else series).__arrow_c_stream__()
+
+
+__all__ = ["arrow_stream", "core", "kineto", "walk"]

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit._native import core, walk
+from tracekit._native import arrow_stream, core, walk
 from tracekit.export.buckets import ArgSets, BucketTable, add_bucket_args
 from tracekit.export.lanes import assign_lanes_grouped
 from tracekit.export.layout import (
@@ -94,10 +94,8 @@ def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str |
     if n_null == series.len():
         return np.zeros(rows.size, np.int64), [None]
     if hashed and walk is not None and series.dtype == pl.String:
-        from tracekit.analyzers.attribution_native import _stream
-
         ids = np.empty(rows.size, dtype=np.int64)
-        vals: list[str | None] = list(walk.intern(_stream(series), rows, "", ids))
+        vals: list[str | None] = list(walk.intern(arrow_stream(series), rows, "", ids))
         ids -= 1
         if n_null:
             nulls = series.is_null().to_numpy()[rows]
