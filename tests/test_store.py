@@ -196,6 +196,13 @@ def test_run_with_string_kind_and_category_is_coded_on_read(tmp_path: Path) -> N
     both = read_run(d)
     assert both.schema["kind"] == KIND_DTYPE and both.get_column("rank").to_list() == [0, 0, 0, 1, 1, 1]
     assert both.get_column("kind").cast(pl.String).to_list() == ["range", "launch", "kernel"] * 2
+    # a category outside the vocabulary reads as "other", as conform makes it (one rule for both)
+    odd = _old_format(fin, tmp_path / "odd.parquet", stamp(new_manifest()))
+    pl.read_parquet(odd).with_columns(pl.when(pl.col("kind") == "kernel").then(pl.lit("retired-category"))
+                                      .otherwise(pl.col("category")).alias("category")).write_parquet(
+        odd, metadata={"tracekit": json.dumps(stamp(new_manifest()))})
+    odd_run = read_run(odd)
+    assert odd_run.filter(pl.col("kind") == "kernel").get_column("category").cast(pl.String).to_list() == ["other"]
     # a kind outside the vocabulary: one line naming the file
     bad = _old_format(fin, tmp_path / "bad.parquet", stamp(new_manifest()))
     pl.read_parquet(bad).with_columns(pl.lit("bogus").alias("kind")).write_parquet(

@@ -90,6 +90,14 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
+def category_codes(col: pl.Expr) -> pl.Expr:
+    """A category column as CATEGORY_DTYPE codes: a value outside CATEGORIES is ``other`` (what every
+    analyzer made of it before the column was an Enum), null stays null."""
+    cat = col.cast(pl.String)
+    known = cat.is_in(list(CATEGORIES)) | cat.is_null()
+    return pl.when(known).then(cat).otherwise(pl.lit("other")).cast(CATEGORY_DTYPE, strict=True).alias("category")
+
+
 def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Add missing columns as nulls, cast to the schema's dtypes, order columns.
 
@@ -103,9 +111,7 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     exprs: list[pl.Expr] = []
     for name, dtype in COLUMNS.items():
         if name == "category" and name in df.columns and df.schema[name] != dtype:
-            cat = pl.col(name).cast(pl.String)
-            known = cat.is_in(list(CATEGORIES)) | cat.is_null()
-            exprs.append(pl.when(known).then(cat).otherwise(pl.lit("other")).cast(dtype, strict=True).alias(name))
+            exprs.append(category_codes(pl.col(name)))
         elif name in df.columns:
             exprs.append(pl.col(name).cast(dtype, strict=True))
         else:

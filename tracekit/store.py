@@ -40,7 +40,14 @@ from tracekit import __version__
 from tracekit.errors import RunError
 from tracekit.manifest import typed
 from tracekit.outputs import named_os_error, temp_beside
-from tracekit.schema import SCHEMA, SCHEMA_VERSION, conform, empty_events, sort_events
+from tracekit.schema import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    category_codes,
+    conform,
+    empty_events,
+    sort_events,
+)
 
 MANIFEST_KEY = b"tracekit"
 _CODED: Final = ("kind", "category")  # dictionary-encoded in the schema (schema.KIND_DTYPE)
@@ -238,7 +245,8 @@ def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
     if not old:
         return pl.scan_parquet([str(f) for f in files], schema=SCHEMA)
     # a run written before kind / category were dictionary-encoded: the strings become codes here,
-    # the one place a run is converted on read (a value outside the vocabulary: RunError on collect)
+    # the one place a run is converted on read (a category outside the vocabulary is `other`, as
+    # conform makes it; a kind outside it: RunError on collect)
     return pl.concat([_scan_file(f, f in old) for f in files], how="vertical")
 
 
@@ -255,7 +263,8 @@ def _scan_file(path: Path, strings: bool) -> pl.LazyFrame:
     if not strings:
         return pl.scan_parquet(str(path), schema=SCHEMA)
     as_read = pl.Schema({c: pl.String() if c in _CODED else t for c, t in SCHEMA.items()})
-    return pl.scan_parquet(str(path), schema=as_read).with_columns(pl.col(c).cast(SCHEMA[c]) for c in _CODED)
+    return pl.scan_parquet(str(path), schema=as_read).with_columns(pl.col("kind").cast(SCHEMA["kind"]),
+                                                                   category_codes(pl.col("category")))
 
 
 def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str]) -> pl.DataFrame:
