@@ -46,7 +46,7 @@ from .attribution_views import (
     stragglers,
 )
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS, NB, Walk, walk
-from .phase_rows import phase_instances
+from .phase_rows import instance_head, phase_instances
 from .robust import outliers
 from .timeline import first_of_launch, launch_ends, queue_delay
 from .whole_trace import WHOLE_TRACE_PHASE, is_whole_trace, whole_trace
@@ -465,16 +465,7 @@ def attribute_instances(
     if phases is not None:
         out = out.filter(pl.col("phase").is_in(list(phases)))
     return out.select(
-        "phase",
-        pl.col("rank").cast(pl.Int32),
-        "phase_id",
-        *FACT_COLUMNS,
-        "source",
-        "host_start_ns",
-        "host_ns",
-        "window_start_ns",
-        "window_end_ns",
-        "gpu_window_ns",
+        *instance_head(),
         *BUCKET_COLUMNS,
         *SUM_COLUMNS[len(BUCKET_COLUMNS) + 2 :],
         "graphed_label_conflict",

@@ -45,7 +45,7 @@ from tracekit.finalize.membership import innermost, range_parents
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_KINDS, OP, RANGE
 
-from .phase_rows import phase_instances
+from .phase_rows import instance_head, phase_instances
 from .robust import median_p90, outliers
 
 if sys.version_info >= (3, 11):
@@ -267,16 +267,7 @@ def host_instances(
         pl.Series("outer_ops", n_outer),
     )
     return out.select(
-        "phase",
-        pl.col("rank").cast(pl.Int32),
-        "phase_id",
-        *FACT_COLUMNS,
-        "source",
-        "host_start_ns",
-        "host_ns",
-        "window_start_ns",
-        "window_end_ns",
-        "gpu_window_ns",
+        *instance_head(),
         *HOST_BUCKET_COLUMNS,
         "ops",
         "outer_ops",

@@ -47,4 +47,16 @@ def phase_instances(events: pl.DataFrame, phases: Sequence[str] | None = None) -
     )
 
 
-__all__ = ["phase_instances"]
+def instance_head() -> list[pl.Expr]:
+    """The leading columns of every per-instance result table (attribution's and host attribution's),
+    in their order: who the instance is and which windows were measured; bucket columns follow."""
+    return [
+        pl.col("phase"),
+        pl.col("rank").cast(pl.Int32),
+        pl.col("phase_id"),
+        *(pl.col(c) for c in FACT_COLUMNS),
+        *(pl.col(c) for c in ("source", "host_start_ns", "host_ns", "window_start_ns", "window_end_ns", "gpu_window_ns")),
+    ]
+
+
+__all__ = ["instance_head", "phase_instances"]
