@@ -135,3 +135,22 @@ def test_diff_compares_medians_by_default() -> None:
     assert ph["new_mean_ns"] == sum(new) / len(new)
     text = " ".join(CliRunner().invoke(cli, ["diff", str(graphed), str(EAGER), "--phase", "draft"]).output.split())
     assert "draft: median per instance" in text and "median over" in text
+
+
+def test_clock_note_only_where_no_unprofiled_timers(tmp_path: Path) -> None:
+    """A run ingested from raw traces has no unprofiled timers: text and JSON say the figures are the
+    profiled window's and the dilation is unknown; a capture with timers prints dilation lines instead."""
+    shapes = SAMPLES / "sglang-shapes-h200x2"
+    run = tmp_path / "ingested.parquet"
+    res = CliRunner().invoke(cli, ["ingest", str(shapes), "-o", str(run), "-q"])
+    assert res.exit_code == 0, res.output
+    text = CliRunner().invoke(cli, ["attribute", str(run)])
+    assert text.exit_code == 0, text.output
+    assert text.output.startswith("clock: every figure is from the profiled window"), text.output[:300]
+    doc = json.loads(CliRunner().invoke(cli, ["attribute", str(run), "--json"]).stdout)
+    assert doc["dilation"] == {} and any(n.startswith("clock: ") for n in doc["notes"])
+    captured = CliRunner().invoke(cli, ["attribute", str(EAGER)])
+    assert captured.exit_code == 0 and "clock: every figure" not in captured.output
+    assert "profiler dilation: verify" in captured.output
+    doc = json.loads(CliRunner().invoke(cli, ["attribute", str(EAGER), "--json"]).stdout)
+    assert doc["dilation"]["verify"]["ratio"] > 1 and "notes" not in doc

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from tracekit.buckets import BUCKETS
 from tracekit.render.attribute_json import (
+    NO_TIMERS_LINE,
     WHOLE_TRACE_LINE,
     dilation,
     whole_trace,
@@ -318,6 +319,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
     timers = phase_timers(manifest) if manifest is not None else {}
     if whole_trace(report):
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
+    if not dil:
+        console.print(NO_TIMERS_LINE, soft_wrap=True, highlight=False, markup=False)
     for phase in phase_order(bp):
         row = bp[phase]
         ranks = report["by_rank"].filter(pl.col("phase") == phase)

@@ -39,6 +39,12 @@ WHOLE_TRACE_LINE: Final = (
     "no phase ranges found (no tracekit labels, no SGLang spans): each rank's whole GPU span, first GPU event "
     "to last, is attributed as one instance of phase 'trace'; its buckets add up to the span"
 )
+NO_TIMERS_LINE: Final = (
+    "clock: every figure is from the profiled window (the trace's own timestamps, exact ns); this run has no "
+    "unprofiled phase timers (raw traces ingested, or a capture without them), so the profiler's dilation is "
+    "unknown: launch overhead and GPU idle may hold profiler cost. `tracekit capture` records both "
+    "(docs/capture.md, Profile modes)"
+)
 
 
 def whole_trace(report: dict[str, pl.DataFrame]) -> bool:
@@ -181,8 +187,11 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, ma
         "whole_trace": whole_trace(report),
         "definitions": DEFINITIONS,
     }
-    if doc["whole_trace"]:
-        doc["notes"] = [WHOLE_TRACE_LINE]
+    notes = [WHOLE_TRACE_LINE] if doc["whole_trace"] else []
+    if manifest is None or not dilation(manifest):
+        notes.append(NO_TIMERS_LINE)
+    if notes:
+        doc["notes"] = notes
     if by == "cycle":
         doc["cycles"] = [cycle_item(r) for r in report["instances"].iter_rows(named=True)]
     if by == "seq":
