@@ -141,7 +141,7 @@ def _first_match(names: list[str], rules: tuple[Rule, ...]) -> list[int]:
     s = pl.Series("name", names, dtype=pl.String)
     try:
         name = pl.col("name")
-        chain = pl.when(name.str.contains(rules[0].pattern)).then(0)
+        chain: Any = pl.when(name.str.contains(rules[0].pattern)).then(0)
         for i, rule in enumerate(rules[1:], 1):
             chain = chain.when(name.str.contains(rule.pattern)).then(i)
         out: list[int] = s.to_frame().select(chain.otherwise(-1).alias("i")).to_series().to_list()
