@@ -45,6 +45,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit.finalize.phases import FACT_COLUMNS, parse_label, phase_of_span
+from tracekit.finalize.version import unique_phase_ids
 from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, KINDS, LAUNCH, RANGE, conform
 
 I64 = npt.NDArray[np.int64]
@@ -473,27 +474,6 @@ def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.D
     new_id[is_root] = np.arange(int(is_root.sum()), dtype=np.int64) + first_id
     ids = new_id[root]
     return r.rename({"_map_phase": "_phase"}).with_columns(pl.Series("_id", ids))
-
-
-def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
-    """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
-
-    Shards are annotated rank by rank, so two ranks can both hold instance 0.
-    Ids are then remapped to ``rank * (max_id + 1) + id``: unique, deterministic,
-    ordered as before within each rank. A table whose ids are already unique
-    across ranks is returned unchanged.
-    """
-    if "phase_id" not in events.columns or "rank" not in events.columns:
-        return events
-    ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()
-    shared = ids.group_by("phase_id").agg(pl.len().alias("n")).select(pl.col("n").max()).collect()
-    if shared.height == 0 or (shared.item() or 0) <= 1:
-        return events
-    top = int(events.get_column("phase_id").max() or 0) + 1  # type: ignore[arg-type]
-    return events.with_columns(
-        (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
-    )
-
 
 
 __all__ = [
