@@ -162,7 +162,8 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int,
     ``name`` columns dictionary-encoded (the scanner's; else encoded here): the kind rules run
     once per distinct category / API name, and rows are classified by integer codes."""
     cat_c, name_c = codes if codes is not None else (encode(f.get_column("cat")), encode(f.get_column("name")))
-    kind_code, gpu_np = _kinds(cat_c, name_c, f.get_column("instant").fill_null(False).to_numpy())
+    instant = f.get_column("instant")
+    kind_code, gpu_np = _kinds(cat_c, name_c, (instant.fill_null(False) if instant.null_count() else instant).to_numpy())
     launch_np = kind_code == _KIND_INDEX[schema.LAUNCH]
     graph_name = _per_code(name_c, launch_np, 0, lambda n: n in _GRAPH_LAUNCH)
     has_coll = f.get_column("coll_name").null_count() < f.height
@@ -190,9 +191,18 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int,
         .when(is_launch).then(is_graph_launch)
         .otherwise(None).alias("graph"),
     ]
-    # collective names and dtypes: a handful of distinct values, mapped once each (no per-row Python)
-    coll_names = f.get_column("coll_name").drop_nulls().unique().to_list() if has_coll else []
-    dtypes = f.get_column("dtype").drop_nulls().unique().to_list() if has_coll else []
+    # collective names and dtypes: a handful of distinct values, mapped once each (no per-row Python);
+    # with the rows that get an args JSON, from one query
+    coll_names: list[str] = []
+    dtypes: list[str] = []
+    need: pl.Series | None = None
+    if has_coll or has_bytes:
+        facts = f.select(
+            pl.col("coll_name").drop_nulls().unique().implode(),
+            pl.col("dtype").drop_nulls().unique().implode(),
+            (pl.col("coll_name").is_not_null() | pl.col("bytes").is_not_null()).arg_true().implode().alias("need"),
+        ).row(0)
+        coll_names, dtypes, need = facts[0], facts[1], pl.Series("need", facts[2], dtype=pl.UInt32)
     if has_coll:
         dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
         # the op comes from the kernel name (categories.toml's coll_op, set at finalize), as for
@@ -202,10 +212,9 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int,
             pl.when(is_coll_kernel).then(pl.col("in_nelems") * dtype_bytes).otherwise(None).alias("coll_bytes"),
             pl.when(is_coll_kernel).then(pl.col("pg_name")).otherwise(None).alias("group"),
         ]
-    if has_coll or has_bytes:
+    if need is not None:
         # the JSON is built for the few rows that have one, then placed (pl.format over every row
         # would cost more than the rest of this query)
-        need = (f.get_column("coll_name").is_not_null() | f.get_column("bytes").is_not_null()).arg_true()
         args = f.select(_ARGS_COLS)[need].select(_args_json(coll_names, dtypes)).to_series()
         f = f.with_columns(nulls(f.height, pl.String()).scatter(need, args).alias("args"))
     keep = [c for c in schema.COLUMNS if c != "rank" and (c in f.columns or c in (
