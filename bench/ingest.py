@@ -296,8 +296,9 @@ _ORJSON_CLI = ("import gzip, pathlib, sys, orjson\n"
                "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.json*')):\n"
                "    orjson.loads(gzip.decompress(p.read_bytes()))['traceEvents']\n")
 # what `tracekit ingest` imports before it reads a file (its start-up without the work)
+# (with -q: no rich; the other commands' modules are not imported, tests/test_cli_startup.py)
 _CLI_IMPORTS = ("import tracekit.cli, tracekit.cli.ingest, tracekit.ingest, tracekit.finalize.pipeline, tracekit.store, "
-                "tracekit.analyzers.align, tracekit.render.ingest, rich.console")
+                "tracekit.analyzers.align, tracekit.resolution, tracekit.render.run_state")
 CLI_TOOLS = ("cli-tracekit", "cli-imports", "cli-orjson", "cli-python")
 CLI_LABELS = {"cli-tracekit": "`tracekit ingest DIR -o run.parquet -q`",
               "cli-imports": "  its start-up: interpreter + imports only",

@@ -362,30 +362,25 @@ def _instance_table(inst_rows: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFr
 
 
 def _write_back(ev: pl.DataFrame, inst: pl.DataFrame, pid_arr: I64, own_rows: I64) -> pl.DataFrame:
-    """phase_id/phase/cycle on member rows; instance facts on phase range rows (instance ids are 0..K-1)."""
-    n = ev.height
-    idx = pl.Series("phase_id", pid_arr)
-    idx = idx.set(pl.Series(pid_arr < 0), None)  # type: ignore[arg-type]
-    new: list[pl.Series] = [idx, inst.get_column("_phase").gather(idx).alias("phase")]
-    cyc = inst.get_column("cycle").gather(idx).alias("cycle")
-    old_cyc = ev.get_column("cycle")
-    if old_cyc.null_count() < n:
-        cyc = cyc.zip_with(cyc.is_not_null(), old_cyc).alias("cycle")
-    new.append(cyc)
+    """phase_id/phase/cycle on member rows; instance facts on phase range rows (instance ids are 0..K-1).
+    One ``with_columns``: the instance table's columns gathered by each row's instance id."""
+    pid = pl.lit(pl.Series("_pid", pid_arr))
+    member = pl.when(pid >= 0).then(pid)  # the row's instance id, null for no instance
+
+    def of_instance(c: str) -> pl.Expr:
+        col = inst.get_column(c)
+        return pl.lit(col).gather(member) if inst.height else pl.lit(None, dtype=col.dtype)
+
+    new = [member.alias("phase_id"), of_instance("_phase").alias("phase"),
+           pl.coalesce(of_instance("cycle"), pl.col("cycle")).alias("cycle")]
     # facts on phase range rows: the instance's value (an instance's fact is null only when
     # all its range rows had none, so coalescing with the row's own value is exact)
     if own_rows.size:
-        own_ids = pl.Series(pid_arr[own_rows])
-        rows = pl.Series(own_rows)
-        for c in FACT_COLUMNS:
-            if c == "cycle":
-                continue
-            col = ev.get_column(c)
-            old = col.gather(rows)
-            val = inst.get_column(c).gather(own_ids)
-            val = val.zip_with(val.is_not_null(), old)
-            if not bool(val.eq_missing(old).all()):
-                new.append(col.scatter(own_rows, val))
+        own = np.zeros(ev.height, dtype=bool)
+        own[own_rows] = True
+        is_own = pl.lit(pl.Series("_own", own))
+        new += [pl.when(is_own).then(pl.coalesce(of_instance(c), pl.col(c))).otherwise(pl.col(c)).alias(c)
+                for c in FACT_COLUMNS if c != "cycle"]
     return ev.with_columns(new)
 
 
@@ -445,7 +440,8 @@ def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.D
     """
     cols = ["_row", "rank", "pid", "tid", "stream", "start_ns", "dur_ns", "_map_phase", *FACT_COLUMNS]
     if ranges.height == 0:
-        schema = {c: ranges.schema[c] for c in cols}
+        have = ranges.schema
+        schema = {c: have[c] for c in cols}
         return pl.DataFrame(schema=schema).rename({"_map_phase": "_phase"}).with_columns(
             pl.lit(None, dtype=pl.Int64).alias("_id")
         )
