@@ -201,22 +201,23 @@ def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None
     """Fill ``category`` on kernel / memcpy / memset rows that have none (a category already set is
     kept); set ``coll_op`` on collectives recognised by name where the trace gave none. Host rows keep
     a null category. Pure: returns a new frame."""
-    use = rules if rules is not None else default_rules()
+    use = tuple(rules) if rules is not None else default_rules()
     kind = pl.col("kind")
     is_kernel = kind == schema.KERNEL
-    kernel_names = events.filter(is_kernel).get_column("name").unique().drop_nulls().to_list()
-    table = rule_table(kernel_names, use)
-    cat_map = dict(zip(table["name"].to_list(), table["_cat"].to_list(), strict=True))
-    ops = table.filter(pl.col("_op").is_not_null())
-    op_map = dict(zip(ops["name"].to_list(), ops["_op"].to_list(), strict=True))
     name = pl.col("name")
-    cols = [
+    kernel_names: list[str] = events.select(name.filter(is_kernel).unique().drop_nulls()).to_series().to_list()
+    first = _first_rules(kernel_names, use)  # the rule table's match (rule_table), without its frame
+    cat_map = {n: use[i].category if i >= 0 else OTHER for n, i in zip(kernel_names, first, strict=True)}
+    op_map = {n: use[i].coll_op for n, i in zip(kernel_names, first, strict=True) if i >= 0 and use[i].coll_op is not None}
+    category = (
         pl.when(pl.col("category").is_not_null()).then(pl.col("category"))  # set by the writer: kept
         .when(is_kernel).then(name.replace_strict(cat_map, default=OTHER, return_dtype=pl.String))
         .when(kind.is_in([schema.MEMCPY, schema.MEMSET])).then(pl.lit(MEMORY))
         .otherwise(pl.col("category"))
-        .alias("category"),
-    ]
+    )
+    if events.schema.get("category") == schema.CATEGORY_DTYPE:  # a conformed table stays conformed
+        category = category.cast(schema.CATEGORY_DTYPE)  # every rule's category is in the vocabulary
+    cols = [category.alias("category")]
     if op_map:
         cols.append(
             pl.when(is_kernel & pl.col("coll_op").is_null())
