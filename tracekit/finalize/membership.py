@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracekit._native import series
 from tracekit.finalize.phases import FACT_COLUMNS, parse_label, phase_of_span
 from tracekit.finalize.version import unique_phase_ids
 from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, KINDS, LAUNCH, RANGE, conform
@@ -207,11 +208,11 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     bits = _kind_bits(ev.get_column("kind"))
     range_np = (bits & _R) > 0
     range_rows = np.flatnonzero(range_np)
-    range_mask = pl.Series(range_np)
+    range_mask = series("", range_np)
     rsub = ev.select(["rank", "kind", "name", "pid", "tid", "stream", "start_ns", "dur_ns", *FACT_COLUMNS]).filter(
         range_mask
     )
-    rsub = rsub.with_columns(pl.Series("_row", range_rows, dtype=pl.Int64))
+    rsub = rsub.with_columns(series("_row", range_rows.astype(np.int64, copy=False)))
     names_tbl = _name_table(rsub.get_column("name"), rules)
 
     # --- phase range rows and facts markers -------------------------------------------
@@ -221,7 +222,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     )  # label facts win over values already in the row
     markers = cand.filter(pl.col("_is_facts"))
     launch_np = (bits & _L) > 0
-    launch_ranks = ev.select("rank").filter(pl.Series(launch_np)).get_column("rank").unique().drop_nulls()
+    launch_ranks = ev.select("rank").filter(series("", launch_np)).get_column("rank").unique().drop_nulls()
     host = cand.filter(~pl.col("_is_facts") & (pl.col("kind") == RANGE) & (pl.col("dur_ns") > 0))
     gpu_gr = cand.filter(
         ~pl.col("_is_facts")
@@ -249,7 +250,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     if inst_host.height:
         hmask = ((bits & _H) > 0) & ev.get_column("tid").is_not_null().to_numpy() & ~own
         hrows = np.flatnonzero(hmask)
-        hsub = ev.select("rank", "pid", "tid", "start_ns").filter(pl.Series(hmask))
+        hsub = ev.select("rank", "pid", "tid", "start_ns").filter(series("", hmask))
         both = pl.concat([inst_host.select("rank", "pid", "tid"), hsub.select("rank", "pid", "tid")])
         keys = _thread_key(both)
         del both
@@ -260,7 +261,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
         i_s = _i64(inst_host["start_ns"])
         i_e = i_s + _i64(inst_host["dur_ns"])
         i_id = inst_host["_id"].to_numpy().astype(np.int64)
-        for k, sel_h in _groups(h_key, np.unique(i_key)):
+        for k, sel_h in _groups(h_key, _distinct(i_key)):
             sel = i_key == k
             pid_arr[hrows[sel_h]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], h_start[sel_h])
         _cross_thread(ev, bits, inst_host, i_s, i_e, i_id, pid_arr)
@@ -274,19 +275,19 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
         del has_corr
         lrows = np.flatnonzero(lc_np)
         grows = np.flatnonzero(gc_np)
-        lsub = ev.select("rank", "correlation").filter(pl.Series(lc_np))
-        gsub = ev.select("rank", "correlation").filter(pl.Series(gc_np))
+        lsub = ev.select("rank", "correlation").filter(series("", lc_np))
+        gsub = ev.select("rank", "correlation").filter(series("", gc_np))
         del lc_np, gc_np
         l_rank, l_corr = _ints(lsub.get_column("rank"), -1), _i64(lsub.get_column("correlation"))
         g_rank, g_corr = _ints(gsub.get_column("rank"), -1), _i64(gsub.get_column("correlation"))
         del lsub, gsub
         l_val = pid_arr[lrows]
-        for r, sel_g in _groups(g_rank, np.unique(l_rank)):
+        for r, sel_g in _groups(g_rank, _distinct(l_rank)):
             sel_l = l_rank == r
             pid_arr[grows[sel_g]] = _lookup(l_corr[sel_l], l_val[sel_l], g_corr[sel_g])
     # fallback: ranks without launch rows, via projected phase gpu ranges on the same stream
     if inst_gpu.height and gpu_np.any():
-        fb = pl.Series(gpu_np) & ~ev.get_column("rank").is_in(launch_ranks.implode()).fill_null(False)
+        fb = series("", gpu_np) & ~ev.get_column("rank").is_in(launch_ranks.implode()).fill_null(False)
         frows = np.flatnonzero(fb.to_numpy())
         fsub = ev.select("rank", "stream", "start_ns").filter(fb)
         f_rank, f_stream = _i64(fsub.get_column("rank"), -1), _i64(fsub.get_column("stream"), -1)
@@ -325,12 +326,12 @@ def _cross_thread(
     if not lmask.any():
         return
     lrows = np.flatnonzero(lmask)
-    lsub = ev.select("rank", "pid", "start_ns").filter(pl.Series(lmask))
+    lsub = ev.select("rank", "pid", "start_ns").filter(series("", lmask))
     keys = _process_key(pl.concat([inst_host.select("rank", "pid"), lsub.select("rank", "pid")], how="vertical_relaxed"))
     ni = inst_host.height
     i_key, l_key = keys[:ni], keys[ni:]
     l_start = _i64(lsub.get_column("start_ns"))
-    for k, sel_l in _groups(l_key, np.unique(i_key)):
+    for k, sel_l in _groups(l_key, _distinct(i_key)):
         sel = i_key == k
         pid_arr[lrows[sel_l]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], l_start[sel_l])
 
@@ -364,7 +365,7 @@ def _instance_table(inst_rows: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFr
 def _write_back(ev: pl.DataFrame, inst: pl.DataFrame, pid_arr: I64, own_rows: I64) -> pl.DataFrame:
     """phase_id/phase/cycle on member rows; instance facts on phase range rows (instance ids are 0..K-1).
     One ``with_columns``: the instance table's columns gathered by each row's instance id."""
-    pid = pl.lit(pl.Series("_pid", pid_arr))
+    pid = pl.lit(series("_pid", pid_arr))
     member = pl.when(pid >= 0).then(pid)  # the row's instance id, null for no instance
 
     def of_instance(c: str) -> pl.Expr:
@@ -378,10 +379,22 @@ def _write_back(ev: pl.DataFrame, inst: pl.DataFrame, pid_arr: I64, own_rows: I6
     if own_rows.size:
         own = np.zeros(ev.height, dtype=bool)
         own[own_rows] = True
-        is_own = pl.lit(pl.Series("_own", own))
+        is_own = pl.lit(series("_own", own))
         new += [pl.when(is_own).then(pl.coalesce(of_instance(c), pl.col(c))).otherwise(pl.col(c)).alias(c)
                 for c in FACT_COLUMNS if c != "cycle"]
     return ev.with_columns(new)
+
+
+def _distinct(a: I64) -> I64:
+    """``np.unique(a)`` (sorted distinct values) without numpy.ma: numpy 2's plain ``np.unique`` asks
+    ``np.ma.is_masked``, and that first use imports numpy.ma (~20 ms of a short ingest)."""
+    s = np.sort(a)
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def _groups(keys: I64, wanted: I64) -> list[tuple[int, I64]]:
@@ -469,7 +482,7 @@ def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.D
     new_id = np.full(r.height, -1, dtype=np.int64)
     new_id[is_root] = np.arange(int(is_root.sum()), dtype=np.int64) + first_id
     ids = new_id[root]
-    return r.rename({"_map_phase": "_phase"}).with_columns(pl.Series("_id", ids))
+    return r.rename({"_map_phase": "_phase"}).with_columns(series("_id", ids))
 
 
 __all__ = [

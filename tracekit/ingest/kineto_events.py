@@ -18,6 +18,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit import schema
+from tracekit._native import series
 from tracekit.ingest.fastscan import Codes
 
 # Kineto categories (lowercased; old traces spell some differently) -> event kind.
@@ -169,12 +170,12 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int,
     has_coll = f.get_column("coll_name").null_count() < f.height
     has_bytes = f.get_column("bytes").null_count() < f.height
     f = f.with_columns(
-        _KIND_NAMES.gather(np.where(kind_code < 0, len(schema.KINDS), kind_code)).alias("kind"),
-        pl.Series("_gpu", gpu_np),
-        pl.Series("_launch", launch_np),
-        pl.Series("_graph_launch", launch_np & graph_name[name_c.codes].astype(bool)),
-        pl.Series("_gpu_work", np.isin(kind_code, _GPU_WORK)),
-        pl.Series("_kernel", kind_code == _KIND_INDEX[schema.KERNEL]),
+        _KIND_NAMES.gather(series("", np.where(kind_code < 0, len(schema.KINDS), kind_code))).alias("kind"),
+        series("_gpu", gpu_np),
+        series("_launch", launch_np),
+        series("_graph_launch", launch_np & graph_name[name_c.codes].astype(bool)),
+        series("_gpu_work", np.isin(kind_code, _GPU_WORK)),
+        series("_kernel", kind_code == _KIND_INDEX[schema.KERNEL]),
     )
 
     gpu = pl.col("_gpu")
@@ -224,7 +225,7 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int,
     known = kind_code >= 0
     lf = f.lazy().with_columns(cols)
     if not known.all():
-        lf = lf.filter(pl.Series(known))
+        lf = lf.filter(series("", known))
     out = lf.select([*keep, "pid_raw"]).collect(engine="in-memory")  # ~20% less CPU than the streaming engine
     dropped: dict[str, int] = {}
     if out.height < f.height:  # events of unknown categories (kind null): counted by category
