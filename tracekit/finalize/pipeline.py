@@ -4,8 +4,9 @@
 ``tracekit.finalize.collectives.annotate_collectives`` (communicator and order of
 every collective), then ``tracekit.finalize.membership.annotate_phases`` (phase
 ranges and their member events, with the trace-dependent span rules of
-``tracekit.finalize.phases.trace_rules``), then phase ids made unique in the run
-(``membership.unique_phase_ids``). Every writer (capture, ingest, align, merge)
+``tracekit.finalize.phases.trace_rules``), which numbers the phase instances of the whole
+table, so their ids are unique in the run (``version.unique_phase_ids`` is for shards
+annotated rank by rank, merged later: store.load_run, merge). Every writer (capture, ingest, align, merge)
 writes a finalized table and records ``FINALIZE_VERSION`` in the manifest
 (``stamp``); ``tracekit.store.load_run`` finalizes again a run whose manifest
 records an older version (or none); categories the writer set are kept
@@ -29,7 +30,6 @@ from tracekit.finalize.version import (
     finalize_version,
     is_finalized,
     stamp,
-    unique_phase_ids,
 )
 from tracekit.schema import RANGE
 
@@ -46,17 +46,17 @@ def span_rules(events: pl.DataFrame, extra: Iterable[SpanRule] = ()) -> list[Spa
 
 
 def finalize_events(events: pl.DataFrame, *, rules: Sequence[Rule] | None = None) -> pl.DataFrame:
-    """Categorize, annotate collectives, annotate phases, unique phase ids. Pure: returns a new frame."""
+    """Categorize, annotate collectives, annotate phases (instance ids unique in the table: tests/
+    test_membership.py::test_phase_ids_unique_across_ranks). Pure: returns a new frame."""
     out = categorize(events, list(rules) if rules is not None else None)
     out = annotate_collectives(out)
-    out = annotate_phases(out, rules=span_rules(out))
-    return unique_phase_ids(out)
+    return annotate_phases(out, rules=span_rules(out))
 
 
 def rephase(events: pl.DataFrame, extra: Sequence[SpanRule]) -> pl.DataFrame:
     """Phase membership again with caller rules tried first (``attribute --phase REGEX`` over range
     names defines a phase of its own), the trace's own rules after them."""
-    return unique_phase_ids(annotate_phases(events, rules=span_rules(events, extra)))
+    return annotate_phases(events, rules=span_rules(events, extra))
 
 
 __all__ = [
