@@ -10,7 +10,7 @@ change in load falls on all rows); each row prints its best and median CPU (user
 and wall seconds, then the load average, and how much of ``attribute`` is start-up (interpreter,
 imports) versus the work itself (attribute minus a run that only imports the same modules).
 
-``--base DIR``: also run every tracekit row with ``PYTHONPATH=DIR`` (a checkout of another commit, e.g.
+``--base DIR``: also run every tracekit row in DIR with ``PYTHONPATH=DIR`` (a checkout of another commit, e.g.
 ``git archive main | tar -x -C DIR`` plus the built ``tracekit/*.so``), interleaved with this tree, and
 print this tree / base per row (median of the per-round ratios).
 """
@@ -30,10 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 SMALL_SET = REPO / "samples" / "sglang-shapes-h200x2"
 
 
-def child(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+def child(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
     """CPU seconds (user + system of the process, from wait4) and wall seconds of one command."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, env=env)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -73,15 +73,16 @@ def main() -> int:
     ]
     env = {**os.environ}
     env.pop("PYTHONPATH", None)
+    # the base runs in its own directory: `python -m` / `-c` put the working directory first on sys.path
     base_env = {**env, "PYTHONPATH": str(a.base.resolve())} if a.base else None
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     cpu: dict[str, list[float]] = {}
     wall: dict[str, list[float]] = {}
     for r in range(a.repeat):
         for label, cmd, tk in rows:
-            variants = [("", env)] + ([("base: ", base_env)] if base_env is not None and tk else [])
-            for prefix, e in variants if r % 2 == 0 else variants[::-1]:
-                c, w = child(cmd, e)
+            variants = [("", env, REPO)] + ([("base: ", base_env, a.base)] if base_env is not None and tk else [])
+            for prefix, e, cwd in variants if r % 2 == 0 else variants[::-1]:
+                c, w = child(cmd, e, cwd)
                 cpu.setdefault(prefix + label, []).append(c)
                 wall.setdefault(prefix + label, []).append(w)
     print(f"CPU seconds of each child process, {a.repeat} rounds (best, median; wall best)")
