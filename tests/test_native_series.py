@@ -71,6 +71,8 @@ def test_series_falls_back_for_other_arrays() -> None:
     assert _native.series("s", a).to_list() == ["a", "b"]
     f = np.array([1.5, 2.5], dtype=np.float32)
     assert_series_equal(_native.series("f", f), pl.Series("f", f))
+    big_endian = np.array([1, 2, 300], dtype=">i8")
+    assert _native.series("b", big_endian).to_list() == [1, 2, 300]
 
 
 @needs_ext

@@ -54,7 +54,7 @@ def series(name: str, values: Any) -> Any:
     compiled module, go through ``pl.Series``."""
     import polars as pl
 
-    fmt = _ARROW_FORMATS.get(values.dtype.name) if values.ndim == 1 else None
+    fmt = _ARROW_FORMATS.get(values.dtype.name) if values.ndim == 1 and values.dtype.isnative else None
     if fmt is None or kineto is None:
         return pl.Series(name, values)
     import numpy as np
