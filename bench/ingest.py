@@ -296,8 +296,9 @@ _ORJSON_CLI = ("import gzip, pathlib, sys, orjson\n"
                "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.json*')):\n"
                "    orjson.loads(gzip.decompress(p.read_bytes()))['traceEvents']\n")
 # what `tracekit ingest` imports before it reads a file (its start-up without the work)
+# (with -q: no rich; the other commands' modules are not imported, tests/test_cli_startup.py)
 _CLI_IMPORTS = ("import tracekit.cli, tracekit.cli.ingest, tracekit.ingest, tracekit.finalize.pipeline, tracekit.store, "
-                "tracekit.analyzers.align, tracekit.render.ingest, rich.console")
+                "tracekit.analyzers.align, tracekit.resolution, tracekit.render.run_state")
 CLI_TOOLS = ("cli-tracekit", "cli-imports", "cli-orjson", "cli-python")
 CLI_LABELS = {"cli-tracekit": "`tracekit ingest DIR -o run.parquet -q`",
               "cli-imports": "  its start-up: interpreter + imports only",
@@ -306,7 +307,12 @@ CLI_LABELS = {"cli-tracekit": "`tracekit ingest DIR -o run.parquet -q`",
 
 
 def run_cli(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
-    """CPU seconds (user + system, from wait4) and peak RSS of one whole process."""
+    """CPU seconds (user + system, from wait4) and peak RSS of one whole process.
+
+    The process is started by a small helper process (this script, ``--spawn``), not by this one:
+    Linux carries the peak RSS of the process that vforks over into the child's ``ru_maxrss``
+    (subprocess uses vfork), so children of this process, large after reading the traces, would
+    all report at least its peak."""
     env = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
     if kind == "cli-tracekit":
         cmd = [sys.executable, "-m", "tracekit", "ingest", "-q", str(data), "-o", str(tmp / "cli.parquet")]
@@ -316,16 +322,28 @@ def run_cli(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
         cmd = [sys.executable, "-c", _CLI_IMPORTS]
     else:
         cmd = [sys.executable, "-c", "pass"]
+    proc = subprocess.run([sys.executable, "-S", __file__, "--spawn", json.dumps(cmd)], capture_output=True, text=True,
+                          env=env, cwd=str(REPO))
+    if proc.returncode != 0:
+        return f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "failed" in result:
+        return str(result["failed"])
+    return result
+
+
+def _spawn(cmd: list[str]) -> dict[str, Any]:
+    """Run ``cmd`` (stdout discarded) and measure it: what ``run_cli``'s helper process does."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(REPO))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
     if proc.stderr:
         proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        return f"failed ({proc.returncode}): {err.splitlines()[-1] if err else ''}"
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        return {"failed": f"failed ({code}): {err.splitlines()[-1] if err else ''}"}
     return {"wall": wall, "seconds": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024.0}
 
 
@@ -451,7 +469,11 @@ def main() -> None:
     ap.add_argument("--real", action="append", default=[],
                     help="glob of real trace files to measure too, as they are (repeatable: one set each)")
     ap.add_argument("--worker", nargs=3, metavar=("KIND", "DATA", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--spawn", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.spawn:
+        print(json.dumps(_spawn(json.loads(a.spawn))))
+        return
     if a.worker:
         print(json.dumps(worker(a.worker[0], Path(a.worker[1]), Path(a.worker[2]))))
         return

@@ -215,3 +215,46 @@ def test_bad_rule_files(tmp_path: Path, text: str, message: str) -> None:
 def test_normalize_kernel_name(name: str, normalized: str) -> None:
     assert normalize_kernel_name(name) == normalized
     assert len(normalize_kernel_name("x" * 5000)) <= 200
+
+
+def test_rule_table_memo_serves_no_stale_table(tmp_path: Path) -> None:
+    """Names are matched once per process and rule table: the same names under other rules, then
+    under the first rules again, in one process, give each table's own answer."""
+    from tracekit.finalize.categories import rule_table
+
+    name = "nvjet_tst_128x64_64x8_1x1_v_bz_TNT"
+    first = rule_table([name, "some_unknown_thing"])  # built-in: gemm, unmatched
+    assert first["_cat"].to_list() == ["gemm", "other"] and first["_matched"].to_list() == [True, False]
+    f = tmp_path / "mine.toml"
+    f.write_text('[[rule]]\ncategory = "comm"\npattern = "nvjet_tst"\ncoll_op = "allgather"\n')
+    mine = rule_table([name, "some_unknown_thing"], load_rules(f))
+    assert mine["_cat"].to_list() == ["comm", "other"] and mine["_op"].to_list() == ["allgather", None]
+    g = tmp_path / "other.toml"  # the same pattern, another category: another table
+    g.write_text('[[rule]]\ncategory = "attention"\npattern = "nvjet_tst"\n')
+    other = categorize(_events(), load_rules(g))
+    assert dict(zip(other["name"], other["category"], strict=True))[name] == "attention"
+    again = categorize(_events())
+    assert dict(zip(again["name"], again["category"], strict=True))[name] == "gemm"
+    assert rule_table([name])["_cat"].to_list() == ["gemm"]
+
+
+def test_one_query_matches_rule_by_rule() -> None:
+    """The one-query matcher (a when/then chain over every rule) and the rule-by-rule reference
+    (``_rule_mask``, first match wins) agree on every case and on the kernels of the samples."""
+    from tracekit.finalize import categories as cats
+
+    samples = Path(__file__).resolve().parent.parent / "samples"
+    names = {c[0] for c in CASES}
+    for run in sorted(samples.glob("*/*.parquet")):
+        ev = pl.read_parquet(run, columns=["kind", "name"])
+        names |= set(ev.filter(pl.col("kind").cast(pl.String) == "kernel")["name"].cast(pl.String).drop_nulls().to_list())
+    ordered = sorted(names)
+    rules = default_rules()
+    one_query = cats._first_match(ordered, rules)
+    s = pl.Series("name", ordered, dtype=pl.String)
+    ref = []
+    masks = [cats._rule_mask(s, r).to_list() for r in rules]
+    for j in range(len(ordered)):
+        ref.append(next((i for i, m in enumerate(masks) if m[j]), -1))
+    assert one_query == ref
+    assert len(ordered) > len(CASES) and -1 in ref and len(set(ref)) > 10

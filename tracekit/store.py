@@ -283,8 +283,7 @@ def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> 
     here (``tracekit.finalize.finalize_events``), all columns read for it; ``Run.refinalized``
     then says so and the returned manifest records the current version.
     """
-    from tracekit.finalize.membership import unique_phase_ids
-    from tracekit.finalize.pipeline import finalize_events, finalize_version, is_finalized, stamp
+    from tracekit.finalize.version import finalize_version, is_finalized, stamp, unique_phase_ids
 
     man = read_manifest(path)
     lf = scan_run(path)
@@ -292,6 +291,8 @@ def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> 
     if is_finalized(man):
         df = unique_phase_ids(_collect(lf if columns is None else lf.select(columns), path))
     else:
+        from tracekit.finalize.pipeline import finalize_events
+
         df = finalize_events(_collect(lf, path))
         if columns is not None:
             df = df.select(columns)

@@ -3,24 +3,19 @@
 Usage errors exit 2 (click), bad data exits 1 with one line naming the file and
 rank, no traceback unless --debug.
 
-Every command module below registers its commands on the ``tracekit`` group
-(tracekit.cli.common); add a command to the module of its part of the project:
+Every command module registers its commands on the ``tracekit`` group
+(tracekit.cli.common) and is imported when one of its commands runs; add a command to the
+module of its part of the project and to ``COMMAND_MODULES``:
 ingest (ingest, info), capture, analyses (attribute, gap), export (export,
 validate-trace), forensics (spec, align, diff, ranks), report (report, merge).
 """
 
 from __future__ import annotations
 
-from tracekit.cli import analyses, capture, export, forensics, ingest, report  # noqa: F401  (registers the commands)
 from tracekit.cli.common import cli
 
-# --- sglang (integration) ---
-# The integration's commands (sglang-capture, sglang-launch, sglang-bootstrap, sglang-check)
-# live beside it in tracekit.collectors.sglang.commands (no torch or sglang import at load).
-from tracekit.collectors.sglang.commands import COMMANDS as _SGLANG_COMMANDS
-
-for _cmd in _SGLANG_COMMANDS:
-    cli.add_command(_cmd)
+# Each command module registers its commands on the ``tracekit`` group when it is imported; the
+# group imports a command's module when that command runs (tracekit.cli.common.COMMAND_MODULES).
 
 
 def main() -> None:

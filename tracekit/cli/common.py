@@ -16,7 +16,47 @@ if TYPE_CHECKING:
     from tracekit.store import Run
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# command -> the module that defines it: a command's module is imported when that command runs
+# (or when --help lists them all), so `tracekit ingest` does not import export's or capture's
+# modules. tests/test_cli_startup.py checks this table against the commands the modules define.
+COMMAND_MODULES: dict[str, str] = {
+    "ingest": "tracekit.cli.ingest", "info": "tracekit.cli.ingest",
+    "capture": "tracekit.cli.capture",
+    "attribute": "tracekit.cli.analyses", "gap": "tracekit.cli.analyses",
+    "export": "tracekit.cli.export", "validate-trace": "tracekit.cli.export",
+    "spec": "tracekit.cli.forensics", "align": "tracekit.cli.forensics", "diff": "tracekit.cli.forensics",
+    "ranks": "tracekit.cli.forensics",
+    "report": "tracekit.cli.report", "merge": "tracekit.cli.report",
+    # the SGLang integration's commands live beside it (no torch or sglang import at load)
+    "sglang-capture": "tracekit.collectors.sglang.commands", "sglang-launch": "tracekit.collectors.sglang.commands",
+    "sglang-bootstrap": "tracekit.collectors.sglang.commands", "sglang-check": "tracekit.collectors.sglang.commands",
+}
+
+
+class _Commands(click.Group):
+    """The ``tracekit`` group: loads a command's module on first use (COMMAND_MODULES)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMAND_MODULES))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            load_commands(COMMAND_MODULES[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+
+def load_commands(module: str) -> None:
+    """Import a command module: it registers its commands on ``cli`` (``@cli.command``), or
+    lists them in ``COMMANDS`` (the SGLang integration's module, which does not know ``cli``)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    for cmd in getattr(mod, "COMMANDS", ()):
+        if cmd.name not in cli.commands:
+            cli.add_command(cmd)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tracekit")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 def cli(debug: bool) -> None:

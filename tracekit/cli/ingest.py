@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -33,18 +34,22 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     """
     import time
 
-    from rich.console import Console
-
     from tracekit.analyzers.align import align_events
     from tracekit.finalize.categories import load_rules
     from tracekit.ingest import ingest_traces
     from tracekit.ingest.discover import discover
-    from tracekit.render.ingest import ByteProgress, print_ingest_summary
     from tracekit.store import write_run
 
     rules = load_rules(categories_file) if categories_file else None
-    err = Console(stderr=True, soft_wrap=True)  # never break file paths
-    progress = ByteProgress(err, enabled=not quiet)
+    err: Any = None
+    progress: Any = None
+    if not quiet:  # rich only when something is printed
+        from rich.console import Console
+
+        from tracekit.render.ingest import ByteProgress
+
+        err = Console(stderr=True, soft_wrap=True)  # never break file paths
+        progress = ByteProgress(err)
     t0 = time.perf_counter()
     with _claim(output, [*traces, *map(str, discover(traces))], runs=False):
         try:
@@ -52,10 +57,13 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
                                 on_error=on_error,  # type: ignore[arg-type]
                                 progress=progress, rules=rules)
         finally:
-            progress.stop()
+            if progress is not None:
+                progress.stop()
         events, man = align_events(run.events, run.manifest, None if align_method == "auto" else align_method)
         out = write_run(events, output, man)
-    if not quiet:
+    if err is not None:
+        from tracekit.render.ingest import print_ingest_summary
+
         print_ingest_summary(err, out, events.height, man, time.perf_counter() - t0)
     from tracekit.render.run_state import resolution_line
     from tracekit.resolution import time_resolution

@@ -6,7 +6,8 @@ A run is written by capture (per-rank shards, then merge), ingest, ``align`` and
 ``names.py``), communicator and order of every collective (``collectives.py``),
 phase ranges and the phase instance of every event with the trace's own span
 rules (``phases.py``, ``membership.py``), phase ids unique in the run. The
-manifest then records ``finalize_version`` (:data:`FINALIZE_VERSION`).
+manifest then records ``finalize_version`` (:data:`FINALIZE_VERSION`, ``version.py``: what a
+reader of a run uses from here, without importing any step).
 
 Readers (analyzers, exporters, renderers) never re-annotate: they rely on this.
 ``tracekit.store.load_run`` finalizes again a run written before the current
@@ -18,19 +19,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 _LAZY = {
-    "FINALIZE_VERSION": "tracekit.finalize.pipeline",
+    "FINALIZE_VERSION": "tracekit.finalize.version",
     "finalize_events": "tracekit.finalize.pipeline",
-    "is_finalized": "tracekit.finalize.pipeline",
-    "stamp": "tracekit.finalize.pipeline",
+    "is_finalized": "tracekit.finalize.version",
+    "stamp": "tracekit.finalize.version",
 }
 
 if TYPE_CHECKING:
-    from tracekit.finalize.pipeline import (
-        FINALIZE_VERSION,
-        finalize_events,
-        is_finalized,
-        stamp,
-    )
+    from tracekit.finalize.pipeline import finalize_events
+    from tracekit.finalize.version import FINALIZE_VERSION, is_finalized, stamp
 
 
 def __getattr__(name: str) -> Any:

@@ -132,47 +132,92 @@ def _rule_mask(names: pl.Series, rule: Rule) -> pl.Series:
         return pl.Series([rx.search(n) is not None for n in names.to_list()], dtype=pl.Boolean)
 
 
-def rule_table(names: list[str], rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
-    """The rule table applied to distinct kernel ``names``: columns name, ``_cat`` (category, "other"
-    when no rule matches), ``_op`` (the rule's ``coll_op``: the one name -> collective-op mapping) and
-    ``_matched``; first matching rule wins (vectorised per rule)."""
-    rules = rules if rules is not None else default_rules()
+def _first_match(names: list[str], rules: tuple[Rule, ...]) -> list[int]:
+    """Index of the first rule matching each name, -1 for none: one polars query over every rule
+    (a chain of when/then: first match wins); rule by rule (``_rule_mask``) when polars refuses
+    a pattern."""
+    if not rules:
+        return [-1] * len(names)
     s = pl.Series("name", names, dtype=pl.String)
-    cat = pl.Series("_cat", [None] * len(names), dtype=pl.String)
-    op = pl.Series("_op", [None] * len(names), dtype=pl.String)
+    try:
+        name = pl.col("name")
+        chain: Any = pl.when(name.str.contains(rules[0].pattern)).then(0)
+        for i, rule in enumerate(rules[1:], 1):
+            chain = chain.when(name.str.contains(rule.pattern)).then(i)
+        out: list[int] = s.to_frame().select(chain.otherwise(-1).alias("i")).to_series().to_list()
+        return out
+    except pl.exceptions.PolarsError:
+        pass
+    first = pl.Series([-1] * len(names), dtype=pl.Int64)
     open_ = pl.Series([True] * len(names), dtype=pl.Boolean)
-    for rule in rules:
+    for i, rule in enumerate(rules):
         if not open_.any():
             break
         hit = _rule_mask(s, rule) & open_
         if hit.any():
-            cat = cat.set(hit, rule.category)
-            if rule.coll_op is not None:
-                op = op.set(hit, rule.coll_op)
+            first = first.set(hit, i)
             open_ = open_ & ~hit
-    return pl.DataFrame({"name": s, "_cat": cat.fill_null(OTHER), "_op": op, "_matched": ~open_})
+    return first.to_list()
+
+
+# rules -> {kernel name: index of its first matching rule, -1 for none}: each distinct name is
+# matched once per process and rule table (categorize, annotate_collectives and comm_mask ask
+# for the same names; rules are frozen, so a table of other rules has an entry of its own)
+_MATCHED: dict[tuple[Rule, ...], dict[str, int]] = {}
+_MATCHED_MAX = 1 << 18  # names remembered over all tables; then it starts again
+
+
+def _first_rules(names: list[str], rules: tuple[Rule, ...]) -> list[int]:
+    memo = _MATCHED.get(rules)
+    if memo is None:
+        memo = _MATCHED[rules] = {}
+    new = [n for n in dict.fromkeys(names) if n not in memo]
+    if new:
+        if sum(map(len, _MATCHED.values())) + len(new) > _MATCHED_MAX:
+            _MATCHED.clear()
+            memo = _MATCHED[rules] = {}
+        memo.update(zip(new, _first_match(new, rules), strict=True))
+    return [memo[n] for n in names]
+
+
+def rule_table(names: list[str], rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
+    """The rule table applied to distinct kernel ``names``: columns name, ``_cat`` (category, "other"
+    when no rule matches), ``_op`` (the rule's ``coll_op``: the one name -> collective-op mapping) and
+    ``_matched``; first matching rule wins. Each name is matched once per process and rule table."""
+    use = tuple(rules) if rules is not None else default_rules()
+    first = _first_rules(names, use)
+    return pl.DataFrame(
+        {
+            "name": names,
+            "_cat": [use[i].category if i >= 0 else OTHER for i in first],
+            "_op": [use[i].coll_op if i >= 0 else None for i in first],
+            "_matched": [i >= 0 for i in first],
+        },
+        schema={"name": pl.String(), "_cat": pl.String(), "_op": pl.String(), "_matched": pl.Boolean()},
+    )
 
 
 def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
     """Fill ``category`` on kernel / memcpy / memset rows that have none (a category already set is
     kept); set ``coll_op`` on collectives recognised by name where the trace gave none. Host rows keep
     a null category. Pure: returns a new frame."""
-    use = rules if rules is not None else default_rules()
+    use = tuple(rules) if rules is not None else default_rules()
     kind = pl.col("kind")
     is_kernel = kind == schema.KERNEL
-    kernel_names = events.filter(is_kernel).get_column("name").unique().drop_nulls().to_list()
-    table = rule_table(kernel_names, use)
-    cat_map = dict(zip(table["name"].to_list(), table["_cat"].to_list(), strict=True))
-    ops = table.filter(pl.col("_op").is_not_null())
-    op_map = dict(zip(ops["name"].to_list(), ops["_op"].to_list(), strict=True))
     name = pl.col("name")
-    cols = [
+    kernel_names: list[str] = events.select(name.filter(is_kernel).unique().drop_nulls()).to_series().to_list()
+    first = _first_rules(kernel_names, use)  # the rule table's match (rule_table), without its frame
+    cat_map = {n: use[i].category if i >= 0 else OTHER for n, i in zip(kernel_names, first, strict=True)}
+    op_map = {n: use[i].coll_op for n, i in zip(kernel_names, first, strict=True) if i >= 0 and use[i].coll_op is not None}
+    category = (
         pl.when(pl.col("category").is_not_null()).then(pl.col("category"))  # set by the writer: kept
         .when(is_kernel).then(name.replace_strict(cat_map, default=OTHER, return_dtype=pl.String))
         .when(kind.is_in([schema.MEMCPY, schema.MEMSET])).then(pl.lit(MEMORY))
         .otherwise(pl.col("category"))
-        .alias("category"),
-    ]
+    )
+    if events.schema.get("category") == schema.CATEGORY_DTYPE:  # a conformed table stays conformed
+        category = category.cast(schema.CATEGORY_DTYPE)  # every rule's category is in the vocabulary
+    cols = [category.alias("category")]
     if op_map:
         cols.append(
             pl.when(is_kernel & pl.col("coll_op").is_null())

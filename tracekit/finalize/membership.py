@@ -44,7 +44,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracekit._native import series
 from tracekit.finalize.phases import FACT_COLUMNS, parse_label, phase_of_span
+from tracekit.finalize.version import unique_phase_ids
 from tracekit.schema import GPU_KINDS, GPU_RANGE, INSTANT, KINDS, LAUNCH, RANGE, conform
 
 I64 = npt.NDArray[np.int64]
@@ -206,11 +208,11 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     bits = _kind_bits(ev.get_column("kind"))
     range_np = (bits & _R) > 0
     range_rows = np.flatnonzero(range_np)
-    range_mask = pl.Series(range_np)
+    range_mask = series("", range_np)
     rsub = ev.select(["rank", "kind", "name", "pid", "tid", "stream", "start_ns", "dur_ns", *FACT_COLUMNS]).filter(
         range_mask
     )
-    rsub = rsub.with_columns(pl.Series("_row", range_rows, dtype=pl.Int64))
+    rsub = rsub.with_columns(series("_row", range_rows.astype(np.int64, copy=False)))
     names_tbl = _name_table(rsub.get_column("name"), rules)
 
     # --- phase range rows and facts markers -------------------------------------------
@@ -220,7 +222,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     )  # label facts win over values already in the row
     markers = cand.filter(pl.col("_is_facts"))
     launch_np = (bits & _L) > 0
-    launch_ranks = ev.select("rank").filter(pl.Series(launch_np)).get_column("rank").unique().drop_nulls()
+    launch_ranks = ev.select("rank").filter(series("", launch_np)).get_column("rank").unique().drop_nulls()
     host = cand.filter(~pl.col("_is_facts") & (pl.col("kind") == RANGE) & (pl.col("dur_ns") > 0))
     gpu_gr = cand.filter(
         ~pl.col("_is_facts")
@@ -248,7 +250,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
     if inst_host.height:
         hmask = ((bits & _H) > 0) & ev.get_column("tid").is_not_null().to_numpy() & ~own
         hrows = np.flatnonzero(hmask)
-        hsub = ev.select("rank", "pid", "tid", "start_ns").filter(pl.Series(hmask))
+        hsub = ev.select("rank", "pid", "tid", "start_ns").filter(series("", hmask))
         both = pl.concat([inst_host.select("rank", "pid", "tid"), hsub.select("rank", "pid", "tid")])
         keys = _thread_key(both)
         del both
@@ -259,7 +261,7 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
         i_s = _i64(inst_host["start_ns"])
         i_e = i_s + _i64(inst_host["dur_ns"])
         i_id = inst_host["_id"].to_numpy().astype(np.int64)
-        for k, sel_h in _groups(h_key, np.unique(i_key)):
+        for k, sel_h in _groups(h_key, _distinct(i_key)):
             sel = i_key == k
             pid_arr[hrows[sel_h]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], h_start[sel_h])
         _cross_thread(ev, bits, inst_host, i_s, i_e, i_id, pid_arr)
@@ -273,19 +275,19 @@ def annotate_phases(events: pl.DataFrame, rules: Sequence[Rule] = ()) -> pl.Data
         del has_corr
         lrows = np.flatnonzero(lc_np)
         grows = np.flatnonzero(gc_np)
-        lsub = ev.select("rank", "correlation").filter(pl.Series(lc_np))
-        gsub = ev.select("rank", "correlation").filter(pl.Series(gc_np))
+        lsub = ev.select("rank", "correlation").filter(series("", lc_np))
+        gsub = ev.select("rank", "correlation").filter(series("", gc_np))
         del lc_np, gc_np
         l_rank, l_corr = _ints(lsub.get_column("rank"), -1), _i64(lsub.get_column("correlation"))
         g_rank, g_corr = _ints(gsub.get_column("rank"), -1), _i64(gsub.get_column("correlation"))
         del lsub, gsub
         l_val = pid_arr[lrows]
-        for r, sel_g in _groups(g_rank, np.unique(l_rank)):
+        for r, sel_g in _groups(g_rank, _distinct(l_rank)):
             sel_l = l_rank == r
             pid_arr[grows[sel_g]] = _lookup(l_corr[sel_l], l_val[sel_l], g_corr[sel_g])
     # fallback: ranks without launch rows, via projected phase gpu ranges on the same stream
     if inst_gpu.height and gpu_np.any():
-        fb = pl.Series(gpu_np) & ~ev.get_column("rank").is_in(launch_ranks.implode()).fill_null(False)
+        fb = series("", gpu_np) & ~ev.get_column("rank").is_in(launch_ranks.implode()).fill_null(False)
         frows = np.flatnonzero(fb.to_numpy())
         fsub = ev.select("rank", "stream", "start_ns").filter(fb)
         f_rank, f_stream = _i64(fsub.get_column("rank"), -1), _i64(fsub.get_column("stream"), -1)
@@ -324,12 +326,12 @@ def _cross_thread(
     if not lmask.any():
         return
     lrows = np.flatnonzero(lmask)
-    lsub = ev.select("rank", "pid", "start_ns").filter(pl.Series(lmask))
+    lsub = ev.select("rank", "pid", "start_ns").filter(series("", lmask))
     keys = _process_key(pl.concat([inst_host.select("rank", "pid"), lsub.select("rank", "pid")], how="vertical_relaxed"))
     ni = inst_host.height
     i_key, l_key = keys[:ni], keys[ni:]
     l_start = _i64(lsub.get_column("start_ns"))
-    for k, sel_l in _groups(l_key, np.unique(i_key)):
+    for k, sel_l in _groups(l_key, _distinct(i_key)):
         sel = i_key == k
         pid_arr[lrows[sel_l]] = _assign_one(i_s[sel], i_e[sel], i_id[sel], l_start[sel_l])
 
@@ -361,31 +363,38 @@ def _instance_table(inst_rows: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFr
 
 
 def _write_back(ev: pl.DataFrame, inst: pl.DataFrame, pid_arr: I64, own_rows: I64) -> pl.DataFrame:
-    """phase_id/phase/cycle on member rows; instance facts on phase range rows (instance ids are 0..K-1)."""
-    n = ev.height
-    idx = pl.Series("phase_id", pid_arr)
-    idx = idx.set(pl.Series(pid_arr < 0), None)  # type: ignore[arg-type]
-    new: list[pl.Series] = [idx, inst.get_column("_phase").gather(idx).alias("phase")]
-    cyc = inst.get_column("cycle").gather(idx).alias("cycle")
-    old_cyc = ev.get_column("cycle")
-    if old_cyc.null_count() < n:
-        cyc = cyc.zip_with(cyc.is_not_null(), old_cyc).alias("cycle")
-    new.append(cyc)
+    """phase_id/phase/cycle on member rows; instance facts on phase range rows (instance ids are 0..K-1).
+    One ``with_columns``: the instance table's columns gathered by each row's instance id."""
+    pid = pl.lit(series("_pid", pid_arr))
+    member = pl.when(pid >= 0).then(pid)  # the row's instance id, null for no instance
+
+    def of_instance(c: str) -> pl.Expr:
+        col = inst.get_column(c)
+        return pl.lit(col).gather(member) if inst.height else pl.lit(None, dtype=col.dtype)
+
+    new = [member.alias("phase_id"), of_instance("_phase").alias("phase"),
+           pl.coalesce(of_instance("cycle"), pl.col("cycle")).alias("cycle")]
     # facts on phase range rows: the instance's value (an instance's fact is null only when
     # all its range rows had none, so coalescing with the row's own value is exact)
     if own_rows.size:
-        own_ids = pl.Series(pid_arr[own_rows])
-        rows = pl.Series(own_rows)
-        for c in FACT_COLUMNS:
-            if c == "cycle":
-                continue
-            col = ev.get_column(c)
-            old = col.gather(rows)
-            val = inst.get_column(c).gather(own_ids)
-            val = val.zip_with(val.is_not_null(), old)
-            if not bool(val.eq_missing(old).all()):
-                new.append(col.scatter(own_rows, val))
+        own = np.zeros(ev.height, dtype=bool)
+        own[own_rows] = True
+        is_own = pl.lit(series("_own", own))
+        new += [pl.when(is_own).then(pl.coalesce(of_instance(c), pl.col(c))).otherwise(pl.col(c)).alias(c)
+                for c in FACT_COLUMNS if c != "cycle"]
     return ev.with_columns(new)
+
+
+def _distinct(a: I64) -> I64:
+    """``np.unique(a)`` (sorted distinct values) without numpy.ma: numpy 2's plain ``np.unique`` asks
+    ``np.ma.is_masked``, and that first use imports numpy.ma (~20 ms of a short ingest)."""
+    s = np.sort(a)
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def _groups(keys: I64, wanted: I64) -> list[tuple[int, I64]]:
@@ -444,7 +453,8 @@ def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.D
     """
     cols = ["_row", "rank", "pid", "tid", "stream", "start_ns", "dur_ns", "_map_phase", *FACT_COLUMNS]
     if ranges.height == 0:
-        schema = {c: ranges.schema[c] for c in cols}
+        have = ranges.schema
+        schema = {c: have[c] for c in cols}
         return pl.DataFrame(schema=schema).rename({"_map_phase": "_phase"}).with_columns(
             pl.lit(None, dtype=pl.Int64).alias("_id")
         )
@@ -472,28 +482,7 @@ def _instances(ranges: pl.DataFrame, key_cols: list[str], first_id: int) -> pl.D
     new_id = np.full(r.height, -1, dtype=np.int64)
     new_id[is_root] = np.arange(int(is_root.sum()), dtype=np.int64) + first_id
     ids = new_id[root]
-    return r.rename({"_map_phase": "_phase"}).with_columns(pl.Series("_id", ids))
-
-
-def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
-    """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
-
-    Shards are annotated rank by rank, so two ranks can both hold instance 0.
-    Ids are then remapped to ``rank * (max_id + 1) + id``: unique, deterministic,
-    ordered as before within each rank. A table whose ids are already unique
-    across ranks is returned unchanged.
-    """
-    if "phase_id" not in events.columns or "rank" not in events.columns:
-        return events
-    ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()
-    shared = ids.group_by("phase_id").agg(pl.len().alias("n")).select(pl.col("n").max()).collect()
-    if shared.height == 0 or (shared.item() or 0) <= 1:
-        return events
-    top = int(events.get_column("phase_id").max() or 0) + 1  # type: ignore[arg-type]
-    return events.with_columns(
-        (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
-    )
-
+    return r.rename({"_map_phase": "_phase"}).with_columns(series("_id", ids))
 
 
 __all__ = [

@@ -4,8 +4,9 @@
 ``tracekit.finalize.collectives.annotate_collectives`` (communicator and order of
 every collective), then ``tracekit.finalize.membership.annotate_phases`` (phase
 ranges and their member events, with the trace-dependent span rules of
-``tracekit.finalize.phases.trace_rules``), then phase ids made unique in the run
-(``membership.unique_phase_ids``). Every writer (capture, ingest, align, merge)
+``tracekit.finalize.phases.trace_rules``), which numbers the phase instances of the whole
+table, so their ids are unique in the run (``version.unique_phase_ids`` is for shards
+annotated rank by rank, merged later: store.load_run, merge). Every writer (capture, ingest, align, merge)
 writes a finalized table and records ``FINALIZE_VERSION`` in the manifest
 (``stamp``); ``tracekit.store.load_run`` finalizes again a run whose manifest
 records an older version (or none); categories the writer set are kept
@@ -14,25 +15,23 @@ records an older version (or none); categories the writer set are kept
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Iterable, Sequence
 
 import polars as pl
 
 from tracekit.finalize.categories import Rule, categorize
 from tracekit.finalize.collectives import annotate_collectives
 from tracekit.finalize.membership import Rule as SpanRule
-from tracekit.finalize.membership import annotate_phases, unique_phase_ids
+from tracekit.finalize.membership import annotate_phases
 from tracekit.finalize.phases import trace_rules
+from tracekit.finalize.version import (
+    FINALIZE_VERSION,
+    MANIFEST_KEY,
+    finalize_version,
+    is_finalized,
+    stamp,
+)
 from tracekit.schema import RANGE
-
-# Bump when a change to the chain changes what it writes for the same input: runs
-# recorded with a lower version are refinalized on read.
-# 1: categories, collectives, phase membership with trace_rules, unique phase ids.
-# 2: cross-thread membership (a launch on a thread with no open phase range joins the
-#    innermost range open on another thread of its process).
-FINALIZE_VERSION: Final = 2
-MANIFEST_KEY: Final = "finalize_version"
 
 
 def _range_names(events: pl.DataFrame) -> list[str]:
@@ -47,34 +46,17 @@ def span_rules(events: pl.DataFrame, extra: Iterable[SpanRule] = ()) -> list[Spa
 
 
 def finalize_events(events: pl.DataFrame, *, rules: Sequence[Rule] | None = None) -> pl.DataFrame:
-    """Categorize, annotate collectives, annotate phases, unique phase ids. Pure: returns a new frame."""
+    """Categorize, annotate collectives, annotate phases (instance ids unique in the table: tests/
+    test_membership.py::test_phase_ids_unique_across_ranks). Pure: returns a new frame."""
     out = categorize(events, list(rules) if rules is not None else None)
     out = annotate_collectives(out)
-    out = annotate_phases(out, rules=span_rules(out))
-    return unique_phase_ids(out)
+    return annotate_phases(out, rules=span_rules(out))
 
 
 def rephase(events: pl.DataFrame, extra: Sequence[SpanRule]) -> pl.DataFrame:
     """Phase membership again with caller rules tried first (``attribute --phase REGEX`` over range
     names defines a phase of its own), the trace's own rules after them."""
-    return unique_phase_ids(annotate_phases(events, rules=span_rules(events, extra)))
-
-
-def finalize_version(manifest: Mapping[str, Any]) -> int | None:
-    """The finalize version a manifest records, None when it records none."""
-    v = manifest.get(MANIFEST_KEY)
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def is_finalized(manifest: Mapping[str, Any]) -> bool:
-    """True when the run was finalized by this pipeline version (or a newer one)."""
-    v = finalize_version(manifest)
-    return v is not None and v >= FINALIZE_VERSION
-
-
-def stamp(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """``manifest`` recording that its events went through this version of the chain."""
-    return {**manifest, MANIFEST_KEY: FINALIZE_VERSION}
+    return annotate_phases(events, rules=span_rules(events, extra))
 
 
 __all__ = [

@@ -46,6 +46,8 @@ class _Part:
     src: Source
     cpu_only: bool
     dropped: dict[str, int] = field(default_factory=dict)
+    pids: set[int] = field(default_factory=set)  # host pids (the file name's host is trusted for these)
+    devices: list[int] = field(default_factory=list)  # GPU devices, sorted
 
 
 _EMPTY = pl.DataFrame()
@@ -125,14 +127,14 @@ def _read_parts(path: str, loaded: _Loaded | None = None) -> list[_Part]:
             dist_rank=dist_rank if isinstance(dist_rank, int) else None,
             world_size=world if isinstance(world, int) else None,
         )
-        parts.append(_Part(unit, ev.drop("pid_raw"), meta, src, _cpu_only(ev), parsed.dropped))
+        parts.append(_Part(unit, ev.drop("pid_raw"), meta, src, *_facts(ev, parsed.dropped)))
     else:
         # distributedInfo of a merged file is the first rank's only: do not trust it for the parts
         meta = {k: v for k, v in meta.items() if k not in ("distributedInfo", "deviceProperties", "trace_id")}
         meta["merged_from"] = path
         for hint, source, ev in split:
             unit = Unit(source=source, hint=hint)
-            parts.append(_Part(unit, ev.drop("pid_raw"), dict(meta), src, _cpu_only(ev), parsed.dropped))
+            parts.append(_Part(unit, ev.drop("pid_raw"), dict(meta), src, *_facts(ev, parsed.dropped)))
     return parts
 
 
@@ -154,12 +156,14 @@ def _sort_part(ev: pl.DataFrame) -> pl.DataFrame:
     return ev[idx]
 
 
-def _pids(ev: pl.DataFrame) -> set[int]:
-    return {int(x) for x in ev.get_column("pid").drop_nulls().unique().to_list()}
-
-
-def _cpu_only(ev: pl.DataFrame) -> bool:
-    return not bool(ev.get_column("kind").is_in(list(schema.GPU_KINDS)).any())
+def _facts(ev: pl.DataFrame, dropped: dict[str, int]) -> tuple[bool, dict[str, int], set[int], list[int]]:
+    """(CPU-only, dropped, host pids, GPU devices) of one part, the three from one query."""
+    gpu, pids, devs = ev.select(
+        pl.col("kind").is_in(list(schema.GPU_KINDS)).any(),
+        pl.col("pid").drop_nulls().unique().implode(),
+        pl.col("device").filter(pl.col("device") >= 0).unique().implode(),
+    ).row(0)
+    return not gpu, dropped, {int(x) for x in pids}, sorted(int(x) for x in devs)
 
 
 def ingest_traces(
@@ -298,7 +302,7 @@ def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: 
             ranks[r] = rank_section_dict(RankManifest(rank=p.unit.rank, cpu_only=True), sources=[],
                                          rank_source=p.unit.rank_source)
         entry = ranks[r]
-        host = host_from_trace_name(os.path.basename(p.src.path), _pids(p.events))
+        host = host_from_trace_name(os.path.basename(p.src.path), p.pids)
         if host is not None and "host" not in entry:
             entry["host"], entry["host_source"] = host, "file name"
         entry["sources"].append(p.unit.source)
@@ -311,9 +315,8 @@ def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: 
             d = entry.setdefault("dropped_events", {})
             for k, v in p.dropped.items():
                 d[k] = d.get(k, 0) + v
-        devs = sorted(int(x) for x in p.events.filter(pl.col("device") >= 0).get_column("device").unique().to_list())
-        if devs:
-            entry["devices"] = sorted(set(entry.get("devices", [])) | set(devs))
+        if p.devices:
+            entry["devices"] = sorted(set(entry.get("devices", [])) | set(p.devices))
         if p.src.path not in seen_src:
             seen_src.add(p.src.path)
             sources.append({"path": p.src.path, "size": p.src.size, "sha256": p.src.sha256, "ranks": []})

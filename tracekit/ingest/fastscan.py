@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from tracekit._native import kineto as kineto_ext
+from tracekit._native import series
 
 # the top-level keys the decoder keeps (msgspec.Raw fields of kineto._Trace)
 TOP_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "cuda_driver_version",
@@ -108,7 +109,7 @@ def columns(scanned: Scanned | None) -> tuple[dict[str, msgspec.Raw], pl.DataFra
 
     # one frame of the raw numbers, then one query: masks to nulls, codes to strings (a gather
     # over the table: rows share its strings)
-    raw = pl.DataFrame({
+    arrays = {
         "name": name, "pid": pid, "pid_k": pid_k, "tid": tid, "tid_k": tid_k, "instant": instant,
         "start_ns": ts, "dur_ns": dur,
         **{c: v for c, v in zip(_INT_COLS, (corr, ext, dev, stream, nbytes), strict=True)},
@@ -117,7 +118,8 @@ def columns(scanned: Scanned | None) -> tuple[dict[str, msgspec.Raw], pl.DataFra
             "c_in": spread(c_in, 0), "c_out": spread(c_out, 0), "c_gs": spread(c_gs, 0),
             "c_in_ok": spread(c_in_ok, 0), "c_out_ok": spread(c_out_ok, 0), "c_gs_ok": spread(c_gs_ok, 0)}
            if row.size else {}),
-    })
+    }
+    raw = pl.DataFrame([series(k, v) for k, v in arrays.items()])
     tab = pl.lit(table)
 
     def text(code: pl.Expr) -> pl.Expr:

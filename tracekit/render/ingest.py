@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from tracekit.manifest import typed
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PROGRESS_MIN_BYTES = 32 << 20  # show a progress bar from this much input on
 

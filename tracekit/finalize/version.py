@@ -1,0 +1,64 @@
+"""What a reader of a finalized run uses from finalize, without importing any finalize step:
+the version stamp of the chain (``FINALIZE_VERSION``, ``stamp``, ``is_finalized``) and phase ids
+made unique in the run (``unique_phase_ids``: shards number their instances per rank).
+
+``tracekit.store.load_run`` imports this module for every run it reads, and
+``tracekit.finalize.pipeline`` (the chain itself) only for a run written before the
+current version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import polars as pl
+
+# Bump when a change to the chain changes what it writes for the same input: runs
+# recorded with a lower version are refinalized on read.
+# 1: categories, collectives, phase membership with trace_rules, unique phase ids.
+# 2: cross-thread membership (a launch on a thread with no open phase range joins the
+#    innermost range open on another thread of its process).
+FINALIZE_VERSION: Final = 2
+MANIFEST_KEY: Final = "finalize_version"
+
+
+def finalize_version(manifest: Mapping[str, Any]) -> int | None:
+    """The finalize version a manifest records, None when it records none."""
+    v = manifest.get(MANIFEST_KEY)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def is_finalized(manifest: Mapping[str, Any]) -> bool:
+    """True when the run was finalized by this pipeline version (or a newer one)."""
+    v = finalize_version(manifest)
+    return v is not None and v >= FINALIZE_VERSION
+
+
+def stamp(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``manifest`` recording that its events went through this version of the chain."""
+    return {**manifest, MANIFEST_KEY: FINALIZE_VERSION}
+
+
+
+def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
+    """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
+
+    Shards are annotated rank by rank, so two ranks can both hold instance 0.
+    Ids are then remapped to ``rank * (max_id + 1) + id``: unique, deterministic,
+    ordered as before within each rank. A table whose ids are already unique
+    across ranks is returned unchanged.
+    """
+    if "phase_id" not in events.columns or "rank" not in events.columns:
+        return events
+    ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()
+    shared = ids.group_by("phase_id").agg(pl.len().alias("n")).select(pl.col("n").max()).collect()
+    if shared.height == 0 or (shared.item() or 0) <= 1:
+        return events
+    top = int(events.get_column("phase_id").max() or 0) + 1  # type: ignore[arg-type]
+    return events.with_columns(
+        (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
+    )
+
+
+__all__ = ["FINALIZE_VERSION", "MANIFEST_KEY", "finalize_version", "is_finalized", "stamp", "unique_phase_ids"]
