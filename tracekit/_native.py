@@ -29,8 +29,9 @@ walk: ModuleType | None = _load("_walk")
 
 
 class _ArrowColumn:
-    """A copy of a numpy array as an Arrow C array (``_kineto.arrow_array``), which polars imports
-    through the Arrow PyCapsule interface."""
+    """A numpy array as an Arrow C array (``_kineto.arrow_array``: numbers without a copy, the array
+    holding the numpy buffer until polars releases it; booleans bit-packed into a copy), which
+    polars imports through the Arrow PyCapsule interface."""
 
     __slots__ = ("_caps",)
 
@@ -48,7 +49,7 @@ _ARROW_FORMATS = {"int64": "l", "int32": "i", "int16": "s", "int8": "c", "uint8"
 
 def series(name: str, values: Any) -> Any:
     """``pl.Series(name, values)`` of a 1-D numpy array of numbers or booleans, built through the Arrow
-    C data interface (``_kineto.arrow_array``, a copy) instead of polars' numpy constructor, whose
+    C data interface (``_kineto.arrow_array``: the numbers' buffer shared, booleans packed) instead of polars' numpy constructor, whose
     first use in a process imports ``numpy.ma`` (~20 ms of CPU, more than the rest of a small ingest's
     frame building). The same Series (dtype, values, NaN kept); other arrays, or without the
     compiled module, go through ``pl.Series``."""
