@@ -219,3 +219,50 @@ def test_launch_edges_first_launch_of_each_pair(seed: int, n: int, span: int) ->
                   if kind[i] == 1 and (int(rank[i]), int(corr[i])) in first)
     src, dst = _launch_edges(rank.astype(np.int64), corr.astype(np.int64), kind == 0, kind == 1)
     assert list(zip(src.tolist(), dst.tolist(), strict=True)) == want
+
+
+_TAKE_DTYPES = [pl.Int64, pl.Int32, pl.Int16, pl.Int8, pl.UInt64, pl.UInt32, pl.UInt8, pl.Boolean]
+
+
+@needs_core
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 200), n_head=st.integers(0, 20), dtype=st.sampled_from(_TAKE_DTYPES),
+       null_share=st.sampled_from([0.0, 0.3, 1.0]), sliced=st.booleans(), fill=st.sampled_from([0, 2, -7]))
+def test_take_reads_the_column_through_the_index(seed: int, n: int, n_head: int, dtype: pl.DataType, null_share: float,
+                                                 sliced: bool, fill: int) -> None:
+    """``fastlayout._take`` (``tracekit._walk.take`` on the Arrow buffers) equals a concatenation and a
+    gather of the column with nulls filled: every integer width, booleans, nulls, a sliced column."""
+    from tracekit.export.fastlayout import _take
+
+    rng = np.random.default_rng(seed)
+    hi = 2 if dtype == pl.Boolean else 100
+    raw = [None if rng.random() < null_share else int(rng.integers(0, hi)) for _ in range(n + 3)]
+    col = pl.Series("c", [None if v is None else (bool(v) if dtype == pl.Boolean else v) for v in raw], dtype=dtype)
+    if sliced:  # an Arrow offset: the rows after the first three
+        col, raw = col.slice(3), raw[3:]
+    else:
+        col, raw = col.head(n), raw[:n]
+    head_v = rng.integers(-50, 50, n_head)
+    head_ok = rng.random(n_head) < 0.5
+    src = rng.integers(-n_head, n, 300) if n or n_head else np.zeros(0, np.int64)
+    if n == 0:
+        src = src[src < 0]
+    vals, ok = _take(col, src.astype(np.int64), (head_v, head_ok), fill=fill)
+    want_v = [int(head_v[-1 - k]) if k < 0 else (fill if raw[k] is None else int(raw[k])) for k in src.tolist()]
+    want_ok = [bool(head_ok[-1 - k]) if k < 0 else raw[k] is not None for k in src.tolist()]
+    assert vals.tolist() == want_v
+    assert ok.tolist() == want_ok
+
+
+@needs_core
+def test_take_refuses_what_it_cannot_read() -> None:
+    from tracekit.export.fastlayout import _take
+
+    with pytest.raises(IndexError):
+        _take(pl.Series([1, 2, 3]), np.array([3], dtype=np.int64))
+    with pytest.raises(IndexError):
+        _take(pl.Series([1, 2, 3]), np.array([-1], dtype=np.int64))  # no head rows
+    with pytest.raises(ValueError, match="not an integer"):
+        _take(pl.Series(["a", "b"]), np.array([0], dtype=np.int64))
+    vals, ok = _take(pl.Series([None, None]), np.array([1, 0], dtype=np.int64), fill=5)  # a column of nulls
+    assert vals.tolist() == [5, 5] and ok.tolist() == [False, False]

@@ -798,7 +798,98 @@ done:
     return ret;
 }
 
+/* ---- the launch join of the export layout ------------------------------------------------ */
+
+/* launch_join(rank, corr, launch, gpu, src_out, dst_out) -> number of edges
+ * rank, corr: int64 per slice; launch, gpu: one byte per slice (the launch slices and the GPU
+ * slices with a correlation). Each GPU slice is joined to the first launch slice (lowest index)
+ * of the same (rank, correlation); the edges (launch, GPU slice) are written sorted by launch,
+ * then GPU slice (a counting sort over the launches). src_out / dst_out: int64, at least as long
+ * as the GPU slices. One hash table of the launches; the GIL is released. */
+static PyObject *launch_join(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    Buf b[6] = {{0}};
+    const char *names[6] = {"rank", "corr", "launch", "gpu", "src_out", "dst_out"};
+    PyObject *ret = NULL;
+    int64_t *lrow = NULL, *table = NULL, *lof = NULL, *cnt = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    for (int k = 0; k < 6; k++)
+        if (get_buf(o[k], &b[k], (k == 2 || k == 3) ? 1 : 8, k >= 4, names[k]) < 0) goto done;
+    Py_ssize_t n = N64(b[0]);
+    if (N64(b[1]) != n || b[2].view.len != n || b[3].view.len != n || N64(b[5]) != N64(b[4])) {
+        PyErr_SetString(PyExc_ValueError, "launch_join: inconsistent lengths");
+        goto done;
+    }
+    const int64_t *R = P64(b[0]), *C = P64(b[1]);
+    const uint8_t *L = PU8(b[2]), *G = PU8(b[3]);
+    int64_t *S = P64(b[4]), *D = P64(b[5]);
+    Py_ssize_t nl = 0, ng = 0, cap_out = N64(b[4]);
+    for (Py_ssize_t i = 0; i < n; i++) { nl += L[i] != 0; ng += G[i] != 0; }
+    if (cap_out < ng) { PyErr_SetString(PyExc_ValueError, "launch_join: outputs shorter than the GPU slices"); goto done; }
+    size_t cap = 16;
+    while (cap < 2 * (size_t)nl + 16) cap <<= 1;
+    lrow = (int64_t *)malloc(((size_t)nl + 1) * sizeof(int64_t));
+    table = (int64_t *)malloc(3 * cap * sizeof(int64_t));  /* (rank, corr, launch ordinal or -1) inline */
+    lof = (int64_t *)malloc(((size_t)ng + 1) * sizeof(int64_t));
+    cnt = (int64_t *)calloc((size_t)nl + 1, sizeof(int64_t));
+    if (!lrow || !table || !lof || !cnt) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t m = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t s = 0; s < cap; s++) table[3 * s + 2] = -1;
+    size_t mask = cap - 1;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* launches in slice order: the first of a key wins */
+        if (!L[i]) continue;
+        size_t s = (size_t)mix64(mix64(0x9e3779b97f4a7c15ULL ^ (uint64_t)R[i]) ^ (uint64_t)C[i]) & mask;
+        for (;;) {
+            int64_t *t = table + 3 * s;
+            if (t[2] < 0) { t[0] = R[i]; t[1] = C[i]; t[2] = k; break; }
+            if (t[0] == R[i] && t[1] == C[i]) break;
+            s = (s + 1) & mask;
+        }
+        lrow[k++] = i;
+    }
+    Py_ssize_t e = 0;
+    int64_t pr = 0, pc = 0, pt = -2;  /* the previous GPU slice's key and launch (graph launches repeat) */
+    for (Py_ssize_t i = 0; i < n && nl; i++) {  /* GPU slices in slice order: their launch ordinal */
+        if (!G[i]) continue;
+        int64_t hit = -1;
+        if (pt != -2 && R[i] == pr && C[i] == pc) hit = pt;
+        else {
+            size_t s = (size_t)mix64(mix64(0x9e3779b97f4a7c15ULL ^ (uint64_t)R[i]) ^ (uint64_t)C[i]) & mask;
+            for (;;) {
+                const int64_t *t = table + 3 * s;
+                if (t[2] < 0) break;
+                if (t[0] == R[i] && t[1] == C[i]) { hit = t[2]; break; }
+                s = (s + 1) & mask;
+            }
+            pr = R[i]; pc = C[i]; pt = hit;
+        }
+        if (hit >= 0) { lof[e] = hit; D[e] = i; e++; cnt[hit]++; }
+    }
+    /* counting sort by launch ordinal (= by launch slice), stable: GPU slices stay ascending */
+    int64_t acc = 0;
+    for (Py_ssize_t t = 0; t < nl; t++) { int64_t c = cnt[t]; cnt[t] = acc; acc += c; }
+    for (Py_ssize_t j = 0; j < e; j++) S[cnt[lof[j]]++] = j;  /* S: positions, then rewritten below */
+    for (Py_ssize_t j = 0; j < e; j++) lof[j] = D[S[j]];
+    for (Py_ssize_t j = 0; j < e; j++) D[j] = lof[j];
+    /* the launch of each sorted edge: walk the launch ordinals' ranges */
+    {
+        Py_ssize_t j = 0;
+        for (Py_ssize_t t = 0; t < nl; t++)
+            for (; j < cnt[t]; j++) S[j] = lrow[t];
+    }
+    m = e;
+    Py_END_ALLOW_THREADS
+    ret = PyLong_FromSsize_t(m);
+done:
+    for (int k2 = 0; k2 < 6; k2++) rel_buf(&b[k2]);
+    free(lrow); free(table); free(lof); free(cnt);
+    return ret;
+}
+
 static PyMethodDef METHODS[] = {
+    {"launch_join", launch_join, METH_VARARGS, "Launch -> GPU slice edges on (rank, correlation) (see export/fastlayout.py)."},
     {"first_seen", first_seen, METH_VARARGS, "First-seen ids of row tuples (see export/codes.py)."},
     {"assign_lanes_grouped", assign_lanes_grouped, METH_VARARGS, "Greedy lanes per group (see lanes.py)."},
     {"merge_records", merge_records, METH_VARARGS, "Write order of slice ends, counters and opens."},

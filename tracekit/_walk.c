@@ -1671,11 +1671,75 @@ done:
     return ret;
 }
 
+/* take(stream, src, head_vals, head_ok, fill, out_vals, out_ok): an integer or boolean column read
+ * through the index src without a copy of the column: where src[j] >= 0, out_vals[j] = row src[j]
+ * of the column (fill where null) and out_ok[j] = 1 if it is not null; where src[j] < 0,
+ * head_vals / head_ok[-1 - src[j]] (rows prepended by the caller: the export layout's phase slices).
+ * out_vals, head_vals: int64; out_ok, head_ok: one byte per row. */
+static PyObject *py_take(PyObject *self, PyObject *args) {
+    PyObject *cap, *osrc, *ohv, *oho, *oov, *ooo, *ret = NULL;
+    long long fill;
+    Col c;
+    Buf b[5] = {{0}};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOLOO", &cap, &osrc, &ohv, &oho, &fill, &oov, &ooo)) return NULL;
+    memset(&c, 0, sizeof(c));
+    if (col_import(cap, &c, "take") < 0) goto done;
+    if (get_buf(osrc, &b[0], 8, 0, "src") < 0 || get_buf(ohv, &b[1], 8, 0, "head_vals") < 0 ||
+        get_buf(oho, &b[2], 1, 0, "head_ok") < 0 || get_buf(oov, &b[3], 8, 1, "out_vals") < 0 ||
+        get_buf(ooo, &b[4], 1, 1, "out_ok") < 0)
+        goto done;
+    if (c.is_dict || !(c.type == C_NULL || (c.type >= C_I8 && c.type <= C_BOOL))) {
+        PyErr_SetString(PyExc_ValueError, "take: not an integer or boolean column");
+        goto done;
+    }
+    {
+        int64_t n = b[0].view.len / 8, nh = b[1].view.len / 8;
+        const int64_t *S = (const int64_t *)b[0].view.buf, *HV = (const int64_t *)b[1].view.buf;
+        const uint8_t *HO = (const uint8_t *)b[2].view.buf;
+        int64_t *OV = (int64_t *)b[3].view.buf;
+        uint8_t *OO = (uint8_t *)b[4].view.buf;
+        if (b[2].view.len != nh || b[3].view.len / 8 != n || b[4].view.len != n) {
+            PyErr_SetString(PyExc_ValueError, "take: inconsistent lengths");
+            goto done;
+        }
+        for (int64_t j = 0; j < n; j++)
+            if (S[j] < -nh || S[j] >= c.n) {
+                PyErr_SetString(PyExc_IndexError, "take: index out of range");
+                goto done;
+            }
+        Py_BEGIN_ALLOW_THREADS
+        if (c.type == C_I64 && !c.valid) { /* the common case: no nulls, int64 */
+            const int64_t *V = (const int64_t *)c.vals + c.off;
+            for (int64_t j = 0; j < n; j++) {
+                int64_t k = S[j];
+                if (k < 0) OV[j] = HV[-1 - k], OO[j] = HO[-1 - k];
+                else OV[j] = V[k], OO[j] = 1;
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                int64_t k = S[j];
+                if (k < 0) OV[j] = HV[-1 - k], OO[j] = HO[-1 - k];
+                else if (col_valid(&c, k)) OV[j] = col_raw(&c, k), OO[j] = 1;
+                else OV[j] = (int64_t)fill, OO[j] = 0;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (int i = 0; i < 5; i++) rel_buf(&b[i]);
+    col_free(&c);
+    return ret;
+}
+
 static PyMethodDef METHODS[] = {
     {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
     {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
     {"intern", py_intern, METH_VARARGS, "intern(stream, rows, null_as, out) -> distinct strings: dense codes."},
     {"match", py_match, METH_VARARGS, "match(g, op, seqn, rk, start, dur, wait, ok) -> bool: collectives matched by order."},
+    {"take", py_take, METH_VARARGS, "take(stream, src, head_vals, head_ok, fill, out_vals, out_ok): an integer column through an index."},
     {"trim", py_trim, METH_NOARGS, "trim(): free the work memory kept between walk_rank calls."},
     {NULL, NULL, 0, NULL},
 };

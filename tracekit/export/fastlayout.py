@@ -160,12 +160,16 @@ def _int_col(df: pl.DataFrame, c: str) -> tuple[I64, BoolA]:
     return s.fill_null(0).to_numpy().astype(np.int64, copy=False), s.is_not_null().to_numpy()
 
 
-def _cat(head: npt.NDArray[Any], col: npt.NDArray[Any], rows: I64) -> npt.NDArray[Any]:
-    """``np.concatenate([head, col[rows]])`` without the intermediate copy."""
-    out = np.empty(head.size + rows.size, dtype=col.dtype)
-    out[:head.size] = head
-    np.take(col, rows, out=out[head.size:])
-    return out
+def _take(series: pl.Series, src: I64, head: tuple[I64, BoolA] | None = None, fill: int = 0) -> tuple[I64, BoolA]:
+    """(values, present) per slice of an integer or boolean column read through ``src``: row ``src[j]``
+    of ``series`` (``fill`` where null), or ``head[.][-1 - src[j]]`` where ``src[j] < 0`` (the phase
+    slices). ``tracekit._walk.take`` reads the Arrow buffers: no filled copy, mask or concatenation."""
+    assert walk is not None
+    hv, ho = head if head is not None else (np.zeros(0, np.int64), np.zeros(0, bool))
+    vals, ok = np.empty(src.size, np.int64), np.empty(src.size, bool)
+    walk.take(arrow_stream(series), src, np.ascontiguousarray(hv, dtype=np.int64), np.ascontiguousarray(ho, dtype=np.bool_),
+              fill, vals, ok)
+    return vals, ok
 
 
 def _order(start: I64, dur: I64) -> I64:
@@ -220,23 +224,21 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         pl.col("rank").cast(pl.Int64), pl.col("_g").cast(pl.Int64), "start_ns",
         pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
     )
-    bsel = events.select(pl.col("rank").cast(pl.Int64), "start_ns", pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
-                         "pid", "tid", pl.col("device").cast(pl.Int64), "stream")
-    rank = np.concatenate([ph_n["rank"].to_numpy(), bsel["rank"].to_numpy()[rows]]).astype(np.int64)
-    start = np.concatenate([ph_n["start_ns"].to_numpy(), bsel["start_ns"].to_numpy()[rows]]).astype(np.int64)
-    dur = np.concatenate([ph_n["dur_ns"].to_numpy(), bsel["dur_ns"].to_numpy()[rows]]).astype(np.int64)
+    # a thread's slices are grouped by (pid, tid), a stream's and its annotations' by (device, stream)
+    on_gpu = pl.col("kind").is_in(list(GPU_KINDS)) | (pl.col("kind") == GPU_RANGE)
+    bsel = events.select(pl.when(on_gpu).then(pl.col("device").cast(pl.Int64)).otherwise(pl.col("pid").cast(pl.Int64)).alias("a"),
+                         pl.when(on_gpu).then(pl.col("stream").cast(pl.Int64)).otherwise(pl.col("tid").cast(pl.Int64)).alias("b"))
+    # per slice: phase slices (src < 0: phase slice -1 - src), then the run's rows
+    src = np.empty(n, dtype=np.int64)
+    src[:npf] = np.arange(-1, -1 - npf, -1, dtype=np.int64)
+    src[npf:] = rows
+    rank, start, dur = (_take(events[c], src, _int_col(ph_n, c))[0] for c in ("rank", "start_ns", "dur_ns"))
+    np.maximum(dur, 0, out=dur)  # a null or negative duration is shown as 0
     g_b = np.where(b_gpu, G_STREAM, np.where(b_gr, G_GPU_RANGE, G_THREAD)).astype(np.int64)
     grp = np.concatenate([ph_n["_g"].to_numpy().astype(np.int64), g_b])
-    th = g_b == G_THREAD
-    a_v = {c: _int_col(bsel, c) for c in ("pid", "tid", "device", "stream")}
-    a_val = np.where(th, a_v["pid"][0][rows], a_v["device"][0][rows])
-    a_ok = np.where(th, a_v["pid"][1][rows], a_v["device"][1][rows])
-    b_val = np.where(th, a_v["tid"][0][rows], a_v["stream"][0][rows])
-    b_ok = np.where(th, a_v["tid"][1][rows], a_v["stream"][1][rows])
     zp = np.zeros(npf, np.int64)
     fp = np.zeros(npf, bool)
-    a_val, a_ok = np.concatenate([zp, a_val]), np.concatenate([fp, a_ok])
-    b_val, b_ok = np.concatenate([zp, b_val]), np.concatenate([fp, b_ok])
+    (a_val, a_ok), (b_val, b_ok) = (_take(bsel[c], src, (zp, fp)) for c in ("a", "b"))
     is_gpu = np.concatenate([fp, b_gpu])
     is_launch = np.concatenate([fp, b_launch])
     # strings as codes
@@ -256,16 +258,13 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     cat[cat == none] = strings.get("other")
     code["window"] = np.concatenate([ph_str["window"], np.full(nb, none, np.int64)])
     # integer, boolean and float columns (value, present)
-    num: dict[str, tuple[I64, BoolA]] = {}
-    for c in (*INT_ARGS, *_INT_SET):
-        pv, pk = _int_col(phases, c) if c in phases.columns and phases[c].dtype != pl.Null else (zp, fp)
-        bv, bk = _int_col(events, c)
-        num[c] = (_cat(pv, bv, rows), _cat(pk, bk, rows))
-    for c in _BOOL_SET:
+    # the integer args (INT_ARGS) are read in the final order only, once it is known
+    ph_int = {c: _int_col(phases, c) if c in phases.columns and phases[c].dtype != pl.Null else (zp, fp)
+              for c in (*INT_ARGS, *_INT_SET)}
+    num: dict[str, tuple[I64, BoolA]] = {c: _take(events[c], src, ph_int[c]) for c in _INT_SET}
+    for c in _BOOL_SET:  # values 0 / 1, and 2 where null
         ps = phases[c] if c in phases.columns and phases[c].dtype != pl.Null else pl.Series([None] * npf, dtype=pl.Boolean())
-        pv = ps.cast(pl.Int64).fill_null(2).to_numpy()
-        bv = events[c].cast(pl.Int64).fill_null(2).to_numpy()[rows]
-        num[c] = (np.concatenate([pv, bv]).astype(np.int64), np.concatenate([pv, bv]) != 2)
+        num[c] = _take(events[c], src, (ps.cast(pl.Int64).fill_null(2).to_numpy(), ps.is_not_null().to_numpy()), fill=2)
     acc_p = phases["accept_len"].cast(pl.Float64) if "accept_len" in phases.columns else pl.Series([None] * npf, dtype=pl.Float64())
     acc_s = pl.concat([acc_p, events["accept_len"].gather(rows)])
     acc = acc_s.fill_null(0.0).to_numpy().astype(np.float64)
@@ -337,7 +336,8 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     aid, afirst = first_seen([set_u], order=final)
     argsets = _argset_values(final[afirst], arg_name, code, num, acc, acc_ok, strings)
     f_gpu = is_gpu[final]
-    ints = {c: (num[c][0][final], num[c][1][final]) for c in INT_ARGS}
+    src_final = src[final]
+    ints = {c: _take(events[c], src_final, ph_int[c]) for c in INT_ARGS}
     argset_arr = aid.copy()
     f_window = code["window"][final]
     f_rank = rank[final]
@@ -405,27 +405,14 @@ def _argset_values(rows: I64, arg_name: I64, code: Mapping[str, I64], num: Mappi
 
 
 def _launch_edges(rank: I64, corr: I64, launch: BoolA, gpu: BoolA) -> tuple[I64, I64]:
-    """(launch slice, GPU slice) on (rank, correlation), the first launch of a pair; sorted."""
-    lrows = np.flatnonzero(launch)
-    grows = np.flatnonzero(gpu)
-    if lrows.size == 0 or grows.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    both = np.concatenate([lrows, grows])
-    packed = _pack([rank[both], corr[both]])
-    if len(packed) == 1:  # one key per row: a sorted join (correlations are mostly distinct, no hash table)
-        kl, kg = packed[0][:lrows.size], packed[0][lrows.size:]
-        o = np.argsort(kl, kind="stable")  # equal keys keep slice order: the first launch comes first
-        ks = kl[o]
-        pos = np.minimum(np.searchsorted(ks, kg), ks.size - 1)
-        hit = ks[pos] == kg
-        src, dst = lrows[o[pos[hit]]], grows[hit]
-    else:
-        ids, first = first_seen(packed)
-        f = first[ids[lrows.size:]]
-        hit = f < lrows.size
-        src, dst = lrows[f[hit]], grows[hit]
-    o = np.argsort(src, kind="stable")  # dst ascending already
-    return src[o], dst[o]
+    """(launch slice, GPU slice) on (rank, correlation), the first launch of a pair; sorted by launch
+    slice, then GPU slice (``tracekit._core.launch_join``: one hash table of the launches)."""
+    assert core is not None
+    m = int(np.count_nonzero(gpu))
+    src, dst = np.empty(m, np.int64), np.empty(m, np.int64)
+    k = core.launch_join(np.ascontiguousarray(rank, dtype=np.int64), np.ascontiguousarray(corr, dtype=np.int64),
+                         np.ascontiguousarray(launch, dtype=np.bool_), np.ascontiguousarray(gpu, dtype=np.bool_), src, dst)
+    return src[:k], dst[:k]
 
 
 def _collective_edges(rank: I64, start: I64, gpu: BoolA, group: I64, coll_seq: tuple[I64, BoolA], strings: _Strings,
