@@ -277,6 +277,9 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         for r, g, a, ao, b, bo in zip(rank[gfirst].tolist(), grp[gfirst].tolist(), a_val[gfirst].tolist(),
                                       a_ok[gfirst].tolist(), b_val[gfirst].tolist(), b_ok[gfirst].tolist(), strict=True)
     ]
+    # intermediates are released as soon as they are used: fresh memory costs a page fault per page,
+    # memory given back is reused by the next arrays (bench/export_faults.py)
+    del grp, a_val, a_ok, b_val, b_ok
     o1 = _order(start, dur)
     gk = gid.astype(np.int16) if len(group_of) < (1 << 15) else gid
     by_group = o1[np.argsort(gk[o1], kind="stable")]
@@ -286,6 +289,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     sorted_lanes, lane_max = assign_lanes_grouped(s_sorted, e_sorted, bounds)
     lanes = np.zeros(n, dtype=np.int64)
     lanes[by_group] = sorted_lanes
+    del by_group, s_sorted, e_sorted, sorted_lanes, gk
     lane_n = {grp_t: int(lane_max[i]) for i, grp_t in enumerate(group_of)}
     multi: dict[tuple[int, int], set[Any]] = {}
     for r, g, a, _ in group_of:
@@ -301,6 +305,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     lane0 = np.array([track_of[(*g, 0)] for g in group_of], dtype=np.int64)
     track_col = lane0[gid] + lanes
     final = _then_by(o1, start, dur, track_col)
+    del o1, lanes
 
     # names, categories and arg sets: codes per slice in input order, ids by first appearance in the final order
     name = code["name"]
@@ -333,11 +338,16 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         nulls |= (~ok).astype(np.int64) << i
     key_cols.append(nulls)
     set_u, _ = first_seen(_pack(key_cols))
+    del key_cols, nulls
     aid, afirst = first_seen([set_u], order=final)
+    del set_u
     argsets = _argset_values(final[afirst], arg_name, code, num, acc, acc_ok, strings)
+    del num, acc, acc_ok, arg_name, disp, name, code["name"], code["args"], code["coll_op"]
     f_gpu = is_gpu[final]
     src_final = src[final]
+    del src
     ints = {c: _take(events[c], src_final, ph_int[c]) for c in INT_ARGS}
+    del src_final
     argset_arr = aid.copy()
     f_window = code["window"][final]
     f_rank = rank[final]
@@ -353,6 +363,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     argset_arr = np.where(nonempty[argset_arr], argset_arr, -1)
     f_start, f_dur = start[final], dur[final]
     f_launch = is_launch[final]
+    del start, dur, is_gpu, is_launch, rank, cat
     corr, corr_ok = ints["correlation"]
     fsrc_l: list[I64] = []
     fdst_l: list[I64] = []
