@@ -271,7 +271,6 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
     PyObject *tup;
     Py_buffer pre = {0};
     Buf b[NB];
-    Out out = {0};
     PyObject *ret = NULL;
     int64_t *newn = NULL, *news = NULL;
     memset(b, 0, sizeof(b));
@@ -338,85 +337,83 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
             prefix[k] = (const uint8_t *)pre.buf + pos;
             pos += plen[k];
         }
-        /* validate indices once */
-        for (Py_ssize_t r = 0; r < nr; r++) {
-            int64_t t = rty[r], i = rix[r];
-            if (t < 1 || t > 4 || i < 0 || (t == 4 ? i >= ncs : i >= ns)) {
-                PyErr_SetString(PyExc_ValueError, "encode_batch: bad record");
-                goto done;
-            }
-            if (t == 1 || t == 3) {
-                if (name[i] < 0 || name[i] >= nnames || (aset[i] >= 0 && !blob_ok(&b[BL_FLAT], boff, bsize, nblob, aset[i])) ||
-                    foc[i] < 0 || foo[i] < 0 || foo[i] + foc[i] > nfo || fic[i] < 0 || fio[i] < 0 || fio[i] + fic[i] > nfi) {
-                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad slice reference");
-                    goto done;
-                }
-                if (aset[i] >= 0 && (dc[aset[i]] < 0 || dof[aset[i]] < 0 || dof[aset[i]] + dc[aset[i]] > ndf)) {
-                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad string dependencies");
-                    goto done;
-                }
-            }
-        }
-        /* interning of first uses: names and strings, ascending ids */
+        /* the records in two passes: (0) each record checked, the names and strings it uses for
+           the first time noted, its size summed; (1) the interning packet, then the records written
+           straight into a bytes object of the exact total size (no growth, no copy) */
         newn = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nr + 1));
         news = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ndf + 1));
         if (!newn || !news) { PyErr_NoMemory(); goto done; }
         Py_ssize_t nn = 0, nsn = 0;
-        for (Py_ssize_t r = 0; r < nr; r++) {
-            int64_t t = rty[r], i = rix[r];
-            if (t != 1 && t != 3) continue;
-            int64_t nm = name[i];
-            if (!ndone[nm]) { ndone[nm] = 1; newn[nn++] = nm; }
-            int64_t a = aset[i];
-            if (a < 0) continue;
-            for (int64_t q = dof[a]; q < dof[a] + dc[a]; q++) {
-                int64_t sid = df[q];
-                if (sid < 0 || sid >= nstr || !blob_ok(&b[ST_FLAT], soff, ssize, nstr, sid)) {
-                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad string id");
+        uint64_t total = 0;
+        uint8_t *p = NULL, *p0 = NULL;
+        for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (Py_ssize_t q = 0; q < nn; q++)
+                if (!blob_ok(&b[N_FLAT], noff, nsize, nnames, newn[q])) {
+                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad name entry");
                     goto done;
                 }
-                if (!sdone[sid]) { sdone[sid] = 1; news[nsn++] = sid; }
+            /* ascending order (np.unique): the few new ids sorted */
+            for (Py_ssize_t a = 1; a < nn; a++) {
+                int64_t x = newn[a]; Py_ssize_t c = a - 1;
+                while (c >= 0 && newn[c] > x) { newn[c + 1] = newn[c]; c--; }
+                newn[c + 1] = x;
+            }
+            for (Py_ssize_t a = 1; a < nsn; a++) {
+                int64_t x = news[a]; Py_ssize_t c = a - 1;
+                while (c >= 0 && news[c] > x) { news[c + 1] = news[c]; c--; }
+                news[c + 1] = x;
+            }
+            uint64_t body = 0, pk = 0, t0 = nr ? (uint64_t)rts[0] : 0;
+            if (nn || nsn) {
+                for (Py_ssize_t q = 0; q < nn; q++) body += (uint64_t)nsize[newn[q]];
+                for (Py_ssize_t q = 0; q < nsn; q++) body += (uint64_t)ssize[news[q]];
+                pk = 1 + vlen(t0) + 2 + 2 + 1 + vlen(body) + body;
+                total += 1 + vlen(pk) + pk;
+            }
+            if (!(ret = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total))) goto done;
+            p = p0 = (uint8_t *)PyBytes_AS_STRING(ret);
+            if (nn || nsn) {
+                *p++ = 0x0A;
+                p = put_v(p, pk);
+                *p++ = 0x40; p = put_v(p, t0);
+                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                *p++ = 0x62; p = put_v(p, body);
+                for (Py_ssize_t q = 0; q < nn; q++) { memcpy(p, nflat + noff[newn[q]], (size_t)nsize[newn[q]]); p += nsize[newn[q]]; }
+                for (Py_ssize_t q = 0; q < nsn; q++) { memcpy(p, sflat + soff[news[q]], (size_t)ssize[news[q]]); p += ssize[news[q]]; }
             }
         }
-        for (Py_ssize_t q = 0; q < nn; q++)
-            if (!blob_ok(&b[N_FLAT], noff, nsize, nnames, newn[q])) {
-                PyErr_SetString(PyExc_ValueError, "encode_batch: bad name entry");
-                goto done;
-            }
-        /* ascending order (np.unique): small counting sort through the done marks is not
-           possible (marks are global), so sort the few new ids */
-        for (Py_ssize_t a = 1; a < nn; a++) {
-            int64_t x = newn[a]; Py_ssize_t c = a - 1;
-            while (c >= 0 && newn[c] > x) { newn[c + 1] = newn[c]; c--; }
-            newn[c + 1] = x;
-        }
-        for (Py_ssize_t a = 1; a < nsn; a++) {
-            int64_t x = news[a]; Py_ssize_t c = a - 1;
-            while (c >= 0 && news[c] > x) { news[c + 1] = news[c]; c--; }
-            news[c + 1] = x;
-        }
-        if (nn || nsn) {
-            uint64_t body = 0;
-            for (Py_ssize_t q = 0; q < nn; q++) body += (uint64_t)nsize[newn[q]];
-            for (Py_ssize_t q = 0; q < nsn; q++) body += (uint64_t)ssize[news[q]];
-            uint64_t t0 = (uint64_t)rts[0];
-            uint64_t pk = 1 + vlen(t0) + 2 + 2 + 1 + vlen(body) + body;
-            if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-            uint8_t *p = out.p + out.n;
-            *p++ = 0x0A;
-            p = put_v(p, pk);
-            *p++ = 0x40; p = put_v(p, t0);
-            *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
-            *p++ = 0x62; p = put_v(p, body);
-            for (Py_ssize_t q = 0; q < nn; q++) { memcpy(p, nflat + noff[newn[q]], (size_t)nsize[newn[q]]); p += nsize[newn[q]]; }
-            for (Py_ssize_t q = 0; q < nsn; q++) { memcpy(p, sflat + soff[news[q]], (size_t)ssize[news[q]]); p += ssize[news[q]]; }
-            out.n = p - out.p;
-        }
-        /* the records */
         for (Py_ssize_t r = 0; r < nr; r++) {
             int64_t t = rty[r], i = rix[r];
             uint64_t ts = (uint64_t)rts[r];
             uint64_t te;
+            if (!pass) {
+                if (t < 1 || t > 4 || i < 0 || (t == 4 ? i >= ncs : i >= ns)) {
+                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad record");
+                    goto done;
+                }
+                if (t == 1 || t == 3) {
+                    int64_t nm = name[i], as = aset[i];
+                    if (nm < 0 || nm >= nnames || (as >= 0 && !blob_ok(&b[BL_FLAT], boff, bsize, nblob, as)) ||
+                        foc[i] < 0 || foo[i] < 0 || foo[i] + foc[i] > nfo || fic[i] < 0 || fio[i] < 0 || fio[i] + fic[i] > nfi) {
+                        PyErr_SetString(PyExc_ValueError, "encode_batch: bad slice reference");
+                        goto done;
+                    }
+                    if (as >= 0 && (dc[as] < 0 || dof[as] < 0 || dof[as] + dc[as] > ndf)) {
+                        PyErr_SetString(PyExc_ValueError, "encode_batch: bad string dependencies");
+                        goto done;
+                    }
+                    if (!ndone[nm]) { ndone[nm] = 1; newn[nn++] = nm; }
+                    for (int64_t q = as >= 0 ? dof[as] : 0; as >= 0 && q < dof[as] + dc[as]; q++) {
+                        int64_t sid = df[q];
+                        if (sid < 0 || sid >= nstr || !blob_ok(&b[ST_FLAT], soff, ssize, nstr, sid)) {
+                            PyErr_SetString(PyExc_ValueError, "encode_batch: bad string id");
+                            goto done;
+                        }
+                        if (!sdone[sid]) { sdone[sid] = 1; news[nsn++] = sid; }
+                    }
+                }
+            }
             if (t == 1 || t == 3) {
                 uint64_t tr = (uint64_t)track[i], nm = (uint64_t)(name[i] + 1), ct = (uint64_t)(cat[i] + 1);
                 te = 1 + vlen((uint64_t)t) + 1 + vlen(tr) + 1 + vlen(nm) + 1 + vlen(ct);
@@ -425,8 +422,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                     if (iok[k][i]) te += 2 + (uint64_t)plen[k] + vlen((uint64_t)ival[k][i]);
                 te += (uint64_t)(foc[i] + fic[i]) * 10;
                 uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
-                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-                uint8_t *p = out.p + out.n;
+                if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
                 *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
@@ -446,20 +442,17 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 }
                 for (int64_t q = foo[i]; q < foo[i] + foc[i]; q++) { *p++ = 0xF9; *p++ = 0x02; p = put_le64(p, (uint64_t)fof[q]); }
                 for (int64_t q = fio[i]; q < fio[i] + fic[i]; q++) { *p++ = 0x81; *p++ = 0x03; p = put_le64(p, (uint64_t)fif[q]); }
-                out.n = p - out.p;
             } else if (t == 2) {
                 uint64_t tr = (uint64_t)track[i];
                 te = 2 + 1 + vlen(tr);
                 uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
-                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-                uint8_t *p = out.p + out.n;
+                if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
                 *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
                 *p++ = 0x5A; p = put_v(p, te);
                 *p++ = 0x48; *p++ = 0x02;
                 *p++ = 0x58; p = put_v(p, tr);
-                out.n = p - out.p;
             } else {
                 uint64_t tr = (uint64_t)ctrack[i];
                 int is_int = cint[i] != 0;
@@ -468,8 +461,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 else memcpy(&dv, &cval[i], 8);
                 te = 2 + 1 + vlen(tr) + (is_int ? 2 + vlen(iv) : 2 + 8);
                 uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
-                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-                uint8_t *p = out.p + out.n;
+                if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
                 *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
@@ -478,13 +470,16 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 *p++ = 0x58; p = put_v(p, tr);
                 if (is_int) { *p++ = 0xF0; *p++ = 0x01; p = put_v(p, iv); }
                 else { *p++ = 0xE1; *p++ = 0x02; p = put_le64(p, dv); }
-                out.n = p - out.p;
             }
         }
+        }
+        if ((uint64_t)(p - p0) != total) {
+            Py_CLEAR(ret);
+            PyErr_SetString(PyExc_SystemError, "encode_batch: size pass and write pass disagree");
+            goto done;
+        }
     }
-    ret = PyBytes_FromStringAndSize((const char *)out.p, out.n);
 done:
-    free(out.p);
     free(newn);
     free(news);
     for (int k = 0; k < NB; k++) rel_buf(&b[k]);
