@@ -5,9 +5,12 @@ Each string column of the run becomes one integer code per row (polars' dictiona
 ``tracekit._core.first_seen``: ids in order of first appearance), every string that occurs is
 held once (``_Strings``), and the layout works on numpy arrays of codes: one stable sort for the
 nesting order, one for the final order, lanes by the compiled greedy pass, names, categories and
-arg sets as first-seen ids of code tuples in the final order, the launch -> kernel join as
-first-seen ids of (rank, correlation). Only the distinct values (names, arg sets, groups) are
-turned into Python objects. Used when the compiled core is built; the tests compare both paths
+arg sets as first-seen ids of code tuples in the final order, the launch -> kernel join by one
+hash table of the launches (``tracekit._core.launch_join``). Integer columns are read through the
+slice index straight from their Arrow buffers (``tracekit._walk.take``), the per-slice integer
+args once, in the final order; intermediates are released as soon as they are used (fresh memory
+costs a page fault per page). Only the distinct values (names, arg sets, groups) are turned into
+Python objects. Used when the compiled core is built; the tests compare both paths
 Layout field by field and byte by byte.
 """
 
