@@ -97,8 +97,18 @@ def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str |
     if n_null == series.len():
         return np.zeros(rows.size, np.int64), [None]
     if hashed and walk is not None and series.dtype == pl.String:
+        if 4 * n_null > series.len():  # mostly null: only the rows with a value are interned
+            ok = series.is_not_null().to_numpy()[rows]
+            sub = rows[ok]
+            sub_ids = np.empty(sub.size, dtype=np.int64)
+            vals: list[str | None] = list(walk.intern(arrow_stream(series), sub, "", sub_ids))
+            ids = np.full(rows.size, len(vals), dtype=np.int64)
+            ids[ok] = sub_ids - 1
+            if sub.size < rows.size:
+                vals.append(None)
+            return ids, vals
         ids = np.empty(rows.size, dtype=np.int64)
-        vals: list[str | None] = list(walk.intern(arrow_stream(series), rows, "", ids))
+        vals = list(walk.intern(arrow_stream(series), rows, "", ids))
         ids -= 1
         if n_null:
             nulls = series.is_null().to_numpy()[rows]
