@@ -350,10 +350,8 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         ok = acc_ok if c == "accept_len" else num[c][1]
         nulls |= (~ok).astype(np.int64) << i
     key_cols.append(nulls)
-    set_u, _ = first_seen(_pack(key_cols))
+    aid, afirst = first_seen(_pack(key_cols), order=final)  # the arg-set tuples numbered in the final order
     del key_cols, nulls
-    aid, afirst = first_seen([set_u], order=final)
-    del set_u
     argsets = _argset_values(final[afirst], arg_name, code, num, acc, acc_ok, strings)
     del num, acc, acc_ok, arg_name, disp, name, code["name"], code["args"], code["coll_op"]
     f_gpu = is_gpu[final]
