@@ -266,3 +266,32 @@ def test_take_refuses_what_it_cannot_read() -> None:
         _take(pl.Series(["a", "b"]), np.array([0], dtype=np.int64))
     vals, ok = _take(pl.Series([None, None]), np.array([1, 0], dtype=np.int64), fill=5)  # a column of nulls
     assert vals.tolist() == [5, 5] and ok.tolist() == [False, False]
+
+
+@needs_core
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n_values=st.sampled_from([1, 7, 300, 6000]), n=st.integers(0, 4000),
+       null_share=st.sampled_from([0.0, 0.2, 0.9]), long=st.booleans(), from_parquet=st.booleans())
+def test_intern_gives_each_row_its_value(tmp_path_factory: pytest.TempPathFactory, seed: int,
+                                                             n_values: int, n: int, null_share: float, long: bool,
+                                                             from_parquet: bool) -> None:
+    """``fastlayout._intern`` (``tracekit._walk.intern``, with its cache keyed by the Arrow view): each row
+    reads back its value, each value listed once: short and long strings, nulls, more distinct views than
+    the cache holds, and a column read back from parquet, where the rows of one value share one copy of
+    its bytes."""
+    from tracekit.export.fastlayout import _intern
+
+    rng = np.random.default_rng(seed)
+    pad = "x" * 40 if long else ""
+    pool = [f"{pad}v{i}" for i in range(n_values)] + [""]
+    vals = [None if rng.random() < null_share else pool[int(rng.integers(0, len(pool)))] for _ in range(n)]
+    col = pl.Series("s", vals, dtype=pl.String)
+    if from_parquet:
+        path = tmp_path_factory.mktemp("intern") / "s.parquet"
+        pl.DataFrame({"s": col}).write_parquet(path)
+        col = pl.read_parquet(path)["s"]
+    rows = np.sort(rng.choice(n, size=n // 2, replace=False)).astype(np.int64) if n else np.zeros(0, np.int64)
+    ids, distinct = _intern(col, rows)
+    got = [distinct[i] for i in ids.tolist()]
+    assert got == [vals[r] for r in rows.tolist()]
+    assert len(set(distinct)) == len(distinct)  # each value once (None included)

@@ -508,7 +508,11 @@ done:
 }
 
 /* interning: strings -> 1 + their index in order of first appearance (a null row counts as the
- * string null_as); the view of the last row remembered (collective rows repeat their group / op) */
+ * string null_as); the view of the last row remembered (collective rows repeat their group / op),
+ * and for string-view columns a small direct-mapped cache view -> code in front of the string hash:
+ * polars shares one copy of the bytes between the rows of one value (a parquet dictionary), so
+ * equal views are common and an equal view is the same string (no byte hashed). */
+#define VIEW_CACHE 4096
 typedef struct {
     const char *p;
     int64_t len;
@@ -519,6 +523,7 @@ typedef struct {
     int64_t n, cap, *tab, tcap, last;
     uint64_t l0, l1;
     int have_last;
+    uint64_t *vc; /* VIEW_CACHE entries of (view word 0, view word 1, code; 0 = empty) */
     const char *null_as;
     int64_t null_len;
 } Interner;
@@ -543,33 +548,51 @@ static int interner_init(Interner *I, const char *null_as, int64_t null_len) {
 static void interner_free(Interner *I) {
     free(I->tab);
     free(I->dist);
+    free(I->vc);
     I->tab = NULL;
     I->dist = NULL;
+    I->vc = NULL;
 }
+
+static int64_t intern_str(Interner *I, const char *p, int64_t len);
 
 /* the code of row j (relative to the column's offset) of string column c; -1: no memory */
 static int64_t intern_row(Interner *I, const Col *c, int64_t j) {
     const char *p;
     int64_t len;
-    uint64_t h;
     int valid = col_valid(c, j);
     if (c->type == C_VIEW && valid) { /* the same view as the last row: the same string */
-        uint64_t v0, v1;
+        uint64_t v0, v1, *e;
+        int64_t code;
         const uint8_t *v = (const uint8_t *)c->vals + 16 * (c->off + j);
         memcpy(&v0, v, 8);
         memcpy(&v1, v + 8, 8);
         if (I->have_last && v0 == I->l0 && v1 == I->l1) return I->last;
         I->l0 = v0, I->l1 = v1, I->have_last = 1;
-    } else {
-        I->have_last = 0;
+        if (!I->vc && !(I->vc = (uint64_t *)calloc(3 * VIEW_CACHE, sizeof(uint64_t)))) return -1;
+        {
+            uint64_t h = (v0 ^ (v1 * 0x9e3779b97f4a7c15ULL)) * 0xbf58476d1ce4e5b9ULL;
+            e = I->vc + 3 * ((h >> 40) & (VIEW_CACHE - 1));
+        }
+        if (e[2] && e[0] == v0 && e[1] == v1) return I->last = (int64_t)e[2];
+        p = str_at(c, c->type, c->off + j, &len);
+        if ((code = intern_str(I, p, len)) < 0) return -1;
+        e[0] = v0, e[1] = v1, e[2] = (uint64_t)code;
+        return code;
     }
+    I->have_last = 0;
     if (!valid) {
         p = I->null_as;
         len = I->null_len;
     } else {
         p = str_at(c, c->type, c->off + j, &len);
     }
-    h = fnv(p, len);
+    return intern_str(I, p, len);
+}
+
+/* the code of the string (p, len): 1 + its index in order of first appearance; -1: no memory */
+static int64_t intern_str(Interner *I, const char *p, int64_t len) {
+    uint64_t h = fnv(p, len);
     for (;;) {
         int64_t slot = (int64_t)(h & (uint64_t)(I->tcap - 1)), d = I->tab[slot];
         if (d < 0) { /* a new string */

@@ -1,9 +1,9 @@
 """The export layout on integer codes: the same ``Layout`` as ``layout.build_layout_reference``,
 without building, sorting or gathering a frame of every slice.
 
-Each string column of the run becomes one integer code per row (polars' dictionary cast, then
-``tracekit._core.first_seen``: ids in order of first appearance), every string that occurs is
-held once (``_Strings``), and the layout works on numpy arrays of codes: one stable sort for the
+Each string column of the run becomes one integer code per row (``tracekit._walk.intern`` on the
+Arrow buffers: ids in order of first appearance), every string that occurs is held once
+(``_Strings``), and the layout works on numpy arrays of codes: one stable sort for the
 nesting order, one for the final order, lanes by the compiled greedy pass, names, categories and
 arg sets as first-seen ids of code tuples in the final order, the launch -> kernel join by one
 hash table of the launches (``tracekit._core.launch_join``). Integer columns are read through the
@@ -89,14 +89,16 @@ class _Strings:
         return np.fromiter((self.get(v) for v in vals), dtype=np.int64, count=len(vals))
 
 
-def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str | None]]:
+def _intern(series: pl.Series, rows: I64) -> tuple[I64, list[str | None]]:
     """(index into the distinct values of each of ``series[rows]``, the distinct values in order of first
-    appearance, null as None). A column of nulls costs nothing; ``hashed``: short strings, interned by
-    ``tracekit._walk.intern`` from the Arrow buffers (no dictionary cast); else polars' dictionary cast."""
+    appearance, null as None). A column of nulls costs nothing; a string column is interned by
+    ``tracekit._walk.intern`` from the Arrow buffers (rows sharing one copy of a value's bytes, as a
+    parquet dictionary reads, are looked up by their view: no byte hashed, no dictionary cast); an Enum
+    is its codes."""
     n_null = series.null_count()
     if n_null == series.len():
         return np.zeros(rows.size, np.int64), [None]
-    if hashed and walk is not None and series.dtype == pl.String:
+    if walk is not None and series.dtype == pl.String:
         if 4 * n_null > series.len():  # mostly null: only the rows with a value are interned
             ok = series.is_not_null().to_numpy()[rows]
             sub = rows[ok]
@@ -123,11 +125,10 @@ def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str |
     return ids, series.gather(rows[first]).to_list() if first.size else []
 
 
-def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None,
-           hashed: bool = True) -> I64:
+def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None) -> I64:
     """Codes (``strings``) of ``series[rows]`` after the codes ``head``: ``_intern``, then one lookup per
     distinct value (a null read as ``null_as``)."""
-    ids, vals = _intern(series, rows, hashed)
+    ids, vals = _intern(series, rows)
     lut = strings.lut([null_as if v is None else v for v in vals] if null_as is not None else vals)
     h = 0 if head is None else head.size
     out = np.empty(h + ids.size, dtype=np.int64)
@@ -223,7 +224,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     info = _rank_info(manifest, events, ranks)
     phases = _phase_slices(events)
     # kinds: one code per row, the masks by lookup (a null kind is in none of them)
-    k_ids, k_vals = _intern(events["kind"], np.arange(events.height, dtype=np.int64), True)
+    k_ids, k_vals = _intern(events["kind"], np.arange(events.height, dtype=np.int64))
     rows = np.flatnonzero(np.array([v is not None and v != COUNTER for v in k_vals], dtype=bool)[k_ids])
     k_rows = k_ids[rows]
     nb, npf = int(rows.size), phases.height
@@ -262,9 +263,9 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     ph_str = {c: _codes(phases[c], all_ph, strings, null_as="" if c == "name" else None)
               for c in ("name", "category", "phase", "window")}
     code: dict[str, I64] = {}
-    for c in _STR_COLS:  # kernel names are long: a dictionary cast is cheaper than hashing their bytes
+    for c in _STR_COLS:
         code[c] = _codes(events[c], rows, strings, ph_str.get(c, np.full(npf, none, np.int64)),
-                         null_as="" if c == "name" else None, hashed=c != "name")
+                         null_as="" if c == "name" else None)
     k_code = strings.lut(k_vals)[k_rows]
     c_code = _codes(events["category"], rows, strings)
     cat = np.concatenate([ph_str["category"], np.where(b_gpu & (c_code != none), c_code, k_code)])
