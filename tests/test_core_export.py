@@ -295,3 +295,27 @@ def test_intern_gives_each_row_its_value(tmp_path_factory: pytest.TempPathFactor
     got = [distinct[i] for i in ids.tolist()]
     assert got == [vals[r] for r in rows.tolist()]
     assert len(set(distinct)) == len(distinct)  # each value once (None included)
+
+
+@needs_core
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 3000), null_share=st.sampled_from([0.0, 0.3, 0.95, 1.0]),
+       enum=st.booleans(), null_as=st.sampled_from([None, "", "v1"]), head=st.integers(0, 3))
+def test_codes_give_each_row_its_value(seed: int, n: int, null_share: float, enum: bool, null_as: str | None,
+                                       head: int) -> None:
+    """``fastlayout._codes`` (the codes written in place by ``_walk.intern``, a null row code 0, then one
+    lookup per distinct value): after the ``head`` codes, each row's code names its value in the string
+    table, a null as ``null_as``; the nulls of a String column and of an Enum alike, "" a value of its own."""
+    from tracekit.export.fastlayout import _codes, _Strings
+
+    rng = np.random.default_rng(seed)
+    pool = ["v0", "v1", "v2", ""]
+    vals = [None if rng.random() < null_share else pool[int(rng.integers(0, len(pool)))] for _ in range(n)]
+    col = pl.Series("s", vals, dtype=pl.Enum(pool) if enum else pl.String)
+    rows = np.sort(rng.choice(n, size=n // 2, replace=False)).astype(np.int64) if n else np.zeros(0, np.int64)
+    strings = _Strings()
+    first = strings.get("v2")
+    got = _codes(col, rows, strings, np.full(head, first, np.int64), null_as=null_as)
+    assert got[:head].tolist() == [first] * head
+    assert [strings.values[c] for c in got[head:].tolist()] == [null_as if vals[r] is None else vals[r] for r in rows.tolist()]
+    assert len(set(strings.values)) == len(strings.values)

@@ -508,7 +508,7 @@ done:
 }
 
 /* interning: strings -> 1 + their index in order of first appearance (a null row counts as the
- * string null_as); the view of the last row remembered (collective rows repeat their group / op),
+ * string null_as, or has code 0 where null_as is NULL); the view of the last row remembered (collective rows repeat their group / op),
  * and for string-view columns a small direct-mapped cache view -> code in front of the string hash:
  * polars shares one copy of the bytes between the rows of one value (a parquet dictionary), so
  * equal views are common and an equal view is the same string (no byte hashed). */
@@ -580,6 +580,7 @@ static int64_t intern_row(Interner *I, const Col *c, int64_t j) {
         e[0] = v0, e[1] = v1, e[2] = (uint64_t)code;
         return code;
     }
+    if (!valid && !I->null_as) return 0; /* nulls not interned: code 0 */
     I->have_last = 0;
     if (!valid) {
         p = I->null_as;
@@ -646,17 +647,19 @@ static int is_string_col(const Col *c) {
     return !c->is_dict && (c->type == C_STR || c->type == C_LSTR || c->type == C_VIEW || c->type == C_NULL);
 }
 
-/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = the code of row rows[i] */
+/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = the code of row rows[i]
+ * (null_as None: a null row has code 0 and is not one of the strings) */
 static PyObject *py_intern(PyObject *self, PyObject *args) {
-    PyObject *cap, *orows, *oout, *ret = NULL;
-    const char *null_as;
-    Py_ssize_t null_len;
+    PyObject *cap, *orows, *oout, *onull, *ret = NULL;
+    const char *null_as = NULL;
+    Py_ssize_t null_len = 0;
     Col c;
     Buf rows = {0}, out = {0};
     Interner I;
     (void)self;
     memset(&I, 0, sizeof(I));
-    if (!PyArg_ParseTuple(args, "OOs#O", &cap, &orows, &null_as, &null_len, &oout)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOO", &cap, &orows, &onull, &oout)) return NULL;
+    if (onull != Py_None && !(null_as = PyUnicode_AsUTF8AndSize(onull, &null_len))) return NULL;
     memset(&c, 0, sizeof(c));
     if (col_import(cap, &c, "intern") < 0) goto done;
     if (get_buf(orows, &rows, 8, 0, "rows") < 0 || get_buf(oout, &out, 8, 1, "out") < 0) goto done;

@@ -89,53 +89,58 @@ class _Strings:
         return np.fromiter((self.get(v) for v in vals), dtype=np.int64, count=len(vals))
 
 
-def _intern(series: pl.Series, rows: I64) -> tuple[I64, list[str | None]]:
-    """(index into the distinct values of each of ``series[rows]``, the distinct values in order of first
-    appearance, null as None). A column of nulls costs nothing; a string column is interned by
-    ``tracekit._walk.intern`` from the Arrow buffers (rows sharing one copy of a value's bytes, as a
-    parquet dictionary reads, are looked up by their view: no byte hashed, no dictionary cast); an Enum
-    is its codes."""
+def _intern_into(series: pl.Series, rows: I64, out: I64) -> tuple[list[str], bool]:
+    """Writes to ``out`` the code of each of ``series[rows]``: 0 for a null, else 1 + the index of its value
+    in the distinct non-null values (returned, in order of first appearance); and whether a null was
+    among the rows. A column of nulls costs nothing; a string column is interned by
+    ``tracekit._walk.intern`` from the Arrow buffers in one pass (a null row is its validity bit; rows
+    sharing one copy of a value's bytes, as a parquet dictionary reads, are looked up by their view: no
+    byte hashed, no dictionary cast); an Enum is its codes."""
     n_null = series.null_count()
     if n_null == series.len():
-        return np.zeros(rows.size, np.int64), [None]
+        out[:] = 0
+        return [], True
     if walk is not None and series.dtype == pl.String:
-        if 4 * n_null > series.len():  # mostly null: only the rows with a value are interned
-            ok = series.is_not_null().to_numpy()[rows]
-            sub = rows[ok]
-            sub_ids = np.empty(sub.size, dtype=np.int64)
-            vals: list[str | None] = list(walk.intern(arrow_stream(series), sub, "", sub_ids))
-            ids = np.full(rows.size, len(vals), dtype=np.int64)
-            ids[ok] = sub_ids - 1
-            if sub.size < rows.size:
-                vals.append(None)
-            return ids, vals
-        ids = np.empty(rows.size, dtype=np.int64)
-        vals = list(walk.intern(arrow_stream(series), rows, "", ids))
-        ids -= 1
-        if n_null:
-            nulls = series.is_null().to_numpy()[rows]
-            if nulls.any():
-                ids[nulls] = len(vals)
-                vals.append(None)
-        return ids, vals
+        vals = walk.intern(arrow_stream(series), rows, None, out)
+        return vals, bool(n_null) and bool((out == 0).any())
     # an Enum (kind, category: schema.KIND_DTYPE / CATEGORY_DTYPE) is its codes already
     cat = series if isinstance(series.dtype, pl.Enum) else series.cast(pl.Categorical)
     phys = cat.to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
     ids, first = first_seen([phys], order=rows)
-    return ids, series.gather(rows[first]).to_list() if first.size else []
+    seen: list[str | None] = series.gather(rows[first]).to_list() if first.size else []
+    to_code = np.cumsum([v is not None for v in seen], dtype=np.int64) * np.array([v is not None for v in seen], dtype=np.int64)
+    np.take(to_code, ids, out=out)
+    return [v for v in seen if v is not None], None in seen
+
+
+def _intern(series: pl.Series, rows: I64) -> tuple[I64, list[str | None]]:
+    """(index into the distinct values of each of ``series[rows]``, the distinct values in order of first
+    appearance, null as None after them): ``_intern_into``."""
+    ids = np.empty(rows.size, dtype=np.int64)
+    got, has_null = _intern_into(series, rows, ids)
+    vals: list[str | None] = list(got)
+    if has_null:
+        vals.append(None)
+        ids[ids == 0] = len(vals)
+    ids -= 1
+    return ids, vals
 
 
 def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None) -> I64:
-    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: ``_intern``, then one lookup per
-    distinct value (a null read as ``null_as``)."""
-    ids, vals = _intern(series, rows)
-    lut = strings.lut([null_as if v is None else v for v in vals] if null_as is not None else vals)
+    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: ``_intern_into`` writes its codes
+    in place, then one lookup per distinct value (a null read as ``null_as``, looked up last)."""
     h = 0 if head is None else head.size
-    out = np.empty(h + ids.size, dtype=np.int64)
+    out = np.empty(h + rows.size, dtype=np.int64)
     if head is not None:
         out[:h] = head
-    if ids.size:
-        np.take(lut, ids, out=out[h:])
+    body = out[h:]
+    vals, has_null = _intern_into(series, rows, body)
+    lut = np.zeros(len(vals) + 1, dtype=np.int64)
+    lut[1:] = strings.lut(vals)
+    if has_null:
+        lut[0] = strings.get(null_as)
+    if body.size:
+        np.take(lut, body, out=body, mode="clip")
     return out
 
 
