@@ -319,3 +319,33 @@ def test_codes_give_each_row_its_value(seed: int, n: int, null_share: float, enu
     assert got[:head].tolist() == [first] * head
     assert [strings.values[c] for c in got[head:].tolist()] == [null_as if vals[r] is None else vals[r] for r in rows.tolist()]
     assert len(set(strings.values)) == len(strings.values)
+
+
+@needs_core
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 2000), k=st.integers(1, 14),
+       spans=st.lists(st.sampled_from([1, 2, 3, 250, 70_000, 1 << 40, 1 << 63]), min_size=14, max_size=14))
+def test_pack_keeps_tuples_apart(seed: int, n: int, k: int, spans: list[int]) -> None:
+    """``fastlayout._pack`` (ranges by ``_core.col_ranges``, combined columns by ``_core.pack_rows``): two
+    rows get equal packed tuples exactly when their tuples are equal: small and huge ranges, negative
+    values, fewer columns out than in where the ranges allow; ``pack_rows`` refuses a value outside its range."""
+    from tracekit.export.fastlayout import _pack, first_seen
+
+    rng = np.random.default_rng(seed)
+    cols = []
+    for s in spans[:k]:
+        lo = int(rng.integers(-(1 << 62), 1 << 62)) if s >= 1 << 40 else int(rng.integers(-5, 5))
+        vals = rng.integers(0, min(s, 1 << 62), size=n, dtype=np.int64)
+        cols.append(np.maximum(vals + lo, lo) if s < 1 << 63 else rng.integers(-(1 << 63), (1 << 63) - 1, size=n, dtype=np.int64))
+        if n > 3:  # repeated rows
+            cols[-1][n // 2:n // 2 + 3] = cols[-1][0]
+    packed = _pack(cols)
+    assert len(packed) <= len(cols)
+    if all(s <= 250 for s in spans[:k]) and k >= 2:
+        assert len(packed) < len(cols)
+    seen: dict[tuple[int, ...], int] = {}
+    want = [seen.setdefault(t, len(seen)) for t in zip(*(c.tolist() for c in cols), strict=True)]
+    assert first_seen(packed)[0].tolist() == want
+    with pytest.raises(ValueError, match="outside its column's range"):
+        core.pack_rows((cols[0],), np.array([int(cols[0].min()) + 1], np.int64), np.array([1], np.int64),
+                       np.empty(n, np.int64))

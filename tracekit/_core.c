@@ -669,6 +669,99 @@ static inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
+/* col_ranges(cols, lo_out, hi_out): the least and greatest value of each of K int64 columns of one
+ * length n >= 1, in one pass over each column (numpy: two). The GIL is released. */
+static PyObject *col_ranges(PyObject *self, PyObject *args) {
+    PyObject *cols, *lo_o, *hi_o, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &cols, &lo_o, &hi_o)) return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(cols), n = -1;
+    Buf lo = {0}, hi = {0};
+    Buf *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
+    const int64_t **cv = (const int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
+    if (!cb || !cv) { PyErr_NoMemory(); goto done; }
+    if (get_buf(lo_o, &lo, 8, 1, "lo") < 0 || get_buf(hi_o, &hi, 8, 1, "hi") < 0) goto done;
+    if (k < 1 || N64(lo) != k || N64(hi) != k) { PyErr_SetString(PyExc_ValueError, "col_ranges: one lo and hi per column"); goto done; }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (get_buf(PyTuple_GET_ITEM(cols, j), &cb[j], 8, 0, "column") < 0) goto done;
+        if (n < 0) n = N64(cb[j]);
+        if (N64(cb[j]) != n || n < 1) { PyErr_SetString(PyExc_ValueError, "col_ranges: columns of different lengths or empty"); goto done; }
+        cv[j] = P64(cb[j]);
+    }
+    {
+        int64_t *l = P64(lo), *h = P64(hi);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < k; j++) {
+            const int64_t *v = cv[j];
+            int64_t a = v[0], b = v[0];
+            for (Py_ssize_t i = 1; i < n; i++) {
+                a = v[i] < a ? v[i] : a;
+                b = v[i] > b ? v[i] : b;
+            }
+            l[j] = a;
+            h[j] = b;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (Py_ssize_t j = 0; cb && j < k; j++) rel_buf(&cb[j]);
+    free(cb);
+    free((void *)cv);
+    rel_buf(&lo); rel_buf(&hi);
+    return ret;
+}
+
+/* pack_rows(cols, lo, radix, out): out[i] = the mixed-radix number of row i's tuple,
+ * ((cols[0][i] - lo[0]) * radix[1] + cols[1][i] - lo[1]) * radix[2] + ... in one pass over the K
+ * columns (numpy would make a temporary array and a pass per column and operation). The caller
+ * (export.fastlayout._pack) gives each column's range lo..lo+radix-1 and keeps the product of the
+ * radixes below 2^62; values outside their range are an error. The GIL is released. */
+static PyObject *pack_rows(PyObject *self, PyObject *args) {
+    PyObject *cols, *lo_o, *rad_o, *out_o, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyTuple_Type, &cols, &lo_o, &rad_o, &out_o)) return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(cols);
+    Buf lo = {0}, rad = {0}, out = {0};
+    Buf *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
+    const int64_t **cv = (const int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
+    if (!cb || !cv) { PyErr_NoMemory(); goto done; }
+    if (get_buf(lo_o, &lo, 8, 0, "lo") < 0 || get_buf(rad_o, &rad, 8, 0, "radix") < 0 || get_buf(out_o, &out, 8, 1, "out") < 0)
+        goto done;
+    if (k < 1 || N64(lo) != k || N64(rad) != k) { PyErr_SetString(PyExc_ValueError, "pack_rows: one lo and radix per column"); goto done; }
+    Py_ssize_t n = N64(out);
+    const int64_t *l = P64(lo), *r = P64(rad);
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (get_buf(PyTuple_GET_ITEM(cols, j), &cb[j], 8, 0, "column") < 0) goto done;
+        if (N64(cb[j]) != n) { PyErr_SetString(PyExc_ValueError, "pack_rows: columns not as long as out"); goto done; }
+        if (r[j] < 1) { PyErr_SetString(PyExc_ValueError, "pack_rows: radix < 1"); goto done; }
+        cv[j] = P64(cb[j]);
+    }
+    {
+        int64_t *o = P64(out);
+        int bad = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t acc = 0;
+            for (Py_ssize_t j = 0; j < k; j++) {
+                uint64_t x = (uint64_t)cv[j][i] - (uint64_t)l[j];
+                bad |= x >= (uint64_t)r[j];
+                acc = acc * (uint64_t)r[j] + x;
+            }
+            o[i] = (int64_t)acc;
+        }
+        Py_END_ALLOW_THREADS
+        if (bad) { PyErr_SetString(PyExc_ValueError, "pack_rows: a value outside its column's range"); goto done; }
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (Py_ssize_t j = 0; cb && j < k; j++) rel_buf(&cb[j]);
+    free(cb);
+    free((void *)cv);
+    rel_buf(&lo); rel_buf(&rad); rel_buf(&out);
+    return ret;
+}
+
 /* first_seen(cols, ids_out, first_out, order=None) -> number of distinct rows
  * cols: tuple of K int64 buffers (a row = the K values at one index; the caller encodes nulls as
  * a further column). Row i is cols[.][order[i]] when `order` (int64 indices) is given, else
@@ -886,6 +979,8 @@ done:
 static PyMethodDef METHODS[] = {
     {"launch_join", launch_join, METH_VARARGS, "Launch -> GPU slice edges on (rank, correlation) (see export/fastlayout.py)."},
     {"first_seen", first_seen, METH_VARARGS, "First-seen ids of row tuples (see export/codes.py)."},
+    {"col_ranges", col_ranges, METH_VARARGS, "Least and greatest value of each column (see export/fastlayout.py)."},
+    {"pack_rows", pack_rows, METH_VARARGS, "Mixed-radix numbers of row tuples (see export/fastlayout.py)."},
     {"assign_lanes_grouped", assign_lanes_grouped, METH_VARARGS, "Greedy lanes per group (see lanes.py)."},
     {"merge_records", merge_records, METH_VARARGS, "Write order of slice ends, counters and opens."},
     {"encode_batch", encode_batch, METH_VARARGS, "One batch of TracePackets (see perfetto.py)."},

@@ -146,28 +146,39 @@ def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = N
 
 def _pack(cols: Sequence[I64]) -> list[I64]:
     """Integer columns combined into as few int64 columns as their value ranges allow (mixed radix):
-    two rows have equal packed tuples exactly when they have equal tuples."""
+    two rows have equal packed tuples exactly when they have equal tuples. Each combined column is
+    written in one pass over its columns (``tracekit._core.pack_rows``), the ranges read in one pass over
+    all of them (``col_ranges``)."""
     if not cols or cols[0].size == 0:
         return list(cols)
-    out: list[I64] = []
-    acc: I64 | None = None
-    span = 1
-    for c in cols:
-        lo, hi = int(c.min()), int(c.max())
+    assert core is not None
+    cols = [np.ascontiguousarray(c, dtype=np.int64) for c in cols]
+    los, his = np.empty(len(cols), dtype=np.int64), np.empty(len(cols), dtype=np.int64)
+    core.col_ranges(tuple(cols), los, his)
+    groups: list[list[tuple[I64, int, int]]] = []  # (column, lo, radix) of each packed column
+    span = 0
+    for c, lo, hi in zip(cols, los.tolist(), his.tolist(), strict=True):
         r = hi - lo + 1
         if r >= 1 << 62:
-            out.append(c)
-            continue
-        x = c - lo if lo else c
-        if acc is not None and span * r < 1 << 62:
-            acc = acc * r + x
+            groups.append([(c, 0, 0)])
+            span = 0
+        elif span and span * r < 1 << 62:
+            groups[-1].append((c, lo, r))
             span *= r
         else:
-            if acc is not None:
-                out.append(acc)
-            acc, span = x.astype(np.int64), r
-    if acc is not None:
-        out.append(acc)
+            groups.append([(c, lo, r)])
+            span = r
+    out: list[I64] = []
+    for g in groups:
+        if len(g) == 1:
+            c, lo, _ = g[0]
+            out.append(c - lo if lo else c)
+            continue
+        packed = np.empty(cols[0].size, dtype=np.int64)
+        core.pack_rows(tuple(c for c, _, _ in g),
+                       np.array([lo for _, lo, _ in g], dtype=np.int64), np.array([r for _, _, r in g], dtype=np.int64),
+                       packed)
+        out.append(packed)
     return out
 
 
