@@ -669,24 +669,41 @@ static inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
+/* A tuple of K int64 columns of one length: their buffers (*cb) and data (*cv), *n = the length
+ * (n_want if >= 0, else the first column's). Returns -1 with an exception set; cols_rel frees. */
+static int cols_get(PyObject *cols, Py_ssize_t k, Buf **cb, const int64_t ***cv, Py_ssize_t n_want, Py_ssize_t *n,
+                    const char *what) {
+    *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
+    *cv = (const int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
+    if (!*cb || !*cv) { PyErr_NoMemory(); return -1; }
+    *n = n_want;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (get_buf(PyTuple_GET_ITEM(cols, j), &(*cb)[j], 8, 0, "column") < 0) return -1;
+        if (*n < 0) *n = N64((*cb)[j]);
+        if (N64((*cb)[j]) != *n) { PyErr_Format(PyExc_ValueError, "%s: columns of different lengths", what); return -1; }
+        (*cv)[j] = P64((*cb)[j]);
+    }
+    return 0;
+}
+
+static void cols_rel(Buf *cb, const int64_t **cv, Py_ssize_t k) {
+    for (Py_ssize_t j = 0; cb && j < k; j++) rel_buf(&cb[j]);
+    free(cb);
+    free((void *)cv);
+}
+
 /* col_ranges(cols, lo_out, hi_out): the least and greatest value of each of K int64 columns of one
  * length n >= 1, in one pass over each column (numpy: two). The GIL is released. */
 static PyObject *col_ranges(PyObject *self, PyObject *args) {
     PyObject *cols, *lo_o, *hi_o, *ret = NULL;
     if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &cols, &lo_o, &hi_o)) return NULL;
     Py_ssize_t k = PyTuple_GET_SIZE(cols), n = -1;
-    Buf lo = {0}, hi = {0};
-    Buf *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
-    const int64_t **cv = (const int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
-    if (!cb || !cv) { PyErr_NoMemory(); goto done; }
+    Buf lo = {0}, hi = {0}, *cb = NULL;
+    const int64_t **cv = NULL;
     if (get_buf(lo_o, &lo, 8, 1, "lo") < 0 || get_buf(hi_o, &hi, 8, 1, "hi") < 0) goto done;
     if (k < 1 || N64(lo) != k || N64(hi) != k) { PyErr_SetString(PyExc_ValueError, "col_ranges: one lo and hi per column"); goto done; }
-    for (Py_ssize_t j = 0; j < k; j++) {
-        if (get_buf(PyTuple_GET_ITEM(cols, j), &cb[j], 8, 0, "column") < 0) goto done;
-        if (n < 0) n = N64(cb[j]);
-        if (N64(cb[j]) != n || n < 1) { PyErr_SetString(PyExc_ValueError, "col_ranges: columns of different lengths or empty"); goto done; }
-        cv[j] = P64(cb[j]);
-    }
+    if (cols_get(cols, k, &cb, &cv, -1, &n, "col_ranges") < 0) goto done;
+    if (n < 1) { PyErr_SetString(PyExc_ValueError, "col_ranges: empty columns"); goto done; }
     {
         int64_t *l = P64(lo), *h = P64(hi);
         Py_BEGIN_ALLOW_THREADS
@@ -705,9 +722,7 @@ static PyObject *col_ranges(PyObject *self, PyObject *args) {
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    for (Py_ssize_t j = 0; cb && j < k; j++) rel_buf(&cb[j]);
-    free(cb);
-    free((void *)cv);
+    cols_rel(cb, cv, k);
     rel_buf(&lo); rel_buf(&hi);
     return ret;
 }
@@ -720,22 +735,16 @@ done:
 static PyObject *pack_rows(PyObject *self, PyObject *args) {
     PyObject *cols, *lo_o, *rad_o, *out_o, *ret = NULL;
     if (!PyArg_ParseTuple(args, "O!OOO", &PyTuple_Type, &cols, &lo_o, &rad_o, &out_o)) return NULL;
-    Py_ssize_t k = PyTuple_GET_SIZE(cols);
-    Buf lo = {0}, rad = {0}, out = {0};
-    Buf *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
-    const int64_t **cv = (const int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
-    if (!cb || !cv) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t k = PyTuple_GET_SIZE(cols), n = 0;
+    Buf lo = {0}, rad = {0}, out = {0}, *cb = NULL;
+    const int64_t **cv = NULL;
     if (get_buf(lo_o, &lo, 8, 0, "lo") < 0 || get_buf(rad_o, &rad, 8, 0, "radix") < 0 || get_buf(out_o, &out, 8, 1, "out") < 0)
         goto done;
     if (k < 1 || N64(lo) != k || N64(rad) != k) { PyErr_SetString(PyExc_ValueError, "pack_rows: one lo and radix per column"); goto done; }
-    Py_ssize_t n = N64(out);
     const int64_t *l = P64(lo), *r = P64(rad);
-    for (Py_ssize_t j = 0; j < k; j++) {
-        if (get_buf(PyTuple_GET_ITEM(cols, j), &cb[j], 8, 0, "column") < 0) goto done;
-        if (N64(cb[j]) != n) { PyErr_SetString(PyExc_ValueError, "pack_rows: columns not as long as out"); goto done; }
+    for (Py_ssize_t j = 0; j < k; j++)
         if (r[j] < 1) { PyErr_SetString(PyExc_ValueError, "pack_rows: radix < 1"); goto done; }
-        cv[j] = P64(cb[j]);
-    }
+    if (cols_get(cols, k, &cb, &cv, N64(out), &n, "pack_rows (and out)") < 0) goto done;
     {
         int64_t *o = P64(out);
         int bad = 0;
@@ -755,9 +764,7 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    for (Py_ssize_t j = 0; cb && j < k; j++) rel_buf(&cb[j]);
-    free(cb);
-    free((void *)cv);
+    cols_rel(cb, cv, k);
     rel_buf(&lo); rel_buf(&rad); rel_buf(&out);
     return ret;
 }
