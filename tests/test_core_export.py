@@ -219,3 +219,133 @@ def test_launch_edges_first_launch_of_each_pair(seed: int, n: int, span: int) ->
                   if kind[i] == 1 and (int(rank[i]), int(corr[i])) in first)
     src, dst = _launch_edges(rank.astype(np.int64), corr.astype(np.int64), kind == 0, kind == 1)
     assert list(zip(src.tolist(), dst.tolist(), strict=True)) == want
+
+
+_TAKE_DTYPES = [pl.Int64, pl.Int32, pl.Int16, pl.Int8, pl.UInt64, pl.UInt32, pl.UInt8, pl.Boolean]
+
+
+@needs_core
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 200), n_head=st.integers(0, 20), dtype=st.sampled_from(_TAKE_DTYPES),
+       null_share=st.sampled_from([0.0, 0.3, 1.0]), sliced=st.booleans(), fill=st.sampled_from([0, 2, -7]))
+def test_take_reads_the_column_through_the_index(seed: int, n: int, n_head: int, dtype: pl.DataType, null_share: float,
+                                                 sliced: bool, fill: int) -> None:
+    """``fastlayout._take`` (``tracekit._walk.take`` on the Arrow buffers) equals a concatenation and a
+    gather of the column with nulls filled: every integer width, booleans, nulls, a sliced column."""
+    from tracekit.export.fastlayout import _take
+
+    rng = np.random.default_rng(seed)
+    hi = 2 if dtype == pl.Boolean else 100
+    raw = [None if rng.random() < null_share else int(rng.integers(0, hi)) for _ in range(n + 3)]
+    col = pl.Series("c", [None if v is None else (bool(v) if dtype == pl.Boolean else v) for v in raw], dtype=dtype)
+    if sliced:  # an Arrow offset: the rows after the first three
+        col, raw = col.slice(3), raw[3:]
+    else:
+        col, raw = col.head(n), raw[:n]
+    head_v = rng.integers(-50, 50, n_head)
+    head_ok = rng.random(n_head) < 0.5
+    src = rng.integers(-n_head, n, 300) if n or n_head else np.zeros(0, np.int64)
+    if n == 0:
+        src = src[src < 0]
+    vals, ok = _take(col, src.astype(np.int64), (head_v, head_ok), fill=fill)
+    want_v = [int(head_v[-1 - k]) if k < 0 else (fill if raw[k] is None else int(raw[k])) for k in src.tolist()]
+    want_ok = [bool(head_ok[-1 - k]) if k < 0 else raw[k] is not None for k in src.tolist()]
+    assert vals.tolist() == want_v
+    assert ok.tolist() == want_ok
+
+
+@needs_core
+def test_take_refuses_what_it_cannot_read() -> None:
+    from tracekit.export.fastlayout import _take
+
+    with pytest.raises(IndexError):
+        _take(pl.Series([1, 2, 3]), np.array([3], dtype=np.int64))
+    with pytest.raises(IndexError):
+        _take(pl.Series([1, 2, 3]), np.array([-1], dtype=np.int64))  # no head rows
+    with pytest.raises(ValueError, match="not an integer"):
+        _take(pl.Series(["a", "b"]), np.array([0], dtype=np.int64))
+    vals, ok = _take(pl.Series([None, None]), np.array([1, 0], dtype=np.int64), fill=5)  # a column of nulls
+    assert vals.tolist() == [5, 5] and ok.tolist() == [False, False]
+
+
+@needs_core
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n_values=st.sampled_from([1, 7, 300, 6000]), n=st.integers(0, 4000),
+       null_share=st.sampled_from([0.0, 0.2, 0.9]), long=st.booleans(), from_parquet=st.booleans())
+def test_intern_gives_each_row_its_value(tmp_path_factory: pytest.TempPathFactory, seed: int,
+                                                             n_values: int, n: int, null_share: float, long: bool,
+                                                             from_parquet: bool) -> None:
+    """``fastlayout._intern`` (``tracekit._walk.intern``, with its cache keyed by the Arrow view): each row
+    reads back its value, each value listed once: short and long strings, nulls, more distinct views than
+    the cache holds, and a column read back from parquet, where the rows of one value share one copy of
+    its bytes."""
+    from tracekit.export.fastlayout import _intern
+
+    rng = np.random.default_rng(seed)
+    pad = "x" * 40 if long else ""
+    pool = [f"{pad}v{i}" for i in range(n_values)] + [""]
+    vals = [None if rng.random() < null_share else pool[int(rng.integers(0, len(pool)))] for _ in range(n)]
+    col = pl.Series("s", vals, dtype=pl.String)
+    if from_parquet:
+        path = tmp_path_factory.mktemp("intern") / "s.parquet"
+        pl.DataFrame({"s": col}).write_parquet(path)
+        col = pl.read_parquet(path)["s"]
+    rows = np.sort(rng.choice(n, size=n // 2, replace=False)).astype(np.int64) if n else np.zeros(0, np.int64)
+    ids, distinct = _intern(col, rows)
+    got = [distinct[i] for i in ids.tolist()]
+    assert got == [vals[r] for r in rows.tolist()]
+    assert len(set(distinct)) == len(distinct)  # each value once (None included)
+
+
+@needs_core
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 3000), null_share=st.sampled_from([0.0, 0.3, 0.95, 1.0]),
+       enum=st.booleans(), null_as=st.sampled_from([None, "", "v1"]), head=st.integers(0, 3))
+def test_codes_give_each_row_its_value(seed: int, n: int, null_share: float, enum: bool, null_as: str | None,
+                                       head: int) -> None:
+    """``fastlayout._codes`` (the codes written in place by ``_walk.intern``, a null row code 0, then one
+    lookup per distinct value): after the ``head`` codes, each row's code names its value in the string
+    table, a null as ``null_as``; the nulls of a String column and of an Enum alike, "" a value of its own."""
+    from tracekit.export.fastlayout import _codes, _Strings
+
+    rng = np.random.default_rng(seed)
+    pool = ["v0", "v1", "v2", ""]
+    vals = [None if rng.random() < null_share else pool[int(rng.integers(0, len(pool)))] for _ in range(n)]
+    col = pl.Series("s", vals, dtype=pl.Enum(pool) if enum else pl.String)
+    rows = np.sort(rng.choice(n, size=n // 2, replace=False)).astype(np.int64) if n else np.zeros(0, np.int64)
+    strings = _Strings()
+    first = strings.get("v2")
+    got = _codes(col, rows, strings, np.full(head, first, np.int64), null_as=null_as)
+    assert got[:head].tolist() == [first] * head
+    assert [strings.values[c] for c in got[head:].tolist()] == [null_as if vals[r] is None else vals[r] for r in rows.tolist()]
+    assert len(set(strings.values)) == len(strings.values)
+
+
+@needs_core
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 2000), k=st.integers(1, 14),
+       spans=st.lists(st.sampled_from([1, 2, 3, 250, 70_000, 1 << 40, 1 << 63]), min_size=14, max_size=14))
+def test_pack_keeps_tuples_apart(seed: int, n: int, k: int, spans: list[int]) -> None:
+    """``fastlayout._pack`` (ranges by ``_core.col_ranges``, combined columns by ``_core.pack_rows``): two
+    rows get equal packed tuples exactly when their tuples are equal: small and huge ranges, negative
+    values, fewer columns out than in where the ranges allow; ``pack_rows`` refuses a value outside its range."""
+    from tracekit.export.fastlayout import _pack, first_seen
+
+    rng = np.random.default_rng(seed)
+    cols = []
+    for s in spans[:k]:
+        lo = int(rng.integers(-(1 << 62), 1 << 62)) if s >= 1 << 40 else int(rng.integers(-5, 5))
+        vals = rng.integers(0, min(s, 1 << 62), size=n, dtype=np.int64)
+        cols.append(np.maximum(vals + lo, lo) if s < 1 << 63 else rng.integers(-(1 << 63), (1 << 63) - 1, size=n, dtype=np.int64))
+        if n > 3:  # repeated rows
+            cols[-1][n // 2:n // 2 + 3] = cols[-1][0]
+    packed = _pack(cols)
+    assert len(packed) <= len(cols)
+    if all(s <= 250 for s in spans[:k]) and k >= 2:
+        assert len(packed) < len(cols)
+    seen: dict[tuple[int, ...], int] = {}
+    want = [seen.setdefault(t, len(seen)) for t in zip(*(c.tolist() for c in cols), strict=True)]
+    assert first_seen(packed)[0].tolist() == want
+    with pytest.raises(ValueError, match="outside its column's range"):
+        core.pack_rows((cols[0],), np.array([int(cols[0].min()) + 1], np.int64), np.array([1], np.int64),
+                       np.empty(n, np.int64))

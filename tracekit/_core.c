@@ -271,7 +271,6 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
     PyObject *tup;
     Py_buffer pre = {0};
     Buf b[NB];
-    Out out = {0};
     PyObject *ret = NULL;
     int64_t *newn = NULL, *news = NULL;
     memset(b, 0, sizeof(b));
@@ -338,85 +337,83 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
             prefix[k] = (const uint8_t *)pre.buf + pos;
             pos += plen[k];
         }
-        /* validate indices once */
-        for (Py_ssize_t r = 0; r < nr; r++) {
-            int64_t t = rty[r], i = rix[r];
-            if (t < 1 || t > 4 || i < 0 || (t == 4 ? i >= ncs : i >= ns)) {
-                PyErr_SetString(PyExc_ValueError, "encode_batch: bad record");
-                goto done;
-            }
-            if (t == 1 || t == 3) {
-                if (name[i] < 0 || name[i] >= nnames || (aset[i] >= 0 && !blob_ok(&b[BL_FLAT], boff, bsize, nblob, aset[i])) ||
-                    foc[i] < 0 || foo[i] < 0 || foo[i] + foc[i] > nfo || fic[i] < 0 || fio[i] < 0 || fio[i] + fic[i] > nfi) {
-                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad slice reference");
-                    goto done;
-                }
-                if (aset[i] >= 0 && (dc[aset[i]] < 0 || dof[aset[i]] < 0 || dof[aset[i]] + dc[aset[i]] > ndf)) {
-                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad string dependencies");
-                    goto done;
-                }
-            }
-        }
-        /* interning of first uses: names and strings, ascending ids */
+        /* the records in two passes: (0) each record checked, the names and strings it uses for
+           the first time noted, its size summed; (1) the interning packet, then the records written
+           straight into a bytes object of the exact total size (no growth, no copy) */
         newn = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nr + 1));
         news = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ndf + 1));
         if (!newn || !news) { PyErr_NoMemory(); goto done; }
         Py_ssize_t nn = 0, nsn = 0;
-        for (Py_ssize_t r = 0; r < nr; r++) {
-            int64_t t = rty[r], i = rix[r];
-            if (t != 1 && t != 3) continue;
-            int64_t nm = name[i];
-            if (!ndone[nm]) { ndone[nm] = 1; newn[nn++] = nm; }
-            int64_t a = aset[i];
-            if (a < 0) continue;
-            for (int64_t q = dof[a]; q < dof[a] + dc[a]; q++) {
-                int64_t sid = df[q];
-                if (sid < 0 || sid >= nstr || !blob_ok(&b[ST_FLAT], soff, ssize, nstr, sid)) {
-                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad string id");
+        uint64_t total = 0;
+        uint8_t *p = NULL, *p0 = NULL;
+        for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (Py_ssize_t q = 0; q < nn; q++)
+                if (!blob_ok(&b[N_FLAT], noff, nsize, nnames, newn[q])) {
+                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad name entry");
                     goto done;
                 }
-                if (!sdone[sid]) { sdone[sid] = 1; news[nsn++] = sid; }
+            /* ascending order (np.unique): the few new ids sorted */
+            for (Py_ssize_t a = 1; a < nn; a++) {
+                int64_t x = newn[a]; Py_ssize_t c = a - 1;
+                while (c >= 0 && newn[c] > x) { newn[c + 1] = newn[c]; c--; }
+                newn[c + 1] = x;
+            }
+            for (Py_ssize_t a = 1; a < nsn; a++) {
+                int64_t x = news[a]; Py_ssize_t c = a - 1;
+                while (c >= 0 && news[c] > x) { news[c + 1] = news[c]; c--; }
+                news[c + 1] = x;
+            }
+            uint64_t body = 0, pk = 0, t0 = nr ? (uint64_t)rts[0] : 0;
+            if (nn || nsn) {
+                for (Py_ssize_t q = 0; q < nn; q++) body += (uint64_t)nsize[newn[q]];
+                for (Py_ssize_t q = 0; q < nsn; q++) body += (uint64_t)ssize[news[q]];
+                pk = 1 + vlen(t0) + 2 + 2 + 1 + vlen(body) + body;
+                total += 1 + vlen(pk) + pk;
+            }
+            if (!(ret = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total))) goto done;
+            p = p0 = (uint8_t *)PyBytes_AS_STRING(ret);
+            if (nn || nsn) {
+                *p++ = 0x0A;
+                p = put_v(p, pk);
+                *p++ = 0x40; p = put_v(p, t0);
+                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                *p++ = 0x62; p = put_v(p, body);
+                for (Py_ssize_t q = 0; q < nn; q++) { memcpy(p, nflat + noff[newn[q]], (size_t)nsize[newn[q]]); p += nsize[newn[q]]; }
+                for (Py_ssize_t q = 0; q < nsn; q++) { memcpy(p, sflat + soff[news[q]], (size_t)ssize[news[q]]); p += ssize[news[q]]; }
             }
         }
-        for (Py_ssize_t q = 0; q < nn; q++)
-            if (!blob_ok(&b[N_FLAT], noff, nsize, nnames, newn[q])) {
-                PyErr_SetString(PyExc_ValueError, "encode_batch: bad name entry");
-                goto done;
-            }
-        /* ascending order (np.unique): small counting sort through the done marks is not
-           possible (marks are global), so sort the few new ids */
-        for (Py_ssize_t a = 1; a < nn; a++) {
-            int64_t x = newn[a]; Py_ssize_t c = a - 1;
-            while (c >= 0 && newn[c] > x) { newn[c + 1] = newn[c]; c--; }
-            newn[c + 1] = x;
-        }
-        for (Py_ssize_t a = 1; a < nsn; a++) {
-            int64_t x = news[a]; Py_ssize_t c = a - 1;
-            while (c >= 0 && news[c] > x) { news[c + 1] = news[c]; c--; }
-            news[c + 1] = x;
-        }
-        if (nn || nsn) {
-            uint64_t body = 0;
-            for (Py_ssize_t q = 0; q < nn; q++) body += (uint64_t)nsize[newn[q]];
-            for (Py_ssize_t q = 0; q < nsn; q++) body += (uint64_t)ssize[news[q]];
-            uint64_t t0 = (uint64_t)rts[0];
-            uint64_t pk = 1 + vlen(t0) + 2 + 2 + 1 + vlen(body) + body;
-            if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-            uint8_t *p = out.p + out.n;
-            *p++ = 0x0A;
-            p = put_v(p, pk);
-            *p++ = 0x40; p = put_v(p, t0);
-            *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
-            *p++ = 0x62; p = put_v(p, body);
-            for (Py_ssize_t q = 0; q < nn; q++) { memcpy(p, nflat + noff[newn[q]], (size_t)nsize[newn[q]]); p += nsize[newn[q]]; }
-            for (Py_ssize_t q = 0; q < nsn; q++) { memcpy(p, sflat + soff[news[q]], (size_t)ssize[news[q]]); p += ssize[news[q]]; }
-            out.n = p - out.p;
-        }
-        /* the records */
         for (Py_ssize_t r = 0; r < nr; r++) {
             int64_t t = rty[r], i = rix[r];
             uint64_t ts = (uint64_t)rts[r];
             uint64_t te;
+            if (!pass) {
+                if (t < 1 || t > 4 || i < 0 || (t == 4 ? i >= ncs : i >= ns)) {
+                    PyErr_SetString(PyExc_ValueError, "encode_batch: bad record");
+                    goto done;
+                }
+                if (t == 1 || t == 3) {
+                    int64_t nm = name[i], as = aset[i];
+                    if (nm < 0 || nm >= nnames || (as >= 0 && !blob_ok(&b[BL_FLAT], boff, bsize, nblob, as)) ||
+                        foc[i] < 0 || foo[i] < 0 || foo[i] + foc[i] > nfo || fic[i] < 0 || fio[i] < 0 || fio[i] + fic[i] > nfi) {
+                        PyErr_SetString(PyExc_ValueError, "encode_batch: bad slice reference");
+                        goto done;
+                    }
+                    if (as >= 0 && (dc[as] < 0 || dof[as] < 0 || dof[as] + dc[as] > ndf)) {
+                        PyErr_SetString(PyExc_ValueError, "encode_batch: bad string dependencies");
+                        goto done;
+                    }
+                    if (!ndone[nm]) { ndone[nm] = 1; newn[nn++] = nm; }
+                    for (int64_t q = as >= 0 ? dof[as] : 0; as >= 0 && q < dof[as] + dc[as]; q++) {
+                        int64_t sid = df[q];
+                        if (sid < 0 || sid >= nstr || !blob_ok(&b[ST_FLAT], soff, ssize, nstr, sid)) {
+                            PyErr_SetString(PyExc_ValueError, "encode_batch: bad string id");
+                            goto done;
+                        }
+                        if (!sdone[sid]) { sdone[sid] = 1; news[nsn++] = sid; }
+                    }
+                }
+            }
             if (t == 1 || t == 3) {
                 uint64_t tr = (uint64_t)track[i], nm = (uint64_t)(name[i] + 1), ct = (uint64_t)(cat[i] + 1);
                 te = 1 + vlen((uint64_t)t) + 1 + vlen(tr) + 1 + vlen(nm) + 1 + vlen(ct);
@@ -425,8 +422,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                     if (iok[k][i]) te += 2 + (uint64_t)plen[k] + vlen((uint64_t)ival[k][i]);
                 te += (uint64_t)(foc[i] + fic[i]) * 10;
                 uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
-                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-                uint8_t *p = out.p + out.n;
+                if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
                 *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
@@ -446,20 +442,17 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 }
                 for (int64_t q = foo[i]; q < foo[i] + foc[i]; q++) { *p++ = 0xF9; *p++ = 0x02; p = put_le64(p, (uint64_t)fof[q]); }
                 for (int64_t q = fio[i]; q < fio[i] + fic[i]; q++) { *p++ = 0x81; *p++ = 0x03; p = put_le64(p, (uint64_t)fif[q]); }
-                out.n = p - out.p;
             } else if (t == 2) {
                 uint64_t tr = (uint64_t)track[i];
                 te = 2 + 1 + vlen(tr);
                 uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
-                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-                uint8_t *p = out.p + out.n;
+                if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
                 *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
                 *p++ = 0x5A; p = put_v(p, te);
                 *p++ = 0x48; *p++ = 0x02;
                 *p++ = 0x58; p = put_v(p, tr);
-                out.n = p - out.p;
             } else {
                 uint64_t tr = (uint64_t)ctrack[i];
                 int is_int = cint[i] != 0;
@@ -468,8 +461,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 else memcpy(&dv, &cval[i], 8);
                 te = 2 + 1 + vlen(tr) + (is_int ? 2 + vlen(iv) : 2 + 8);
                 uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
-                if (reserve(&out, (Py_ssize_t)(1 + vlen(pk) + pk))) { PyErr_NoMemory(); goto done; }
-                uint8_t *p = out.p + out.n;
+                if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
                 *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
@@ -478,13 +470,16 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 *p++ = 0x58; p = put_v(p, tr);
                 if (is_int) { *p++ = 0xF0; *p++ = 0x01; p = put_v(p, iv); }
                 else { *p++ = 0xE1; *p++ = 0x02; p = put_le64(p, dv); }
-                out.n = p - out.p;
             }
         }
+        }
+        if ((uint64_t)(p - p0) != total) {
+            Py_CLEAR(ret);
+            PyErr_SetString(PyExc_SystemError, "encode_batch: size pass and write pass disagree");
+            goto done;
+        }
     }
-    ret = PyBytes_FromStringAndSize((const char *)out.p, out.n);
 done:
-    free(out.p);
     free(newn);
     free(news);
     for (int k = 0; k < NB; k++) rel_buf(&b[k]);
@@ -674,6 +669,106 @@ static inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
+/* A tuple of K int64 columns of one length: their buffers (*cb) and data (*cv), *n = the length
+ * (n_want if >= 0, else the first column's). Returns -1 with an exception set; cols_rel frees. */
+static int cols_get(PyObject *cols, Py_ssize_t k, Buf **cb, const int64_t ***cv, Py_ssize_t n_want, Py_ssize_t *n,
+                    const char *what) {
+    *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
+    *cv = (const int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
+    if (!*cb || !*cv) { PyErr_NoMemory(); return -1; }
+    *n = n_want;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (get_buf(PyTuple_GET_ITEM(cols, j), &(*cb)[j], 8, 0, "column") < 0) return -1;
+        if (*n < 0) *n = N64((*cb)[j]);
+        if (N64((*cb)[j]) != *n) { PyErr_Format(PyExc_ValueError, "%s: columns of different lengths", what); return -1; }
+        (*cv)[j] = P64((*cb)[j]);
+    }
+    return 0;
+}
+
+static void cols_rel(Buf *cb, const int64_t **cv, Py_ssize_t k) {
+    for (Py_ssize_t j = 0; cb && j < k; j++) rel_buf(&cb[j]);
+    free(cb);
+    free((void *)cv);
+}
+
+/* col_ranges(cols, lo_out, hi_out): the least and greatest value of each of K int64 columns of one
+ * length n >= 1, in one pass over each column (numpy: two). The GIL is released. */
+static PyObject *col_ranges(PyObject *self, PyObject *args) {
+    PyObject *cols, *lo_o, *hi_o, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &cols, &lo_o, &hi_o)) return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(cols), n = -1;
+    Buf lo = {0}, hi = {0}, *cb = NULL;
+    const int64_t **cv = NULL;
+    if (get_buf(lo_o, &lo, 8, 1, "lo") < 0 || get_buf(hi_o, &hi, 8, 1, "hi") < 0) goto done;
+    if (k < 1 || N64(lo) != k || N64(hi) != k) { PyErr_SetString(PyExc_ValueError, "col_ranges: one lo and hi per column"); goto done; }
+    if (cols_get(cols, k, &cb, &cv, -1, &n, "col_ranges") < 0) goto done;
+    if (n < 1) { PyErr_SetString(PyExc_ValueError, "col_ranges: empty columns"); goto done; }
+    {
+        int64_t *l = P64(lo), *h = P64(hi);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < k; j++) {
+            const int64_t *v = cv[j];
+            int64_t a = v[0], b = v[0];
+            for (Py_ssize_t i = 1; i < n; i++) {
+                a = v[i] < a ? v[i] : a;
+                b = v[i] > b ? v[i] : b;
+            }
+            l[j] = a;
+            h[j] = b;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    cols_rel(cb, cv, k);
+    rel_buf(&lo); rel_buf(&hi);
+    return ret;
+}
+
+/* pack_rows(cols, lo, radix, out): out[i] = the mixed-radix number of row i's tuple,
+ * ((cols[0][i] - lo[0]) * radix[1] + cols[1][i] - lo[1]) * radix[2] + ... in one pass over the K
+ * columns (numpy would make a temporary array and a pass per column and operation). The caller
+ * (export.fastlayout._pack) gives each column's range lo..lo+radix-1 and keeps the product of the
+ * radixes below 2^62; values outside their range are an error. The GIL is released. */
+static PyObject *pack_rows(PyObject *self, PyObject *args) {
+    PyObject *cols, *lo_o, *rad_o, *out_o, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyTuple_Type, &cols, &lo_o, &rad_o, &out_o)) return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(cols), n = 0;
+    Buf lo = {0}, rad = {0}, out = {0}, *cb = NULL;
+    const int64_t **cv = NULL;
+    if (get_buf(lo_o, &lo, 8, 0, "lo") < 0 || get_buf(rad_o, &rad, 8, 0, "radix") < 0 || get_buf(out_o, &out, 8, 1, "out") < 0)
+        goto done;
+    if (k < 1 || N64(lo) != k || N64(rad) != k) { PyErr_SetString(PyExc_ValueError, "pack_rows: one lo and radix per column"); goto done; }
+    const int64_t *l = P64(lo), *r = P64(rad);
+    for (Py_ssize_t j = 0; j < k; j++)
+        if (r[j] < 1) { PyErr_SetString(PyExc_ValueError, "pack_rows: radix < 1"); goto done; }
+    if (cols_get(cols, k, &cb, &cv, N64(out), &n, "pack_rows (and out)") < 0) goto done;
+    {
+        int64_t *o = P64(out);
+        int bad = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t acc = 0;
+            for (Py_ssize_t j = 0; j < k; j++) {
+                uint64_t x = (uint64_t)cv[j][i] - (uint64_t)l[j];
+                bad |= x >= (uint64_t)r[j];
+                acc = acc * (uint64_t)r[j] + x;
+            }
+            o[i] = (int64_t)acc;
+        }
+        Py_END_ALLOW_THREADS
+        if (bad) { PyErr_SetString(PyExc_ValueError, "pack_rows: a value outside its column's range"); goto done; }
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    cols_rel(cb, cv, k);
+    rel_buf(&lo); rel_buf(&rad); rel_buf(&out);
+    return ret;
+}
+
 /* first_seen(cols, ids_out, first_out, order=None) -> number of distinct rows
  * cols: tuple of K int64 buffers (a row = the K values at one index; the caller encodes nulls as
  * a further column). Row i is cols[.][order[i]] when `order` (int64 indices) is given, else
@@ -798,8 +893,101 @@ done:
     return ret;
 }
 
+/* ---- the launch join of the export layout ------------------------------------------------ */
+
+/* launch_join(rank, corr, launch, gpu, src_out, dst_out) -> number of edges
+ * rank, corr: int64 per slice; launch, gpu: one byte per slice (the launch slices and the GPU
+ * slices with a correlation). Each GPU slice is joined to the first launch slice (lowest index)
+ * of the same (rank, correlation); the edges (launch, GPU slice) are written sorted by launch,
+ * then GPU slice (a counting sort over the launches). src_out / dst_out: int64, at least as long
+ * as the GPU slices. One hash table of the launches; the GIL is released. */
+static PyObject *launch_join(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    Buf b[6] = {{0}};
+    const char *names[6] = {"rank", "corr", "launch", "gpu", "src_out", "dst_out"};
+    PyObject *ret = NULL;
+    int64_t *lrow = NULL, *table = NULL, *lof = NULL, *cnt = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    for (int k = 0; k < 6; k++)
+        if (get_buf(o[k], &b[k], (k == 2 || k == 3) ? 1 : 8, k >= 4, names[k]) < 0) goto done;
+    Py_ssize_t n = N64(b[0]);
+    if (N64(b[1]) != n || b[2].view.len != n || b[3].view.len != n || N64(b[5]) != N64(b[4])) {
+        PyErr_SetString(PyExc_ValueError, "launch_join: inconsistent lengths");
+        goto done;
+    }
+    const int64_t *R = P64(b[0]), *C = P64(b[1]);
+    const uint8_t *L = PU8(b[2]), *G = PU8(b[3]);
+    int64_t *S = P64(b[4]), *D = P64(b[5]);
+    Py_ssize_t nl = 0, ng = 0, cap_out = N64(b[4]);
+    for (Py_ssize_t i = 0; i < n; i++) { nl += L[i] != 0; ng += G[i] != 0; }
+    if (cap_out < ng) { PyErr_SetString(PyExc_ValueError, "launch_join: outputs shorter than the GPU slices"); goto done; }
+    size_t cap = 16;
+    while (cap < 2 * (size_t)nl + 16) cap <<= 1;
+    lrow = (int64_t *)malloc(((size_t)nl + 1) * sizeof(int64_t));
+    table = (int64_t *)malloc(3 * cap * sizeof(int64_t));  /* (rank, corr, launch ordinal or -1) inline */
+    lof = (int64_t *)malloc(((size_t)ng + 1) * sizeof(int64_t));
+    cnt = (int64_t *)calloc((size_t)nl + 1, sizeof(int64_t));
+    if (!lrow || !table || !lof || !cnt) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t m = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t s = 0; s < cap; s++) table[3 * s + 2] = -1;
+    size_t mask = cap - 1;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* launches in slice order: the first of a key wins */
+        if (!L[i]) continue;
+        size_t s = (size_t)mix64(mix64(0x9e3779b97f4a7c15ULL ^ (uint64_t)R[i]) ^ (uint64_t)C[i]) & mask;
+        for (;;) {
+            int64_t *t = table + 3 * s;
+            if (t[2] < 0) { t[0] = R[i]; t[1] = C[i]; t[2] = k; break; }
+            if (t[0] == R[i] && t[1] == C[i]) break;
+            s = (s + 1) & mask;
+        }
+        lrow[k++] = i;
+    }
+    Py_ssize_t e = 0;
+    int64_t pr = 0, pc = 0, pt = -2;  /* the previous GPU slice's key and launch (graph launches repeat) */
+    for (Py_ssize_t i = 0; i < n && nl; i++) {  /* GPU slices in slice order: their launch ordinal */
+        if (!G[i]) continue;
+        int64_t hit = -1;
+        if (pt != -2 && R[i] == pr && C[i] == pc) hit = pt;
+        else {
+            size_t s = (size_t)mix64(mix64(0x9e3779b97f4a7c15ULL ^ (uint64_t)R[i]) ^ (uint64_t)C[i]) & mask;
+            for (;;) {
+                const int64_t *t = table + 3 * s;
+                if (t[2] < 0) break;
+                if (t[0] == R[i] && t[1] == C[i]) { hit = t[2]; break; }
+                s = (s + 1) & mask;
+            }
+            pr = R[i]; pc = C[i]; pt = hit;
+        }
+        if (hit >= 0) { lof[e] = hit; D[e] = i; e++; cnt[hit]++; }
+    }
+    /* counting sort by launch ordinal (= by launch slice), stable: GPU slices stay ascending */
+    int64_t acc = 0;
+    for (Py_ssize_t t = 0; t < nl; t++) { int64_t c = cnt[t]; cnt[t] = acc; acc += c; }
+    for (Py_ssize_t j = 0; j < e; j++) S[cnt[lof[j]]++] = j;  /* S: positions, then rewritten below */
+    for (Py_ssize_t j = 0; j < e; j++) lof[j] = D[S[j]];
+    for (Py_ssize_t j = 0; j < e; j++) D[j] = lof[j];
+    /* the launch of each sorted edge: walk the launch ordinals' ranges */
+    {
+        Py_ssize_t j = 0;
+        for (Py_ssize_t t = 0; t < nl; t++)
+            for (; j < cnt[t]; j++) S[j] = lrow[t];
+    }
+    m = e;
+    Py_END_ALLOW_THREADS
+    ret = PyLong_FromSsize_t(m);
+done:
+    for (int k2 = 0; k2 < 6; k2++) rel_buf(&b[k2]);
+    free(lrow); free(table); free(lof); free(cnt);
+    return ret;
+}
+
 static PyMethodDef METHODS[] = {
+    {"launch_join", launch_join, METH_VARARGS, "Launch -> GPU slice edges on (rank, correlation) (see export/fastlayout.py)."},
     {"first_seen", first_seen, METH_VARARGS, "First-seen ids of row tuples (see export/codes.py)."},
+    {"col_ranges", col_ranges, METH_VARARGS, "Least and greatest value of each column (see export/fastlayout.py)."},
+    {"pack_rows", pack_rows, METH_VARARGS, "Mixed-radix numbers of row tuples (see export/fastlayout.py)."},
     {"assign_lanes_grouped", assign_lanes_grouped, METH_VARARGS, "Greedy lanes per group (see lanes.py)."},
     {"merge_records", merge_records, METH_VARARGS, "Write order of slice ends, counters and opens."},
     {"encode_batch", encode_batch, METH_VARARGS, "One batch of TracePackets (see perfetto.py)."},

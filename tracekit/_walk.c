@@ -508,7 +508,11 @@ done:
 }
 
 /* interning: strings -> 1 + their index in order of first appearance (a null row counts as the
- * string null_as); the view of the last row remembered (collective rows repeat their group / op) */
+ * string null_as, or has code 0 where null_as is NULL); the view of the last row remembered (collective rows repeat their group / op),
+ * and for string-view columns a small direct-mapped cache view -> code in front of the string hash:
+ * polars shares one copy of the bytes between the rows of one value (a parquet dictionary), so
+ * equal views are common and an equal view is the same string (no byte hashed). */
+#define VIEW_CACHE 4096
 typedef struct {
     const char *p;
     int64_t len;
@@ -519,6 +523,7 @@ typedef struct {
     int64_t n, cap, *tab, tcap, last;
     uint64_t l0, l1;
     int have_last;
+    uint64_t *vc; /* VIEW_CACHE entries of (view word 0, view word 1, code; 0 = empty) */
     const char *null_as;
     int64_t null_len;
 } Interner;
@@ -543,33 +548,52 @@ static int interner_init(Interner *I, const char *null_as, int64_t null_len) {
 static void interner_free(Interner *I) {
     free(I->tab);
     free(I->dist);
+    free(I->vc);
     I->tab = NULL;
     I->dist = NULL;
+    I->vc = NULL;
 }
+
+static int64_t intern_str(Interner *I, const char *p, int64_t len);
 
 /* the code of row j (relative to the column's offset) of string column c; -1: no memory */
 static int64_t intern_row(Interner *I, const Col *c, int64_t j) {
     const char *p;
     int64_t len;
-    uint64_t h;
     int valid = col_valid(c, j);
     if (c->type == C_VIEW && valid) { /* the same view as the last row: the same string */
-        uint64_t v0, v1;
+        uint64_t v0, v1, *e;
+        int64_t code;
         const uint8_t *v = (const uint8_t *)c->vals + 16 * (c->off + j);
         memcpy(&v0, v, 8);
         memcpy(&v1, v + 8, 8);
         if (I->have_last && v0 == I->l0 && v1 == I->l1) return I->last;
         I->l0 = v0, I->l1 = v1, I->have_last = 1;
-    } else {
-        I->have_last = 0;
+        if (!I->vc && !(I->vc = (uint64_t *)calloc(3 * VIEW_CACHE, sizeof(uint64_t)))) return -1;
+        {
+            uint64_t h = (v0 ^ (v1 * 0x9e3779b97f4a7c15ULL)) * 0xbf58476d1ce4e5b9ULL;
+            e = I->vc + 3 * ((h >> 40) & (VIEW_CACHE - 1));
+        }
+        if (e[2] && e[0] == v0 && e[1] == v1) return I->last = (int64_t)e[2];
+        p = str_at(c, c->type, c->off + j, &len);
+        if ((code = intern_str(I, p, len)) < 0) return -1;
+        e[0] = v0, e[1] = v1, e[2] = (uint64_t)code;
+        return code;
     }
+    if (!valid && !I->null_as) return 0; /* nulls not interned: code 0 */
+    I->have_last = 0;
     if (!valid) {
         p = I->null_as;
         len = I->null_len;
     } else {
         p = str_at(c, c->type, c->off + j, &len);
     }
-    h = fnv(p, len);
+    return intern_str(I, p, len);
+}
+
+/* the code of the string (p, len): 1 + its index in order of first appearance; -1: no memory */
+static int64_t intern_str(Interner *I, const char *p, int64_t len) {
+    uint64_t h = fnv(p, len);
     for (;;) {
         int64_t slot = (int64_t)(h & (uint64_t)(I->tcap - 1)), d = I->tab[slot];
         if (d < 0) { /* a new string */
@@ -623,17 +647,19 @@ static int is_string_col(const Col *c) {
     return !c->is_dict && (c->type == C_STR || c->type == C_LSTR || c->type == C_VIEW || c->type == C_NULL);
 }
 
-/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = the code of row rows[i] */
+/* intern(stream, rows, null_as, out) -> distinct strings: out[i] = the code of row rows[i]
+ * (null_as None: a null row has code 0 and is not one of the strings) */
 static PyObject *py_intern(PyObject *self, PyObject *args) {
-    PyObject *cap, *orows, *oout, *ret = NULL;
-    const char *null_as;
-    Py_ssize_t null_len;
+    PyObject *cap, *orows, *oout, *onull, *ret = NULL;
+    const char *null_as = NULL;
+    Py_ssize_t null_len = 0;
     Col c;
     Buf rows = {0}, out = {0};
     Interner I;
     (void)self;
     memset(&I, 0, sizeof(I));
-    if (!PyArg_ParseTuple(args, "OOs#O", &cap, &orows, &null_as, &null_len, &oout)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOO", &cap, &orows, &onull, &oout)) return NULL;
+    if (onull != Py_None && !(null_as = PyUnicode_AsUTF8AndSize(onull, &null_len))) return NULL;
     memset(&c, 0, sizeof(c));
     if (col_import(cap, &c, "intern") < 0) goto done;
     if (get_buf(orows, &rows, 8, 0, "rows") < 0 || get_buf(oout, &out, 8, 1, "out") < 0) goto done;
@@ -1671,11 +1697,75 @@ done:
     return ret;
 }
 
+/* take(stream, src, head_vals, head_ok, fill, out_vals, out_ok): an integer or boolean column read
+ * through the index src without a copy of the column: where src[j] >= 0, out_vals[j] = row src[j]
+ * of the column (fill where null) and out_ok[j] = 1 if it is not null; where src[j] < 0,
+ * head_vals / head_ok[-1 - src[j]] (rows prepended by the caller: the export layout's phase slices).
+ * out_vals, head_vals: int64; out_ok, head_ok: one byte per row. */
+static PyObject *py_take(PyObject *self, PyObject *args) {
+    PyObject *cap, *osrc, *ohv, *oho, *oov, *ooo, *ret = NULL;
+    long long fill;
+    Col c;
+    Buf b[5] = {{0}};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOLOO", &cap, &osrc, &ohv, &oho, &fill, &oov, &ooo)) return NULL;
+    memset(&c, 0, sizeof(c));
+    if (col_import(cap, &c, "take") < 0) goto done;
+    if (get_buf(osrc, &b[0], 8, 0, "src") < 0 || get_buf(ohv, &b[1], 8, 0, "head_vals") < 0 ||
+        get_buf(oho, &b[2], 1, 0, "head_ok") < 0 || get_buf(oov, &b[3], 8, 1, "out_vals") < 0 ||
+        get_buf(ooo, &b[4], 1, 1, "out_ok") < 0)
+        goto done;
+    if (c.is_dict || !(c.type == C_NULL || (c.type >= C_I8 && c.type <= C_BOOL))) {
+        PyErr_SetString(PyExc_ValueError, "take: not an integer or boolean column");
+        goto done;
+    }
+    {
+        int64_t n = b[0].view.len / 8, nh = b[1].view.len / 8;
+        const int64_t *S = (const int64_t *)b[0].view.buf, *HV = (const int64_t *)b[1].view.buf;
+        const uint8_t *HO = (const uint8_t *)b[2].view.buf;
+        int64_t *OV = (int64_t *)b[3].view.buf;
+        uint8_t *OO = (uint8_t *)b[4].view.buf;
+        if (b[2].view.len != nh || b[3].view.len / 8 != n || b[4].view.len != n) {
+            PyErr_SetString(PyExc_ValueError, "take: inconsistent lengths");
+            goto done;
+        }
+        for (int64_t j = 0; j < n; j++)
+            if (S[j] < -nh || S[j] >= c.n) {
+                PyErr_SetString(PyExc_IndexError, "take: index out of range");
+                goto done;
+            }
+        Py_BEGIN_ALLOW_THREADS
+        if (c.type == C_I64 && !c.valid) { /* the common case: no nulls, int64 */
+            const int64_t *V = (const int64_t *)c.vals + c.off;
+            for (int64_t j = 0; j < n; j++) {
+                int64_t k = S[j];
+                if (k < 0) OV[j] = HV[-1 - k], OO[j] = HO[-1 - k];
+                else OV[j] = V[k], OO[j] = 1;
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                int64_t k = S[j];
+                if (k < 0) OV[j] = HV[-1 - k], OO[j] = HO[-1 - k];
+                else if (col_valid(&c, k)) OV[j] = col_raw(&c, k), OO[j] = 1;
+                else OV[j] = (int64_t)fill, OO[j] = 0;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (int i = 0; i < 5; i++) rel_buf(&b[i]);
+    col_free(&c);
+    return ret;
+}
+
 static PyMethodDef METHODS[] = {
     {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
     {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
     {"intern", py_intern, METH_VARARGS, "intern(stream, rows, null_as, out) -> distinct strings: dense codes."},
     {"match", py_match, METH_VARARGS, "match(g, op, seqn, rk, start, dur, wait, ok) -> bool: collectives matched by order."},
+    {"take", py_take, METH_VARARGS, "take(stream, src, head_vals, head_ok, fill, out_vals, out_ok): an integer column through an index."},
     {"trim", py_trim, METH_NOARGS, "trim(): free the work memory kept between walk_rank calls."},
     {NULL, NULL, 0, NULL},
 };

@@ -75,7 +75,9 @@ def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> BucketTabl
     bucket_columns: Sequence[str] = getattr(attribution, "BUCKET_COLUMNS", ())
     if not events.select(pl.col("kind").is_in(list(GPU_KINDS)).any()).item():
         return None
-    inst_ids = events.filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()).select("rank", "phase_id")
+    inst_ids = (events.lazy().select("rank", "kind", "phase_id")
+                .filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null())
+                .select("rank", "phase_id").collect())
     if inst_ids.unique().height != inst_ids["phase_id"].n_unique():
         warnings.append("phase ids repeat across ranks in this run (instances numbered per rank): "
                         "attribution buckets left out of the phase slices")

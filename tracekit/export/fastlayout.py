@@ -1,13 +1,16 @@
 """The export layout on integer codes: the same ``Layout`` as ``layout.build_layout_reference``,
 without building, sorting or gathering a frame of every slice.
 
-Each string column of the run becomes one integer code per row (polars' dictionary cast, then
-``tracekit._core.first_seen``: ids in order of first appearance), every string that occurs is
-held once (``_Strings``), and the layout works on numpy arrays of codes: one stable sort for the
+Each string column of the run becomes one integer code per row (``tracekit._walk.intern`` on the
+Arrow buffers: ids in order of first appearance), every string that occurs is held once
+(``_Strings``), and the layout works on numpy arrays of codes: one stable sort for the
 nesting order, one for the final order, lanes by the compiled greedy pass, names, categories and
-arg sets as first-seen ids of code tuples in the final order, the launch -> kernel join as
-first-seen ids of (rank, correlation). Only the distinct values (names, arg sets, groups) are
-turned into Python objects. Used when the compiled core is built; the tests compare both paths
+arg sets as first-seen ids of code tuples in the final order, the launch -> kernel join by one
+hash table of the launches (``tracekit._core.launch_join``). Integer columns are read through the
+slice index straight from their Arrow buffers (``tracekit._walk.take``), the per-slice integer
+args once, in the final order; intermediates are released as soon as they are used (fresh memory
+costs a page fault per page). Only the distinct values (names, arg sets, groups) are turned into
+Python objects. Used when the compiled core is built; the tests compare both paths
 Layout field by field and byte by byte.
 """
 
@@ -86,69 +89,96 @@ class _Strings:
         return np.fromiter((self.get(v) for v in vals), dtype=np.int64, count=len(vals))
 
 
-def _intern(series: pl.Series, rows: I64, hashed: bool) -> tuple[I64, list[str | None]]:
-    """(index into the distinct values of each of ``series[rows]``, the distinct values in order of first
-    appearance, null as None). A column of nulls costs nothing; ``hashed``: short strings, interned by
-    ``tracekit._walk.intern`` from the Arrow buffers (no dictionary cast); else polars' dictionary cast."""
+def _intern_into(series: pl.Series, rows: I64, out: I64) -> tuple[list[str], bool]:
+    """Writes to ``out`` the code of each of ``series[rows]``: 0 for a null, else 1 + the index of its value
+    in the distinct non-null values (returned, in order of first appearance); and whether a null was
+    among the rows. A column of nulls costs nothing; a string column is interned by
+    ``tracekit._walk.intern`` from the Arrow buffers in one pass (a null row is its validity bit; rows
+    sharing one copy of a value's bytes, as a parquet dictionary reads, are looked up by their view: no
+    byte hashed, no dictionary cast); an Enum is its codes."""
     n_null = series.null_count()
     if n_null == series.len():
-        return np.zeros(rows.size, np.int64), [None]
-    if hashed and walk is not None and series.dtype == pl.String:
-        ids = np.empty(rows.size, dtype=np.int64)
-        vals: list[str | None] = list(walk.intern(arrow_stream(series), rows, "", ids))
-        ids -= 1
-        if n_null:
-            nulls = series.is_null().to_numpy()[rows]
-            if nulls.any():
-                ids[nulls] = len(vals)
-                vals.append(None)
-        return ids, vals
+        out[:] = 0
+        return [], True
+    if walk is not None and series.dtype == pl.String:
+        vals = walk.intern(arrow_stream(series), rows, None, out)
+        return vals, bool(n_null) and bool((out == 0).any())
     # an Enum (kind, category: schema.KIND_DTYPE / CATEGORY_DTYPE) is its codes already
     cat = series if isinstance(series.dtype, pl.Enum) else series.cast(pl.Categorical)
     phys = cat.to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
     ids, first = first_seen([phys], order=rows)
-    return ids, series.gather(rows[first]).to_list() if first.size else []
+    seen: list[str | None] = series.gather(rows[first]).to_list() if first.size else []
+    to_code = np.cumsum([v is not None for v in seen], dtype=np.int64) * np.array([v is not None for v in seen], dtype=np.int64)
+    np.take(to_code, ids, out=out)
+    return [v for v in seen if v is not None], None in seen
 
 
-def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None,
-           hashed: bool = True) -> I64:
-    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: ``_intern``, then one lookup per
-    distinct value (a null read as ``null_as``)."""
-    ids, vals = _intern(series, rows, hashed)
-    lut = strings.lut([null_as if v is None else v for v in vals] if null_as is not None else vals)
+def _intern(series: pl.Series, rows: I64) -> tuple[I64, list[str | None]]:
+    """(index into the distinct values of each of ``series[rows]``, the distinct values in order of first
+    appearance, null as None after them): ``_intern_into``."""
+    ids = np.empty(rows.size, dtype=np.int64)
+    got, has_null = _intern_into(series, rows, ids)
+    vals: list[str | None] = list(got)
+    if has_null:
+        vals.append(None)
+        ids[ids == 0] = len(vals)
+    ids -= 1
+    return ids, vals
+
+
+def _codes(series: pl.Series, rows: I64, strings: _Strings, head: I64 | None = None, null_as: str | None = None) -> I64:
+    """Codes (``strings``) of ``series[rows]`` after the codes ``head``: ``_intern_into`` writes its codes
+    in place, then one lookup per distinct value (a null read as ``null_as``, looked up last)."""
     h = 0 if head is None else head.size
-    out = np.empty(h + ids.size, dtype=np.int64)
+    out = np.empty(h + rows.size, dtype=np.int64)
     if head is not None:
         out[:h] = head
-    if ids.size:
-        np.take(lut, ids, out=out[h:])
+    body = out[h:]
+    vals, has_null = _intern_into(series, rows, body)
+    lut = np.zeros(len(vals) + 1, dtype=np.int64)
+    lut[1:] = strings.lut(vals)
+    if has_null:
+        lut[0] = strings.get(null_as)
+    if body.size:
+        np.take(lut, body, out=body, mode="clip")
     return out
 
 
 def _pack(cols: Sequence[I64]) -> list[I64]:
     """Integer columns combined into as few int64 columns as their value ranges allow (mixed radix):
-    two rows have equal packed tuples exactly when they have equal tuples."""
+    two rows have equal packed tuples exactly when they have equal tuples. Each combined column is
+    written in one pass over its columns (``tracekit._core.pack_rows``), the ranges read in one pass over
+    all of them (``col_ranges``)."""
     if not cols or cols[0].size == 0:
         return list(cols)
-    out: list[I64] = []
-    acc: I64 | None = None
-    span = 1
-    for c in cols:
-        lo, hi = int(c.min()), int(c.max())
+    assert core is not None
+    cols = [np.ascontiguousarray(c, dtype=np.int64) for c in cols]
+    los, his = np.empty(len(cols), dtype=np.int64), np.empty(len(cols), dtype=np.int64)
+    core.col_ranges(tuple(cols), los, his)
+    groups: list[list[tuple[I64, int, int]]] = []  # (column, lo, radix) of each packed column
+    span = 0
+    for c, lo, hi in zip(cols, los.tolist(), his.tolist(), strict=True):
         r = hi - lo + 1
         if r >= 1 << 62:
-            out.append(c)
-            continue
-        x = c - lo if lo else c
-        if acc is not None and span * r < 1 << 62:
-            acc = acc * r + x
+            groups.append([(c, 0, 0)])
+            span = 0
+        elif span and span * r < 1 << 62:
+            groups[-1].append((c, lo, r))
             span *= r
         else:
-            if acc is not None:
-                out.append(acc)
-            acc, span = x.astype(np.int64), r
-    if acc is not None:
-        out.append(acc)
+            groups.append([(c, lo, r)])
+            span = r
+    out: list[I64] = []
+    for g in groups:
+        if len(g) == 1:
+            c, lo, _ = g[0]
+            out.append(c - lo if lo else c)
+            continue
+        packed = np.empty(cols[0].size, dtype=np.int64)
+        core.pack_rows(tuple(c for c, _, _ in g),
+                       np.array([lo for _, lo, _ in g], dtype=np.int64), np.array([r for _, _, r in g], dtype=np.int64),
+                       packed)
+        out.append(packed)
     return out
 
 
@@ -160,12 +190,16 @@ def _int_col(df: pl.DataFrame, c: str) -> tuple[I64, BoolA]:
     return s.fill_null(0).to_numpy().astype(np.int64, copy=False), s.is_not_null().to_numpy()
 
 
-def _cat(head: npt.NDArray[Any], col: npt.NDArray[Any], rows: I64) -> npt.NDArray[Any]:
-    """``np.concatenate([head, col[rows]])`` without the intermediate copy."""
-    out = np.empty(head.size + rows.size, dtype=col.dtype)
-    out[:head.size] = head
-    np.take(col, rows, out=out[head.size:])
-    return out
+def _take(series: pl.Series, src: I64, head: tuple[I64, BoolA] | None = None, fill: int = 0) -> tuple[I64, BoolA]:
+    """(values, present) per slice of an integer or boolean column read through ``src``: row ``src[j]``
+    of ``series`` (``fill`` where null), or ``head[.][-1 - src[j]]`` where ``src[j] < 0`` (the phase
+    slices). ``tracekit._walk.take`` reads the Arrow buffers: no filled copy, mask or concatenation."""
+    assert walk is not None
+    hv, ho = head if head is not None else (np.zeros(0, np.int64), np.zeros(0, bool))
+    vals, ok = np.empty(src.size, np.int64), np.empty(src.size, bool)
+    walk.take(arrow_stream(series), src, np.ascontiguousarray(hv, dtype=np.int64), np.ascontiguousarray(ho, dtype=np.bool_),
+              fill, vals, ok)
+    return vals, ok
 
 
 def _order(start: I64, dur: I64) -> I64:
@@ -206,7 +240,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     info = _rank_info(manifest, events, ranks)
     phases = _phase_slices(events)
     # kinds: one code per row, the masks by lookup (a null kind is in none of them)
-    k_ids, k_vals = _intern(events["kind"], np.arange(events.height, dtype=np.int64), True)
+    k_ids, k_vals = _intern(events["kind"], np.arange(events.height, dtype=np.int64))
     rows = np.flatnonzero(np.array([v is not None and v != COUNTER for v in k_vals], dtype=bool)[k_ids])
     k_rows = k_ids[rows]
     nb, npf = int(rows.size), phases.height
@@ -220,23 +254,21 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         pl.col("rank").cast(pl.Int64), pl.col("_g").cast(pl.Int64), "start_ns",
         pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
     )
-    bsel = events.select(pl.col("rank").cast(pl.Int64), "start_ns", pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
-                         "pid", "tid", pl.col("device").cast(pl.Int64), "stream")
-    rank = np.concatenate([ph_n["rank"].to_numpy(), bsel["rank"].to_numpy()[rows]]).astype(np.int64)
-    start = np.concatenate([ph_n["start_ns"].to_numpy(), bsel["start_ns"].to_numpy()[rows]]).astype(np.int64)
-    dur = np.concatenate([ph_n["dur_ns"].to_numpy(), bsel["dur_ns"].to_numpy()[rows]]).astype(np.int64)
+    # a thread's slices are grouped by (pid, tid), a stream's and its annotations' by (device, stream)
+    on_gpu = pl.col("kind").is_in(list(GPU_KINDS)) | (pl.col("kind") == GPU_RANGE)
+    bsel = events.select(pl.when(on_gpu).then(pl.col("device").cast(pl.Int64)).otherwise(pl.col("pid").cast(pl.Int64)).alias("a"),
+                         pl.when(on_gpu).then(pl.col("stream").cast(pl.Int64)).otherwise(pl.col("tid").cast(pl.Int64)).alias("b"))
+    # per slice: phase slices (src < 0: phase slice -1 - src), then the run's rows
+    src = np.empty(n, dtype=np.int64)
+    src[:npf] = np.arange(-1, -1 - npf, -1, dtype=np.int64)
+    src[npf:] = rows
+    rank, start, dur = (_take(events[c], src, _int_col(ph_n, c))[0] for c in ("rank", "start_ns", "dur_ns"))
+    np.maximum(dur, 0, out=dur)  # a null or negative duration is shown as 0
     g_b = np.where(b_gpu, G_STREAM, np.where(b_gr, G_GPU_RANGE, G_THREAD)).astype(np.int64)
     grp = np.concatenate([ph_n["_g"].to_numpy().astype(np.int64), g_b])
-    th = g_b == G_THREAD
-    a_v = {c: _int_col(bsel, c) for c in ("pid", "tid", "device", "stream")}
-    a_val = np.where(th, a_v["pid"][0][rows], a_v["device"][0][rows])
-    a_ok = np.where(th, a_v["pid"][1][rows], a_v["device"][1][rows])
-    b_val = np.where(th, a_v["tid"][0][rows], a_v["stream"][0][rows])
-    b_ok = np.where(th, a_v["tid"][1][rows], a_v["stream"][1][rows])
     zp = np.zeros(npf, np.int64)
     fp = np.zeros(npf, bool)
-    a_val, a_ok = np.concatenate([zp, a_val]), np.concatenate([fp, a_ok])
-    b_val, b_ok = np.concatenate([zp, b_val]), np.concatenate([fp, b_ok])
+    (a_val, a_ok), (b_val, b_ok) = (_take(bsel[c], src, (zp, fp)) for c in ("a", "b"))
     is_gpu = np.concatenate([fp, b_gpu])
     is_launch = np.concatenate([fp, b_launch])
     # strings as codes
@@ -247,25 +279,22 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     ph_str = {c: _codes(phases[c], all_ph, strings, null_as="" if c == "name" else None)
               for c in ("name", "category", "phase", "window")}
     code: dict[str, I64] = {}
-    for c in _STR_COLS:  # kernel names are long: a dictionary cast is cheaper than hashing their bytes
+    for c in _STR_COLS:
         code[c] = _codes(events[c], rows, strings, ph_str.get(c, np.full(npf, none, np.int64)),
-                         null_as="" if c == "name" else None, hashed=c != "name")
+                         null_as="" if c == "name" else None)
     k_code = strings.lut(k_vals)[k_rows]
     c_code = _codes(events["category"], rows, strings)
     cat = np.concatenate([ph_str["category"], np.where(b_gpu & (c_code != none), c_code, k_code)])
     cat[cat == none] = strings.get("other")
     code["window"] = np.concatenate([ph_str["window"], np.full(nb, none, np.int64)])
     # integer, boolean and float columns (value, present)
-    num: dict[str, tuple[I64, BoolA]] = {}
-    for c in (*INT_ARGS, *_INT_SET):
-        pv, pk = _int_col(phases, c) if c in phases.columns and phases[c].dtype != pl.Null else (zp, fp)
-        bv, bk = _int_col(events, c)
-        num[c] = (_cat(pv, bv, rows), _cat(pk, bk, rows))
-    for c in _BOOL_SET:
+    # the integer args (INT_ARGS) are read in the final order only, once it is known
+    ph_int = {c: _int_col(phases, c) if c in phases.columns and phases[c].dtype != pl.Null else (zp, fp)
+              for c in (*INT_ARGS, *_INT_SET)}
+    num: dict[str, tuple[I64, BoolA]] = {c: _take(events[c], src, ph_int[c]) for c in _INT_SET}
+    for c in _BOOL_SET:  # values 0 / 1, and 2 where null
         ps = phases[c] if c in phases.columns and phases[c].dtype != pl.Null else pl.Series([None] * npf, dtype=pl.Boolean())
-        pv = ps.cast(pl.Int64).fill_null(2).to_numpy()
-        bv = events[c].cast(pl.Int64).fill_null(2).to_numpy()[rows]
-        num[c] = (np.concatenate([pv, bv]).astype(np.int64), np.concatenate([pv, bv]) != 2)
+        num[c] = _take(events[c], src, (ps.cast(pl.Int64).fill_null(2).to_numpy(), ps.is_not_null().to_numpy()), fill=2)
     acc_p = phases["accept_len"].cast(pl.Float64) if "accept_len" in phases.columns else pl.Series([None] * npf, dtype=pl.Float64())
     acc_s = pl.concat([acc_p, events["accept_len"].gather(rows)])
     acc = acc_s.fill_null(0.0).to_numpy().astype(np.float64)
@@ -278,6 +307,9 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         for r, g, a, ao, b, bo in zip(rank[gfirst].tolist(), grp[gfirst].tolist(), a_val[gfirst].tolist(),
                                       a_ok[gfirst].tolist(), b_val[gfirst].tolist(), b_ok[gfirst].tolist(), strict=True)
     ]
+    # intermediates are released as soon as they are used: fresh memory costs a page fault per page,
+    # memory given back is reused by the next arrays (bench/export_faults.py)
+    del grp, a_val, a_ok, b_val, b_ok
     o1 = _order(start, dur)
     gk = gid.astype(np.int16) if len(group_of) < (1 << 15) else gid
     by_group = o1[np.argsort(gk[o1], kind="stable")]
@@ -287,6 +319,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     sorted_lanes, lane_max = assign_lanes_grouped(s_sorted, e_sorted, bounds)
     lanes = np.zeros(n, dtype=np.int64)
     lanes[by_group] = sorted_lanes
+    del by_group, s_sorted, e_sorted, sorted_lanes, gk
     lane_n = {grp_t: int(lane_max[i]) for i, grp_t in enumerate(group_of)}
     multi: dict[tuple[int, int], set[Any]] = {}
     for r, g, a, _ in group_of:
@@ -302,6 +335,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     lane0 = np.array([track_of[(*g, 0)] for g in group_of], dtype=np.int64)
     track_col = lane0[gid] + lanes
     final = _then_by(o1, start, dur, track_col)
+    del o1, lanes
 
     # names, categories and arg sets: codes per slice in input order, ids by first appearance in the final order
     name = code["name"]
@@ -333,11 +367,15 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         ok = acc_ok if c == "accept_len" else num[c][1]
         nulls |= (~ok).astype(np.int64) << i
     key_cols.append(nulls)
-    set_u, _ = first_seen(_pack(key_cols))
-    aid, afirst = first_seen([set_u], order=final)
+    aid, afirst = first_seen(_pack(key_cols), order=final)  # the arg-set tuples numbered in the final order
+    del key_cols, nulls
     argsets = _argset_values(final[afirst], arg_name, code, num, acc, acc_ok, strings)
+    del num, acc, acc_ok, arg_name, disp, name, code["name"], code["args"], code["coll_op"]
     f_gpu = is_gpu[final]
-    ints = {c: (num[c][0][final], num[c][1][final]) for c in INT_ARGS}
+    src_final = src[final]
+    del src
+    ints = {c: _take(events[c], src_final, ph_int[c]) for c in INT_ARGS}
+    del src_final
     argset_arr = aid.copy()
     f_window = code["window"][final]
     f_rank = rank[final]
@@ -353,6 +391,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     argset_arr = np.where(nonempty[argset_arr], argset_arr, -1)
     f_start, f_dur = start[final], dur[final]
     f_launch = is_launch[final]
+    del start, dur, is_gpu, is_launch, rank, cat
     corr, corr_ok = ints["correlation"]
     fsrc_l: list[I64] = []
     fdst_l: list[I64] = []
@@ -405,27 +444,14 @@ def _argset_values(rows: I64, arg_name: I64, code: Mapping[str, I64], num: Mappi
 
 
 def _launch_edges(rank: I64, corr: I64, launch: BoolA, gpu: BoolA) -> tuple[I64, I64]:
-    """(launch slice, GPU slice) on (rank, correlation), the first launch of a pair; sorted."""
-    lrows = np.flatnonzero(launch)
-    grows = np.flatnonzero(gpu)
-    if lrows.size == 0 or grows.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    both = np.concatenate([lrows, grows])
-    packed = _pack([rank[both], corr[both]])
-    if len(packed) == 1:  # one key per row: a sorted join (correlations are mostly distinct, no hash table)
-        kl, kg = packed[0][:lrows.size], packed[0][lrows.size:]
-        o = np.argsort(kl, kind="stable")  # equal keys keep slice order: the first launch comes first
-        ks = kl[o]
-        pos = np.minimum(np.searchsorted(ks, kg), ks.size - 1)
-        hit = ks[pos] == kg
-        src, dst = lrows[o[pos[hit]]], grows[hit]
-    else:
-        ids, first = first_seen(packed)
-        f = first[ids[lrows.size:]]
-        hit = f < lrows.size
-        src, dst = lrows[f[hit]], grows[hit]
-    o = np.argsort(src, kind="stable")  # dst ascending already
-    return src[o], dst[o]
+    """(launch slice, GPU slice) on (rank, correlation), the first launch of a pair; sorted by launch
+    slice, then GPU slice (``tracekit._core.launch_join``: one hash table of the launches)."""
+    assert core is not None
+    m = int(np.count_nonzero(gpu))
+    src, dst = np.empty(m, np.int64), np.empty(m, np.int64)
+    k = core.launch_join(np.ascontiguousarray(rank, dtype=np.int64), np.ascontiguousarray(corr, dtype=np.int64),
+                         np.ascontiguousarray(launch, dtype=np.bool_), np.ascontiguousarray(gpu, dtype=np.bool_), src, dst)
+    return src[:k], dst[:k]
 
 
 def _collective_edges(rank: I64, start: I64, gpu: BoolA, group: I64, coll_seq: tuple[I64, BoolA], strings: _Strings,

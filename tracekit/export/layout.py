@@ -191,9 +191,13 @@ def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[in
 def _phase_slices(ev: pl.DataFrame) -> pl.DataFrame:
     """Phase slices: host ranges (window=host) and GPU windows (window=gpu) with their facts."""
     facts = ["cycle", "batch_size", "num_tokens", "seq_len", "graphed", "accept_len"]
-    host = ev.filter((pl.col("kind") == RANGE) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null())
+    # lazy: only the columns used are read (an eager filter would copy every column of the range rows);
     # phase ids are keyed with the rank: runs merged from shards may number instances per rank
-    host = host.unique(["rank", "phase_id"], keep="first", maintain_order=True)
+    host = (
+        ev.lazy().select("rank", "kind", "phase", "phase_id", "start_ns", "dur_ns", *facts)
+        .filter((pl.col("kind") == RANGE) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null())
+        .unique(["rank", "phase_id"], keep="first", maintain_order=True).collect()
+    )
     fact_tab = host.select("rank", "phase_id", *facts)
     gpu = (
         ev.lazy().select("rank", "kind", "phase", "phase_id", "start_ns", "dur_ns")
