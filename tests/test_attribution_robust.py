@@ -154,3 +154,22 @@ def test_clock_note_only_where_no_unprofiled_timers(tmp_path: Path) -> None:
     assert "profiler dilation: verify" in captured.output
     doc = json.loads(CliRunner().invoke(cli, ["attribute", str(EAGER), "--json"]).stdout)
     assert doc["dilation"]["verify"]["ratio"] > 1 and "notes" not in doc
+
+
+def test_clock_note_in_host_mode_without_timers(tmp_path: Path) -> None:
+    """Host mode says the same clock sentence when the run has no unprofiled timers (the 8-rank CPU
+    capture with its timers taken out of the manifest), and not when it has them."""
+    from tracekit.store import load_run, write_run
+
+    run = load_run(CPU8)
+    man = {**run.manifest, "ranks": {r: {k: v for k, v in sec.items() if k != "unprofiled"}
+                                      for r, sec in run.manifest["ranks"].items()}}
+    bare = tmp_path / "no-timers.parquet"
+    write_run(run.events, bare, man)
+    text = CliRunner().invoke(cli, ["attribute", str(bare)])
+    assert text.exit_code == 0, text.output
+    assert "host mode" in text.output and "clock: every figure is from the profiled window" in text.output
+    doc = json.loads(CliRunner().invoke(cli, ["attribute", str(bare), "--json"]).stdout)
+    assert doc["mode"] == "host" and any(n.startswith("clock: ") for n in doc["notes"])
+    timed = json.loads(CliRunner().invoke(cli, ["attribute", str(CPU8), "--json"]).stdout)
+    assert timed["mode"] == "host" and "notes" not in timed

@@ -19,8 +19,8 @@ from rich.table import Table
 
 from tracekit.buckets import BUCKETS
 from tracekit.render.attribute_json import (
-    NO_TIMERS_LINE,
     WHOLE_TRACE_LINE,
+    clock_notes,
     dilation,
     whole_trace,
 )
@@ -319,8 +319,8 @@ def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest:
     timers = phase_timers(manifest) if manifest is not None else {}
     if whole_trace(report):
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
-    if not dil:
-        console.print(NO_TIMERS_LINE, soft_wrap=True, highlight=False, markup=False)
+    for line in clock_notes(manifest):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     for phase in phase_order(bp):
         row = bp[phase]
         ranks = report["by_rank"].filter(pl.col("phase") == phase)

@@ -42,9 +42,17 @@ WHOLE_TRACE_LINE: Final = (
 NO_TIMERS_LINE: Final = (
     "clock: every figure is from the profiled window (the trace's own timestamps, exact ns); this run has no "
     "unprofiled phase timers (raw traces ingested, or a capture without them), so the profiler's dilation is "
-    "unknown: launch overhead and GPU idle may hold profiler cost. `tracekit capture` records both "
-    "(docs/capture.md, Profile modes)"
+    "unknown: the time between measured ops and kernels (launch overhead, GPU idle, host overhead) may hold "
+    "profiler cost. `tracekit capture` records both (docs/capture.md, Profile modes)"
 )
+
+
+def clock_notes(manifest: dict[str, Any] | None) -> list[str]:
+    """The clock sentence of an attribute output (text and JSON, GPU and host mode) when the run has no
+    unprofiled phase timer at all (``analyzers.unprofiled.phase_timers``); none otherwise."""
+    from tracekit.analyzers.unprofiled import phase_timers
+
+    return [] if phase_timers(manifest) else [NO_TIMERS_LINE]
 
 
 def whole_trace(report: dict[str, pl.DataFrame]) -> bool:
@@ -187,9 +195,7 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, ma
         "whole_trace": whole_trace(report),
         "definitions": DEFINITIONS,
     }
-    notes = [WHOLE_TRACE_LINE] if doc["whole_trace"] else []
-    if manifest is None or not dilation(manifest):
-        notes.append(NO_TIMERS_LINE)
+    notes = ([WHOLE_TRACE_LINE] if doc["whole_trace"] else []) + clock_notes(manifest)
     if notes:
         doc["notes"] = notes
     if by == "cycle":

@@ -26,6 +26,7 @@ from tracekit.render.attribute import (
     share_table,
 )
 from tracekit.render.attribute_json import (
+    clock_notes,
     cycle_item,
     dilation,
     document_head,
@@ -100,6 +101,8 @@ def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = Non
         "whole_trace": False,
         "definitions": HOST_DEFINITIONS,
     }
+    if notes := clock_notes(manifest):
+        doc["notes"] = notes
     if by == "cycle":
         doc["cycles"] = [cycle_item({**r, **_HOST_ZERO}, hb) for r in report["instances"].iter_rows(named=True)]
     if by == "seq":
@@ -162,6 +165,8 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
     """Print the host-mode tables and summary for every phase in the report."""
     bp = {r["phase"]: r for r in report["by_phase"].iter_rows(named=True)}
     dil = dilation(manifest) if manifest is not None else {}
+    for line in clock_notes(manifest):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     for phase in phase_order(bp):
         row = bp[phase]
         if by == "cycle":
