@@ -71,6 +71,7 @@ class RangeRecorder:
         self._free: list[Any] = []  # CUDA events ready for reuse
         self._gpu: dict[int, int] = {}  # row index -> GPU ns of the rows already read
         self._read = 0  # rows before this index have been read (or have no events)
+        self._pool_lock = threading.Lock()  # the event pool and the read position, shared by every thread
         self._event: Any = None
         if cuda_events:
             import torch
@@ -115,14 +116,15 @@ class RangeRecorder:
         torch.cuda.synchronize()
 
     def _take(self) -> Any:
-        if not self._free:
-            self._harvest()
+        with self._pool_lock:
             if not self._free:
-                self._free = [self._event(enable_timing=True) for _ in range(POOL_GROW)]
-        return self._free.pop()
+                self._harvest()
+                if not self._free:
+                    self._free = [self._event(enable_timing=True) for _ in range(POOL_GROW)]
+            return self._free.pop()
 
     def _harvest(self, wait: bool = False) -> None:
-        """Read the GPU time of the recorded ranges in order, up to the first whose end event has not completed
+        """(Called with ``_pool_lock`` held.) Read the GPU time of the recorded ranges in order, up to the first whose end event has not completed
         (``wait``: all of them, after a device sync), and free their events."""
         rows = self._rows
         i = self._read
@@ -161,7 +163,8 @@ class RangeRecorder:
     def _gpu_ns(self) -> list[int | None]:
         if self._event is not None and any(r[4] is not None for r in self._rows[self._read:]):
             self._sync()
-            self._harvest(wait=True)
+            with self._pool_lock:
+                self._harvest(wait=True)
         return [self._gpu.get(i) for i in range(len(self._rows))]
 
     def frame(self, rank: int, pid: int) -> pl.DataFrame:
