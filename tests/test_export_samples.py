@@ -49,3 +49,19 @@ def test_sample_exports_validate(run: Path, tmp_path: Path) -> None:
     chk_js = validate_trace(js)
     assert chk_js.ok, chk_js.problems
     assert (chk_js.n_slices, chk_js.n_flows) == (res_js.n_slices, res_js.n_flows) == (chk.n_slices, chk.n_flows)
+
+
+def test_export_run_refuses_to_overwrite_its_run(tmp_path: Path) -> None:
+    """The library entry point keeps the CLI's rule: an output that is the run is refused and the run
+    is left as it was (an explicit format would otherwise have replaced run.parquet with a trace)."""
+    import shutil
+
+    from tracekit.errors import OutputIsInputError
+    from tracekit.export import export_run
+
+    run = tmp_path / "run.parquet"
+    shutil.copy(SAMPLES / "cpu8-builtin" / "run.parquet", run)
+    before = run.read_bytes()
+    with pytest.raises(OutputIsInputError):
+        export_run(run, run, fmt="perfetto")
+    assert run.read_bytes() == before

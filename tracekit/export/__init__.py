@@ -117,9 +117,12 @@ def export_run(
     buckets: bool = True,
     outstanding: bool = False,
 ) -> ExportResult:
-    """Export a run file (or shard directory) to a Perfetto or Chrome JSON trace."""
+    """Export a run file (or shard directory) to a Perfetto or Chrome JSON trace. An ``out`` that is the run
+    (or inside its shard directory) is refused before anything is read (``outputs.check_output``)."""
+    from tracekit.outputs import check_output
     from tracekit.store import load_run
 
+    check_output(out, [run])
     r = load_run(run)
     return export_events(r.events, r.manifest, out, fmt=fmt, selection=selection, flows=flows, buckets=buckets,
                          outstanding=outstanding, source=str(run))
