@@ -360,3 +360,19 @@ def _second_agent(directory: str) -> None:
     agent.rec.cycle += 1
     agent.tick()
     assert _Backend.recorder is None and agent._active is None  # refused: recording nothing
+
+
+def test_claim_without_hard_links_is_still_exclusive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a filesystem with no hard links (os.link -> EPERM) the ack is claimed by an exclusive create:
+    the first claimant writes it whole, a second is refused, and no staged file is left behind."""
+    from tracekit.collectors.sglang import window as win_mod
+
+    def no_links(src: object, dst: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(win_mod.os, "link", no_links)
+    ack = tmp_path / "w" / "ack-TP-0.json"
+    assert win_mod._claim(ack, b'{"pid": 1}') is True
+    assert win_mod._claim(ack, b'{"pid": 2}') is False
+    assert json.loads(ack.read_text()) == {"pid": 1}
+    assert sorted(p.name for p in ack.parent.iterdir()) == ["ack-TP-0.json"]

@@ -47,10 +47,13 @@ import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.sglang import rankinfo
 from tracekit.errors import TracekitError
+
+if TYPE_CHECKING:
+    from tracekit.collectors.sglang.window import WindowHandle
 
 RANK_FILE = re.compile(r"(?<![A-Za-z])TP-(\d+)(?![0-9]).*\.trace\.json(\.gz)?$")
 HOOK_PREFIX = "tracekit:"
@@ -320,13 +323,7 @@ def run_live_capture(
             # the ranks stop by themselves past every wait below (a capture killed with its window open)
             win = window.open_window(mdir, mode, num_steps if mode == "timing" else None, max_s=ack_s + 2 * timeout_s + 60)
             late = win.wait_acks(world, ack_s)
-            clash = win.clashes()
-            if clash:
-                raise TracekitError(
-                    "; ".join(f"TP rank {r} is claimed by scheduler processes {pids}" for r, pids in sorted(clash.items()))
-                    + ": tracekit's window files are named by TP rank, so servers with data or pipeline parallel "
-                    "replicas (dp/pp > 1) cannot be captured in lite or timing mode; use --profile full",
-                    path=str(mdir))
+            _refuse_clashes(win, mdir)
             if late:
                 raise _window_error(mode, "did not start", late, mdir, ack_s)
             say(f"tracekit's {mode} window {win.id} recording on every rank")
@@ -356,6 +353,7 @@ def run_live_capture(
             missing = win.wait_ranges(world, timeout_s, on_idle=on_idle)
             if missing:
                 raise _window_error(mode, "did not deliver the phase ranges of", missing, mdir, timeout_s)
+            _refuse_clashes(win, mdir)  # a replica that lost its claim after the acks arrived
             delivered = win.ranges(world)
     finally:
         gen.finish(timeout=5.0)
@@ -393,6 +391,18 @@ def run_live_capture(
     man["capture"]["started_unix_ns"] = started
     path = write_run(events, out_path, man)
     return CaptureResult(path=path, trace_dir=tdir, ranks=list(range(world)), load=gen.stats, notes=notes, mode=mode)
+
+
+def _refuse_clashes(win: WindowHandle, mdir: Path) -> None:
+    """Raise when a TP rank of the window was claimed by two scheduler processes (dp/pp replicas): the
+    window's files are named by TP rank, so one replica's ranges would stand for the rank."""
+    clash = win.clashes()
+    if clash:
+        raise TracekitError(
+            "; ".join(f"TP rank {r} is claimed by scheduler processes {pids}" for r, pids in sorted(clash.items()))
+            + ": tracekit's window files are named by TP rank, so servers with data or pipeline parallel "
+            "replicas (dp/pp > 1) cannot be captured in lite or timing mode; use --profile full",
+            path=str(mdir))
 
 
 def _assemble(mode: str, files: dict[int, list[Path]], delivered: list[Any], world: int, tdir: Path,

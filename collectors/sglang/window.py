@@ -82,13 +82,23 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _claim(path: Path, data: bytes) -> bool:
-    """Write ``path`` only if nobody has: False when another process wrote it first (link is exclusive)."""
+    """Write ``path`` only if nobody has: False when another process wrote it first. A hard link of a
+    staged file is exclusive and complete at once; where the filesystem has no hard links, an exclusive
+    create (O_EXCL) is, and the content follows it (readers take an unreadable file as not yet written)."""
     tmp = _staged(path, data)
     try:
         os.link(tmp, path)
         return True
     except FileExistsError:
         return False
+    except OSError:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return True
     finally:
         Path(tmp).unlink(missing_ok=True)
 
