@@ -8,6 +8,8 @@ starting it needs a driver, which these machines lack: it must then fail with CU
 from __future__ import annotations
 
 import glob
+import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -181,3 +183,37 @@ def test_timing_recorder_samples_cuda_events_per_phase(monkeypatch: pytest.Monke
         timing_events_every()
     with pytest.raises(ValueError, match="events_every"):
         RangeRecorder(events_every=0)
+
+
+class YieldingEvent(FakeEvent):
+    """FakeEvent whose query() lets another thread run, as a real query can."""
+
+    def query(self) -> bool:
+        time.sleep(0)
+        return super().query()
+
+
+def test_timing_recorder_pool_shared_by_threads_hands_each_event_once() -> None:
+    """Eight threads opening and closing ranges at once: no event is freed twice (two ranges would then
+    record on one event) and every range reads its time."""
+    FakeEvent.made = 0
+    FakeEvent.held = set()
+    rec = RangeRecorder()
+    rec._event = YieldingEvent
+    rec._sync = lambda: None  # type: ignore[method-assign]
+    n_threads, per = 8, 400
+    start = threading.Barrier(n_threads)
+
+    def work(k: int) -> None:
+        start.wait()
+        for _ in range(per):
+            rec.close(rec.open(f"phase{k}"))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gpu = rec._gpu_ns()
+    assert len(gpu) == n_threads * per and all(g is not None and g > 0 for g in gpu)
+    assert len({id(e) for e in rec._free}) == len(rec._free)
