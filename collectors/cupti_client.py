@@ -100,11 +100,20 @@ def find_libcupti() -> str | None:
 
 
 def library_path() -> Path:
-    """Where the built library lives: ``TRACEKIT_CUPTI_CLIENT``, else a cache file named by the source's hash."""
+    """Where the built library lives: ``TRACEKIT_CUPTI_CLIENT``, else a cache file named by the hash of the
+    source and of the CUPTI headers it would be built against (the record layouts it reads come from
+    them: another toolkit, or another ``TRACEKIT_CUPTI_INCLUDE``, gets its own build)."""
     env = os.environ.get("TRACEKIT_CUPTI_CLIENT")
     if env:
         return Path(env)
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    h = hashlib.sha256(SOURCE.read_bytes())
+    inc = find_headers()
+    if inc is not None:
+        h.update(str(inc.resolve()).encode())
+        for name in ("cupti_activity.h", "cupti.h"):
+            if (inc / name).is_file():
+                h.update((inc / name).read_bytes())
+    digest = h.hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracekit"
     return cache / f"cupti_client-{digest}.so"
 

@@ -217,3 +217,19 @@ def test_timing_recorder_pool_shared_by_threads_hands_each_event_once() -> None:
     gpu = rec._gpu_ns()
     assert len(gpu) == n_threads * per and all(g is not None and g > 0 for g in gpu)
     assert len({id(e) for e in rec._free}) == len(rec._free)
+
+
+def test_library_cache_is_keyed_by_the_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two toolkits' CUPTI headers (record layouts differ between versions) get two cached builds."""
+    monkeypatch.delenv("TRACEKIT_CUPTI_CLIENT", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    paths = []
+    for version in ("12.4", "13.0"):
+        inc = tmp_path / version
+        inc.mkdir()
+        for name in ("cupti.h", "cuda.h", "cupti_activity.h"):
+            (inc / name).write_text(f"/* {name} of CUDA {version} */\n")
+        monkeypatch.setenv("TRACEKIT_CUPTI_INCLUDE", str(inc))
+        paths.append(cupti_client.library_path())
+    assert paths[0] != paths[1] and all(p.parent == tmp_path / "cache" / "tracekit" for p in paths)
+    assert cupti_client.library_path() == paths[1]  # stable for the same headers
