@@ -105,7 +105,9 @@ def _intern_into(series: pl.Series, rows: I64, out: I64) -> tuple[list[str], boo
         return vals, bool(n_null) and bool((out == 0).any())
     # an Enum (kind, category: schema.KIND_DTYPE / CATEGORY_DTYPE) is its codes already
     cat = series if isinstance(series.dtype, pl.Enum) else series.cast(pl.Categorical)
-    phys = cat.to_physical().fill_null(np.iinfo(np.uint32).max).cast(pl.Int64).to_numpy()
+    # null: one past the largest code (an Enum's: its vocabulary size), so first_seen keeps its direct table
+    null_code = len(series.dtype.categories) if isinstance(series.dtype, pl.Enum) else np.iinfo(np.uint32).max
+    phys = cat.to_physical().fill_null(null_code).cast(pl.Int64).to_numpy()
     ids, first = first_seen([phys], order=rows)
     seen: list[str | None] = series.gather(rows[first]).to_list() if first.size else []
     to_code = np.cumsum([v is not None for v in seen], dtype=np.int64) * np.array([v is not None for v in seen], dtype=np.int64)
