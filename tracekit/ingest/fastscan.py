@@ -52,8 +52,6 @@ def _u8(raw: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
 
 
 _INT_COLS = ("correlation", "external_id", "a_device", "a_stream", "bytes")
-_ORDER = ("instant", "name", "pid_raw", "pid_int", "tid_raw", "start_ns", "dur_ns", *_INT_COLS,
-          "coll_name", "in_nelems", "out_nelems", "dtype", "pg_name", "group_size")
 
 
 Scanned = tuple[dict[str, msgspec.Raw], tuple[Any, ...]]  # (top-level raw values by key, the scanner's result)

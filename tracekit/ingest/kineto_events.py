@@ -202,8 +202,10 @@ def _to_events(f: pl.DataFrame, path: str, meta: dict[str, Any], n_all: int,
             pl.col("coll_name").drop_nulls().unique().implode(),
             pl.col("dtype").drop_nulls().unique().implode(),
             (pl.col("coll_name").is_not_null() | pl.col("bytes").is_not_null()).arg_true().implode().alias("need"),
-        ).row(0)
-        coll_names, dtypes, need = facts[0], facts[1], pl.Series("need", facts[2], dtype=pl.UInt32)
+        )
+        # the two short lists as Python values, the row numbers (every memcpy/memset row) kept a column
+        coll_names, dtypes = facts["coll_name"][0].to_list(), facts["dtype"][0].to_list()
+        need = facts["need"][0].cast(pl.UInt32).rename("need")
     if has_coll:
         dtype_bytes = pl.col("dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
         # the op comes from the kernel name (categories.toml's coll_op, set at finalize), as for
