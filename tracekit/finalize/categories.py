@@ -180,17 +180,25 @@ def _first_rules(names: list[str], rules: tuple[Rule, ...]) -> list[int]:
     return [memo[n] for n in names]
 
 
+def _outcomes(first: list[int], use: tuple[Rule, ...]) -> tuple[list[str], list[str | None]]:
+    """(category, coll_op) of each name from the index of its first matching rule (-1: none matched:
+    "other", no op): the one reading of a match, for rule_table and categorize."""
+    return ([use[i].category if i >= 0 else OTHER for i in first],
+            [use[i].coll_op if i >= 0 else None for i in first])
+
+
 def rule_table(names: list[str], rules: list[Rule] | tuple[Rule, ...] | None = None) -> pl.DataFrame:
     """The rule table applied to distinct kernel ``names``: columns name, ``_cat`` (category, "other"
     when no rule matches), ``_op`` (the rule's ``coll_op``: the one name -> collective-op mapping) and
     ``_matched``; first matching rule wins. Each name is matched once per process and rule table."""
     use = tuple(rules) if rules is not None else default_rules()
     first = _first_rules(names, use)
+    cats, ops = _outcomes(first, use)
     return pl.DataFrame(
         {
             "name": names,
-            "_cat": [use[i].category if i >= 0 else OTHER for i in first],
-            "_op": [use[i].coll_op if i >= 0 else None for i in first],
+            "_cat": cats,
+            "_op": ops,
             "_matched": [i >= 0 for i in first],
         },
         schema={"name": pl.String(), "_cat": pl.String(), "_op": pl.String(), "_matched": pl.Boolean()},
@@ -207,8 +215,9 @@ def categorize(events: pl.DataFrame, rules: list[Rule] | tuple[Rule, ...] | None
     name = pl.col("name")
     kernel_names: list[str] = events.select(name.filter(is_kernel).unique().drop_nulls()).to_series().to_list()
     first = _first_rules(kernel_names, use)  # the rule table's match (rule_table), without its frame
-    cat_map = {n: use[i].category if i >= 0 else OTHER for n, i in zip(kernel_names, first, strict=True)}
-    op_map = {n: use[i].coll_op for n, i in zip(kernel_names, first, strict=True) if i >= 0 and use[i].coll_op is not None}
+    cats, ops = _outcomes(first, use)
+    cat_map = dict(zip(kernel_names, cats, strict=True))
+    op_map = {n: op for n, op in zip(kernel_names, ops, strict=True) if op is not None}
     category = (
         pl.when(pl.col("category").is_not_null()).then(pl.col("category"))  # set by the writer: kept
         .when(is_kernel).then(name.replace_strict(cat_map, default=OTHER, return_dtype=pl.String))
