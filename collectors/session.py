@@ -140,10 +140,12 @@ def finalize(events: pl.DataFrame) -> pl.DataFrame:
 PROFILE_MODES = ("full", "lite", "timing")
 
 # What each mode records, and what it cannot give (printed by capture, kept in the manifest).
+# lite's note: what records the GPU activity (torch.profiler, or tracekit's CUPTI client), then the rest
+LITE_REST = ("phase ranges recorded by tracekit's hooks on the host clock; no CPU ops, so no op-scope category "
+             "fallback and no host-op attribution")
 MODE_NOTES: dict[str, str] = {
     "full": "torch.profiler CPU + CUDA activities: CPU ops, launches, kernels, record_function phase ranges",
-    "lite": "torch.profiler CUDA activity only (launches, kernels); phase ranges recorded by tracekit's hooks on "
-            "the host clock; no CPU ops, so no op-scope category fallback and no host-op attribution",
+    "lite": f"torch.profiler CUDA activity only (launches, kernels); {LITE_REST}",
     "timing": "no profiler: phase ranges (host clock) for every cycle and CUDA events around every N-th instance "
               "of each phase (session.cuda_events_every); no kernels, so no kernel buckets",
 }
@@ -255,8 +257,7 @@ class ProfilerSession:
         if self.client is not None:
             self.info["activities"] = [f"CUPTI client: {client_mode}"]
             self.info["cupti_client"] = self.client.info
-            self.info["note"] = MODE_NOTES["lite"].replace("torch.profiler CUDA activity only (launches, kernels)",
-                                                           f"tracekit's CUPTI client ({self.client.info['records']})")
+            self.info["note"] = f"tracekit's CUPTI client ({self.client.info['records']}); {LITE_REST}"
         elif "cupti_client_error" in self.info:
             self.info["note"] += f"; tracekit's CUPTI client could not run ({self.info['cupti_client_error']}): " \
                                  "torch.profiler instead"
