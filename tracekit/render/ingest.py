@@ -15,13 +15,13 @@ PROGRESS_MIN_BYTES = 32 << 20  # show a progress bar from this much input on
 class ByteProgress:
     """A transient rich progress bar over input bytes, shown only for large inputs."""
 
-    def __init__(self, console: Console, *, enabled: bool = True, min_bytes: int = PROGRESS_MIN_BYTES) -> None:
-        self.console, self.enabled, self.min_bytes = console, enabled, min_bytes
+    def __init__(self, console: Console, *, min_bytes: int = PROGRESS_MIN_BYTES) -> None:
+        self.console, self.min_bytes = console, min_bytes
         self._bar: Any = None
         self._task: Any = None
 
     def __call__(self, done: int, total: int, current: str) -> None:
-        if not self.enabled or total < self.min_bytes:
+        if total < self.min_bytes:
             return
         if self._bar is None:
             from rich.progress import (
