@@ -305,41 +305,74 @@ int tk_open(const char *path) {
   } while (0)
 
 /* Start recording. rt_ids / dr_ids: the runtime / driver callback ids switched off (TK_API_SOME) or
- * traced (TK_API_CB). */
+ * traced (TK_API_CB). What the flags need is checked before anything is switched on; a CUPTI call
+ * that fails part way switches off again what this call switched on (kinds, subscriber), so a failed
+ * start leaves CUPTI as it found it for whatever records next (the torch.profiler fallback). */
+#define TRY(call, what)                                                               \
+  do {                                                                                \
+    CUptiResult _r = (call);                                                          \
+    if (_r != CUPTI_SUCCESS) {                                                        \
+      if (!api_first_error) api_first_error = (int)_r;                                \
+      snprintf(err_text, sizeof err_text, "%s: CUPTI error %d", what, (int)_r);       \
+      rc = (int)_r;                                                                   \
+      goto undo;                                                                      \
+    }                                                                                 \
+  } while (0)
+#define KIND_ON(kind, what)                                                           \
+  do {                                                                                \
+    TRY(C.enable(kind), what);                                                        \
+    on[n_on++] = kind;                                                                \
+  } while (0)
+
 int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids, int n_dr) {
+  CUpti_ActivityKind on[6];
+  int n_on = 0, subscribed = 0, rc = 0;
   if (!C.lib) { snprintf(err_text, sizeof err_text, "tk_open was not called"); return -1; }
   if (flags_on) { snprintf(err_text, sizeof err_text, "already recording"); return -1; }
+  if (!(flags & TK_API_ALL) && (flags & TK_API_SOME) && (!C.rt_api || !C.dr_api)) {
+    snprintf(err_text, sizeof err_text, "CUPTI older than 12.5");
+    return -1;
+  }
+  if (!(flags & (TK_API_ALL | TK_API_SOME)) && (flags & TK_API_CB) && (!C.sub || !C.unsub || !C.enable_cb)) {
+    snprintf(err_text, sizeof err_text, "no CUPTI callback API");
+    return -1;
+  }
   if (!registered) {
     if (C.ts) CHECK(C.ts(ts_cb), "cuptiActivityRegisterTimestampCallback");
     if (C.tid) CHECK(C.tid(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType");
     CHECK(C.reg(buf_requested, buf_completed), "cuptiActivityRegisterCallbacks");
     registered = 1;
   }
-  if (flags & TK_KERNELS) CHECK(C.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable CONCURRENT_KERNEL");
-  if (flags & TK_COPIES) {
-    CHECK(C.enable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable MEMCPY");
-    CHECK(C.enable(CUPTI_ACTIVITY_KIND_MEMSET), "enable MEMSET");
-  }
-  if (flags & TK_API_ALL) {
-    CHECK(C.enable(CUPTI_ACTIVITY_KIND_RUNTIME), "enable RUNTIME");
-    CHECK(C.enable(CUPTI_ACTIVITY_KIND_DRIVER), "enable DRIVER");
-  } else if (flags & TK_API_SOME) {
-    if (!C.rt_api || !C.dr_api) { snprintf(err_text, sizeof err_text, "CUPTI older than 12.5"); return -1; }
-    CHECK(C.enable(CUPTI_ACTIVITY_KIND_RUNTIME), "enable RUNTIME");
-    CHECK(C.enable(CUPTI_ACTIVITY_KIND_DRIVER), "enable DRIVER");
-    for (int i = 0; i < n_rt; i++) CHECK(C.rt_api(rt_ids[i], 0), "cuptiActivityEnableRuntimeApi off");
-    for (int i = 0; i < n_dr; i++) CHECK(C.dr_api(dr_ids[i], 0), "cuptiActivityEnableDriverApi off");
-  } else if (flags & TK_API_CB) {
-    if (!C.sub || !C.enable_cb) { snprintf(err_text, sizeof err_text, "no CUPTI callback API"); return -1; }
-    CHECK(C.sub(&subscriber, (CUpti_CallbackFunc)api_cb, NULL), "cuptiSubscribe");
+  if (!(flags & (TK_API_ALL | TK_API_SOME)) && (flags & TK_API_CB)) {
+    TRY(C.sub(&subscriber, (CUpti_CallbackFunc)api_cb, NULL), "cuptiSubscribe");
+    subscribed = 1;
     for (int i = 0; i < n_rt; i++)
-      CHECK(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, rt_ids[i]), "cuptiEnableCallback runtime");
+      TRY(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, rt_ids[i]), "cuptiEnableCallback runtime");
     for (int i = 0; i < n_dr; i++)
-      CHECK(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, dr_ids[i]), "cuptiEnableCallback driver");
+      TRY(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, dr_ids[i]), "cuptiEnableCallback driver");
+  }
+  if (flags & TK_KERNELS) KIND_ON(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "enable CONCURRENT_KERNEL");
+  if (flags & TK_COPIES) {
+    KIND_ON(CUPTI_ACTIVITY_KIND_MEMCPY, "enable MEMCPY");
+    KIND_ON(CUPTI_ACTIVITY_KIND_MEMSET, "enable MEMSET");
+  }
+  if (flags & (TK_API_ALL | TK_API_SOME)) {
+    KIND_ON(CUPTI_ACTIVITY_KIND_RUNTIME, "enable RUNTIME");
+    KIND_ON(CUPTI_ACTIVITY_KIND_DRIVER, "enable DRIVER");
+  }
+  if (!(flags & TK_API_ALL) && (flags & TK_API_SOME)) {
+    for (int i = 0; i < n_rt; i++) TRY(C.rt_api(rt_ids[i], 0), "cuptiActivityEnableRuntimeApi off");
+    for (int i = 0; i < n_dr; i++) TRY(C.dr_api(dr_ids[i], 0), "cuptiActivityEnableDriverApi off");
   }
   flags_on = flags;
   return 0;
+undo: /* the first error's text stays; disabling a kind resets its per-id settings too */
+  while (n_on > 0) C.disable(on[--n_on]);
+  if (subscribed) C.unsub(subscriber);
+  return rc;
 }
+#undef KIND_ON
+#undef TRY
 
 /* Stop recording and flush every buffer into the rows. */
 int tk_stop(void) {

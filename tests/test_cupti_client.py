@@ -233,3 +233,69 @@ def test_library_cache_is_keyed_by_the_headers(tmp_path: Path, monkeypatch: pyte
         paths.append(cupti_client.library_path())
     assert paths[0] != paths[1] and all(p.parent == tmp_path / "cache" / "tracekit" for p in paths)
     assert cupti_client.library_path() == paths[1]  # stable for the same headers
+
+
+FAKE_CUPTI = r"""
+/* A libcupti stand-in: every entry point tk_open resolves; which activity kinds are on and how many
+ * subscribers there are; one call made to fail on demand. */
+#include <stdint.h>
+static uint64_t kinds_on; static int subscribers; static int fail_kind = -1; static const char *fail_call = "";
+static int is(const char *c) { const char *a = fail_call, *b = c; while (*a && *a == *b) { a++; b++; } return *a == *b; }
+void fake_fail(int kind, const char *call) { fail_kind = kind; fail_call = call; }
+uint64_t fake_kinds_on(void) { return kinds_on; }
+int fake_subscribers(void) { return subscribers; }
+int cuptiActivityRegisterCallbacks(void *a, void *b) { (void)a; (void)b; return 0; }
+int cuptiActivityRegisterTimestampCallback(void *f) { (void)f; return 0; }
+int cuptiSetThreadIdType(int t) { (void)t; return 0; }
+int cuptiActivityEnable(int k) { if (k == fail_kind) return 17; kinds_on |= 1ull << k; return 0; }
+int cuptiActivityDisable(int k) { kinds_on &= ~(1ull << k); return 0; }
+int cuptiActivityGetNextRecord(void *b, unsigned long n, void **r) { (void)b; (void)n; (void)r; return 3; }
+int cuptiActivityFlushAll(unsigned f) { (void)f; return 0; }
+int cuptiActivityEnableRuntimeApi(unsigned id, unsigned char on) { (void)id; (void)on; return is("runtime_api") ? 18 : 0; }
+int cuptiActivityEnableDriverApi(unsigned id, unsigned char on) { (void)id; (void)on; return is("driver_api") ? 19 : 0; }
+int cuptiSubscribe(void **h, void *cb, void *u) { (void)cb; (void)u; if (is("subscribe")) return 20; subscribers++; *h = (void *)1; return 0; }
+int cuptiUnsubscribe(void *h) { (void)h; subscribers--; return 0; }
+int cuptiEnableCallback(unsigned on, void *h, int d, unsigned id) { (void)on; (void)h; (void)d; (void)id; return is("callback") ? 21 : 0; }
+"""
+
+
+@pytest.mark.skipif(cupti_client.find_headers() is None, reason="no CUPTI headers to build the client against")
+def test_a_start_that_fails_part_way_leaves_nothing_switched_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tk_start against a stand-in libcupti that fails one call: what the start switched on before it (activity
+    kinds, the callback subscriber) is off again, so the torch.profiler fallback finds CUPTI as it was; the
+    error names the failed call; a later start and stop work."""
+    import ctypes
+    import subprocess
+    import sysconfig
+
+    src = tmp_path / "fake_cupti.c"
+    src.write_text(FAKE_CUPTI)
+    fake_path = tmp_path / "libfakecupti.so"
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", str(src), "-o", str(fake_path)], check=True)
+    fake = ctypes.CDLL(str(fake_path))
+    fake.fake_kinds_on.restype = ctypes.c_uint64
+    fake.fake_fail.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    monkeypatch.setenv("TRACEKIT_CUPTI_CLIENT", str(tmp_path / "tk.so"))  # a fresh copy: its own static state
+    lib = cupti_client._lib(cupti_client.build())
+    assert lib.tk_open(str(fake_path).encode()) == 0
+    memset = 2  # CUPTI_ACTIVITY_KIND_MEMSET: enabled after the kernels and copies
+    rt, dr = [211, 41], [652]
+    for mode, kind, call, said in (
+        ("launch", -1, b"runtime_api", b"cuptiActivityEnableRuntimeApi off: CUPTI error 18"),
+        ("launch", -1, b"driver_api", b"cuptiActivityEnableDriverApi off: CUPTI error 19"),
+        ("launch", memset, b"", b"enable MEMSET: CUPTI error 17"),
+        ("callback", -1, b"subscribe", b"cuptiSubscribe: CUPTI error 20"),
+        ("callback", -1, b"callback", b"cuptiEnableCallback runtime: CUPTI error 21"),
+        ("callback", memset, b"", b"enable MEMSET: CUPTI error 17"),
+    ):
+        fake.fake_fail(kind, call)
+        rc = lib.tk_start(cupti_client.MODES[mode], cupti_client._ids(rt), len(rt), cupti_client._ids(dr), len(dr))
+        assert rc != 0 and lib.tk_error() == said, (mode, call, lib.tk_error())
+        assert fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0, (mode, call)
+    fake.fake_fail(-1, b"")
+    for mode in ("kernels", "launch", "callback"):
+        assert lib.tk_start(cupti_client.MODES[mode], cupti_client._ids(rt), len(rt), cupti_client._ids(dr), len(dr)) == 0
+        assert fake.fake_kinds_on() != 0 and fake.fake_subscribers() == (mode == "callback")
+        assert lib.tk_stop() == 0
+        assert fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0
