@@ -11,15 +11,11 @@ TK_SRC=$(cd "$TK_SRC" && pwd)
 rm -rf /tmp/site && mkdir -p /tmp/site
 tar xJf "$TK_SRC/deps.tar.xz" -C /tmp/site || return 1 2>/dev/null || exit 1
 cp -r "$TK_SRC/src/tracekit" /tmp/site/
-(cd /tmp/site && python3 - <<'PY'
-from setuptools import Extension, setup
-setup(name="tracekit-ext", script_args=["build_ext", "--inplace", "-q"], ext_modules=[
-    Extension(f"tracekit.{m}", [f"tracekit/{m}.c"], extra_compile_args=["-O2", "-std=c99"], optional=True)
-    for m in ("_core", "_kineto")])
-PY
+# the extensions setup.py lists (one list: the carried setup.py), built in place
+(cd /tmp/site && python3 "$TK_SRC/setup.py" -q build_ext --inplace
 ) > /tmp/site/build.log 2>&1 || echo "install.sh: C extensions not built (numpy paths run): /tmp/site/build.log"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 # tracekit's CUPTI client (profile mode lite): built once against the CUPTI headers there, cached in ~/.cache/tracekit
 (cd /tmp && python3 -m tracekit.collectors.cupti_client build) || echo "install.sh: CUPTI client not built (lite falls back to torch.profiler)"
-(cd /tmp && python3 -c 'import tracekit, polars, msgspec, sys; print("install.sh: tracekit from", tracekit.__file__, "polars", polars.__version__, "python", sys.version.split()[0])')
+(cd /tmp && python3 -c 'import tracekit, polars, msgspec, sys; from tracekit import _native as n; print("install.sh: tracekit from", tracekit.__file__, "polars", polars.__version__, "python", sys.version.split()[0], "compiled:", [m for m in ("core", "kineto", "walk") if getattr(n, m) is not None])')
