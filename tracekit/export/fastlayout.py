@@ -54,9 +54,13 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11+; annotations are not evaluated at ru
 I64 = npt.NDArray[np.int64]
 BoolA = npt.NDArray[np.bool_]
 
-_STR_COLS = ("name", "phase", "args", "coll_op", "group")
+_STR_COLS = ("name", "phase")
 _INT_SET = ("batch_size", "num_tokens", "seq_len")
 _BOOL_SET = ("graph", "graphed")
+# the arg-set annotations most slices lack: read only at the slices that have one of them (and the phase
+# slices, which carry the facts); every other slice has the all-null tuple of them
+_SPARSE_STR = ("args", "coll_op", "group")
+_SPARSE = (*_SPARSE_STR, *_INT_SET, "graphed", "accept_len")
 
 
 def first_seen(cols: Sequence[npt.NDArray[Any]], order: I64 | None = None) -> tuple[I64, I64]:
@@ -280,10 +284,8 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     # their kind, null -> "other"
     ph_str = {c: _codes(phases[c], all_ph, strings, null_as="" if c == "name" else None)
               for c in ("name", "category", "phase", "window")}
-    code: dict[str, I64] = {}
-    for c in _STR_COLS:
-        code[c] = _codes(events[c], rows, strings, ph_str.get(c, np.full(npf, none, np.int64)),
-                         null_as="" if c == "name" else None)
+    code: dict[str, I64] = {c: _codes(events[c], rows, strings, ph_str[c], null_as="" if c == "name" else None)
+                            for c in _STR_COLS}
     k_code = strings.lut(k_vals)[k_rows]
     c_code = _codes(events["category"], rows, strings)
     cat = np.concatenate([ph_str["category"], np.where(b_gpu & (c_code != none), c_code, k_code)])
@@ -293,14 +295,9 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     # the integer args (INT_ARGS) are read in the final order only, once it is known
     ph_int = {c: _int_col(phases, c) if c in phases.columns and phases[c].dtype != pl.Null else (zp, fp)
               for c in (*INT_ARGS, *_INT_SET)}
-    num: dict[str, tuple[I64, BoolA]] = {c: _take(events[c], src, ph_int[c]) for c in _INT_SET}
-    for c in _BOOL_SET:  # values 0 / 1, and 2 where null
-        ps = phases[c] if c in phases.columns and phases[c].dtype != pl.Null else pl.Series([None] * npf, dtype=pl.Boolean())
-        num[c] = _take(events[c], src, (ps.cast(pl.Int64).fill_null(2).to_numpy(), ps.is_not_null().to_numpy()), fill=2)
-    acc_p = phases["accept_len"].cast(pl.Float64) if "accept_len" in phases.columns else pl.Series([None] * npf, dtype=pl.Float64())
-    acc_s = pl.concat([acc_p, events["accept_len"].gather(rows)])
-    acc = acc_s.fill_null(0.0).to_numpy().astype(np.float64)
-    acc_ok = acc_s.is_not_null().to_numpy()
+    ph_graph = _bool_head(phases, "graph", npf)
+    graph = _take(events["graph"], src, ph_graph, fill=2)[0]  # values 0 / 1, and 2 where null
+    sp = _sparse_args(events, phases, rows, src, ph_int, strings, none)
 
     # groups (rank, group kind, pid/device, tid/stream): first-seen ids; lanes in nesting order
     gid, gfirst = first_seen([rank, grp, a_val, b_val, a_ok.astype(np.int64) * 2 + b_ok])
@@ -351,28 +348,15 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     names = [str(strings.values[int(c)]) for c in disp[final[nfirst]]]
     cat_id, cfirst = first_seen([cat], order=final)
     cats = [str(strings.values[int(c)]) for c in cat[final[cfirst]]]
-    # arg sets: the SET_ARGS tuples (full name only where it differs from the display name)
+    # arg sets: the SET_ARGS tuples (full name only where it differs from the display name); the sparse
+    # annotations enter the key as the id of their tuple (0: none of them)
     arg_name = np.where(is_gpu & (disp != name), name, none)
-    key_cols: list[I64] = [arg_name]
-    for c in SET_ARGS[1:]:
-        if c in code:
-            key_cols.append(code[c])
-        elif c == "accept_len":
-            v = np.where(acc == 0.0, 0.0, acc)  # -0.0 and 0.0 are one value
-            bits = v.view(np.int64).copy()
-            bits[np.isnan(v)] = 0x7FF8000000000000
-            key_cols.append(np.where(acc_ok, bits, 0))
-        else:
-            key_cols.append(num[c][0])
-    nulls = np.zeros(n, dtype=np.int64)
-    for i, c in enumerate((*_INT_SET, "accept_len")):
-        ok = acc_ok if c == "accept_len" else num[c][1]
-        nulls |= (~ok).astype(np.int64) << i
-    key_cols.append(nulls)
+    key_cols: list[I64] = [arg_name, code["phase"], graph, code["window"], sp.key(n)]
     aid, afirst = first_seen(_pack(key_cols), order=final)  # the arg-set tuples numbered in the final order
-    del key_cols, nulls
-    argsets = _argset_values(final[afirst], arg_name, code, num, acc, acc_ok, strings)
-    del num, acc, acc_ok, arg_name, disp, name, code["name"], code["args"], code["coll_op"]
+    del key_cols
+    argsets = _argset_values(final[afirst], arg_name, code, graph, sp, strings)
+    group_final = sp.full("group", n, none)[final] if "collectives" in flows else None
+    del sp, graph, arg_name, disp, name, code["name"]
     f_gpu = is_gpu[final]
     src_final = src[final]
     del src
@@ -404,7 +388,8 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         fsrc_l.append(le[0])
         fdst_l.append(le[1])
     if "collectives" in flows:
-        s, d = _collective_edges(f_rank, f_start, f_gpu, code["group"][final], ints["coll_seq"], strings, none)
+        assert group_final is not None
+        s, d = _collective_edges(f_rank, f_start, f_gpu, group_final, ints["coll_seq"], strings, none)
         fsrc_l.append(s)
         fdst_l.append(d)
     fsrc = np.concatenate(fsrc_l) if fsrc_l else np.zeros(0, np.int64)
@@ -425,19 +410,91 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     )
 
 
-def _argset_values(rows: I64, arg_name: I64, code: Mapping[str, I64], num: Mapping[str, tuple[I64, BoolA]],
-                   acc: npt.NDArray[np.float64], acc_ok: BoolA, strings: _Strings) -> list[ArgSet]:
+def _bool_head(phases: pl.DataFrame, c: str, npf: int) -> tuple[I64, BoolA]:
+    """(values 0 / 1 and 2 where null, present) of the phase slices' boolean column ``c``."""
+    ps = phases[c] if c in phases.columns and phases[c].dtype != pl.Null else pl.Series([None] * npf, dtype=pl.Boolean())
+    return ps.cast(pl.Int64).fill_null(2).to_numpy(), ps.is_not_null().to_numpy()
+
+
+class _Sparse:
+    """The sparse arg-set annotations (``_SPARSE``) at the slices ``at`` (sorted slice indices: every phase
+    slice, then the run's rows having one of them): string codes, integer values, booleans (2: null),
+    accept_len with its presence; ``ids``: the id of each such slice's tuple, 0 for the all-null tuple."""
+
+    def __init__(self, at: I64, vals: dict[str, I64], ok: dict[str, BoolA], acc: npt.NDArray[np.float64], ids: I64) -> None:
+        self.at, self.vals, self.ok, self.acc, self.ids = at, vals, ok, acc, ids
+
+    def key(self, n: int) -> I64:
+        """Per slice: the id of its sparse tuple (0 where it has none)."""
+        out = np.zeros(n, dtype=np.int64)
+        out[self.at] = self.ids
+        return out
+
+    def full(self, c: str, n: int, fill: int) -> I64:
+        """Per slice: column ``c`` (``fill`` where the slice has none of the annotations)."""
+        out = np.full(n, fill, dtype=np.int64)
+        out[self.at] = self.vals[c]
+        return out
+
+    def value(self, c: str, rows: I64, strings: _Strings) -> list[ArgValue | None]:
+        """The values of ``c`` at slices ``rows`` (None: null)."""
+        if self.at.size == 0:
+            return [None] * rows.size
+        pos = np.searchsorted(self.at, rows)
+        pos_c = np.minimum(pos, self.at.size - 1)
+        has = (pos < self.at.size) & (self.at[pos_c] == rows)
+        if c in _SPARSE_STR:
+            return [strings.values[int(v)] if h else None for v, h in zip(self.vals[c][pos_c].tolist(), has.tolist(), strict=True)]
+        if c == "graphed":
+            return [None if (not h or v == 2) else bool(v) for v, h in zip(self.vals[c][pos_c].tolist(), has.tolist(), strict=True)]
+        ok = self.ok[c][pos_c] & has
+        vals = self.acc[pos_c] if c == "accept_len" else self.vals[c][pos_c]
+        return [v if o else None for v, o in zip(vals.tolist(), ok.tolist(), strict=True)]
+
+
+def _sparse_args(events: pl.DataFrame, phases: pl.DataFrame, rows: I64, src: I64, ph_int: Mapping[str, tuple[I64, BoolA]],
+                 strings: _Strings, none: int) -> _Sparse:
+    """``_Sparse`` of the layout's slices (phase slices first, then ``events[rows]``; ``src`` as in
+    ``build_layout_fast``)."""
+    npf = phases.height
+    has = events.select(pl.any_horizontal([pl.col(c).is_not_null() for c in _SPARSE]).alias("h"))["h"].to_numpy()
+    run_at = np.flatnonzero(has[rows]) if rows.size else np.zeros(0, np.int64)
+    at = np.concatenate([np.arange(npf, dtype=np.int64), npf + run_at])
+    sp_rows, sp_src = rows[run_at], src[at]
+    vals: dict[str, I64] = {c: _codes(events[c], sp_rows, strings, np.full(npf, none, np.int64)) for c in _SPARSE_STR}
+    ok: dict[str, BoolA] = {}
+    for c in _INT_SET:
+        vals[c], ok[c] = _take(events[c], sp_src, ph_int[c])
+    vals["graphed"], ok["graphed"] = _take(events["graphed"], sp_src, _bool_head(phases, "graphed", npf), fill=2)
+    acc_p = phases["accept_len"].cast(pl.Float64) if "accept_len" in phases.columns else pl.Series([None] * npf, dtype=pl.Float64())
+    acc_s = pl.concat([acc_p, events["accept_len"].gather(sp_rows)])
+    acc = acc_s.fill_null(0.0).to_numpy().astype(np.float64)
+    ok["accept_len"] = acc_s.is_not_null().to_numpy()
+    # the tuple of each slice, after one all-null tuple (id 0): -0.0 and 0.0 one value, every NaN one value
+    v = np.where(acc == 0.0, 0.0, acc)
+    bits = v.view(np.int64).copy()
+    bits[np.isnan(v)] = 0x7FF8000000000000
+    nulls = np.zeros(at.size, dtype=np.int64)
+    for i, c in enumerate((*_INT_SET, "accept_len")):
+        nulls |= (~ok[c]).astype(np.int64) << i
+    cols = [*(vals[c] for c in _SPARSE_STR), *(vals[c] for c in _INT_SET), vals["graphed"],
+            np.where(ok["accept_len"], bits, 0), nulls]
+    all_null = [*(none for _ in _SPARSE_STR), *(0 for _ in _INT_SET), 2, 0, (1 << (len(_INT_SET) + 1)) - 1]
+    ids, _ = first_seen(_pack([np.concatenate([np.array([a], dtype=np.int64), c]) for a, c in zip(all_null, cols, strict=True)]))
+    return _Sparse(at, vals, ok, acc, ids[1:])
+
+
+def _argset_values(rows: I64, arg_name: I64, code: Mapping[str, I64], graph: I64, sp: _Sparse,
+                   strings: _Strings) -> list[ArgSet]:
     """The arg sets of slices ``rows`` as (key, value) tuples, in SET_ARGS order, nulls left out."""
     cols: list[list[Any]] = [[strings.values[int(c)] for c in arg_name[rows]]]
     for c in SET_ARGS[1:]:
         if c in code:
             cols.append([strings.values[int(x)] for x in code[c][rows]])
-        elif c == "accept_len":
-            cols.append([v if ok else None for v, ok in zip(acc[rows].tolist(), acc_ok[rows].tolist(), strict=True)])
-        elif c in _BOOL_SET:
-            cols.append([None if v == 2 else bool(v) for v in num[c][0][rows].tolist()])
+        elif c == "graph":
+            cols.append([None if v == 2 else bool(v) for v in graph[rows].tolist()])
         else:
-            cols.append([v if ok else None for v, ok in zip(num[c][0][rows].tolist(), num[c][1][rows].tolist(), strict=True)])
+            cols.append(sp.value(c, rows, strings))
     out: list[ArgSet] = []
     for vals in zip(*cols, strict=True):
         items: list[tuple[str, ArgValue]] = [(k, v) for k, v in zip(SET_ARGS, vals, strict=True) if v is not None]
