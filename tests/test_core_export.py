@@ -349,3 +349,33 @@ def test_pack_keeps_tuples_apart(seed: int, n: int, k: int, spans: list[int]) ->
     with pytest.raises(ValueError, match="outside its column's range"):
         core.pack_rows((cols[0],), np.array([int(cols[0].min()) + 1], np.int64), np.array([1], np.int64),
                        np.empty(n, np.int64))
+
+
+@needs_core
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 400), starts=st.integers(1, 40), durs=st.integers(1, 4),
+       keys=st.integers(1, 6), extreme=st.booleans())
+def test_tie_sorts_give_the_lexsort_order(seed: int, n: int, starts: int, durs: int, keys: int, extreme: bool) -> None:
+    """``_core.sort_ties`` after a stable sort by start gives (start, longer first, row), and then
+    (start, longer first, key, row): ``np.lexsort`` of the same keys; runs past the insertion-sort length
+    (few distinct starts) and durations at the int64 extremes included. Bad row numbers are refused."""
+    rng = np.random.default_rng(seed)
+    start = rng.integers(0, starts, n).astype(np.int64)
+    dur = rng.integers(0, durs, n).astype(np.int64)
+    if extreme and n:
+        dur[rng.integers(0, n, max(1, n // 4))] = np.iinfo(np.int64).max
+        dur[rng.integers(0, n, max(1, n // 4))] = np.iinfo(np.int64).min
+    key = rng.integers(-keys, keys, n).astype(np.int64)
+    rows = np.arange(n, dtype=np.int64)
+    longer_first = -dur.astype(object)  # no overflow at int64's least value
+    ref = sorted(range(n), key=lambda i: (start[i], longer_first[i], i))
+    o = np.argsort(start, kind="stable")
+    core.sort_ties(o, start, dur)
+    assert o.tolist() == ref
+    o2 = o.copy()
+    core.sort_ties(o2, start, dur, key)
+    assert o2.tolist() == sorted(range(n), key=lambda i: (start[i], longer_first[i], key[i], i))
+    if not extreme:
+        assert o2.tolist() == np.lexsort((rows, key, -dur, start)).tolist()
+    with pytest.raises(ValueError, match="out of range"):
+        core.sort_ties(np.array([n], np.int64), start, dur)

@@ -983,7 +983,96 @@ done:
     return ret;
 }
 
+/* ---- tie runs of the export's slice order ------------------------------------------------- */
+
+typedef struct {
+    int64_t k, r;
+} KeyRow;
+
+static int keyrow_cmp(const void *a, const void *b) {
+    const KeyRow *x = (const KeyRow *)a, *y = (const KeyRow *)b;
+    if (x->k != y->k) return x->k < y->k ? -1 : 1;
+    return (x->r > y->r) - (x->r < y->r);
+}
+
+/* sort_ties(order, start, dur, key=None) -> None
+ * order: int64 row numbers (written in place); start, dur, key: int64 per row. Without key, order is
+ * sorted by start (stable) and each run of equal start is sorted to (longer first, row); with key,
+ * order is sorted by (start, longer first, row) and each run of equal (start, dur) is sorted to
+ * (key, row). So a stable argsort by start, then sort_ties(o, start, dur), then
+ * sort_ties(o, start, dur, key) give the order of np.lexsort((rows, key, -dur, start)). Runs are
+ * short in traces: insertion sort, qsort past 16 rows. The GIL is released. */
+static PyObject *sort_ties(PyObject *self, PyObject *args) {
+    PyObject *oo, *os, *od, *ok = Py_None;
+    Buf bo = {0}, bs = {0}, bd = {0}, bk = {0};
+    PyObject *ret = NULL;
+    KeyRow *tmp = NULL;
+    size_t cap = 0;
+    if (!PyArg_ParseTuple(args, "OOO|O", &oo, &os, &od, &ok)) return NULL;
+    if (get_buf(oo, &bo, 8, 1, "order") || get_buf(os, &bs, 8, 0, "start") || get_buf(od, &bd, 8, 0, "dur") ||
+        (ok != Py_None && get_buf(ok, &bk, 8, 0, "key")))
+        goto done;
+    Py_ssize_t n = N64(bo), m = N64(bs);
+    if (N64(bd) != m || (ok != Py_None && N64(bk) != m)) {
+        PyErr_SetString(PyExc_ValueError, "sort_ties: start, dur and key differ in length");
+        goto done;
+    }
+    int64_t *O = P64(bo);
+    const int64_t *S = P64(bs), *D = P64(bd), *K = ok != Py_None ? P64(bk) : NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (O[i] < 0 || O[i] >= m) {
+            PyErr_SetString(PyExc_ValueError, "sort_ties: a row number out of range");
+            goto done;
+        }
+    int oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t j = i + 1;
+        const int64_t s0 = S[O[i]], d0 = D[O[i]];
+        while (j < n && S[O[j]] == s0 && (!K || D[O[j]] == d0)) j++;
+        Py_ssize_t len = j - i;
+        if (len > 1) {
+            if ((size_t)len > cap) {
+                size_t c = cap ? cap : 64;
+                while (c < (size_t)len) c <<= 1;
+                KeyRow *t = (KeyRow *)realloc(tmp, c * sizeof(KeyRow));
+                if (!t) { oom = 1; break; }
+                tmp = t;
+                cap = c;
+            }
+            for (Py_ssize_t t = 0; t < len; t++) {
+                int64_t r = O[i + t];
+                /* without key: longer first, as the key -dur without its overflow: dur's complement */
+                tmp[t].k = K ? K[r] : ~D[r];
+                tmp[t].r = r;
+            }
+            if (len <= 16) {
+                for (Py_ssize_t a = 1; a < len; a++) {
+                    KeyRow x = tmp[a];
+                    Py_ssize_t b = a;
+                    while (b > 0 && keyrow_cmp(&tmp[b - 1], &x) > 0) { tmp[b] = tmp[b - 1]; b--; }
+                    tmp[b] = x;
+                }
+            } else {
+                qsort(tmp, (size_t)len, sizeof(KeyRow), keyrow_cmp);
+            }
+            for (Py_ssize_t t = 0; t < len; t++) O[i + t] = tmp[t].r;
+        }
+        i = j;
+    }
+    Py_END_ALLOW_THREADS
+    if (oom) { PyErr_NoMemory(); goto done; }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    free(tmp);
+    rel_buf(&bo); rel_buf(&bs); rel_buf(&bd); rel_buf(&bk);
+    return ret;
+}
+
 static PyMethodDef METHODS[] = {
+    {"sort_ties", sort_ties, METH_VARARGS, "Sorts the tie runs of the export's slice order (see export/fastlayout.py)."},
     {"launch_join", launch_join, METH_VARARGS, "Launch -> GPU slice edges on (rank, correlation) (see export/fastlayout.py)."},
     {"first_seen", first_seen, METH_VARARGS, "First-seen ids of row tuples (see export/codes.py)."},
     {"col_ranges", col_ranges, METH_VARARGS, "Least and greatest value of each column (see export/fastlayout.py)."},

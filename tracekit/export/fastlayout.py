@@ -209,34 +209,21 @@ def _take(series: pl.Series, src: I64, head: tuple[I64, BoolA] | None = None, fi
 
 
 def _order(start: I64, dur: I64) -> I64:
-    """Stable order by (start, longer first): ``np.lexsort((-dur, start))``, from two stable
-    single-key sorts (the rows are mostly in time order already)."""
+    """Stable order by (start, longer first): ``np.lexsort((-dur, start))``, as a stable sort by start
+    (the rows are mostly in time order already) whose runs of equal start are then sorted
+    (``tracekit._core.sort_ties``)."""
+    assert core is not None
     o = np.argsort(start, kind="stable")
-    s = start[o]
-    if s.size < 2 or not bool((s[1:] == s[:-1]).any()):
-        return o
-    run = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
-    d = dur[o]
-    dmax = int(d.max())
-    if int(run[-1]) < (1 << 62) // (dmax + 1) - 1:
-        return o[np.argsort(run * (dmax + 1) + (dmax - d), kind="stable")]
-    return np.lexsort((-dur, start))
+    core.sort_ties(o, start, dur)
+    return o
 
 
 def _then_by(o: I64, start: I64, dur: I64, key: I64) -> I64:
     """``o`` (sorted by start, longer first, row) re-sorted to (start, longer first, key, row)."""
-    s, d = start[o], dur[o]
-    if s.size < 2:
-        return o
-    same = (s[1:] == s[:-1]) & (d[1:] == d[:-1])
-    if not bool(same.any()):
-        return o
-    run = np.cumsum(np.r_[True, ~same]) - 1
-    k = key[o]
-    kmax = int(k.max()) + 1
-    if int(k.min()) >= 0 and int(run[-1]) < (1 << 62) // kmax - 1:
-        return o[np.argsort(run * kmax + k, kind="stable")]
-    return np.lexsort((o, key, -dur, start))
+    assert core is not None
+    out = o.copy()
+    core.sort_ties(out, start, dur, np.ascontiguousarray(key, dtype=np.int64))
+    return out
 
 
 def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts: Unpack[LayoutOptions]) -> Layout:
