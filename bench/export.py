@@ -55,6 +55,7 @@ from tracekit.schema import GPU_KINDS
 from tracekit.store import load_run, write_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test support, not in the wheel
+from children import child_env, warm_bytecode
 from export_data import layout_differences
 from export_synth import make_events, make_manifest
 from perfetto_reference import write_reference
@@ -172,7 +173,9 @@ def child_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 
 
 def envs() -> tuple[dict[str, str], dict[str, str]]:
-    fast = {k: v for k, v in os.environ.items() if k != "TRACEKIT_PURE"}
+    fast = child_env()  # bytecode cached, as for an installed tracekit (bench/children.py)
+    fast.pop("TRACEKIT_PURE", None)
+    warm_bytecode(Path(__file__).resolve().parent.parent)
     return fast, {**fast, "TRACEKIT_PURE": "1"}
 
 

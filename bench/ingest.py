@@ -51,6 +51,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from children import child_env, warm_bytecode
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "bench" / "data"
 _TS = re.compile(rb'"(ts|dur)": ?(-?\d+(?:\.\d+)?)')
@@ -267,7 +269,7 @@ print(json.dumps({"wall": time.perf_counter() - t0, "seconds": time.process_time
 
 
 def run_one(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
-    env = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = child_env(POLARS_MAX_THREADS="1", OMP_NUM_THREADS="1")
     if kind in ("tracekit", "tracekit-1t", "stages"):  # the allocator setting of the `tracekit` CLI process
         from tracekit._alloc import return_freed_memory
 
@@ -313,7 +315,7 @@ def run_cli(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
     Linux carries the peak RSS of the process that vforks over into the child's ``ru_maxrss``
     (subprocess uses vfork), so children of this process, large after reading the traces, would
     all report at least its peak."""
-    env = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = child_env(POLARS_MAX_THREADS="1", OMP_NUM_THREADS="1")
     if kind == "cli-tracekit":
         cmd = [sys.executable, "-m", "tracekit", "ingest", "-q", str(data), "-o", str(tmp / "cli.parquet")]
     elif kind == "cli-orjson":
@@ -477,6 +479,7 @@ def main() -> None:
     if a.worker:
         print(json.dumps(worker(a.worker[0], Path(a.worker[1]), Path(a.worker[2]))))
         return
+    warm_bytecode(REPO)  # the children run with bytecode cached, as an installed tracekit does (bench/children.py)
     print(_load())
     print("in-process: each tool one process, imports before its clock starts; CLI: whole processes (interpreter "
           "start, imports, work), CPU from wait4")

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from children import child_env, warm_bytecode
+
 _CODE = r"""
 import json, os, sys, time
 import tracekit.finalize.pipeline
@@ -45,8 +47,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("globs", nargs="+")
     a = ap.parse_args()
-    env = {**os.environ, "POLARS_MAX_THREADS": "1", "TRACEKIT_INGEST_THREADS": "1"}
+    env = child_env(POLARS_MAX_THREADS="1", TRACEKIT_INGEST_THREADS="1")  # bench/children.py
     env.pop("PYTHONPATH", None)
+    warm_bytecode(Path(__file__).resolve().parent.parent)
+    warm_bytecode(a.base.resolve())
     trees = {"this tree": env, "base": {**env, "PYTHONPATH": str(a.base.resolve())}}
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     for pattern in a.globs:

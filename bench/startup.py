@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from children import child_env, warm_bytecode
+
 REPO = Path(__file__).resolve().parent.parent
 SMALL_SET = REPO / "samples" / "sglang-shapes-h200x2"
 
@@ -71,8 +73,11 @@ def main() -> int:
         (f"tracekit attribute {a.run.name}", [*exe, "attribute", str(run)], True),
         (f"tracekit export {a.run.name} -o run.pftrace", [*exe, "export", str(run), "-o", str(tmp / "run.pftrace")], True),
     ]
-    env = {**os.environ}
+    env = child_env()  # bytecode cached, as for an installed tracekit (bench/children.py)
     env.pop("PYTHONPATH", None)
+    warm_bytecode(REPO)
+    if a.base:
+        warm_bytecode(a.base.resolve())
     # the base runs in its own directory: `python -m` / `-c` put the working directory first on sys.path
     base_env = {**env, "PYTHONPATH": str(a.base.resolve())} if a.base else None
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
