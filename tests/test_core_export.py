@@ -147,16 +147,23 @@ _NULLABLE = ("name", "category", "args", "phase", "pid", "tid", "device", "strea
 
 @needs_core
 @settings(max_examples=25, deadline=None)
-@example(seed=0, holes=[("name", 8024)], accept=[0.0], dup_start=False)  # a counter row without a name (found in CI)
+@example(seed=0, holes=[("name", 8024)], accept=[0.0], dup_start=False, strings="as made")  # a counter row without a name (found in CI)
 @given(seed=st.integers(0, 10_000), holes=st.lists(st.tuples(st.sampled_from(_NULLABLE), st.integers(0, 10_000)), max_size=40),
        accept=st.lists(st.sampled_from([0.0, -0.0, float("nan"), 1.5, 2.0]), min_size=1, max_size=5),
-       dup_start=st.booleans())
+       dup_start=st.booleans(), strings=st.sampled_from(["as made", "no args", "on every row"]))
 def test_generated_runs_with_nulls_same_layout(seed: int, holes: list[tuple[str, int]], accept: list[float],
-                                               dup_start: bool) -> None:
-    """Nulls where the schema allows them, -0.0 / NaN accept lengths, equal start times: the compiled
-    layout equals the reference one, and so do the .pftrace and .json.gz bytes."""
+                                               dup_start: bool, strings: str) -> None:
+    """Nulls where the schema allows them, -0.0 / NaN accept lengths, equal start times, the string args
+    on most rows or on none (the compiled layout reads a string column only at its rows when at most a
+    quarter of the rows have it): the compiled layout equals the reference one, and so do the .pftrace
+    and .json.gz bytes."""
     ev = make_events(2, 2, 5, seed=seed).with_row_index("_i")
     n = ev.height
+    if strings == "no args":
+        ev = ev.with_columns(pl.lit(None, dtype=pl.String).alias("args"))
+    elif strings == "on every row":
+        ev = ev.with_columns(pl.format("g{}", pl.col("_i") % 3).alias("group"), pl.format("op{}", pl.col("_i") % 5).alias("coll_op"),
+                             pl.format("a{}", pl.col("_i") % 4).alias("args"))
     for col, at in holes:
         ev = ev.with_columns(pl.when(pl.col("_i") == at % n).then(None).otherwise(pl.col(col)).alias(col))
     acc = pl.Series([accept[i % len(accept)] for i in range(n)], dtype=pl.Float64())

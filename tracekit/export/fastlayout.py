@@ -58,9 +58,10 @@ _STR_COLS = ("name", "phase")
 _INT_SET = ("batch_size", "num_tokens", "seq_len")
 _BOOL_SET = ("graph", "graphed")
 # the arg-set annotations most slices lack: read only at the slices that have one of them (and the phase
-# slices, which carry the facts); every other slice has the all-null tuple of them
-_SPARSE_STR = ("args", "coll_op", "group")
-_SPARSE = (*_SPARSE_STR, *_INT_SET, "graphed", "accept_len")
+# slices, which carry the facts); every other slice has the all-null tuple of them. The phase facts
+# always; a string column only when at most a quarter of the rows have it (args can be on every op)
+_MAYBE_SPARSE_STR = ("args", "coll_op", "group")
+_SPARSE_NUM = (*_INT_SET, "graphed", "accept_len")
 
 
 def first_seen(cols: Sequence[npt.NDArray[Any]], order: I64 | None = None) -> tuple[I64, I64]:
@@ -273,6 +274,10 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
               for c in ("name", "category", "phase", "window")}
     code: dict[str, I64] = {c: _codes(events[c], rows, strings, ph_str[c], null_as="" if c == "name" else None)
                             for c in _STR_COLS}
+    sparse_str = tuple(c for c in _MAYBE_SPARSE_STR if 4 * (events.height - events[c].null_count()) <= events.height)
+    for c in _MAYBE_SPARSE_STR:
+        if c not in sparse_str:
+            code[c] = _codes(events[c], rows, strings, np.full(npf, none, np.int64))
     k_code = strings.lut(k_vals)[k_rows]
     c_code = _codes(events["category"], rows, strings)
     cat = np.concatenate([ph_str["category"], np.where(b_gpu & (c_code != none), c_code, k_code)])
@@ -284,7 +289,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
               for c in (*INT_ARGS, *_INT_SET)}
     ph_graph = _bool_head(phases, "graph", npf)
     graph = _take(events["graph"], src, ph_graph, fill=2)[0]  # values 0 / 1, and 2 where null
-    sp = _sparse_args(events, phases, rows, src, ph_int, strings, none)
+    sp = _sparse_args(events, phases, rows, src, ph_int, sparse_str, strings, none)
 
     # groups (rank, group kind, pid/device, tid/stream): first-seen ids; lanes in nesting order
     gid, gfirst = first_seen([rank, grp, a_val, b_val, a_ok.astype(np.int64) * 2 + b_ok])
@@ -338,12 +343,14 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     # arg sets: the SET_ARGS tuples (full name only where it differs from the display name); the sparse
     # annotations enter the key as the id of their tuple (0: none of them)
     arg_name = np.where(is_gpu & (disp != name), name, none)
-    key_cols: list[I64] = [arg_name, code["phase"], graph, code["window"], sp.key(n)]
+    key_cols: list[I64] = [arg_name, graph, sp.key(n), *(code[c] for c in SET_ARGS if c in code and c != "name")]
     aid, afirst = first_seen(_pack(key_cols), order=final)  # the arg-set tuples numbered in the final order
     del key_cols
     argsets = _argset_values(final[afirst], arg_name, code, graph, sp, strings)
-    group_final = sp.full("group", n, none)[final] if "collectives" in flows else None
-    del sp, graph, arg_name, disp, name, code["name"]
+    group_final = (code["group"] if "group" in code else sp.full("group", n, none))[final] if "collectives" in flows else None
+    del sp, graph, arg_name, disp, name
+    for c in ("name", *_MAYBE_SPARSE_STR):
+        code.pop(c, None)
     f_gpu = is_gpu[final]
     src_final = src[final]
     del src
@@ -404,12 +411,13 @@ def _bool_head(phases: pl.DataFrame, c: str, npf: int) -> tuple[I64, BoolA]:
 
 
 class _Sparse:
-    """The sparse arg-set annotations (``_SPARSE``) at the slices ``at`` (sorted slice indices: every phase
+    """The sparse arg-set annotations (``_SPARSE_NUM`` and the sparse string columns) at the slices ``at`` (sorted slice indices: every phase
     slice, then the run's rows having one of them): string codes, integer values, booleans (2: null),
     accept_len with its presence; ``ids``: the id of each such slice's tuple, 0 for the all-null tuple."""
 
-    def __init__(self, at: I64, vals: dict[str, I64], ok: dict[str, BoolA], acc: npt.NDArray[np.float64], ids: I64) -> None:
-        self.at, self.vals, self.ok, self.acc, self.ids = at, vals, ok, acc, ids
+    def __init__(self, at: I64, str_cols: tuple[str, ...], vals: dict[str, I64], ok: dict[str, BoolA],
+                 acc: npt.NDArray[np.float64], ids: I64) -> None:
+        self.at, self.str_cols, self.vals, self.ok, self.acc, self.ids = at, str_cols, vals, ok, acc, ids
 
     def key(self, n: int) -> I64:
         """Per slice: the id of its sparse tuple (0 where it has none)."""
@@ -430,7 +438,7 @@ class _Sparse:
         pos = np.searchsorted(self.at, rows)
         pos_c = np.minimum(pos, self.at.size - 1)
         has = (pos < self.at.size) & (self.at[pos_c] == rows)
-        if c in _SPARSE_STR:
+        if c in self.str_cols:
             return [strings.values[int(v)] if h else None for v, h in zip(self.vals[c][pos_c].tolist(), has.tolist(), strict=True)]
         if c == "graphed":
             return [None if (not h or v == 2) else bool(v) for v, h in zip(self.vals[c][pos_c].tolist(), has.tolist(), strict=True)]
@@ -440,15 +448,15 @@ class _Sparse:
 
 
 def _sparse_args(events: pl.DataFrame, phases: pl.DataFrame, rows: I64, src: I64, ph_int: Mapping[str, tuple[I64, BoolA]],
-                 strings: _Strings, none: int) -> _Sparse:
+                 str_cols: tuple[str, ...], strings: _Strings, none: int) -> _Sparse:
     """``_Sparse`` of the layout's slices (phase slices first, then ``events[rows]``; ``src`` as in
-    ``build_layout_fast``)."""
+    ``build_layout_fast``): the columns ``_SPARSE_NUM`` and ``str_cols``."""
     npf = phases.height
-    has = events.select(pl.any_horizontal([pl.col(c).is_not_null() for c in _SPARSE]).alias("h"))["h"].to_numpy()
+    has = events.select(pl.any_horizontal([pl.col(c).is_not_null() for c in (*str_cols, *_SPARSE_NUM)]).alias("h"))["h"].to_numpy()
     run_at = np.flatnonzero(has[rows]) if rows.size else np.zeros(0, np.int64)
     at = np.concatenate([np.arange(npf, dtype=np.int64), npf + run_at])
     sp_rows, sp_src = rows[run_at], src[at]
-    vals: dict[str, I64] = {c: _codes(events[c], sp_rows, strings, np.full(npf, none, np.int64)) for c in _SPARSE_STR}
+    vals: dict[str, I64] = {c: _codes(events[c], sp_rows, strings, np.full(npf, none, np.int64)) for c in str_cols}
     ok: dict[str, BoolA] = {}
     for c in _INT_SET:
         vals[c], ok[c] = _take(events[c], sp_src, ph_int[c])
@@ -464,11 +472,11 @@ def _sparse_args(events: pl.DataFrame, phases: pl.DataFrame, rows: I64, src: I64
     nulls = np.zeros(at.size, dtype=np.int64)
     for i, c in enumerate((*_INT_SET, "accept_len")):
         nulls |= (~ok[c]).astype(np.int64) << i
-    cols = [*(vals[c] for c in _SPARSE_STR), *(vals[c] for c in _INT_SET), vals["graphed"],
+    cols = [*(vals[c] for c in str_cols), *(vals[c] for c in _INT_SET), vals["graphed"],
             np.where(ok["accept_len"], bits, 0), nulls]
-    all_null = [*(none for _ in _SPARSE_STR), *(0 for _ in _INT_SET), 2, 0, (1 << (len(_INT_SET) + 1)) - 1]
+    all_null = [*(none for _ in str_cols), *(0 for _ in _INT_SET), 2, 0, (1 << (len(_INT_SET) + 1)) - 1]
     ids, _ = first_seen(_pack([np.concatenate([np.array([a], dtype=np.int64), c]) for a, c in zip(all_null, cols, strict=True)]))
-    return _Sparse(at, vals, ok, acc, ids[1:])
+    return _Sparse(at, str_cols, vals, ok, acc, ids[1:])
 
 
 def _argset_values(rows: I64, arg_name: I64, code: Mapping[str, I64], graph: I64, sp: _Sparse,
