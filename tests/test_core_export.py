@@ -209,6 +209,32 @@ def test_first_seen_ids() -> None:
 
 
 @needs_core
+def test_first_seen_rejects_bad_buffers() -> None:
+    # _core.first_seen itself (fastlayout.first_seen sizes ids/first from the columns): each bad shape an error
+    assert core is not None
+    a3, a4 = np.arange(3, dtype=np.int64), np.arange(4, dtype=np.int64)
+    ids, first = np.empty(3, np.int64), np.empty(3, np.int64)
+    bad: list[tuple[tuple[object, ...], type[Exception], str]] = [
+        (((), ids, first), ValueError, "no columns"),
+        (((a3,), ids, np.empty(2, np.int64)), ValueError, "first: not as long as ids"),
+        (((a3, a4), ids, first), ValueError, "columns of different lengths"),
+        (((a4,), ids, first), ValueError, "columns not as long as ids"),
+        (((a3,), ids, first, np.array([0, 1], np.int64)), ValueError, "order: not as long as ids"),
+        (((a3,), ids, first, np.array([0, 1, 3], np.int64)), IndexError, "order: index out of range"),
+        (((np.arange(3, dtype=np.int32),), ids, first), ValueError, "column"),  # 12 bytes: not int64 items
+        (((a3,), np.empty(3, np.int64)[::-1], first), ValueError, "contiguous"),
+    ]
+    for call, exc, msg in bad:
+        with pytest.raises(exc, match=msg):
+            core.first_seen(*call)
+    ro = np.empty(3, np.int64)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        core.first_seen((a3,), ro, first)
+    assert core.first_seen((a3, a3), ids, first) == 3 and ids.tolist() == [0, 1, 2]
+
+
+@needs_core
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(0, 300), span=st.sampled_from([5, 50, 2**40, 2**62]))
 def test_launch_edges_first_launch_of_each_pair(seed: int, n: int, span: int) -> None:

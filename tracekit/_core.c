@@ -780,24 +780,17 @@ static PyObject *first_seen(PyObject *self, PyObject *args) {
     PyObject *cols, *ids_o, *first_o, *order_o = Py_None;
     if (!PyArg_ParseTuple(args, "O!OO|O", &PyTuple_Type, &cols, &ids_o, &first_o, &order_o)) return NULL;
     Py_ssize_t k = PyTuple_GET_SIZE(cols);
-    Buf ids = {0}, first = {0}, ord = {0};
-    Buf *cb = (Buf *)calloc((size_t)(k ? k : 1), sizeof(Buf));
-    int64_t **cv = (int64_t **)calloc((size_t)(k ? k : 1), sizeof(int64_t *));
+    Buf ids = {0}, first = {0}, ord = {0}, *cb = NULL;
+    const int64_t **cv = NULL;
     int64_t *table = NULL;
     const int64_t *op = NULL;
     PyObject *ret = NULL;
     Py_ssize_t n = -1, distinct = 0, m = -1;
-    if (!cb || !cv) { PyErr_NoMemory(); goto done; }
     if (k < 1) { PyErr_SetString(PyExc_ValueError, "first_seen: no columns"); goto done; }
     if (get_buf(ids_o, &ids, 8, 1, "ids") < 0 || get_buf(first_o, &first, 8, 1, "first") < 0) goto done;
     n = N64(ids);
     if (N64(first) != n) { PyErr_SetString(PyExc_ValueError, "first: not as long as ids"); goto done; }
-    for (Py_ssize_t j = 0; j < k; j++) {
-        if (get_buf(PyTuple_GET_ITEM(cols, j), &cb[j], 8, 0, "column") < 0) goto done;
-        if (m < 0) m = N64(cb[j]);
-        if (N64(cb[j]) != m) { PyErr_SetString(PyExc_ValueError, "columns of different lengths"); goto done; }
-        cv[j] = P64(cb[j]);
-    }
+    if (cols_get(cols, k, &cb, &cv, -1, &m, "first_seen") < 0) goto done;
     if (order_o != Py_None) {
         if (get_buf(order_o, &ord, 8, 0, "order") < 0) goto done;
         if (N64(ord) != n) { PyErr_SetString(PyExc_ValueError, "order: not as long as ids"); goto done; }
@@ -887,9 +880,9 @@ static PyObject *first_seen(PyObject *self, PyObject *args) {
 #undef ROW
     ret = PyLong_FromSsize_t(distinct);
 done:
-    for (Py_ssize_t j = 0; j < k; j++) rel_buf(&cb[j]);
+    cols_rel(cb, cv, k);
     rel_buf(&ids); rel_buf(&first); rel_buf(&ord);
-    free(cb); free(cv); free(table);
+    free(table);
     return ret;
 }
 

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
+#include "arrow_c.h"
 
 typedef struct {
     void *p;
@@ -768,17 +769,6 @@ done:
  * The release callback may run on a thread of polars' pool: it takes the GIL to let go of the
  * buffer, and leaves it alone once the interpreter is finalizing. */
 
-struct ArrowSchema {
-    const char *format; const char *name; const char *metadata; int64_t flags; int64_t n_children;
-    struct ArrowSchema **children; struct ArrowSchema *dictionary;
-    void (*release)(struct ArrowSchema *); void *private_data;
-};
-struct ArrowArray {
-    int64_t length; int64_t null_count; int64_t offset; int64_t n_buffers; int64_t n_children;
-    const void **buffers; struct ArrowArray **children; struct ArrowArray *dictionary;
-    void (*release)(struct ArrowArray *); void *private_data;
-};
-
 static void arrow_schema_release(struct ArrowSchema *sc) { free(sc->private_data); sc->release = NULL; }
 #if PY_VERSION_HEX >= 0x030D0000
 #define TK_FINALIZING() Py_IsFinalizing()
@@ -878,7 +868,7 @@ static PyObject *arrow_array(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     fmt_copy[0] = fmt[0]; fmt_copy[1] = '\0';
-    sc->format = fmt_copy; sc->name = ""; sc->metadata = NULL; sc->flags = 2; /* nullable */
+    sc->format = fmt_copy; sc->name = ""; sc->metadata = NULL; sc->flags = ARROW_FLAG_NULLABLE;
     sc->release = arrow_schema_release; sc->private_data = fmt_copy;
     ar->length = n; ar->null_count = 0; ar->offset = 0; ar->n_buffers = 2; ar->n_children = 0;
     ar->buffers = own->buffers; ar->release = arrow_array_release; ar->private_data = own;
