@@ -326,7 +326,8 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     lane0 = np.array([track_of[(*g, 0)] for g in group_of], dtype=np.int64)
     track_col = lane0[gid] + lanes
     final = _then_by(o1, start, dur, track_col)
-    del o1, lanes
+    f_track = track_col[final]
+    del o1, lanes, track_col, gid
 
     # names, categories and arg sets: codes per slice in input order, ids by first appearance in the final order
     name = code["name"]
@@ -340,6 +341,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     names = [str(strings.values[int(c)]) for c in disp[final[nfirst]]]
     cat_id, cfirst = first_seen([cat], order=final)
     cats = [str(strings.values[int(c)]) for c in cat[final[cfirst]]]
+    del cat
     # arg sets: the SET_ARGS tuples (full name only where it differs from the display name); the sparse
     # annotations enter the key as the id of their tuple (0: none of them)
     arg_name = np.where(is_gpu & (disp != name), name, none)
@@ -356,22 +358,22 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     del src
     ints = {c: _take(events[c], src_final, ph_int[c]) for c in INT_ARGS}
     del src_final
-    argset_arr = aid.copy()
-    f_window = code["window"][final]
+    argset_arr = aid
+    f_win_gpu = (code.pop("window") == strings.get("gpu"))[final]  # the GPU-window phase slices
     f_rank = rank[final]
     sets: ArgSets | None = None
     if buckets:
         pid_vals, pid_ok = ints["phase_id"]
-        brows = np.flatnonzero((f_window == strings.get("gpu")) & pid_ok)
+        brows = np.flatnonzero(f_win_gpu & pid_ok)
         if isinstance(buckets, BucketTable):
             sets = add_bucket_args(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
         else:
             add_buckets(brows, f_rank[brows], pid_vals[brows], argset_arr, argsets, buckets)
     nonempty = sets.nonempty() if sets is not None else np.array([len(a) > 0 for a in argsets], dtype=bool)
-    argset_arr = np.where(nonempty[argset_arr], argset_arr, -1)
+    argset_arr[~nonempty[argset_arr]] = -1
     f_start, f_dur = start[final], dur[final]
     f_launch = is_launch[final]
-    del start, dur, is_gpu, is_launch, rank, cat
+    del start, dur, is_gpu, is_launch, rank
     corr, corr_ok = ints["correlation"]
     fsrc_l: list[I64] = []
     fdst_l: list[I64] = []
@@ -389,15 +391,15 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     fsrc = np.concatenate(fsrc_l) if fsrc_l else np.zeros(0, np.int64)
     fdst = np.concatenate(fdst_l) if fdst_l else np.zeros(0, np.int64)
     fid = np.arange(1, fsrc.size + 1, dtype=np.int64)
-    dur_rows = np.flatnonzero(f_window == strings.get("gpu"))
-    f_phase = code["phase"][final]
+    dur_rows = np.flatnonzero(f_win_gpu)
+    d_phase = code["phase"][final[dur_rows]]
     out_args = (le[0], le[1], f_rank, f_start, f_dur, f_gpu) if outstanding and le is not None else None
-    pair, pfirst = first_seen([f_rank[dur_rows], f_phase[dur_rows]])  # the distinct (rank, phase) pairs
-    d_lut = dur_tracks(f_rank[dur_rows[pfirst]].tolist(), [strings.values[int(c)] for c in f_phase[dur_rows[pfirst]]], track_of)
+    pair, pfirst = first_seen([f_rank[dur_rows], d_phase])  # the distinct (rank, phase) pairs
+    d_lut = dur_tracks(f_rank[dur_rows[pfirst]].tolist(), [strings.values[int(c)] for c in d_phase[pfirst]], track_of)
     c_ts, c_track, c_value, c_is_int = counter_samples(
         f_start[dur_rows], d_lut[pair] if pair.size else d_lut, f_dur[dur_rows], ctr, track_of, out_args)
     return Layout(
-        tracks=tracks, start=f_start, dur=f_dur, track=track_col[final], name_id=name_id, cat_id=cat_id,
+        tracks=tracks, start=f_start, dur=f_dur, track=f_track, name_id=name_id, cat_id=cat_id,
         argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets if sets is None else sets,
         flow_src=fsrc, flow_dst=fdst, flow_id=fid, c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int,
         ranks=ranks,
