@@ -53,12 +53,14 @@ def main() -> int:
     # this tree's code: its own checkout first on sys.path (cwd is /, so python -m does not add it)
     trees["this tree"] = (REPO, {**env, "PYTHONPATH": str(REPO)})
     print(f"load average (1, 5, 15 min): {'{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg())}; tracekit {' '.join(a.args)}")
+    # the children run in / (so that `python -m` puts no checkout first on sys.path): paths made absolute
+    args = [str(Path(x).resolve()) if "{out}" not in x and Path(x).exists() else x for x in a.args]
     got: dict[str, list[tuple[float, float, int, float]]] = {k: [] for k in trees}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.rounds):
             for k in (list(trees) if i % 2 == 0 else list(reversed(trees))):
                 out = str(Path(tmp) / f"{k.replace(' ', '_')}-{i}")
-                cmd = [sys.executable, "-m", "tracekit", *(x.replace("{out}", out) for x in a.args)]
+                cmd = [sys.executable, "-m", "tracekit", *(x.replace("{out}", out) for x in args)]
                 got[k].append(run(cmd, trees[k][1]))
     for k, rows in got.items():
         cpu = [r[0] for r in rows]
