@@ -6,12 +6,20 @@ sandboxes among them, set it): with it, every child compiles each tracekit modul
 (~0.1 CPU s per CLI process measured on ``tracekit export``: 244 ``compile`` calls, 0.11 s), a cost no
 installed tracekit pays, as its bytecode is cached after the first run. ``warm_bytecode(tree)`` writes
 that cache for a checkout before the first timed round, so no round pays it either.
+
+``measure(cmd, env, cwd)``: one child process, stdout discarded, with its CPU (user + system, from
+wait4), minor faults, peak RSS and wall time; stderr goes to a file (a pipe left unread while
+waiting would block a child that writes more than the pipe holds).
 """
 
 from __future__ import annotations
 
 import compileall
 import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -23,8 +31,38 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def warm_bytecode(tree: Path) -> None:
-    """Write the bytecode cache of ``tree``'s tracekit package (as its first run would)."""
-    compileall.compile_dir(str(tree / "tracekit"), quiet=1)
+    """Write the bytecode cache of ``tree``'s tracekit package (as its first run would), the packages it
+    links in (``tracekit/analyzers``, ``tracekit/collectors``: compileall does not follow links) included."""
+    for d in ("tracekit", "analyzers", "collectors"):
+        if (tree / d).is_dir():
+            compileall.compile_dir(str(tree / d), quiet=1)
 
 
-__all__ = ["child_env", "warm_bytecode"]
+@dataclass(frozen=True)
+class Usage:
+    """What one child process used: CPU seconds (user + system), system seconds, minor page faults,
+    peak RSS (MB), wall seconds; ``failed``: its exit code and last stderr line, else None."""
+
+    cpu: float
+    system: float
+    faults: int
+    rss_mb: float
+    wall: float
+    failed: str | None
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None) -> Usage:
+    """Run ``cmd`` (stdout discarded) and measure it through wait4 (see the module docstring)."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        err.seek(0)
+        text = err.read().decode(errors="replace").strip()
+    failed = None if proc.returncode == 0 else f"failed ({proc.returncode}): {text.splitlines()[-1] if text else ''}"
+    return Usage(ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_minflt, ru.ru_maxrss / 1024.0, wall, failed)
+
+
+__all__ = ["Usage", "child_env", "measure", "warm_bytecode"]

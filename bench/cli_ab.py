@@ -16,26 +16,21 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from children import child_env, warm_bytecode
+from children import child_env, measure, warm_bytecode
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, float]:
     """(CPU s, system s, minor faults, peak RSS MB) of one process."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd="/")
-    _, status, ru = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{err}")
-    return ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_minflt, ru.ru_maxrss / 1024.0
+    u = measure(cmd, env, "/")
+    if u.failed:
+        raise SystemExit(f"{' '.join(cmd)}: {u.failed}")
+    return u.cpu, u.system, u.faults, u.rss_mb
 
 
 def main() -> int:

@@ -175,7 +175,9 @@ def child_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 def envs() -> tuple[dict[str, str], dict[str, str]]:
     fast = child_env()  # bytecode cached, as for an installed tracekit (bench/children.py)
     fast.pop("TRACEKIT_PURE", None)
-    warm_bytecode(Path(__file__).resolve().parent.parent)
+    import tracekit
+
+    warm_bytecode(Path(tracekit.__file__).resolve().parent.parent)  # the tracekit the children import
     return fast, {**fast, "TRACEKIT_PURE": "1"}
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from children import child_env, warm_bytecode
+from children import measure as measure_child
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "bench" / "data"
@@ -336,17 +337,10 @@ def run_cli(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
 
 def _spawn(cmd: list[str]) -> dict[str, Any]:
     """Run ``cmd`` (stdout discarded) and measure it: what ``run_cli``'s helper process does."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        return {"failed": f"failed ({code}): {err.splitlines()[-1] if err else ''}"}
-    return {"wall": wall, "seconds": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024.0}
+    u = measure_child(cmd)
+    if u.failed:
+        return {"failed": u.failed}
+    return {"wall": u.wall, "seconds": u.cpu, "rss_mb": u.rss_mb}
 
 
 def _rounds(run: Callable[[str], dict[str, Any] | str], kinds: tuple[str, ...], repeat: int

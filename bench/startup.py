@@ -23,10 +23,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from children import child_env, warm_bytecode
+from children import child_env, measure, warm_bytecode
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL_SET = REPO / "samples" / "sglang-shapes-h200x2"
@@ -34,16 +33,10 @@ SMALL_SET = REPO / "samples" / "sglang-shapes-h200x2"
 
 def child(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
     """CPU seconds (user + system of the process, from wait4) and wall seconds of one command."""
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, env=env)
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{err}")
-    return ru.ru_utime + ru.ru_stime, wall
+    u = measure(cmd, env, cwd)
+    if u.failed:
+        raise SystemExit(f"{' '.join(cmd)}: {u.failed}")
+    return u.cpu, u.wall
 
 
 def main() -> int:
