@@ -305,9 +305,13 @@ int tk_open(const char *path) {
   } while (0)
 
 /* Start recording. rt_ids / dr_ids: the runtime / driver callback ids switched off (TK_API_SOME) or
- * traced (TK_API_CB). What the flags need is checked before anything is switched on; a CUPTI call
- * that fails part way switches off again what this call switched on (kinds, subscriber), so a failed
- * start leaves CUPTI as it found it for whatever records next (the torch.profiler fallback). */
+ * traced (TK_API_CB). What the flags need is checked before anything is switched on, the callback
+ * subscriber (the call most likely refused: one subscriber per process) is taken first and its
+ * callbacks enabled last, once the activity kinds are on (as before: no API row without its GPU
+ * record's kind on). A CUPTI call that fails part way switches off again what this call switched on
+ * (kinds, subscriber and its callbacks), so that whatever records next (the torch.profiler fallback)
+ * does not get this start's records; the activity buffer and time stamp callbacks registered by the
+ * first start stay registered, as they did before. */
 #define TRY(call, what)                                                               \
   do {                                                                                \
     CUptiResult _r = (call);                                                          \
@@ -327,13 +331,14 @@ int tk_open(const char *path) {
 int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids, int n_dr) {
   CUpti_ActivityKind on[6];
   int n_on = 0, subscribed = 0, rc = 0;
+  const int cb = !(flags & (TK_API_ALL | TK_API_SOME)) && (flags & TK_API_CB); /* the callback mode */
   if (!C.lib) { snprintf(err_text, sizeof err_text, "tk_open was not called"); return -1; }
   if (flags_on) { snprintf(err_text, sizeof err_text, "already recording"); return -1; }
   if (!(flags & TK_API_ALL) && (flags & TK_API_SOME) && (!C.rt_api || !C.dr_api)) {
     snprintf(err_text, sizeof err_text, "CUPTI older than 12.5");
     return -1;
   }
-  if (!(flags & (TK_API_ALL | TK_API_SOME)) && (flags & TK_API_CB) && (!C.sub || !C.unsub || !C.enable_cb)) {
+  if (cb && (!C.sub || !C.unsub || !C.enable_cb)) {
     snprintf(err_text, sizeof err_text, "no CUPTI callback API");
     return -1;
   }
@@ -343,13 +348,9 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
     CHECK(C.reg(buf_requested, buf_completed), "cuptiActivityRegisterCallbacks");
     registered = 1;
   }
-  if (!(flags & (TK_API_ALL | TK_API_SOME)) && (flags & TK_API_CB)) {
+  if (cb) {
     TRY(C.sub(&subscriber, (CUpti_CallbackFunc)api_cb, NULL), "cuptiSubscribe");
     subscribed = 1;
-    for (int i = 0; i < n_rt; i++)
-      TRY(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, rt_ids[i]), "cuptiEnableCallback runtime");
-    for (int i = 0; i < n_dr; i++)
-      TRY(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, dr_ids[i]), "cuptiEnableCallback driver");
   }
   if (flags & TK_KERNELS) KIND_ON(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "enable CONCURRENT_KERNEL");
   if (flags & TK_COPIES) {
@@ -363,6 +364,12 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
   if (!(flags & TK_API_ALL) && (flags & TK_API_SOME)) {
     for (int i = 0; i < n_rt; i++) TRY(C.rt_api(rt_ids[i], 0), "cuptiActivityEnableRuntimeApi off");
     for (int i = 0; i < n_dr; i++) TRY(C.dr_api(dr_ids[i], 0), "cuptiActivityEnableDriverApi off");
+  }
+  if (cb) { /* unsubscribing (undo) drops the callbacks enabled here */
+    for (int i = 0; i < n_rt; i++)
+      TRY(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, rt_ids[i]), "cuptiEnableCallback runtime");
+    for (int i = 0; i < n_dr; i++)
+      TRY(C.enable_cb(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, dr_ids[i]), "cuptiEnableCallback driver");
   }
   flags_on = flags;
   return 0;

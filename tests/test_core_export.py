@@ -410,5 +410,6 @@ def test_tie_sorts_give_the_lexsort_order(seed: int, n: int, starts: int, durs: 
     assert o2.tolist() == sorted(range(n), key=lambda i: (start[i], longer_first[i], key[i], i))
     if not extreme:
         assert o2.tolist() == np.lexsort((rows, key, -dur, start)).tolist()
-    with pytest.raises(ValueError, match="out of range"):
-        core.sort_ties(np.array([n], np.int64), start, dur)
+    for bad in (n, -1):
+        with pytest.raises(ValueError, match="out of range"):
+            core.sort_ties(np.array([bad], np.int64), start, dur)

@@ -279,7 +279,7 @@ def test_a_start_that_fails_part_way_leaves_nothing_switched_on(tmp_path: Path, 
     monkeypatch.setenv("TRACEKIT_CUPTI_CLIENT", str(tmp_path / "tk.so"))  # a fresh copy: its own static state
     lib = cupti_client._lib(cupti_client.build())
     assert lib.tk_open(str(fake_path).encode()) == 0
-    memset = 2  # CUPTI_ACTIVITY_KIND_MEMSET: enabled after the kernels and copies
+    memset = 2  # CUPTI_ACTIVITY_KIND_MEMSET: enabled after the kernels and MEMCPY
     rt, dr = [211, 41], [652]
     for mode, kind, call, said in (
         ("launch", -1, b"runtime_api", b"cuptiActivityEnableRuntimeApi off: CUPTI error 18"),

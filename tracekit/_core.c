@@ -994,7 +994,8 @@ static int keyrow_cmp(const void *a, const void *b) {
  * order is sorted by (start, longer first, row) and each run of equal (start, dur) is sorted to
  * (key, row). So a stable argsort by start, then sort_ties(o, start, dur), then
  * sort_ties(o, start, dur, key) give the order of np.lexsort((rows, key, -dur, start)). Runs are
- * short in traces: insertion sort, qsort past 16 rows. The GIL is released. */
+ * short in traces: insertion sort, qsort past 16 rows. The GIL is released. Every row number is
+ * checked before anything is written; out of memory part way leaves the runs before it sorted. */
 static PyObject *sort_ties(PyObject *self, PyObject *args) {
     PyObject *oo, *os, *od, *ok = Py_None;
     Buf bo = {0}, bs = {0}, bd = {0}, bk = {0};

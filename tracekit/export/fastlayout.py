@@ -3,9 +3,11 @@ without building, sorting or gathering a frame of every slice.
 
 Each string column of the run becomes one integer code per row (``tracekit._walk.intern`` on the
 Arrow buffers: ids in order of first appearance), every string that occurs is held once
-(``_Strings``), and the layout works on numpy arrays of codes: one stable sort for the
-nesting order, one for the final order, lanes by the compiled greedy pass, names, categories and
-arg sets as first-seen ids of code tuples in the final order, the launch -> kernel join by one
+(``_Strings``), and the layout works on numpy arrays of codes: one stable sort by start whose
+runs of equal start are then ordered in place (``tracekit._core.sort_ties``) gives the nesting
+order, and the final order is its tie runs ordered by track, lanes by the compiled greedy pass,
+names, categories and arg sets as first-seen ids of code tuples in the final order (the
+annotations most slices lack read only at the slices that have one: ``_sparse_args``), the launch -> kernel join by one
 hash table of the launches (``tracekit._core.launch_join``). Integer columns are read through the
 slice index straight from their Arrow buffers (``tracekit._walk.take``), the per-slice integer
 args once, in the final order; intermediates are released as soon as they are used (fresh memory
@@ -56,7 +58,6 @@ BoolA = npt.NDArray[np.bool_]
 
 _STR_COLS = ("name", "phase")
 _INT_SET = ("batch_size", "num_tokens", "seq_len")
-_BOOL_SET = ("graph", "graphed")
 # the arg-set annotations most slices lack: read only at the slices that have one of them (and the phase
 # slices, which carry the facts); every other slice has the all-null tuple of them. The phase facts
 # always; a string column only when at most a quarter of the rows have it (args can be on every op)
@@ -220,11 +221,10 @@ def _order(start: I64, dur: I64) -> I64:
 
 
 def _then_by(o: I64, start: I64, dur: I64, key: I64) -> I64:
-    """``o`` (sorted by start, longer first, row) re-sorted to (start, longer first, key, row)."""
+    """``o`` (sorted by start, longer first, row) re-sorted in place to (start, longer first, key, row)."""
     assert core is not None
-    out = o.copy()
-    core.sort_ties(out, start, dur, np.ascontiguousarray(key, dtype=np.int64))
-    return out
+    core.sort_ties(o, start, dur, np.ascontiguousarray(key, dtype=np.int64))
+    return o
 
 
 def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts: Unpack[LayoutOptions]) -> Layout:
@@ -325,7 +325,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     tracks, track_of = tb.tracks, tb.track_of
     lane0 = np.array([track_of[(*g, 0)] for g in group_of], dtype=np.int64)
     track_col = lane0[gid] + lanes
-    final = _then_by(o1, start, dur, track_col)
+    final = _then_by(o1, start, dur, track_col)  # o1, ordered again in place
     f_track = track_col[final]
     del o1, lanes, track_col, gid
 
