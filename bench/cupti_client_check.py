@@ -16,12 +16,17 @@ import argparse
 import sys
 import threading
 import time
+from typing import Any
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="kernels,launch,callback,all")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--taken-last", action="store_true",
+                    help="after the modes, start each mode while torch.profiler holds CUPTI: every start must be "
+                         "refused at cuptiSubscribe, before tracekit registers anything (Kineto keeps its subscriber "
+                         "afterwards, so nothing of the client runs in this process after that)")
     a = ap.parse_args()
     import polars as pl
     import torch
@@ -82,9 +87,36 @@ def main() -> int:
         if mode != "kernels" and (launches.height == 0 or g_hit != gpu.height):
             print(f"{mode}: FAIL: a GPU row without its launch")
             failed = True
+    if a.taken_last and not taken_last(Client, ClientUnavailable, x, [m for m in a.modes.split(",") if m]):
+        failed = True
     if ev is not None:
         print("kernel names:", sorted(set(ev.filter(pl.col("kind") == "kernel")["name"].to_list()))[:6])
     return 1 if failed else 0
+
+
+def taken_last(client: Any, unavailable: type[Exception], x: Any, modes: list[str]) -> bool:
+    """Each mode started while torch.profiler (Kineto) holds CUPTI's one callback subscriber: True when
+    every start fails at cuptiSubscribe (what the lite session then falls back on) and the profiler's
+    own trace still has its kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ok = True
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for mode in modes:
+            cl = client(mode).open()
+            (x @ x).sum().item()
+            try:
+                cl.start()
+            except unavailable as exc:
+                print(f"taken: {mode} start refused while torch.profiler runs: {exc}")
+                ok = ok and "cuptiSubscribe" in str(exc)
+                continue
+            cl.stop()
+            print(f"taken: FAIL: the {mode} start succeeded while torch.profiler held CUPTI")
+            ok = False
+    kernels = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    print(f"taken: torch.profiler's own trace: {kernels} GPU events")
+    return ok and kernels > 0
 
 
 if __name__ == "__main__":

@@ -305,10 +305,14 @@ int tk_open(const char *path) {
   } while (0)
 
 /* Start recording. rt_ids / dr_ids: the runtime / driver callback ids switched off (TK_API_SOME) or
- * traced (TK_API_CB). What the flags need is checked before anything is switched on, the callback
- * subscriber (the call most likely refused: one subscriber per process) is taken first and its
- * callbacks enabled last, once the activity kinds are on (as before: no API row without its GPU
- * record's kind on). A CUPTI call that fails part way switches off again what this call switched on
+ * traced (TK_API_CB). What the flags need is checked before anything is switched on. CUPTI allows
+ * one callback subscriber per process, and a client that has one (torch.profiler's Kineto keeps its
+ * subscriber once it has profiled) also has its activity buffer callbacks registered: registering
+ * ours then would take its buffers (seen on H200: a segmentation fault at exit after a start tried
+ * while torch.profiler ran). So the subscriber is taken first, before any registration (the other
+ * modes take one and give it back at once, as a probe), and a start refused there changes nothing.
+ * The callback ids are enabled last, once the activity kinds are on (as before: no API row without
+ * its GPU record's kind on). A CUPTI call that fails part way switches off again what this call switched on
  * (kinds, subscriber and its callbacks), so that whatever records next (the torch.profiler fallback)
  * does not get this start's records; the activity buffer and time stamp callbacks registered by the
  * first start stay registered, as they did before. */
@@ -342,15 +346,18 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
     snprintf(err_text, sizeof err_text, "no CUPTI callback API");
     return -1;
   }
-  if (!registered) {
-    if (C.ts) CHECK(C.ts(ts_cb), "cuptiActivityRegisterTimestampCallback");
-    if (C.tid) CHECK(C.tid(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType");
-    CHECK(C.reg(buf_requested, buf_completed), "cuptiActivityRegisterCallbacks");
-    registered = 1;
+  if (C.sub && C.unsub) { /* another CUPTI client in the process: refused here, before any registration */
+    CUpti_SubscriberHandle probe;
+    TRY(C.sub(cb ? &subscriber : &probe, (CUpti_CallbackFunc)api_cb, NULL),
+        "cuptiSubscribe (another CUPTI client, such as torch.profiler, holds CUPTI in this process)");
+    if (cb) subscribed = 1;
+    else C.unsub(probe);
   }
-  if (cb) {
-    TRY(C.sub(&subscriber, (CUpti_CallbackFunc)api_cb, NULL), "cuptiSubscribe");
-    subscribed = 1;
+  if (!registered) {
+    if (C.ts) TRY(C.ts(ts_cb), "cuptiActivityRegisterTimestampCallback");
+    if (C.tid) TRY(C.tid(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType");
+    TRY(C.reg(buf_requested, buf_completed), "cuptiActivityRegisterCallbacks");
+    registered = 1;
   }
   if (flags & TK_KERNELS) KIND_ON(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "enable CONCURRENT_KERNEL");
   if (flags & TK_COPIES) {

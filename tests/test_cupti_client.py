@@ -239,12 +239,13 @@ FAKE_CUPTI = r"""
 /* A libcupti stand-in: every entry point tk_open resolves; which activity kinds are on and how many
  * subscribers there are; one call made to fail on demand. */
 #include <stdint.h>
-static uint64_t kinds_on; static int subscribers; static int fail_kind = -1; static const char *fail_call = "";
+static uint64_t kinds_on; static int subscribers, registrations; static int fail_kind = -1; static const char *fail_call = "";
 static int is(const char *c) { const char *a = fail_call, *b = c; while (*a && *a == *b) { a++; b++; } return *a == *b; }
 void fake_fail(int kind, const char *call) { fail_kind = kind; fail_call = call; }
 uint64_t fake_kinds_on(void) { return kinds_on; }
 int fake_subscribers(void) { return subscribers; }
-int cuptiActivityRegisterCallbacks(void *a, void *b) { (void)a; (void)b; return 0; }
+int fake_registrations(void) { return registrations; }
+int cuptiActivityRegisterCallbacks(void *a, void *b) { (void)a; (void)b; registrations++; return 0; }
 int cuptiActivityRegisterTimestampCallback(void *f) { (void)f; return 0; }
 int cuptiSetThreadIdType(int t) { (void)t; return 0; }
 int cuptiActivityEnable(int k) { if (k == fail_kind) return 17; kinds_on |= 1ull << k; return 0; }
@@ -263,7 +264,9 @@ int cuptiEnableCallback(unsigned on, void *h, int d, unsigned id) { (void)on; (v
 def test_a_start_that_fails_part_way_leaves_nothing_switched_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tk_start against a stand-in libcupti that fails one call: what the start switched on before it (activity
     kinds, the callback subscriber) is off again, so the torch.profiler fallback finds CUPTI as it was; the
-    error names the failed call; a later start and stop work."""
+    error names the failed call; a later start and stop work. A subscriber refused (another CUPTI client holds
+    CUPTI: torch.profiler's Kineto keeps one) refuses the start before tracekit registers its buffer callbacks,
+    in every mode (the others probe with a subscriber given back at once)."""
     import ctypes
     import subprocess
     import sysconfig
@@ -281,11 +284,16 @@ def test_a_start_that_fails_part_way_leaves_nothing_switched_on(tmp_path: Path, 
     assert lib.tk_open(str(fake_path).encode()) == 0
     memset = 2  # CUPTI_ACTIVITY_KIND_MEMSET: enabled after the kernels and MEMCPY
     rt, dr = [211, 41], [652]
+    taken = b"cuptiSubscribe (another CUPTI client, such as torch.profiler, holds CUPTI in this process): CUPTI error 20"
+    for mode in ("kernels", "launch", "callback"):
+        fake.fake_fail(-1, b"subscribe")
+        assert lib.tk_start(cupti_client.MODES[mode], cupti_client._ids(rt), len(rt), cupti_client._ids(dr), len(dr)) != 0
+        assert lib.tk_error() == taken
+        assert fake.fake_registrations() == 0 and fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0, mode
     for mode, kind, call, said in (
         ("launch", -1, b"runtime_api", b"cuptiActivityEnableRuntimeApi off: CUPTI error 18"),
         ("launch", -1, b"driver_api", b"cuptiActivityEnableDriverApi off: CUPTI error 19"),
         ("launch", memset, b"", b"enable MEMSET: CUPTI error 17"),
-        ("callback", -1, b"subscribe", b"cuptiSubscribe: CUPTI error 20"),
         ("callback", -1, b"callback", b"cuptiEnableCallback runtime: CUPTI error 21"),
         ("callback", memset, b"", b"enable MEMSET: CUPTI error 17"),
     ):
