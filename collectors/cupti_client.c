@@ -294,14 +294,17 @@ int tk_open(const char *path) {
   return 0;
 }
 
+/* a failed CUPTI call: its error kept (the first one also in api_first_error), its code returned */
+static int cupti_failed(CUptiResult r, const char *what) {
+  if (!api_first_error) api_first_error = (int)r;
+  snprintf(err_text, sizeof err_text, "%s: CUPTI error %d", what, (int)r);
+  return (int)r;
+}
+
 #define CHECK(call, what)                                                             \
   do {                                                                                \
     CUptiResult _r = (call);                                                          \
-    if (_r != CUPTI_SUCCESS) {                                                        \
-      if (!api_first_error) api_first_error = (int)_r;                                \
-      snprintf(err_text, sizeof err_text, "%s: CUPTI error %d", what, (int)_r);       \
-      return (int)_r;                                                                 \
-    }                                                                                 \
+    if (_r != CUPTI_SUCCESS) return cupti_failed(_r, what);                           \
   } while (0)
 
 /* Start recording. rt_ids / dr_ids: the runtime / driver callback ids switched off (TK_API_SOME) or
@@ -320,9 +323,7 @@ int tk_open(const char *path) {
   do {                                                                                \
     CUptiResult _r = (call);                                                          \
     if (_r != CUPTI_SUCCESS) {                                                        \
-      if (!api_first_error) api_first_error = (int)_r;                                \
-      snprintf(err_text, sizeof err_text, "%s: CUPTI error %d", what, (int)_r);       \
-      rc = (int)_r;                                                                   \
+      rc = cupti_failed(_r, what);                                                    \
       goto undo;                                                                      \
     }                                                                                 \
   } while (0)
