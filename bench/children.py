@@ -7,7 +7,7 @@ sandboxes among them, set it): with it, every child compiles each tracekit modul
 installed tracekit pays, as its bytecode is cached after the first run. ``warm_bytecode(tree)`` writes
 that cache for a checkout before the first timed round, so no round pays it either.
 
-``measure(cmd, env, cwd)``: one child process, stdout discarded, with its CPU (user + system, from
+``measure(cmd, env, cwd, keep_stdout=False)``: one child process (stdout discarded unless kept), with its CPU (user + system, from
 wait4), minor faults, peak RSS and wall time; stderr goes to a file (a pipe left unread while
 waiting would block a child that writes more than the pipe holds).
 """
@@ -41,7 +41,8 @@ def warm_bytecode(tree: Path) -> None:
 @dataclass(frozen=True)
 class Usage:
     """What one child process used: CPU seconds (user + system), system seconds, minor page faults,
-    peak RSS (MB), wall seconds; ``failed``: its exit code and last stderr line, else None."""
+    peak RSS (MB), wall seconds; ``failed``: its exit code and last stderr line, else None; its stdout
+    when kept."""
 
     cpu: float
     system: float
@@ -49,20 +50,24 @@ class Usage:
     rss_mb: float
     wall: float
     failed: str | None
+    stdout: str = ""
 
 
-def measure(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None) -> Usage:
-    """Run ``cmd`` (stdout discarded) and measure it through wait4 (see the module docstring)."""
-    with tempfile.TemporaryFile() as err:
+def measure(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None,
+            keep_stdout: bool = False) -> Usage:
+    """Run ``cmd`` and measure it through wait4 (see the module docstring)."""
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
+        proc = subprocess.Popen(cmd, stdout=out if keep_stdout else subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
         err.seek(0)
         text = err.read().decode(errors="replace").strip()
+        out.seek(0)
+        stdout = out.read().decode(errors="replace")
     failed = None if proc.returncode == 0 else f"failed ({proc.returncode}): {text.splitlines()[-1] if text else ''}"
-    return Usage(ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_minflt, ru.ru_maxrss / 1024.0, wall, failed)
+    return Usage(ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_minflt, ru.ru_maxrss / 1024.0, wall, failed, stdout)
 
 
 __all__ = ["Usage", "child_env", "measure", "warm_bytecode"]
