@@ -95,9 +95,10 @@ def main() -> int:
 
 
 def taken_last(client: Any, unavailable: type[Exception], x: Any, modes: list[str]) -> bool:
-    """Each mode started while torch.profiler (Kineto) holds CUPTI's one callback subscriber: True when
-    every start fails at cuptiSubscribe (what the lite session then falls back on) and the profiler's
-    own trace still has its kernels."""
+    """Each mode started while torch.profiler (Kineto) holds CUPTI's one callback subscriber, then once more
+    after the profiler has stopped (Kineto keeps its subscriber): True when every start fails at
+    cuptiSubscribe (what the lite session then falls back on) and the profiler's own trace still has its
+    kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     ok = True
@@ -116,6 +117,16 @@ def taken_last(client: Any, unavailable: type[Exception], x: Any, modes: list[st
             ok = False
     kernels = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
     print(f"taken: torch.profiler's own trace: {kernels} GPU events")
+    for mode in modes:  # the profiler has stopped; its subscriber stays
+        cl = client(mode).open()
+        try:
+            cl.start()
+        except unavailable as exc:
+            print(f"taken: {mode} start refused after torch.profiler stopped: {exc}")
+            ok = ok and "cuptiSubscribe" in str(exc)
+            continue
+        cl.stop()
+        print(f"taken: {mode} start after torch.profiler stopped: it ran (Kineto gave its subscriber back)")
     return ok and kernels > 0
 
 

@@ -86,8 +86,7 @@ static size_t n_rows, cap_rows;
 static uint64_t n_dropped;    /* records CUPTI reported dropped */
 static uint64_t n_other;      /* records of a kind this client does not keep */
 static int flags_on;          /* flags of the running window, 0 when stopped */
-static int registered;
-static CUpti_SubscriberHandle subscriber;
+static CUpti_SubscriberHandle subscriber; /* held from tk_start to tk_stop, every mode */
 static uint32_t my_pid;
 static int api_first_error;   /* first CUPTI error code seen (0 none) */
 
@@ -301,24 +300,21 @@ static int cupti_failed(CUptiResult r, const char *what) {
   return (int)r;
 }
 
-#define CHECK(call, what)                                                             \
-  do {                                                                                \
-    CUptiResult _r = (call);                                                          \
-    if (_r != CUPTI_SUCCESS) return cupti_failed(_r, what);                           \
-  } while (0)
 
 /* Start recording. rt_ids / dr_ids: the runtime / driver callback ids switched off (TK_API_SOME) or
- * traced (TK_API_CB). What the flags need is checked before anything is switched on. CUPTI allows
- * one callback subscriber per process, and a client that has one (torch.profiler's Kineto keeps its
- * subscriber once it has profiled) also has its activity buffer callbacks registered: registering
- * ours then would take its buffers (seen on H200: a segmentation fault at exit after a start tried
- * while torch.profiler ran). So the subscriber is taken first, before any registration (the other
- * modes take one and give it back at once, as a probe), and a start refused there changes nothing.
- * The callback ids are enabled last, once the activity kinds are on (as before: no API row without
- * its GPU record's kind on). A CUPTI call that fails part way switches off again what this call switched on
- * (kinds, subscriber and its callbacks), so that whatever records next (the torch.profiler fallback)
- * does not get this start's records; the activity buffer and time stamp callbacks registered by the
- * first start stay registered, as they did before. */
+ * traced (TK_API_CB). What the flags need is checked before anything is switched on. CUPTI allows one
+ * callback subscriber per process and asks every client to subscribe before its session and keep the
+ * subscriber (cupti_callbacks.h); a client that has one (torch.profiler's Kineto keeps its own once it
+ * has profiled; Nsight Systems / Compute, cuda-gdb) also has its activity buffer callbacks registered,
+ * and registering ours then takes its buffers (seen on H200: a segmentation fault at exit after a
+ * start tried while torch.profiler ran). So every mode takes the subscriber first, before any
+ * registration, and keeps it until tk_stop: a start refused there changes nothing, and no other client
+ * can take over during the window. The activity buffer, time stamp and thread id callbacks are then
+ * registered on every start (another client may have registered its own since the last one). The
+ * callback ids (TK_API_CB) are enabled last, once the activity kinds are on (no API row without its
+ * GPU record's kind on). A CUPTI call that fails part way switches off again the kinds, callbacks and
+ * subscriber this start switched on; registrations made by it stay (CUPTI has no way to take them
+ * back), harmless once the subscriber is given back, as the next client registers its own. */
 #define TRY(call, what)                                                               \
   do {                                                                                \
     CUptiResult _r = (call);                                                          \
@@ -343,23 +339,23 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
     snprintf(err_text, sizeof err_text, "CUPTI older than 12.5");
     return -1;
   }
-  if (cb && (!C.sub || !C.unsub || !C.enable_cb)) {
-    snprintf(err_text, sizeof err_text, "no CUPTI callback API");
+  if (!C.sub || !C.unsub || (cb && !C.enable_cb)) {
+    snprintf(err_text, sizeof err_text, "no CUPTI callback API (cuptiSubscribe / cuptiUnsubscribe%s)",
+             cb ? " / cuptiEnableCallback" : "");
     return -1;
   }
-  if (C.sub && C.unsub) { /* another CUPTI client in the process: refused here, before any registration */
-    CUpti_SubscriberHandle probe;
-    TRY(C.sub(cb ? &subscriber : &probe, (CUpti_CallbackFunc)api_cb, NULL),
-        "cuptiSubscribe (another CUPTI client, such as torch.profiler, holds CUPTI in this process)");
-    if (cb) subscribed = 1;
-    else C.unsub(probe);
+  { /* another CUPTI client in the process: refused here, before any registration */
+    CUptiResult r = C.sub(&subscriber, (CUpti_CallbackFunc)api_cb, NULL);
+    if (r != CUPTI_SUCCESS)
+      return cupti_failed(r, r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                                 ? "cuptiSubscribe (another CUPTI client holds CUPTI in this process: torch.profiler, "
+                                   "Nsight Systems / Compute or cuda-gdb)"
+                                 : "cuptiSubscribe");
+    subscribed = 1;
   }
-  if (!registered) {
-    if (C.ts) TRY(C.ts(ts_cb), "cuptiActivityRegisterTimestampCallback");
-    if (C.tid) TRY(C.tid(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType");
-    TRY(C.reg(buf_requested, buf_completed), "cuptiActivityRegisterCallbacks");
-    registered = 1;
-  }
+  if (C.ts) TRY(C.ts(ts_cb), "cuptiActivityRegisterTimestampCallback");
+  if (C.tid) TRY(C.tid(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType");
+  TRY(C.reg(buf_requested, buf_completed), "cuptiActivityRegisterCallbacks");
   if (flags & TK_KERNELS) KIND_ON(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "enable CONCURRENT_KERNEL");
   if (flags & TK_COPIES) {
     KIND_ON(CUPTI_ACTIVITY_KIND_MEMCPY, "enable MEMCPY");
@@ -389,26 +385,35 @@ undo: /* the first error's text stays; disabling a kind resets its per-id settin
 #undef KIND_ON
 #undef TRY
 
-/* Stop recording and flush every buffer into the rows. */
+/* Stop recording and flush every buffer into the rows; the subscriber is given back last (the callback
+ * mode's first: no API row from a callback after the window). Every step is tried even when one
+ * fails (the subscriber is given back whatever happened); the first failure is returned. */
+#define STEP(call, what)                                                              \
+  do {                                                                                \
+    CUptiResult _r = (call);                                                          \
+    if (_r != CUPTI_SUCCESS && !rc) rc = cupti_failed(_r, what);                      \
+  } while (0)
+
 int tk_stop(void) {
-  int f = flags_on;
+  int f = flags_on, rc = 0;
+  const int cb = !(f & (TK_API_ALL | TK_API_SOME)) && (f & TK_API_CB);
   if (!f) return 0;
   flags_on = 0;
-  if (f & TK_API_CB) {
-    CHECK(C.unsub(subscriber), "cuptiUnsubscribe");
-  }
+  if (cb) STEP(C.unsub(subscriber), "cuptiUnsubscribe");
   if (f & (TK_API_ALL | TK_API_SOME)) { /* disabling the kinds resets the per-id settings too */
-    CHECK(C.disable(CUPTI_ACTIVITY_KIND_RUNTIME), "disable RUNTIME");
-    CHECK(C.disable(CUPTI_ACTIVITY_KIND_DRIVER), "disable DRIVER");
+    STEP(C.disable(CUPTI_ACTIVITY_KIND_RUNTIME), "disable RUNTIME");
+    STEP(C.disable(CUPTI_ACTIVITY_KIND_DRIVER), "disable DRIVER");
   }
   if (f & TK_COPIES) {
-    CHECK(C.disable(CUPTI_ACTIVITY_KIND_MEMCPY), "disable MEMCPY");
-    CHECK(C.disable(CUPTI_ACTIVITY_KIND_MEMSET), "disable MEMSET");
+    STEP(C.disable(CUPTI_ACTIVITY_KIND_MEMCPY), "disable MEMCPY");
+    STEP(C.disable(CUPTI_ACTIVITY_KIND_MEMSET), "disable MEMSET");
   }
-  if (f & TK_KERNELS) CHECK(C.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable CONCURRENT_KERNEL");
-  CHECK(C.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  return 0;
+  if (f & TK_KERNELS) STEP(C.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable CONCURRENT_KERNEL");
+  STEP(C.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  if (!cb) STEP(C.unsub(subscriber), "cuptiUnsubscribe");
+  return rc;
 }
+#undef STEP
 
 /* The rows so far: tk_rows() points at tk_count() rows, valid until the next tk_clear / tk_start. */
 size_t tk_count(void) { return n_rows; }

@@ -236,37 +236,39 @@ def test_library_cache_is_keyed_by_the_headers(tmp_path: Path, monkeypatch: pyte
 
 
 FAKE_CUPTI = r"""
-/* A libcupti stand-in: every entry point tk_open resolves; which activity kinds are on and how many
- * subscribers there are; one call made to fail on demand. */
+/* A libcupti stand-in: every entry point tk_open resolves; which activity kinds are on, how many
+ * subscribers there are, how many process-wide registrations were made; one call made to fail on demand
+ * with a given CUPTI error code. */
 #include <stdint.h>
-static uint64_t kinds_on; static int subscribers, registrations; static int fail_kind = -1; static const char *fail_call = "";
+static uint64_t kinds_on; static int subscribers, registrations, fail_kind = -1, code = 17; static const char *fail_call = "";
 static int is(const char *c) { const char *a = fail_call, *b = c; while (*a && *a == *b) { a++; b++; } return *a == *b; }
-void fake_fail(int kind, const char *call) { fail_kind = kind; fail_call = call; }
+void fake_fail(int kind, const char *call, int c) { fail_kind = kind; fail_call = call; code = c; }
 uint64_t fake_kinds_on(void) { return kinds_on; }
 int fake_subscribers(void) { return subscribers; }
 int fake_registrations(void) { return registrations; }
-int cuptiActivityRegisterCallbacks(void *a, void *b) { (void)a; (void)b; registrations++; return 0; }
-int cuptiActivityRegisterTimestampCallback(void *f) { (void)f; return 0; }
-int cuptiSetThreadIdType(int t) { (void)t; return 0; }
-int cuptiActivityEnable(int k) { if (k == fail_kind) return 17; kinds_on |= 1ull << k; return 0; }
-int cuptiActivityDisable(int k) { kinds_on &= ~(1ull << k); return 0; }
+int cuptiActivityRegisterCallbacks(void *a, void *b) { (void)a; (void)b; if (is("register")) return code; registrations++; return 0; }
+int cuptiActivityRegisterTimestampCallback(void *f) { (void)f; registrations++; return 0; }
+int cuptiSetThreadIdType(int t) { (void)t; registrations++; return 0; }
+int cuptiActivityEnable(int k) { if (k == fail_kind) return code; kinds_on |= 1ull << k; return 0; }
+int cuptiActivityDisable(int k) { if (is("disable")) return code; kinds_on &= ~(1ull << k); return 0; }
 int cuptiActivityGetNextRecord(void *b, unsigned long n, void **r) { (void)b; (void)n; (void)r; return 3; }
 int cuptiActivityFlushAll(unsigned f) { (void)f; return 0; }
-int cuptiActivityEnableRuntimeApi(unsigned id, unsigned char on) { (void)id; (void)on; return is("runtime_api") ? 18 : 0; }
-int cuptiActivityEnableDriverApi(unsigned id, unsigned char on) { (void)id; (void)on; return is("driver_api") ? 19 : 0; }
-int cuptiSubscribe(void **h, void *cb, void *u) { (void)cb; (void)u; if (is("subscribe")) return 20; subscribers++; *h = (void *)1; return 0; }
+int cuptiActivityEnableRuntimeApi(unsigned id, unsigned char on) { (void)id; (void)on; return is("runtime_api") ? code : 0; }
+int cuptiActivityEnableDriverApi(unsigned id, unsigned char on) { (void)id; (void)on; return is("driver_api") ? code : 0; }
+int cuptiSubscribe(void **h, void *cb, void *u) { (void)cb; (void)u; if (is("subscribe")) return code; subscribers++; *h = (void *)1; return 0; }
 int cuptiUnsubscribe(void *h) { (void)h; subscribers--; return 0; }
-int cuptiEnableCallback(unsigned on, void *h, int d, unsigned id) { (void)on; (void)h; (void)d; (void)id; return is("callback") ? 21 : 0; }
+int cuptiEnableCallback(unsigned on, void *h, int d, unsigned id) { (void)on; (void)h; (void)d; (void)id; return is("callback") ? code : 0; }
 """
 
 
 @pytest.mark.skipif(cupti_client.find_headers() is None, reason="no CUPTI headers to build the client against")
 def test_a_start_that_fails_part_way_leaves_nothing_switched_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tk_start against a stand-in libcupti that fails one call: what the start switched on before it (activity
-    kinds, the callback subscriber) is off again, so the torch.profiler fallback finds CUPTI as it was; the
-    error names the failed call; a later start and stop work. A subscriber refused (another CUPTI client holds
-    CUPTI: torch.profiler's Kineto keeps one) refuses the start before tracekit registers its buffer callbacks,
-    in every mode (the others probe with a subscriber given back at once)."""
+    """tk_start against a stand-in libcupti that fails one call. A subscriber refused (another CUPTI client
+    holds CUPTI: torch.profiler's Kineto keeps one) refuses the start in every mode before tracekit registers
+    anything process-wide (buffer, time stamp, thread id callbacks), saying which client may hold it when
+    CUPTI says so (error 39); a later failure switches off again what the start switched on (activity kinds,
+    callbacks, the subscriber), naming the failed call; a start holds the subscriber until tk_stop, which
+    gives it back even when a step before fails; a later start and stop work."""
     import ctypes
     import subprocess
     import sysconfig
@@ -278,32 +280,46 @@ def test_a_start_that_fails_part_way_leaves_nothing_switched_on(tmp_path: Path, 
     subprocess.run([cc, "-shared", "-fPIC", "-O1", str(src), "-o", str(fake_path)], check=True)
     fake = ctypes.CDLL(str(fake_path))
     fake.fake_kinds_on.restype = ctypes.c_uint64
-    fake.fake_fail.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    fake.fake_fail.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     monkeypatch.setenv("TRACEKIT_CUPTI_CLIENT", str(tmp_path / "tk.so"))  # a fresh copy: its own static state
     lib = cupti_client._lib(cupti_client.build())
     assert lib.tk_open(str(fake_path).encode()) == 0
     memset = 2  # CUPTI_ACTIVITY_KIND_MEMSET: enabled after the kernels and MEMCPY
     rt, dr = [211, 41], [652]
-    taken = b"cuptiSubscribe (another CUPTI client, such as torch.profiler, holds CUPTI in this process): CUPTI error 20"
-    for mode in ("kernels", "launch", "callback"):
-        fake.fake_fail(-1, b"subscribe")
-        assert lib.tk_start(cupti_client.MODES[mode], cupti_client._ids(rt), len(rt), cupti_client._ids(dr), len(dr)) != 0
-        assert lib.tk_error() == taken
-        assert fake.fake_registrations() == 0 and fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0, mode
+
+    def start(mode: str) -> int:
+        return int(lib.tk_start(cupti_client.MODES[mode], cupti_client._ids(rt), len(rt), cupti_client._ids(dr), len(dr)))
+
+    modes = ("kernels", "launch", "callback", "all")
+    for code, said in ((39, b"cuptiSubscribe (another CUPTI client holds CUPTI in this process: torch.profiler, "
+                            b"Nsight Systems / Compute or cuda-gdb): CUPTI error 39"),
+                       (15, b"cuptiSubscribe: CUPTI error 15")):
+        for mode in modes:
+            fake.fake_fail(-1, b"subscribe", code)
+            assert start(mode) != 0 and lib.tk_error() == said, (mode, lib.tk_error())
+            assert fake.fake_registrations() == 0 and fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0, mode
     for mode, kind, call, said in (
-        ("launch", -1, b"runtime_api", b"cuptiActivityEnableRuntimeApi off: CUPTI error 18"),
-        ("launch", -1, b"driver_api", b"cuptiActivityEnableDriverApi off: CUPTI error 19"),
+        ("kernels", -1, b"register", b"cuptiActivityRegisterCallbacks: CUPTI error 17"),
+        ("callback", -1, b"register", b"cuptiActivityRegisterCallbacks: CUPTI error 17"),
+        ("launch", -1, b"runtime_api", b"cuptiActivityEnableRuntimeApi off: CUPTI error 17"),
+        ("launch", -1, b"driver_api", b"cuptiActivityEnableDriverApi off: CUPTI error 17"),
         ("launch", memset, b"", b"enable MEMSET: CUPTI error 17"),
-        ("callback", -1, b"callback", b"cuptiEnableCallback runtime: CUPTI error 21"),
+        ("callback", -1, b"callback", b"cuptiEnableCallback runtime: CUPTI error 17"),
         ("callback", memset, b"", b"enable MEMSET: CUPTI error 17"),
+        ("all", memset, b"", b"enable MEMSET: CUPTI error 17"),
     ):
-        fake.fake_fail(kind, call)
-        rc = lib.tk_start(cupti_client.MODES[mode], cupti_client._ids(rt), len(rt), cupti_client._ids(dr), len(dr))
-        assert rc != 0 and lib.tk_error() == said, (mode, call, lib.tk_error())
+        fake.fake_fail(kind, call, 17)
+        assert start(mode) != 0 and lib.tk_error() == said, (mode, call, lib.tk_error())
         assert fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0, (mode, call)
-    fake.fake_fail(-1, b"")
-    for mode in ("kernels", "launch", "callback"):
-        assert lib.tk_start(cupti_client.MODES[mode], cupti_client._ids(rt), len(rt), cupti_client._ids(dr), len(dr)) == 0
-        assert fake.fake_kinds_on() != 0 and fake.fake_subscribers() == (mode == "callback")
+    fake.fake_fail(-1, b"", 17)
+    for mode in modes:
+        assert start(mode) == 0
+        assert fake.fake_kinds_on() != 0 and fake.fake_subscribers() == 1, mode  # held for the whole window
         assert lib.tk_stop() == 0
-        assert fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0
+        assert fake.fake_kinds_on() == 0 and fake.fake_subscribers() == 0, mode
+    assert start("launch") == 0
+    fake.fake_fail(-1, b"disable", 17)
+    assert lib.tk_stop() != 0 and lib.tk_error() == b"disable RUNTIME: CUPTI error 17"
+    assert fake.fake_subscribers() == 0  # given back all the same
+    fake.fake_fail(-1, b"", 17)
+    assert start("kernels") == 0 and lib.tk_stop() == 0
