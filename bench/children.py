@@ -59,7 +59,12 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path |
     with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out if keep_stdout else subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
-        _, status, ru = os.wait4(proc.pid, 0)
+        try:
+            _, status, ru = os.wait4(proc.pid, 0)
+        except BaseException:  # interrupted: the child is stopped and reaped, not left behind
+            proc.kill()
+            proc.wait()
+            raise
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
         err.seek(0)

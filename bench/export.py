@@ -54,7 +54,7 @@ from tracekit.schema import GPU_KINDS
 from tracekit.store import load_run, write_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test support, not in the wheel
-from children import child_env, measure, warm_bytecode
+from children import Usage, child_env, measure, warm_bytecode
 from export_data import layout_differences
 from export_synth import make_events, make_manifest
 from perfetto_reference import write_reference
@@ -156,17 +156,12 @@ def replicate_run(src: Path, copies: int, dest: Path) -> int:
     return out.height
 
 
-LAST_CHILD: dict[str, float] = {}  # system CPU seconds and minor page faults of the last child_cpu call
-
-
-def child_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Run a child (``children.measure``); (its CPU seconds user+sys, wall seconds, stdout). Its system
-    seconds and minor faults are left in ``LAST_CHILD``."""
+def child_cpu(cmd: list[str], env: dict[str, str]) -> Usage:
+    """Run a child (``children.measure``, stdout kept); exits with the child's error if it failed."""
     u = measure(cmd, env, keep_stdout=True)
     if u.failed:
         raise SystemExit(f"{' '.join(cmd)}: {u.failed}")
-    LAST_CHILD.update(sys=u.system, faults=u.faults)
-    return u.cpu, u.wall, u.stdout
+    return u
 
 
 def envs() -> tuple[dict[str, str], dict[str, str]]:
@@ -246,6 +241,8 @@ def main() -> int:
                     help="only the stages of export_run on --run (with PYTHONPATH=<another checkout>: that code's stages)")
     ap.add_argument("--child-export", nargs=2, metavar=("RUN", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.cli_repeat < 1:
+        ap.error("--cli-repeat needs at least 1 round")
     if a.child_export:
         return child_export(*a.child_export)
     if a.write_runs:
@@ -319,18 +316,18 @@ def main() -> int:
         for _ in range(a.cli_repeat):  # fresh child processes, the two alternating
             for label, env in (("compiled", fast_env), ("reference (TRACEKIT_PURE=1)", pure_env)):
                 out = td / f"{label[:4]}.pftrace"
-                cpu, wall, stdout = child_cpu([sys.executable, bench, "--child-export", str(run_file), str(out)], env)
-                c_in, w_in = (float(x) for x in stdout.split())
-                tries[label].append((c_in, w_in, cpu, LAST_CHILD["sys"], LAST_CHILD["faults"]))
+                u = child_cpu([sys.executable, bench, "--child-export", str(run_file), str(out)], env)
+                c_in, w_in = (float(x) for x in u.stdout.split())
+                tries[label].append((c_in, w_in, u.cpu, u.system, u.faults))
         for label, rows in tries.items():
             c_in, w_in, cpu, sys_s, faults = min(rows)
             got[label] = (c_in, w_in, cpu)
             med = statistics.median(r[0] for r in rows)
             print(f"export_run (read + buckets + layout + encode + write), {label}, best of {len(rows)} fresh processes: "
                   f"{c_in:.2f} cpu-s ({w_in:.2f} s wall) = {n_rows / c_in / 1e6:.2f} M run events/s per core (median "
-                  f"{n_rows / med / 1e6:.2f}); whole child process {cpu:.2f} cpu-s (system {sys_s:.2f}, {faults:.0f} minor faults) = "
+                  f"{n_rows / med / 1e6:.2f}); that process whole {cpu:.2f} cpu-s (system {sys_s:.2f}, {faults:.0f} minor faults) = "
                   f"{n_rows / cpu / 1e6:.2f} M/s (target >= 1)")
-        print(f"ratio export_run reference / compiled: {got['reference (TRACEKIT_PURE=1)'][0] / got['compiled'][0]:.1f}x (cpu); "
+        print(f"ratio export_run reference / compiled: {got['reference (TRACEKIT_PURE=1)'][0] / got['compiled'][0]:.1f}x (cpu, best of each); "
               f"files {same_file(td / 'comp.pftrace', td / 'refe.pftrace')}")
         stages(run_file)
         pf_size = os.path.getsize(td / "comp.pftrace")
@@ -349,20 +346,20 @@ def main() -> int:
             runs: dict[str, list[tuple[float, float, float, float]]] = {"compiled": [], "TRACEKIT_PURE=1": []}
             for _ in range(a.cli_repeat):  # the two alternate: a change in the box's load falls on both
                 for label, env in (("compiled", fast_env), ("TRACEKIT_PURE=1", pure_env)):
-                    cpu, wall, _ = child_cpu([str(exe), "export", str(path), "-o", str(td / f"cli-{label[:4]}.pftrace")], env)
-                    runs[label].append((cpu, wall, LAST_CHILD["sys"], LAST_CHILD["faults"]))
-            for label, rows in runs.items():
-                cpu, wall, sys_s, faults = min(rows)
-                med = statistics.median(r[0] for r in rows)
+                    u = child_cpu([str(exe), "export", str(path), "-o", str(td / f"cli-{label[:4]}.pftrace")], env)
+                    runs[label].append((u.cpu, u.wall, u.system, u.faults))
+            for label, cli_rows in runs.items():
+                cpu, wall, sys_s, faults = min(cli_rows)
+                med = statistics.median(r[0] for r in cli_rows)
                 print(f"CLI `tracekit export` {name} ({n} events, child process, start-up included), {label}: "
-                      f"best of {len(rows)} {cpu:.2f} cpu-s (system {sys_s:.2f}, {faults:.0f} minor faults; {wall:.2f} s wall) = "
+                      f"best of {len(cli_rows)} {cpu:.2f} cpu-s (system {sys_s:.2f}, {faults:.0f} minor faults; {wall:.2f} s wall) = "
                       f"{n / cpu / 1e6:.2f} M run events/s per core, median {med:.2f} cpu-s = {n / med / 1e6:.2f} M/s (target >= 1)")
             print(f"  ratio reference / compiled: {min(runs['TRACEKIT_PURE=1'])[0] / min(runs['compiled'])[0]:.2f}x (cpu, best of each); files "
                   f"{same_file(td / 'cli-comp.pftrace', td / 'cli-TRAC.pftrace')}")
-        cpu, wall, _ = child_cpu([sys.executable, "-c", "import polars, numpy"], fast_env)
-        print(f"start-up floor: `python -c 'import polars, numpy'` {cpu:.2f} cpu-s ({wall:.2f} s wall)")
-        cpu, wall, _ = child_cpu([str(exe), "--help"], fast_env)
-        print(f"`tracekit --help` {cpu:.2f} cpu-s ({wall:.2f} s wall)")
+        u = child_cpu([sys.executable, "-c", "import polars, numpy"], fast_env)
+        print(f"start-up floor: `python -c 'import polars, numpy'` {u.cpu:.2f} cpu-s ({u.wall:.2f} s wall)")
+        u = child_cpu([str(exe), "--help"], fast_env)
+        print(f"`tracekit --help` {u.cpu:.2f} cpu-s ({u.wall:.2f} s wall)")
 
     if a.kineto:
         files = sorted(p for p in a.kineto.rglob("*.json*") if p.is_file())
