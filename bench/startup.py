@@ -57,6 +57,8 @@ def main() -> int:
     attribute_imports = ("import tracekit.cli, tracekit.cli.analyses, tracekit.store, tracekit.analyzers.attribution, "
                          "tracekit.render.attribute, tracekit.render.attribute_doc, tracekit.analyzers.host_attribution, "
                          "tracekit.render.host_attribute")
+    export_imports = ("import tracekit.cli, tracekit.cli.export, tracekit.store, tracekit.export, tracekit.export.layout, "
+                      "tracekit.export.fastlayout, tracekit.analyzers.attribution, tracekit.export.perfetto, tracekit.render.export")
     rows: list[tuple[str, list[str], bool]] = [  # label, command, a tracekit row (also run on --base)
         ("python -c pass (interpreter floor)", [py, "-c", "pass"], False),
         ("import polars, numpy (floor of any command reading a run)", [py, "-c", "import polars, numpy"], False),
@@ -64,6 +66,7 @@ def main() -> int:
         (f"tracekit ingest -q ({SMALL_SET.name}, 0.6 MB JSON)", [*exe, "ingest", "-q", *small, "-o", str(tmp / "small.parquet")], True),
         ("import of everything `attribute` loads", [py, "-c", attribute_imports], True),
         (f"tracekit attribute {a.run.name}", [*exe, "attribute", str(run)], True),
+        ("import of everything `export` loads", [py, "-c", export_imports], True),
         (f"tracekit export {a.run.name} -o run.pftrace", [*exe, "export", str(run), "-o", str(tmp / "run.pftrace")], True),
     ]
     env = child_env()  # bytecode cached, as for an installed tracekit (bench/children.py)
