@@ -94,39 +94,35 @@ def main() -> int:
     return 1 if failed else 0
 
 
+def refused(client: Any, unavailable: type[Exception], mode: str, when: str) -> bool:
+    """Start the client in ``mode`` while another CUPTI client holds the subscriber: True when the start is
+    refused at cuptiSubscribe (what the lite session then falls back on); a start that runs is stopped."""
+    cl = client(mode).open()
+    try:
+        cl.start()
+    except unavailable as exc:
+        print(f"taken: {mode} start refused {when}: {exc}")
+        return "cuptiSubscribe" in str(exc)
+    cl.stop()
+    print(f"taken: FAIL: the {mode} start ran {when}")
+    return False
+
+
 def taken_last(client: Any, unavailable: type[Exception], x: Any, modes: list[str]) -> bool:
     """Each mode started while torch.profiler (Kineto) holds CUPTI's one callback subscriber, then once more
-    after the profiler has stopped (Kineto keeps its subscriber): True when every start fails at
-    cuptiSubscribe (what the lite session then falls back on) and the profiler's own trace still has its
-    kernels."""
+    after the profiler has stopped (Kineto keeps its subscriber): True when every start is refused and the
+    profiler's own trace still has its kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     ok = True
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for mode in modes:
-            cl = client(mode).open()
             (x @ x).sum().item()
-            try:
-                cl.start()
-            except unavailable as exc:
-                print(f"taken: {mode} start refused while torch.profiler runs: {exc}")
-                ok = ok and "cuptiSubscribe" in str(exc)
-                continue
-            cl.stop()
-            print(f"taken: FAIL: the {mode} start succeeded while torch.profiler held CUPTI")
-            ok = False
+            ok = refused(client, unavailable, mode, "while torch.profiler runs") and ok
     kernels = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
     print(f"taken: torch.profiler's own trace: {kernels} GPU events")
     for mode in modes:  # the profiler has stopped; its subscriber stays
-        cl = client(mode).open()
-        try:
-            cl.start()
-        except unavailable as exc:
-            print(f"taken: {mode} start refused after torch.profiler stopped: {exc}")
-            ok = ok and "cuptiSubscribe" in str(exc)
-            continue
-        cl.stop()
-        print(f"taken: {mode} start after torch.profiler stopped: it ran (Kineto gave its subscriber back)")
+        ok = refused(client, unavailable, mode, "after torch.profiler stopped") and ok
     return ok and kernels > 0
 
 
