@@ -329,10 +329,13 @@ static int cupti_failed(CUptiResult r, const char *what) {
     on[n_on++] = kind;                                                                \
   } while (0)
 
+/* the callback mode: API rows from CUPTI callbacks, not activity records */
+static int callback_mode(int flags) { return !(flags & (TK_API_ALL | TK_API_SOME)) && (flags & TK_API_CB); }
+
 int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids, int n_dr) {
   CUpti_ActivityKind on[6];
-  int n_on = 0, subscribed = 0, rc = 0;
-  const int cb = !(flags & (TK_API_ALL | TK_API_SOME)) && (flags & TK_API_CB); /* the callback mode */
+  int n_on = 0, rc = 0;
+  const int cb = callback_mode(flags);
   if (!C.lib) { snprintf(err_text, sizeof err_text, "tk_open was not called"); return -1; }
   if (flags_on) { snprintf(err_text, sizeof err_text, "already recording"); return -1; }
   if (!(flags & TK_API_ALL) && (flags & TK_API_SOME) && (!C.rt_api || !C.dr_api)) {
@@ -344,14 +347,14 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
              cb ? " / cuptiEnableCallback" : "");
     return -1;
   }
-  { /* another CUPTI client in the process: refused here, before any registration */
+  { /* another CUPTI client in the process: refused here, before any registration; every later failure
+     * (TRY) gives the subscriber back */
     CUptiResult r = C.sub(&subscriber, (CUpti_CallbackFunc)api_cb, NULL);
     if (r != CUPTI_SUCCESS)
       return cupti_failed(r, r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
                                  ? "cuptiSubscribe (another CUPTI client holds CUPTI in this process: torch.profiler, "
                                    "Nsight Systems / Compute or cuda-gdb)"
                                  : "cuptiSubscribe");
-    subscribed = 1;
   }
   if (C.ts) TRY(C.ts(ts_cb), "cuptiActivityRegisterTimestampCallback");
   if (C.tid) TRY(C.tid(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType");
@@ -379,7 +382,7 @@ int tk_start(int flags, const uint32_t *rt_ids, int n_rt, const uint32_t *dr_ids
   return 0;
 undo: /* the first error's text stays; disabling a kind resets its per-id settings too */
   while (n_on > 0) C.disable(on[--n_on]);
-  if (subscribed) C.unsub(subscriber);
+  C.unsub(subscriber);
   return rc;
 }
 #undef KIND_ON
@@ -396,7 +399,7 @@ undo: /* the first error's text stays; disabling a kind resets its per-id settin
 
 int tk_stop(void) {
   int f = flags_on, rc = 0;
-  const int cb = !(f & (TK_API_ALL | TK_API_SOME)) && (f & TK_API_CB);
+  const int cb = callback_mode(f);
   if (!f) return 0;
   flags_on = 0;
   if (cb) STEP(C.unsub(subscriber), "cuptiUnsubscribe");
