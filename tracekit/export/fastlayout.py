@@ -116,7 +116,8 @@ def _intern_into(series: pl.Series, rows: I64, out: I64) -> tuple[list[str], boo
     phys = cat.to_physical().fill_null(null_code).cast(pl.Int64).to_numpy()
     ids, first = first_seen([phys], order=rows)
     seen: list[str | None] = series.gather(rows[first]).to_list() if first.size else []
-    to_code = np.cumsum([v is not None for v in seen], dtype=np.int64) * np.array([v is not None for v in seen], dtype=np.int64)
+    present = np.array([v is not None for v in seen], dtype=np.int64)
+    to_code = np.cumsum(present) * present
     np.take(to_code, ids, out=out)
     return [v for v in seen if v is not None], None in seen
 
@@ -210,6 +211,11 @@ def _take(series: pl.Series, src: I64, head: tuple[I64, BoolA] | None = None, fi
     return vals, ok
 
 
+def _either(mask: BoolA, a: tuple[I64, BoolA], b: tuple[I64, BoolA]) -> tuple[I64, BoolA]:
+    """(values, present) from ``a`` where ``mask``, else from ``b``."""
+    return np.where(mask, a[0], b[0]), np.where(mask, a[1], b[1])
+
+
 def _order(start: I64, dur: I64) -> I64:
     """Stable order by (start, longer first): ``np.lexsort((-dur, start))``, as a stable sort by start
     (the rows are mostly in time order already) whose runs of equal start are then sorted
@@ -244,14 +250,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     b_launch = np.array([v == LAUNCH for v in k_vals], dtype=bool)[k_rows]
     strings = _Strings()
     # per slice (phase slices first, then the run's rows in order): the columns the layout reads
-    ph_n = phases.select(
-        pl.col("rank").cast(pl.Int64), pl.col("_g").cast(pl.Int64), "start_ns",
-        pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
-    )
-    # a thread's slices are grouped by (pid, tid), a stream's and its annotations' by (device, stream)
-    on_gpu = pl.col("kind").is_in(list(GPU_KINDS)) | (pl.col("kind") == GPU_RANGE)
-    bsel = events.select(pl.when(on_gpu).then(pl.col("device").cast(pl.Int64)).otherwise(pl.col("pid").cast(pl.Int64)).alias("a"),
-                         pl.when(on_gpu).then(pl.col("stream").cast(pl.Int64)).otherwise(pl.col("tid").cast(pl.Int64)).alias("b"))
+    ph_n = phases.select(pl.col("rank").cast(pl.Int64), pl.col("_g").cast(pl.Int64), "start_ns", "dur_ns")
     # per slice: phase slices (src < 0: phase slice -1 - src), then the run's rows
     src = np.empty(n, dtype=np.int64)
     src[:npf] = np.arange(-1, -1 - npf, -1, dtype=np.int64)
@@ -262,7 +261,11 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     grp = np.concatenate([ph_n["_g"].to_numpy().astype(np.int64), g_b])
     zp = np.zeros(npf, np.int64)
     fp = np.zeros(npf, bool)
-    (a_val, a_ok), (b_val, b_ok) = (_take(bsel[c], src, (zp, fp)) for c in ("a", "b"))
+    # a thread's slices are grouped by (pid, tid), a stream's and its annotations' by (device, stream)
+    on_gpu = np.concatenate([fp, b_gpu | b_gr])
+    (a_val, a_ok), (b_val, b_ok) = (_either(on_gpu, _take(events[g], src, (zp, fp)), _take(events[h], src, (zp, fp)))
+                                    for g, h in (("device", "pid"), ("stream", "tid")))
+    del on_gpu
     is_gpu = np.concatenate([fp, b_gpu])
     is_launch = np.concatenate([fp, b_launch])
     # strings as codes
