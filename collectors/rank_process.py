@@ -22,15 +22,12 @@ from tracekit.collectors.capture import (
     shard_path,
     window_label,
 )
+from tracekit.process_exit import exit_now, flush_stdio
 
 
 def redirect_output(path: Path) -> None:
     """Point this process's stdout and stderr file descriptors (C++ and Python alike) at ``path``."""
-    import sys
-
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            stream.flush()
+    flush_stdio()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.dup2(fd, 1)
@@ -78,8 +75,6 @@ def _from_collective(exc: BaseException) -> bool:
 def rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: str, q: Any,
                ctl: Any = None) -> None:
     """Body of one rank process; always ends in os._exit (NCCL threads must not keep it alive)."""
-    import sys
-
     code = 0
     _die_with_launcher()
     try:
@@ -100,10 +95,7 @@ def rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, sh
             q.join_thread()
         except Exception:
             pass
-        for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's buffers
-            with contextlib.suppress(Exception):
-                stream.flush()
-    os._exit(code)
+    exit_now(code)
 
 
 def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, shard_dir: Path, q: Any,

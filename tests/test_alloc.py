@@ -20,13 +20,14 @@ def test_user_value_is_kept() -> None:
 
 def test_cli_sets_it_before_polars_loads() -> None:
     # main() must run before anything imports polars: jemalloc reads the variable when polars' library loads
+    # main() ends the process (tracekit.process_exit.end_process) after running the atexit handlers
     code = (
-        "import os, sys\n"
+        "import atexit, os, sys\n"
         "import tracekit.cli as cli\n"
         "assert 'polars' not in sys.modules, 'tracekit.cli imports polars'\n"
         "sys.argv = ['tracekit', '--help']\n"
-        "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
-        f"print(os.environ.get({JEMALLOC_CONF_VAR!r}))\n"
+        f"atexit.register(lambda: print(os.environ.get({JEMALLOC_CONF_VAR!r})))\n"
+        "cli.main()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != JEMALLOC_CONF_VAR}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

@@ -19,10 +19,17 @@ from tracekit.cli.common import cli
 
 
 def main() -> None:
+    """The ``tracekit`` program (console script and ``python -m tracekit``): the command, then the process
+    ends without the interpreter's teardown (``tracekit.process_exit.end_process``)."""
     from tracekit._alloc import return_freed_memory
+    from tracekit.process_exit import end_process
 
     return_freed_memory()  # before polars loads (docs/ingest.md, "Speed and memory")
-    cli(prog_name="tracekit")
+    try:
+        cli(prog_name="tracekit")  # click's standalone mode: always ends in SystemExit
+    except SystemExit as exc:
+        end_process(exc.code)
+    end_process(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""How tracekit processes end (tracekit/process_exit.py): sys.exit's statuses, atexit handlers run,
+buffered output flushed, threads waited for, a closed stdout quiet; the CLI through it, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tracekit.process_exit import BROKEN_STDOUT
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "samples" / "cpu8-builtin" / "run.parquet"
+
+
+# stdout and stderr buffered as a user's shell has them (PYTHONUNBUFFERED, set in some sandboxes, off)
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+def _py(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env=ENV)
+
+
+@pytest.mark.parametrize(("code", "status", "err"), [("None", 0, ""), ("0", 0, ""), ("3", 3, ""),
+                                                     ("'no such run'", 1, "no such run\n")])
+def test_status_atexit_and_buffers(code: str, status: int, err: str) -> None:
+    # stdout is a pipe: block-buffered, so nothing reaches it unless end_process flushes
+    out = _py(f"""
+        import atexit, sys
+        from tracekit.process_exit import end_process
+        atexit.register(lambda: print("atexit ran"))
+        sys.stdout.write("x" * 100000 + "\\n")
+        sys.stderr.write("partial line")
+        end_process({code})
+        print("not reached")
+    """)
+    assert out.returncode == status
+    assert out.stdout == "x" * 100000 + "\natexit ran\n"
+    assert out.stderr == "partial line" + err
+
+
+def test_a_running_thread_is_waited_for() -> None:
+    # a non-daemon thread still running: the normal exit (which waits for it) is taken
+    out = _py("""
+        import threading, time
+        from tracekit.process_exit import end_process
+        def late():
+            time.sleep(0.3)
+            print("thread finished", flush=True)
+        threading.Thread(target=late).start()
+        end_process(4)
+    """)
+    assert (out.returncode, out.stdout) == (4, "thread finished\n")
+
+
+def test_exit_now_skips_atexit_but_flushes() -> None:
+    out = _py("""
+        import atexit, sys
+        from tracekit.process_exit import exit_now
+        atexit.register(lambda: print("atexit ran"))
+        sys.stdout.write("buffered")
+        exit_now(5)
+    """)
+    assert (out.returncode, out.stdout) == (5, "buffered")
+
+
+def test_closed_stdout_is_quiet() -> None:
+    # the reader goes away before the buffered output is flushed (`| head`): status 120 as Python's own exit,
+    # without its "Exception ignored" message
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        from tracekit.process_exit import end_process
+        sys.stdout.write("y" * 1000)  # held in the buffer
+        sys.stdin.read()  # until the test has closed the reading end
+        end_process(0)
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    p.stdin.close()
+    assert p.wait(timeout=120) == BROKEN_STDOUT
+    assert p.stderr.read() == b""
+
+
+def test_cli_ends_through_it() -> None:
+    # the whole JSON document comes out through a pipe; a bad input is one line and status 1; a usage error 2
+    out = subprocess.run([sys.executable, "-m", "tracekit", "attribute", str(RUN), "--json"], capture_output=True,
+                         text=True, timeout=300, env=ENV)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["document"] == "attribute" and doc["phases"]
+    bad = subprocess.run([sys.executable, "-m", "tracekit", "attribute", str(ROOT / "no-such.parquet")],
+                         capture_output=True, text=True, timeout=300, env=ENV)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1 and "no-such.parquet" in bad.stderr
+    usage = subprocess.run([sys.executable, "-m", "tracekit", "attribute", "--no-such-flag"], capture_output=True,
+                           text=True, timeout=300, env=ENV)
+    assert usage.returncode == 2 and "no-such-flag" in usage.stderr
