@@ -56,9 +56,9 @@ class Usage:
 def measure(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None,
             keep_stdout: bool = False) -> Usage:
     """Run ``cmd`` and measure it through wait4 (see the module docstring)."""
-    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
+    with tempfile.TemporaryFile() as err, (tempfile.TemporaryFile() if keep_stdout else open(os.devnull, "w+b")) as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out if keep_stdout else subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd)
         try:
             _, status, ru = os.wait4(proc.pid, 0)
         except BaseException:  # interrupted: the child is stopped and reaped, not left behind

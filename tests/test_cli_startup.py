@@ -29,13 +29,13 @@ def test_command_table_names_every_command_and_its_module() -> None:
 
 
 def _modules_after(args: list[str]) -> tuple[int, set[str]]:
-    """Exit status and sys.modules of a process that ran ``tracekit ARGS``."""
-    code = ("import json, sys\nfrom tracekit.cli import main\nsys.argv = ['tracekit', *json.loads(sys.argv[1])]\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code or 0\nelse:\n    rc = 0\n"
-            "print(json.dumps([rc, sorted(sys.modules)]), file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, check=True)
-    rc, mods = json.loads(proc.stderr.strip().splitlines()[-1])
-    return int(rc), set(mods)
+    """Exit status and sys.modules of a process that ran ``tracekit ARGS`` (main() ends the process after
+    the atexit handlers: tracekit.process_exit)."""
+    code = ("import atexit, json, sys\nfrom tracekit.cli import main\nsys.argv = ['tracekit', *json.loads(sys.argv[1])]\n"
+            "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True)
+    mods = json.loads(proc.stderr.strip().splitlines()[-1])
+    return proc.returncode, set(mods)
 
 
 def test_help_lists_every_command_without_polars() -> None:
