@@ -21,7 +21,7 @@ mkdir -p "$out"
 rev="$(git -C "$here" rev-parse --short HEAD)$( [ -z "$(git -C "$here" status --porcelain --untracked-files=no)" ] || echo ' (with uncommitted changes)')"
 step() {  # step NAME ARGS...: one benchmark, its command line and provenance first
   local name=$1; shift
-  { echo "\$ taskset -c 1 $*   # $rev, $(date -u +%FT%TZ), bench/targets.sh"; taskset -c 1 "$py" "$@"; } 2>&1 | tee "$out/targets-$name.txt"
+  { echo "\$ taskset -c 1 $py $*   # $rev, $(date -u +%FT%TZ), bench/targets.sh"; taskset -c 1 "$py" "$@"; } 2>&1 | tee "$out/targets-$name.txt"
 }
 cd "$here"
 step ingest bench/ingest.py --repeat 4 --stages --no-hta --real "$trace" --real "$cpu8json/*.trace.json.gz"
