@@ -14,14 +14,17 @@
 # committed samples are the small real sets.
 set -euo pipefail
 out=${1:?usage: bench/targets.sh OUTDIR H200_TRACE CPU8_JSON_DIR CPU8_RUN H200_RUN}
-trace=${2:?}; cpu8json=${3:?}; cpu8run=${4:?}; h200run=${5:?}
+invocation="bash bench/targets.sh $*"
+# paths taken as given from the caller's directory (the benchmarks run from the repository root)
+out=$(realpath -m "$out"); trace=$(realpath "${2:?}"); cpu8json=$(realpath "${3:?}")
+cpu8run=$(realpath "${4:?}"); h200run=$(realpath "${5:?}")
 here=$(cd "$(dirname "$0")/.." && pwd)
 py=${PY:-$here/.venv/bin/python}
 mkdir -p "$out"
 rev="$(git -C "$here" rev-parse --short HEAD)$( [ -z "$(git -C "$here" status --porcelain --untracked-files=no)" ] || echo ' (with uncommitted changes)')"
 step() {  # step NAME ARGS...: one benchmark, its command line and provenance first
   local name=$1; shift
-  { echo "\$ taskset -c 1 $py $*   # $rev, $(date -u +%FT%TZ), bench/targets.sh"; taskset -c 1 "$py" "$@"; } 2>&1 | tee "$out/targets-$name.txt"
+  { echo "\$ taskset -c 1 $py $*   # $rev, $(date -u +%FT%TZ), run by: $invocation"; taskset -c 1 "$py" "$@"; } 2>&1 | tee "$out/targets-$name.txt"
 }
 cd "$here"
 step ingest bench/ingest.py --repeat 4 --stages --no-hta --real "$trace" --real "$cpu8json/*.trace.json.gz"

@@ -1,5 +1,7 @@
 """How tracekit processes end (tracekit/process_exit.py): sys.exit's statuses, atexit handlers run,
-buffered output flushed, threads waited for, a closed stdout quiet; the CLI through it, end to end."""
+buffered output flushed (Python's and the C library's), the teardown skipped, the normal exit where it
+is needed (threads waited for, profilers, TRACEKIT_NORMAL_EXIT), a closed stdout quiet; the CLI through
+it, end to end."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.process_exit import BROKEN_STDOUT
+from tracekit.cli_errors import EXIT_BROKEN_STDOUT
+from tracekit.process_exit import NORMAL_EXIT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "samples" / "cpu8-builtin" / "run.parquet"
@@ -22,9 +25,20 @@ RUN = ROOT / "samples" / "cpu8-builtin" / "run.parquet"
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
 
 
-def _py(code: str) -> subprocess.CompletedProcess[str]:
+def _py(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, env=ENV)
+                          timeout=120, env={**ENV, **env})
+
+
+# an object whose finalizer runs only in the interpreter's teardown: it says which exit was taken
+TEARDOWN_PROBE = """
+    import sys
+    class Probe:
+        def __del__(self):
+            sys.stdout.write("teardown ran\\n")
+            sys.stdout.flush()
+    probe = Probe()
+"""
 
 
 @pytest.mark.parametrize(("code", "status", "err"), [("None", 0, ""), ("0", 0, ""), ("3", 3, ""),
@@ -59,6 +73,52 @@ def test_a_running_thread_is_waited_for() -> None:
     assert (out.returncode, out.stdout) == (4, "thread finished\n")
 
 
+def test_teardown_is_skipped_and_daemon_threads_do_not_stop_it() -> None:
+    out = _py(TEARDOWN_PROBE + """
+    import threading, time
+    from tracekit.process_exit import end_process
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    end_process(0)
+    """)
+    assert (out.returncode, out.stdout) == (0, "")
+    # the same without end_process: the interpreter's teardown runs the finalizer (the probe works)
+    assert _py(TEARDOWN_PROBE).stdout == "teardown ran\n"
+
+
+@pytest.mark.parametrize("how", ["profiler", "tracer", "env", "thread"])
+def test_normal_exit_where_it_is_needed(how: str) -> None:
+    # under a profiler or tracer (cProfile, pdb, coverage write after the program), with TRACEKIT_NORMAL_EXIT=1,
+    # or called off the main thread: SystemExit, the interpreter's own exit
+    setup = {"profiler": "sys.setprofile(lambda *a: None)", "tracer": "sys.settrace(lambda *a: None)", "env": "",
+             "thread": ""}[how]
+    call = "end_process(6)" if how != "thread" else \
+        "t = threading.Thread(target=lambda: end_process(6)); t.start(); t.join(); print('thread done'); sys.exit(6)"
+    out = _py(f"""
+        import sys, threading
+        from tracekit.process_exit import end_process
+        {setup}
+        try:
+            {call}
+        except SystemExit as e:
+            print("SystemExit", e.code)
+            raise
+    """, **({NORMAL_EXIT_ENV: "1"} if how == "env" else {}))
+    want = "thread done\nSystemExit 6\n" if how == "thread" else "SystemExit 6\n"
+    assert (out.returncode, out.stdout) == (6, want)
+
+
+def test_c_stdio_is_flushed() -> None:
+    # what a native library printed through C's stdio (block-buffered into a pipe) is not lost
+    for fn in ("exit_now", "end_process"):
+        out = _py(f"""
+            import ctypes
+            from tracekit.process_exit import {fn}
+            ctypes.CDLL(None).printf(b"from C\\n")
+            {fn}(0)
+        """)
+        assert (out.returncode, out.stdout) == (0, "from C\n"), fn
+
+
 def test_exit_now_skips_atexit_but_flushes() -> None:
     out = _py("""
         import atexit, sys
@@ -83,7 +143,7 @@ def test_closed_stdout_is_quiet() -> None:
     assert p.stdin is not None and p.stdout is not None and p.stderr is not None
     p.stdout.close()
     p.stdin.close()
-    assert p.wait(timeout=120) == BROKEN_STDOUT
+    assert p.wait(timeout=120) == EXIT_BROKEN_STDOUT
     assert p.stderr.read() == b""
 
 

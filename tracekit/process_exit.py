@@ -2,18 +2,23 @@
 
 A normal interpreter exit frees every object one by one (the run's table, the layout's arrays,
 dictionaries of names) and unloads every module before the process ends; the operating system
-would take all of it back at once. On a ~1 M-event export that teardown was 0.15-0.25 CPU s of
-a ~1 s command (``bench/results/process-exit.txt``), so the CLI ends through ``end_process``:
+would take all of it back at once. On the two real ~1 M-event exports that teardown was about
+0.1 CPU s (0.10-0.12, medians) of a ~0.9 s command (``bench/results/process-exit.txt``), so the
+``tracekit`` program ends through ``end_process``:
 
 - ``end_process(code)``: what ``sys.exit(code)`` does (``None`` is 0, an integer is itself, anything
-  else is printed to stderr and is 1), the ``atexit`` handlers run and stdout / stderr flushed, then
-  ``os._exit``. Every file tracekit writes is closed (and published) before its command returns;
-  Python's buffered stdout / stderr are what would otherwise be lost. When a thread that Python
-  would wait for is still running, the normal exit is taken instead (``SystemExit``).
-  A stdout closed by its reader (``tracekit attribute RUN | head``) ends the process quietly with
-  status 120, as Python's own exit would, without its "Exception ignored" message.
-- ``exit_now(code)``: stdout / stderr flushed, then ``os._exit`` at once: no ``atexit`` handlers,
-  no waiting for threads (the capture's rank processes: NCCL's threads must not keep one alive).
+  else is printed to stderr and is 1), the ``atexit`` handlers run and the output buffers flushed
+  (Python's stdout / stderr and the C library's, for what native libraries printed), then
+  ``os._exit``. Every file tracekit writes is closed (and published) before its command returns.
+  The interpreter's normal exit is taken instead (``SystemExit``) when a thread that it would wait
+  for still runs, off the main thread, under a profiler or tracer (``python -m cProfile -m tracekit``,
+  pdb, coverage: they write their results after the program), and when ``TRACEKIT_NORMAL_EXIT=1``
+  is set (for tools this cannot see, such as memray). Buffered output that cannot be written at the
+  end (stdout closed by its reader) ends the process with status 120 (``EXIT_BROKEN_STDOUT``), as
+  Python's own exit would, without its "Exception ignored" message.
+- ``exit_now(code)``: the buffers flushed, then ``os._exit`` at once, whatever the flush raises: no
+  ``atexit`` handlers, no waiting for threads (the capture's rank processes: NCCL's threads must not
+  keep one alive).
 """
 
 from __future__ import annotations
@@ -25,26 +30,38 @@ import sys
 import threading
 from typing import NoReturn
 
-BROKEN_STDOUT = 120  # the status Python ends with when flushing stdout fails at exit
+NORMAL_EXIT_ENV = "TRACEKIT_NORMAL_EXIT"
+
+
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdio buffers (``fflush(NULL)``): ``os._exit`` skips libc's ``exit``."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
 
 
 def flush_stdio() -> bool:
-    """Flush stdout and stderr; False when stdout could not be written (its reader went away)."""
+    """Flush Python's stdout and stderr, then the C library's buffers; False when stdout could not be
+    written (its reader went away)."""
     ok = True
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
                 stream.flush()
-        except (OSError, ValueError):
+        except Exception:
             if stream is sys.stdout:
                 ok = False
+    _flush_c_stdio()
     return ok
 
 
 def exit_now(code: int) -> NoReturn:
-    """Flush stdout and stderr (``os._exit`` skips Python's buffers) and end the process with ``code``."""
-    flush_stdio()
-    os._exit(code)
+    """Flush the output buffers (``os._exit`` skips them) and end the process with ``code``, whatever happens."""
+    try:
+        flush_stdio()
+    finally:
+        os._exit(code)
 
 
 def status_of(code: object) -> int:
@@ -53,26 +70,36 @@ def status_of(code: object) -> int:
         return 0
     if isinstance(code, int):
         return code
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(Exception):
         print(code, file=sys.stderr)
     return 1
 
 
-def _waited_threads() -> bool:
-    """Whether a thread that the interpreter's exit would wait for (not daemon, not this one) still runs."""
+def normal_exit_needed() -> bool:
+    """Whether the interpreter's own exit must run (see the module docstring)."""
+    if os.environ.get(NORMAL_EXIT_ENV, "") not in ("", "0"):
+        return True
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
     me = threading.current_thread()
+    if me is not threading.main_thread():
+        return True
     return any(t.is_alive() and not t.daemon and t is not me for t in threading.enumerate())
 
 
 def end_process(code: object = None) -> NoReturn:
     """End the process as ``sys.exit(code)`` would, without the interpreter's teardown (module docstring)."""
-    if _waited_threads() or threading.current_thread() is not threading.main_thread():
+    from tracekit.cli_errors import EXIT_BROKEN_STDOUT
+
+    if normal_exit_needed():
         raise SystemExit(code)
     status = status_of(code)
-    atexit._run_exitfuncs()
-    if not flush_stdio() and status == 0:
-        status = BROKEN_STDOUT
-    os._exit(status)
+    try:
+        atexit._run_exitfuncs()
+        if not flush_stdio():
+            status = EXIT_BROKEN_STDOUT
+    finally:
+        os._exit(status)
 
 
-__all__ = ["BROKEN_STDOUT", "end_process", "exit_now", "flush_stdio", "status_of"]
+__all__ = ["NORMAL_EXIT_ENV", "end_process", "exit_now", "flush_stdio", "normal_exit_needed", "status_of"]
