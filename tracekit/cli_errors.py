@@ -8,7 +8,6 @@
 Exit statuses of every command (``tracekit --help`` and the README list them):
 0 done; 1 bad data or an error, one line; 2 usage error; 3 partial run (written, but some
 rank of the world has no data: the manifest's ``missing_ranks`` and one line say which);
-120 the output could not be written at the end (stdout closed by its reader: ``tracekit.process_exit``);
 130 interrupted (Ctrl-C).
 """
 
@@ -31,7 +30,6 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
-EXIT_BROKEN_STDOUT = 120  # Python's own status when the last flush of stdout fails
 EXIT_INTERRUPTED = 130
 
 

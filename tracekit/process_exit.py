@@ -14,8 +14,10 @@ would take all of it back at once. On the two real ~1 M-event exports that teard
   for still runs, off the main thread, under a profiler or tracer (``python -m cProfile -m tracekit``,
   pdb, coverage: they write their results after the program), and when ``TRACEKIT_NORMAL_EXIT=1``
   is set (for tools this cannot see, such as memray). Buffered output that cannot be written at the
-  end (stdout closed by its reader) ends the process with status 120 (``EXIT_BROKEN_STDOUT``), as
-  Python's own exit would, without its "Exception ignored" message.
+  end (stdout closed by its reader: ``tracekit attribute RUN | head``) ends the process quietly with
+  status 1 where it would have been 0, as click ends a command whose stdout closes while it writes
+  (one status for the one event, whenever it comes; Python's own exit would print "Exception ignored"
+  and return 120).
 - ``exit_now(code)``: the buffers flushed, then ``os._exit`` at once, whatever the flush raises: no
   ``atexit`` handlers, no waiting for threads (the capture's rank processes: NCCL's threads must not
   keep one alive).
@@ -89,15 +91,15 @@ def normal_exit_needed() -> bool:
 
 def end_process(code: object = None) -> NoReturn:
     """End the process as ``sys.exit(code)`` would, without the interpreter's teardown (module docstring)."""
-    from tracekit.cli_errors import EXIT_BROKEN_STDOUT
+    from tracekit.cli_errors import EXIT_ERROR
 
     if normal_exit_needed():
         raise SystemExit(code)
     status = status_of(code)
     try:
         atexit._run_exitfuncs()
-        if not flush_stdio():
-            status = EXIT_BROKEN_STDOUT
+        if not flush_stdio() and status == 0:
+            status = EXIT_ERROR
     finally:
         os._exit(status)
 
