@@ -7,6 +7,9 @@ sandboxes among them, set it): with it, every child compiles each tracekit modul
 installed tracekit pays, as its bytecode is cached after the first run. ``warm_bytecode(tree)`` writes
 that cache for a checkout before the first timed round, so no round pays it either.
 
+``imports_only(statement)``: the code of a child that measures a command's imports alone, ending as the
+``tracekit`` program ends (no interpreter teardown).
+
 ``measure(cmd, env, cwd, keep_stdout=False)``: one child process (stdout discarded unless kept), with its CPU (user + system, from
 wait4), minor faults, peak RSS and wall time; stderr goes to a file (a pipe left unread while
 waiting would block a child that writes more than the pipe holds).
@@ -28,6 +31,12 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(extra)
     return env
+
+
+def imports_only(statement: str) -> str:
+    """``python -c`` code measuring a command's start-up alone: ``statement`` (its imports), then the end the
+    ``tracekit`` program takes (``tracekit/process_exit.py``: no interpreter teardown), so the two compare."""
+    return f"{statement}\nimport os\nos._exit(0)\n"
 
 
 def warm_bytecode(tree: Path) -> None:
@@ -75,4 +84,4 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path |
     return Usage(ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_minflt, ru.ru_maxrss / 1024.0, wall, failed, stdout)
 
 
-__all__ = ["Usage", "child_env", "measure", "warm_bytecode"]
+__all__ = ["Usage", "child_env", "imports_only", "measure", "warm_bytecode"]

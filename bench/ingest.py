@@ -51,7 +51,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from children import child_env, warm_bytecode
+from children import child_env, imports_only, warm_bytecode
 from children import measure as measure_child
 
 REPO = Path(__file__).resolve().parent.parent
@@ -304,7 +304,7 @@ _CLI_IMPORTS = ("import tracekit.cli, tracekit.cli.ingest, tracekit.ingest, trac
                 "tracekit.analyzers.align, tracekit.resolution, tracekit.render.run_state")
 CLI_TOOLS = ("cli-tracekit", "cli-imports", "cli-orjson", "cli-python")
 CLI_LABELS = {"cli-tracekit": "`tracekit ingest DIR -o run.parquet -q`",
-              "cli-imports": "  its start-up: interpreter + imports only",
+              "cli-imports": "  its start-up: interpreter + imports only, no teardown (as the CLI)",
               "cli-orjson": "`python -c` gunzip + orjson.loads",
               "cli-python": "`python -c pass` (interpreter start)"}
 
@@ -322,7 +322,7 @@ def run_cli(kind: str, data: Path, tmp: Path) -> dict[str, Any] | str:
     elif kind == "cli-orjson":
         cmd = [sys.executable, "-c", _ORJSON_CLI, str(data)]
     elif kind == "cli-imports":
-        cmd = [sys.executable, "-c", _CLI_IMPORTS]
+        cmd = [sys.executable, "-c", imports_only(_CLI_IMPORTS)]
     else:
         cmd = [sys.executable, "-c", "pass"]
     proc = subprocess.run([sys.executable, "-S", __file__, "--spawn", json.dumps(cmd)], capture_output=True, text=True,
