@@ -35,8 +35,9 @@ def child_env(**extra: str) -> dict[str, str]:
 
 def imports_only(statement: str) -> str:
     """``python -c`` code measuring a command's start-up alone: ``statement`` (its imports), then the end the
-    ``tracekit`` program takes (``tracekit/process_exit.py``: no interpreter teardown), so the two compare."""
-    return f"{statement}\nimport os\nos._exit(0)\n"
+    ``tracekit`` program takes (``tracekit/process_exit.py``: the atexit handlers, then ``os._exit``, no
+    interpreter teardown), so the two compare."""
+    return f"{statement}\nimport atexit, os\natexit._run_exitfuncs()\nos._exit(0)\n"
 
 
 def warm_bytecode(tree: Path) -> None:

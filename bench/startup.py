@@ -61,12 +61,12 @@ def main() -> int:
                       "tracekit.export.fastlayout, tracekit.analyzers.attribution, tracekit.export.perfetto, tracekit.render.export")
     rows: list[tuple[str, list[str], bool]] = [  # label, command, a tracekit row (also run on --base)
         ("python -c pass (interpreter floor)", [py, "-c", "pass"], False),
-        ("import polars, numpy (floor of any command reading a run; no teardown, as the CLI)", [py, "-c", imports_only("import polars, numpy")], False),
+        ("import polars, numpy (floor of a command reading a run; no teardown)", [py, "-c", imports_only("import polars, numpy")], False),
         ("tracekit --help", [*exe, "--help"], True),
         (f"tracekit ingest -q ({SMALL_SET.name}, 0.6 MB JSON)", [*exe, "ingest", "-q", *small, "-o", str(tmp / "small.parquet")], True),
-        ("import of everything `attribute` loads", [py, "-c", imports_only(attribute_imports)], True),
+        ("import of everything `attribute` loads (no teardown)", [py, "-c", imports_only(attribute_imports)], True),
         (f"tracekit attribute {a.run.name}", [*exe, "attribute", str(run)], True),
-        ("import of everything `export` loads", [py, "-c", imports_only(export_imports)], True),
+        ("import of everything `export` loads (no teardown)", [py, "-c", imports_only(export_imports)], True),
         (f"tracekit export {a.run.name} -o run.pftrace", [*exe, "export", str(run), "-o", str(tmp / "run.pftrace")], True),
     ]
     env = child_env()  # bytecode cached, as for an installed tracekit (bench/children.py)

@@ -130,21 +130,40 @@ def test_exit_now_skips_atexit_but_flushes() -> None:
     assert (out.returncode, out.stdout) == (5, "buffered")
 
 
-def test_closed_stdout_is_quiet() -> None:
-    # the reader goes away before the buffered output is flushed (`| head`): status 1 (click's status for a
-    # stdout closed during the command), without Python's "Exception ignored" message
-    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+@pytest.mark.parametrize(("code", "status"), [(0, EXIT_ERROR), (3, 3)])
+def test_closed_stdout_is_quiet(code: int, status: int) -> None:
+    # the reader goes away before the buffered output is flushed (`| head`): a 0 becomes 1 (click's status for a
+    # stdout closed during the command), a status already set is kept; no message, not Python's "Exception ignored"
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         from tracekit.process_exit import end_process
         sys.stdout.write("y" * 1000)  # held in the buffer
         sys.stdin.read()  # until the test has closed the reading end
-        end_process(0)
+        end_process({code})
     """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
     assert p.stdin is not None and p.stdout is not None and p.stderr is not None
     p.stdout.close()
     p.stdin.close()
-    assert p.wait(timeout=120) == EXIT_ERROR
+    assert p.wait(timeout=120) == status
     assert p.stderr.read() == b""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_unwritable_stdout_says_so() -> None:
+    # output lost for another reason (a full disk): status 1 and one line, never a silent loss or a traceback
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+            import sys
+            from tracekit.process_exit import end_process
+            sys.stdout.write("lost")
+            end_process(0)
+        """)], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, env=ENV)
+        assert (out.returncode, out.stderr) == (1, "tracekit: error: stdout: No space left on device\n")
+        # click's own output outside any command (--version) to a full disk: one line, status 1
+        ver = subprocess.run([sys.executable, "-m", "tracekit", "--version"], stdout=full, stderr=subprocess.PIPE,
+                             text=True, timeout=120, env=ENV)
+    assert ver.returncode == 1 and ver.stderr.startswith("tracekit: error:"), ver.stderr
+    assert len(ver.stderr.strip().splitlines()) == 1 and "Traceback" not in ver.stderr
 
 
 def test_cli_ends_through_it() -> None:

@@ -8,7 +8,8 @@
 Exit statuses of every command (``tracekit --help`` and the README list them):
 0 done; 1 bad data or an error, one line; 2 usage error; 3 partial run (written, but some
 rank of the world has no data: the manifest's ``missing_ranks`` and one line say which);
-130 interrupted (Ctrl-C).
+130 interrupted (Ctrl-C). Output that cannot be written makes a 0 a 1 (quietly for a stdout closed by its
+reader, ``| head``: ``tracekit.process_exit``).
 """
 
 from __future__ import annotations

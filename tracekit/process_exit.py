@@ -14,10 +14,11 @@ would take all of it back at once. On the two real ~1 M-event exports that teard
   for still runs, off the main thread, under a profiler or tracer (``python -m cProfile -m tracekit``,
   pdb, coverage: they write their results after the program), and when ``TRACEKIT_NORMAL_EXIT=1``
   is set (for tools this cannot see, such as memray). Buffered output that cannot be written at the
-  end (stdout closed by its reader: ``tracekit attribute RUN | head``) ends the process quietly with
-  status 1 where it would have been 0, as click ends a command whose stdout closes while it writes
-  (one status for the one event, whenever it comes; Python's own exit would print "Exception ignored"
-  and return 120).
+  end ends the process with status 1 where it would have been 0 (a status already set is kept, its
+  error said): quietly when stdout was closed by its reader (``tracekit attribute RUN | head``), as click
+  ends a command whose stdout closes while it writes, else with one line (``tracekit: error: stdout: No
+  space left on device``). Where the interpreter's own exit is taken, Python's rule applies (its "Exception ignored"
+  message and status 120).
 - ``exit_now(code)``: the buffers flushed, then ``os._exit`` at once, whatever the flush raises: no
   ``atexit`` handlers, no waiting for threads (the capture's rank processes: NCCL's threads must not
   keep one alive).
@@ -43,19 +44,19 @@ def _flush_c_stdio() -> None:
         ctypes.CDLL(None).fflush(None)
 
 
-def flush_stdio() -> bool:
-    """Flush Python's stdout and stderr, then the C library's buffers; False when stdout could not be
-    written (its reader went away)."""
-    ok = True
+def flush_stdio() -> Exception | None:
+    """Flush Python's stdout and stderr, then the C library's buffers; what flushing stdout raised (its
+    reader went away, a full disk), else None."""
+    failed: Exception | None = None
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
                 stream.flush()
-        except Exception:
+        except Exception as exc:
             if stream is sys.stdout:
-                ok = False
+                failed = exc
     _flush_c_stdio()
-    return ok
+    return failed
 
 
 def exit_now(code: int) -> NoReturn:
@@ -91,6 +92,8 @@ def normal_exit_needed() -> bool:
 
 def end_process(code: object = None) -> NoReturn:
     """End the process as ``sys.exit(code)`` would, without the interpreter's teardown (module docstring)."""
+    import errno
+
     from tracekit.cli_errors import EXIT_ERROR
 
     if normal_exit_needed():
@@ -98,8 +101,13 @@ def end_process(code: object = None) -> NoReturn:
     status = status_of(code)
     try:
         atexit._run_exitfuncs()
-        if not flush_stdio() and status == 0:
+        failed = flush_stdio()
+        if failed is not None and status == 0:  # a status already set is kept (its error was said)
             status = EXIT_ERROR
+            if not (isinstance(failed, OSError) and failed.errno == errno.EPIPE):  # anything but a closed pipe: said
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(f"tracekit: error: stdout: {getattr(failed, 'strerror', None) or failed}\n")
+                    sys.stderr.flush()
     finally:
         os._exit(status)
 

@@ -29,6 +29,12 @@ def main() -> None:
         cli(prog_name="tracekit")  # click's standalone mode: always ends in SystemExit
     except SystemExit as exc:
         end_process(exc.code)
+    except OSError as exc:  # outside any command (click's own --version / --help output to a full disk)
+        from tracekit.cli_errors import _State, os_error_line
+
+        if _State.debug:
+            raise
+        end_process(f"tracekit: error: {os_error_line(exc) if exc.filename is not None else f'writing the output: {exc.strerror or exc}'}")
     end_process(0)
 
 

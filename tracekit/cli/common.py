@@ -70,7 +70,8 @@ def cli(debug: bool) -> None:
     \b
     Exit status: 0 done; 1 bad data or an error (one line; --debug for a traceback);
     2 usage error, or an output that names an input; 3 partial run (written, but some rank
-    has no data: one line says which); 130 interrupted (Ctrl-C).
+    has no data: one line says which); 130 interrupted (Ctrl-C). A stdout closed by its
+    reader (| head) ends quietly with 1.
     Outputs: the parent directory must exist (tracekit creates none you did not name);
     every output is written to a temp file beside it and renamed when complete, under
     OUTPUT.lock (a second writer of the same output is refused, naming the pid).
