@@ -59,6 +59,11 @@ def flush_stdio() -> Exception | None:
     return failed
 
 
+def stdout_error_line(exc: BaseException) -> str:
+    """The one line for output that could not be written to stdout (a full disk, a closed device)."""
+    return f"tracekit: error: stdout: {getattr(exc, 'strerror', None) or exc}"
+
+
 def exit_now(code: int) -> NoReturn:
     """Flush the output buffers (``os._exit`` skips them) and end the process with ``code``, whatever happens."""
     try:
@@ -106,10 +111,11 @@ def end_process(code: object = None) -> NoReturn:
             status = EXIT_ERROR
             if not (isinstance(failed, OSError) and failed.errno == errno.EPIPE):  # anything but a closed pipe: said
                 with contextlib.suppress(Exception):
-                    sys.stderr.write(f"tracekit: error: stdout: {getattr(failed, 'strerror', None) or failed}\n")
+                    sys.stderr.write(stdout_error_line(failed) + "\n")
                     sys.stderr.flush()
     finally:
         os._exit(status)
 
 
-__all__ = ["NORMAL_EXIT_ENV", "end_process", "exit_now", "flush_stdio", "normal_exit_needed", "status_of"]
+__all__ = ["NORMAL_EXIT_ENV", "end_process", "exit_now", "flush_stdio", "normal_exit_needed", "status_of",
+           "stdout_error_line"]

@@ -22,19 +22,15 @@ def main() -> None:
     """The ``tracekit`` program (console script and ``python -m tracekit``): the command, then the process
     ends without the interpreter's teardown (``tracekit.process_exit.end_process``)."""
     from tracekit._alloc import return_freed_memory
-    from tracekit.process_exit import end_process
+    from tracekit.process_exit import end_process, stdout_error_line
 
     return_freed_memory()  # before polars loads (docs/ingest.md, "Speed and memory")
     try:
         cli(prog_name="tracekit")  # click's standalone mode: always ends in SystemExit
     except SystemExit as exc:
         end_process(exc.code)
-    except OSError as exc:  # outside any command (click's own --version / --help output to a full disk)
-        from tracekit.cli_errors import _State, os_error_line
-
-        if _State.debug:
-            raise
-        end_process(f"tracekit: error: {os_error_line(exc) if exc.filename is not None else f'writing the output: {exc.strerror or exc}'}")
+    except OSError as exc:  # outside any command (guarded): click's own --version / --help output to a full disk
+        end_process(stdout_error_line(exc))
     end_process(0)
 
 
