@@ -56,7 +56,6 @@ I64 = npt.NDArray[np.int64]
 # category -> bucket: every category of the rule vocabulary (tracekit.finalize.categories.CATEGORIES,
 # the only values a rule can give) is the bucket of the same name
 CATEGORY_BUCKET: Final[dict[str, str]] = {c: c for c in CATEGORIES}
-assert set(CATEGORY_BUCKET) <= set(BUCKETS)
 _CODE: Final = {b: i for i, b in enumerate(BUCKETS)}
 
 

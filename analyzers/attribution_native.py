@@ -16,7 +16,7 @@ its own rank; anything else returns False and the caller runs the reference path
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -25,12 +25,10 @@ import polars as pl
 
 from tracekit import _native
 from tracekit._native import arrow_stream
+from tracekit.buckets import BUCKETS, WALK_CODES
 from tracekit.cores import usable_cores
 from tracekit.finalize.categories import CATEGORIES
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
-
-from .buckets import BUCKETS, IDLE, N_EVENT_CODES, N_WORK, NB
-from .buckets import LAUNCH as B_LAUNCH
 
 if TYPE_CHECKING:
     from .attribution import _Acc
@@ -162,13 +160,17 @@ def workers(ranks: int) -> int:
     return max(1, min(ranks, usable_cores("TRACEKIT_ATTRIBUTE_THREADS")))
 
 
-def _check_codes() -> None:
+def _configure() -> None:
+    """Give the compiled walk its bucket codes (``tracekit.buckets.WALK_CODES``) once."""
+    global _CONFIGURED
     w = _native.walk
     assert w is not None
-    got = (w.NB, w.N_WORK, w.MEMORY, w.N_EVENT_CODES, w.LAUNCH, w.IDLE)
-    want = (NB, N_WORK, BUCKETS.index("memory"), N_EVENT_CODES, B_LAUNCH, IDLE)
-    if got != want:
-        raise RuntimeError(f"tracekit._walk was built for bucket codes {got}, tracekit.buckets has {want}: rebuild it")
+    if not _CONFIGURED:
+        w.configure(**asdict(WALK_CODES))
+        _CONFIGURED = True
+
+
+_CONFIGURED = False
 
 
 def attribute_ranks(
@@ -188,7 +190,7 @@ def attribute_ranks(
     w = _native.walk
     if w is None or kc is None or events.height == 0:
         return False
-    _check_codes()
+    _configure()
     rank_s = events.get_column("rank")
     if rank_s.null_count() or not rank_s.is_sorted():
         return False

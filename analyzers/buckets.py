@@ -1,4 +1,4 @@
-"""The exclusive bucket walk over phase instances' GPU windows (DESIGN.md section 4).
+"""The exclusive bucket walk over phase instances' GPU windows (docs/attribution.md).
 
 Pure numpy over one array per column; every nanosecond of an instance's GPU
 window (first member GPU event start .. last member GPU event end, all streams
@@ -46,23 +46,21 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from tracekit.buckets import BUCKETS, COMPUTE_BUCKETS
+from tracekit.buckets import BUCKETS, COMPUTE_BUCKETS, WALK_CODES
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
 
-# bucket codes = positions in tracekit.buckets.BUCKETS (the walk relies on this order: work
-# buckets first, then communication, then the gap buckets)
+# bucket codes = positions in tracekit.buckets.BUCKETS (derived there: work buckets first, then
+# communication, then the gap buckets)
 COMPUTE: Final = COMPUTE_BUCKETS
-NB: Final = len(BUCKETS)
+NB: Final = WALK_CODES.nb
 ALLREDUCE: Final = BUCKETS.index("allreduce")
 COMM: Final = BUCKETS.index("comm")
-LAUNCH: Final = BUCKETS.index("launch_overhead")
-IDLE: Final = BUCKETS.index("idle")
-N_WORK: Final = BUCKETS.index("memory") + 1  # codes 0..N_WORK-1: compute + memory
-N_EVENT_CODES: Final = COMM + 1  # codes an event can carry
-assert BUCKETS[: len(COMPUTE)] == COMPUTE and N_WORK == len(COMPUTE) + 1 == ALLREDUCE and COMM == ALLREDUCE + 1
-assert LAUNCH == N_EVENT_CODES and IDLE == LAUNCH + 1 == NB - 1
+LAUNCH: Final = WALK_CODES.launch
+IDLE: Final = WALK_CODES.idle
+N_WORK: Final = WALK_CODES.n_work  # codes 0..N_WORK-1: compute + memory
+N_EVENT_CODES: Final = WALK_CODES.n_event_codes  # codes an event can carry
 UNKNOWN_LAUNCH: Final = np.iinfo(np.int64).min
 DEFAULT_LAUNCH_LATENCY_NS: Final = 20_000
 

@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit.buckets import HOST_BUCKETS
+from tracekit.buckets import CATEGORIES, HOST_BUCKETS
 from tracekit.errors import AnalysisError, TracekitError
 from tracekit.finalize.membership import innermost, range_parents
 from tracekit.finalize.phases import FACT_COLUMNS
@@ -56,8 +56,8 @@ else:  # pragma: no cover
 I64 = npt.NDArray[np.int64]
 
 HOST_BUCKET_COLUMNS: Final = tuple(f"{b}_ns" for b in HOST_BUCKETS)
-OP_CATEGORIES: Final = HOST_BUCKETS[:-1]
-OVERHEAD: Final = len(HOST_BUCKETS) - 1
+OP_CATEGORIES: Final = tuple(b for b in HOST_BUCKETS if b in CATEGORIES)
+OVERHEAD: Final = HOST_BUCKETS.index("host_overhead")
 HOST_SUM_COLUMNS: Final = ("host_ns", "gpu_window_ns", *HOST_BUCKET_COLUMNS, "ops", "outer_ops")
 _CODE: Final = {b: i for i, b in enumerate(HOST_BUCKETS)}
 

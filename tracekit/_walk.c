@@ -25,13 +25,15 @@
 
 #include "arrow_c.h" /* the Arrow C data and stream interfaces */
 
-/* bucket codes: positions in tracekit.buckets.BUCKETS (checked by analyzers/buckets.py) */
-#define NB 12
-#define N_WORK 8 /* compute buckets + memory */
-#define MEMORY 7
-#define N_EVENT_CODES 10 /* + allreduce, comm */
-#define B_LAUNCH 10
-#define B_IDLE 11
+/* bucket codes: positions in tracekit.buckets.BUCKETS, given once by configure() (from
+ * tracekit.buckets.WALK_CODES) before the first walk_rank: work codes 0..n_work-1 (memory among
+ * them), communication n_work..n_event-1, launch overhead and idle elsewhere below nb. */
+#define MAX_CODES 64
+typedef struct {
+    int nb, n_work, memory, n_event, launch, idle;
+    int ok;
+} BucketCodes;
+static BucketCodes BC;
 #define UNKNOWN_LAUNCH INT64_MIN
 
 /* kind codes (the values analyzers/attribution.py passes to codes() for the kind column) */
@@ -869,10 +871,10 @@ static int scratch_fit(Scratch *w, int64_t m) {
 }
 
 /* one cluster of m >= 2 overlapping events (start order): PDL rule, then the point sweep.
- * s, e: starts and (clipped) ends; code; stream. Adds to b (NB) and *ov. */
+ * s, e: starts and (clipped) ends; code; stream. Adds to b (nb codes) and *ov. */
 static int cluster(Scratch *w, int64_t m, const int64_t *s, const int64_t *e, const int8_t *code, const int64_t *stream,
                    int64_t *b, int64_t *ov) {
-    int64_t ns = 0, np = 0, cnt[N_EVENT_CODES];
+    int64_t ns = 0, np = 0, cnt[MAX_CODES];
     if (scratch_fit(w, m) < 0) return -1;
     for (int64_t i = 0; i < m; i++) {
         int64_t si = s[i], ei = e[i];
@@ -921,16 +923,16 @@ static int cluster(Scratch *w, int64_t m, const int64_t *s, const int64_t *e, co
         if (i == np) break;
         a = t;
         bb = w->pts[i].t;
-        for (int c = 0; c < N_WORK; c++) kw += cnt[c] > 0;
-        for (int c = N_WORK; c < N_EVENT_CODES; c++) kc += cnt[c] > 0;
+        for (int c = 0; c < BC.n_work; c++) kw += cnt[c] > 0;
+        for (int c = BC.n_work; c < BC.n_event; c++) kc += cnt[c] > 0;
         if (kw) {
             int64_t pos = 0;
-            for (int c = 0; c < N_WORK; c++)
+            for (int c = 0; c < BC.n_work; c++)
                 if (cnt[c] > 0) b[c] += share(a, bb, pos++, kw);
             if (kc) *ov += bb - a;
         } else if (kc) {
             int64_t pos = 0;
-            for (int c = N_WORK; c < N_EVENT_CODES; c++)
+            for (int c = BC.n_work; c < BC.n_event; c++)
                 if (cnt[c] > 0) b[c] += share(a, bb, pos++, kc);
         }
     }
@@ -985,7 +987,7 @@ typedef struct {
     const uint8_t *is_host;
     int64_t k_lo, m;
     int64_t latency;
-    /* outputs (m instances; buckets m x NB) */
+    /* outputs (m instances; buckets m x nb) */
     int64_t *buckets, *ws, *we, *ov, *n_ev, *qd, *graph_l, *eager_l, *cross;
     /* rows of launches with an unknown graph flag (relative), for the caller */
     int64_t *unres;
@@ -1057,8 +1059,8 @@ static inline int step(Scratch *W, IState *st, int64_t s, int64_t e, int64_t le,
                 if (lp < 0) lp = 0;
                 if (lp > gap) lp = gap;
             }
-            st->bk[B_LAUNCH] += lp;
-            st->bk[B_IDLE] += gap - lp;
+            st->bk[BC.launch] += lp;
+            st->bk[BC.idle] += gap - lp;
         }
         if (gap >= 0 && flush(W, st) < 0) return -1; /* the previous cluster is complete */
         if (e > st->we) st->we = e;
@@ -1076,7 +1078,7 @@ static inline int step(Scratch *W, IState *st, int64_t s, int64_t e, int64_t le,
 static inline void istart(IState *st, Job *J, int64_t k) {
     st->nev = st->nc = 0;
     st->runmax = st->ws = st->we = 0;
-    st->bk = J->buckets + k * NB;
+    st->bk = J->buckets + k * BC.nb;
     st->ov = &J->ov[k];
 }
 
@@ -1185,7 +1187,7 @@ static void run_job(Job *J) {
                 gst[g] = VAL(ST, vST, oST, i, -1);
                 if (k == K_KERNEL) {
                     int8_t b = code_at(CB, lcb, i);
-                    if (b < 0 || b >= N_EVENT_CODES) {
+                    if (b < 0 || b >= BC.n_event) {
                         J->status = 2;
                         goto done;
                     }
@@ -1206,7 +1208,7 @@ static void run_job(Job *J) {
                             goto done;
                     }
                 } else {
-                    gcode[g] = MEMORY;
+                    gcode[g] = BC.memory;
                 }
                 g++;
             } else if (k == K_LAUNCH) {
@@ -1407,7 +1409,7 @@ done:
  * each for a null row; dense: int64 phase id -> instance (last
  * entry -1); i_tid: int64 per instance (all ranks) or None; host_start (int64) / is_host (uint8):
  * the rank's instances [k_lo, k_lo + m); outs: writable int64 buffers over those instances:
- * buckets (m x NB), window start, window end, overlapped comm, events, queue delay, graph launches,
+ * buckets (m x nb codes), window start, window end, overlapped comm, events, queue delay, graph launches,
  * eager launches, cross-thread events (all zero on entry); coll_out: None, or 7 writable int64 buffers
  * of one length, for the collective kernels (coll_seq not null): row, coll_seq, start, dur, phase_id,
  * group code, op code (status 3 when there are more than they hold); n_coll: how many were written;
@@ -1429,6 +1431,10 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OOOOOLLO!O", &PyTuple_Type, &cols, &oluts, &odense, &oitid, &ohs, &oih, &k_lo, &latency,
                           &PyTuple_Type, &outs, &ocoll))
         return NULL;
+    if (!BC.ok) {
+        PyErr_SetString(PyExc_RuntimeError, "walk_rank: configure() was not called");
+        return NULL;
+    }
     if (PyTuple_GET_SIZE(cols) != 12 || PyTuple_GET_SIZE(outs) != 9) {
         PyErr_SetString(PyExc_ValueError, "walk_rank: 12 columns and 9 outputs expected");
         return NULL;
@@ -1467,7 +1473,7 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     }
     for (int i = 0; i < 9; i++) {
         if (get_buf(PyTuple_GET_ITEM(outs, i), &ob[i], 8, 1, "out") < 0) goto done;
-        if (ob[i].view.len != (i == 0 ? NB : 1) * J.m * 8) {
+        if (ob[i].view.len != (i == 0 ? BC.nb : 1) * J.m * 8) {
             PyErr_SetString(PyExc_ValueError, "walk_rank: output of the wrong size");
             goto done;
         }
@@ -1727,7 +1733,28 @@ done:
     return ret;
 }
 
+/* configure(nb, n_work, memory, n_event_codes, launch, idle): the bucket codes (keywords) */
+static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"nb", "n_work", "memory", "n_event_codes", "launch", "idle", NULL};
+    BucketCodes b = {0};
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiiii", kwlist, &b.nb, &b.n_work, &b.memory, &b.n_event, &b.launch,
+                                     &b.idle))
+        return NULL;
+    if (!(0 < b.n_work && b.n_work <= b.n_event && b.n_event <= b.nb && b.nb <= MAX_CODES && 0 <= b.memory &&
+          b.memory < b.n_work && b.launch >= b.n_event && b.launch < b.nb && b.idle >= b.n_event && b.idle < b.nb &&
+          b.launch != b.idle)) {
+        PyErr_SetString(PyExc_ValueError, "configure: inconsistent bucket codes");
+        return NULL;
+    }
+    b.ok = 1;
+    BC = b;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef METHODS[] = {
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(nb, n_work, memory, n_event_codes, launch, idle): the bucket codes walk_rank uses."},
     {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
     {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
     {"intern", py_intern, METH_VARARGS, "intern(stream, rows, null_as, out) -> distinct strings: dense codes."},
@@ -1745,10 +1772,7 @@ PyMODINIT_FUNC PyInit__walk(void) {
     if (!pool_lock && !(pool_lock = PyThread_allocate_lock())) return PyErr_NoMemory();
     m = PyModule_Create(&MODULE);
     if (!m) return NULL;
-    if (PyModule_AddIntConstant(m, "NB", NB) < 0 || PyModule_AddIntConstant(m, "N_WORK", N_WORK) < 0 ||
-        PyModule_AddIntConstant(m, "MEMORY", MEMORY) < 0 || PyModule_AddIntConstant(m, "N_EVENT_CODES", N_EVENT_CODES) < 0 ||
-        PyModule_AddIntConstant(m, "LAUNCH", B_LAUNCH) < 0 || PyModule_AddIntConstant(m, "IDLE", B_IDLE) < 0 ||
-        PyModule_AddIntConstant(m, "K_KERNEL", K_KERNEL) < 0 || PyModule_AddIntConstant(m, "K_MEMCPY", K_MEMCPY) < 0 ||
+    if (PyModule_AddIntConstant(m, "K_KERNEL", K_KERNEL) < 0 || PyModule_AddIntConstant(m, "K_MEMCPY", K_MEMCPY) < 0 ||
         PyModule_AddIntConstant(m, "K_MEMSET", K_MEMSET) < 0 || PyModule_AddIntConstant(m, "K_LAUNCH", K_LAUNCH) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,16 +1,11 @@
 from typing import Any
 
-NB: int
-N_WORK: int
-MEMORY: int
-N_EVENT_CODES: int
-LAUNCH: int
-IDLE: int
 K_KERNEL: int
 K_MEMCPY: int
 K_MEMSET: int
 K_LAUNCH: int
 
+def configure(*, nb: int, n_work: int, memory: int, n_event_codes: int, launch: int, idle: int) -> None: ...
 def codes(stream: Any, names: tuple[str, ...], values: Any, out: Any, mask: Any = ..., want: int = ..., /) -> None: ...
 def trim() -> None: ...
 def take(stream: Any, src: Any, head_vals: Any, head_ok: Any, fill: int, out_vals: Any, out_ok: Any, /) -> None: ...

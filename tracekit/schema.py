@@ -10,6 +10,8 @@ from typing import Final
 
 import polars as pl
 
+from tracekit import buckets
+
 SCHEMA_VERSION: Final = 1
 
 # Event kinds.
@@ -30,7 +32,7 @@ GPU_KINDS: Final = (KERNEL, MEMCPY, MEMSET)
 KINDS: Final = (KERNEL, MEMCPY, MEMSET, LAUNCH, RUNTIME, SYNC, RANGE, GPU_RANGE, OP, PYTHON, COUNTER, INSTANT)
 
 # Kernel categories: the only values the category rules can give (tracekit.finalize.categories).
-CATEGORIES: Final = ("attention", "moe", "gemm", "allreduce", "comm", "norm", "elementwise", "sampling", "memory", "other")
+CATEGORIES: Final = buckets.CATEGORIES  # tracekit.buckets.VOCABULARY: the buckets that are not gaps
 
 # kind and category are dictionary-encoded (polars Enum: one small integer code per row, the
 # vocabulary in the schema): analyzers read the codes, no string is compared per row. The

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracekit import schema
+from tracekit import buckets, schema
 from tracekit.errors import TracekitError
 from tracekit.finalize.names import normalize_names
 
@@ -32,7 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 CATEGORIES: Final = schema.CATEGORIES
-COMM_CATEGORIES: Final = ("allreduce", "comm")
+COMM_CATEGORIES: Final = buckets.COMM_CATEGORIES
 COLL_OPS: Final = ("allreduce", "allgather", "reducescatter", "broadcast", "sendrecv", "alltoall", "dispatch", "combine")
 OTHER: Final = "other"
 MEMORY: Final = "memory"

@@ -17,7 +17,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.buckets import BUCKETS
+from tracekit.buckets import BUCKETS, LABELS
 from tracekit.render.attribute_json import (
     WHOLE_TRACE_LINE,
     clock_notes,
@@ -28,20 +28,6 @@ from tracekit.render.ranks import before_late
 from tracekit.render.units import dur
 from tracekit.schema import PHASES
 
-LABELS: Final = {
-    "attention": "attention",
-    "moe": "MoE",
-    "gemm": "dense GEMM",
-    "norm": "norm / rotary",
-    "elementwise": "elementwise",
-    "sampling": "sampling / spec bookkeeping",
-    "other": "other kernels",
-    "memory": "memcpy / memset",
-    "allreduce": "allreduce (exposed)",
-    "comm": "other comm (exposed)",
-    "launch_overhead": "launch overhead",
-    "idle": "GPU idle (dependency / sync)",
-}
 PHASE_ORDER: Final = PHASES  # tables list the phases in cycle order, then the others by name
 MAX_OUTLIER_LINES: Final = 8
 def pct(part: float, whole: float) -> str:

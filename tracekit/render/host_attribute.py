@@ -14,7 +14,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.buckets import HOST_BUCKETS
+from tracekit.buckets import HOST_BUCKETS, HOST_LABELS
 from tracekit.documents import ATTRIBUTE, GAP
 from tracekit.render.attribute import (
     _facts_line,
@@ -44,19 +44,6 @@ from tracekit.render.gap import (
 )
 from tracekit.render.units import dur, ms
 
-HOST_LABELS: Final = {
-    "attention": "attention",
-    "moe": "MoE",
-    "gemm": "dense GEMM / MLP",
-    "norm": "norm",
-    "elementwise": "elementwise / other aten",
-    "sampling": "sampling",
-    "other": "other (embedding, misc)",
-    "memory": "host <-> device copies",
-    "allreduce": "allreduce (call + wait)",
-    "comm": "other collectives (call + wait)",
-    "host_overhead": "host overhead (Python between ops)",
-}
 HOST_HEADER: Final = "host time (CPU run: no GPU events; ops on the phase's thread)"
 HOST_DEFINITIONS: Final = {
     "units": "integer nanoseconds",
