@@ -21,7 +21,8 @@ from tracekit.ingest import fastscan, kineto
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = sorted((ROOT / "samples" / "h200x2-builtin").glob("*.trace.json.gz")) + sorted(
-    (ROOT / "samples" / "sglang-shapes-h200x2").glob("*.trace.json.gz"))
+    (ROOT / "samples" / "sglang-shapes-h200x2").glob("*.trace.json.gz")) + [
+    ROOT / "samples" / "rocm-mi300x" / "mi300x-bert-small.json.gz"]  # ROCm: HIP launches, roctracer's shape
 
 needs_scanner = pytest.mark.skipif(fastscan.scanner is None, reason="tracekit._kineto is not built (pip install -e .)")
 

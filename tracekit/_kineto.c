@@ -542,7 +542,11 @@ static int args_obj(Sc *s, Args *a) {
         } else {
             if (seen & (1u << which)) return FAIL;
             seen |= 1u << which;
-            int r = ARG_STR[which] ? str_value(s, &a->v[which]) : int_value(s, &a->v[which]);
+            int r;
+            if (ARG_STR[which]) r = str_value(s, &a->v[which]);
+            else if (s->p < s->end && *s->p == '"') r = skip(s) ? FAIL : 0; /* a string where an integer
+                is kept (ROCm's hipMemcpy* calls: "bytes": "1"): null, as the decoder path makes it */
+            else r = int_value(s, &a->v[which]);
             if (r == FAIL) return FAIL;
             a->ok[which] = r;
         }

@@ -45,10 +45,17 @@ _API_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 GPU_CATEGORIES = _GPU_CATS  # Kineto categories of GPU-side events (their pid / tid: device / stream)
 RUNTIME_CATEGORIES = _API_CATS  # CUDA API calls (launch / sync / runtime by name)
 
-# CUDA API calls that enqueue GPU work (kind "launch") and that block the host (kind "sync").
-_LAUNCH_RE = r"^(cuda|cu)(Launch|GraphLaunch|Memcpy|Memset|MemcpyPeer|Memcpy2D|Memcpy3D)|^cu(MemcpyHtoD|MemcpyDtoH|MemcpyDtoD)"
-_SYNC_RE = r"^(cuda|cu)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize)$"
-_GRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch_ptsz", "cudaGraphLaunch_ptsz"})
+# CUDA and HIP API calls that enqueue GPU work (kind "launch") and that block the host (kind "sync").
+# HIP (ROCm's Kineto writes them under cat "cuda_runtime"): hipLaunchKernel, hipExtLaunchKernel,
+# hipModuleLaunchKernel, hipExtModuleLaunchKernel (hipBLASLt / Tensile), hipHccModuleLaunchKernel,
+# hipDrvLaunchKernelEx (aiter), hipLaunchCooperativeKernel(MultiDevice), hipExtLaunchMultiKernelMultiDevice,
+# hipGraphLaunch, hipMemcpy* / hipMemset* (the kernel-launch API ids roctracer-based profilers
+# subscribe to; real names: samples/rocm-mi300x).
+_LAUNCH_RE = (r"^(cuda|cu)(Launch|GraphLaunch|Memcpy|Memset|MemcpyPeer|Memcpy2D|Memcpy3D)|^cu(MemcpyHtoD|MemcpyDtoH|MemcpyDtoD)"
+              r"|^hip(Ext|Hcc|Drv)?(Module)?Launch|^hipGraphLaunch|^hip(Memcpy|Memset)")
+_SYNC_RE = r"^(cuda|cu|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize)$"
+_GRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch_ptsz", "cudaGraphLaunch_ptsz",
+                           "hipGraphLaunch", "hipGraphLaunch_spt"})
 
 # c10d dtype names -> bytes per element.
 _DTYPE_BYTES: dict[str, int] = {
