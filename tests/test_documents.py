@@ -28,6 +28,8 @@ COMMANDS = {
     "ranks": ["ranks", f"{MAIN}/eager.parquet", "--json"],
     "spec": ["spec", f"{MAIN}/eager.parquet", "--json"],
     "diff": ["diff", f"{MAIN}/graphed.parquet", f"{MAIN}/eager.parquet", "--json"],
+    "sol-what-if": ["sol", "--model", str(REPO / "samples" / "sol" / "kimi-k2.5.config.json"), "--gpu", "H200",
+                    "--tp", "8", "--tokens", "4", "--seq-len", "32768", "--json"],
 }
 
 

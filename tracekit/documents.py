@@ -88,7 +88,13 @@ VALIDATE_TRACE = DocumentType(
           "counter_values", "flows"),
 )
 
-DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE)
+SOL = DocumentType(
+    "sol", 1, "tracekit sol --json",
+    keys=("run", "estimate", "model", "gpu", "layout", "allreduce_model", "phases", "floor_beaten", "notes",
+          "definitions"),
+)
+
+DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE, SOL)
 
 
 def document_type(doc: Mapping[str, Any]) -> DocumentType:
@@ -96,5 +102,5 @@ def document_type(doc: Mapping[str, Any]) -> DocumentType:
     return {d.name: d for d in DOCUMENTS}[str(doc.get("document"))]
 
 
-__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "RANKS", "SPEC", "VALIDATE_TRACE",
+__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "RANKS", "SOL", "SPEC", "VALIDATE_TRACE",
            "DocumentType", "document_type"]

@@ -27,6 +27,7 @@ COMMAND_MODULES: dict[str, str] = {
     "spec": "tracekit.cli.forensics", "align": "tracekit.cli.forensics", "diff": "tracekit.cli.forensics",
     "ranks": "tracekit.cli.forensics",
     "report": "tracekit.cli.report", "merge": "tracekit.cli.report",
+    "sol": "tracekit.cli.sol",
     # the SGLang integration's commands live beside it (no torch or sglang import at load)
     "sglang-capture": "tracekit.collectors.sglang.commands", "sglang-launch": "tracekit.collectors.sglang.commands",
     "sglang-bootstrap": "tracekit.collectors.sglang.commands", "sglang-check": "tracekit.collectors.sglang.commands",

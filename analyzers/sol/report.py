@@ -1,0 +1,87 @@
+"""The ``tracekit sol`` report: floors per phase and bucket, beside the measured times of a run
+(``analyzers/sol/run.py``) or alone (the what-if form, ``what_if``). Frozen, typed; renderers
+(tracekit/render/sol.py) only read it.
+
+% of SOL = floor / measured (100% = at the floor). A measured time BELOW its floor means the
+floor is wrong (a real kernel cannot beat the speed of light): ``PhaseSol.beaten`` and
+``BucketSol.beaten`` say so and the renderers print it loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tracekit.analyzers.sol.allreduce import RingModel, ring_model
+from tracekit.analyzers.sol.config import ModelShape
+from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor
+from tracekit.analyzers.sol.gpus import GpuSpec
+from tracekit.analyzers.sol.model import Layout, Step
+
+
+def pct_of_sol(floor_ns: int, measured_ns: int | None) -> float | None:
+    """floor / measured in percent; None without a measurement (or a zero one)."""
+    if not measured_ns or measured_ns <= 0:
+        return None
+    return 100.0 * floor_ns / measured_ns
+
+
+@dataclass(frozen=True)
+class BucketSol:
+    bucket: str  # attention | moe | gemm | allreduce | comm | launch_idle | other
+    floor_ns: int
+    bound: str
+    measured_ns: int | None  # median per instance, profiled window
+    pct: float | None
+    beaten: bool
+
+
+@dataclass(frozen=True)
+class PhaseSol:
+    phase: str
+    floor: PhaseFloor
+    measured_ns: int | None  # median instance
+    clock: str | None  # unprofiled timer (cuda_event / perf_counter) or "profiled window"
+    instances: int
+    pct: float | None
+    beaten: bool
+    buckets: tuple[BucketSol, ...]
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class SolReport:
+    run: str | None  # None: what-if
+    model: str
+    model_source: str  # the config file, or the run's manifest
+    architecture: str
+    quant: str
+    gpu: GpuSpec
+    gpu_source: str  # how the GPU was chosen
+    layout: Layout
+    ring: RingModel
+    phases: tuple[PhaseSol, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def beaten(self) -> bool:
+        return any(p.beaten or any(b.beaten for b in p.buckets) for p in self.phases)
+
+
+def floor_only(phase: str, f: PhaseFloor) -> PhaseSol:
+    """A phase with its floor and no measurement (the what-if form)."""
+    buckets = tuple(BucketSol(b.bucket, b.floor_ns, b.bound, None, None, False) for b in f.buckets)
+    return PhaseSol(phase, f, None, None, 0, None, False, buckets)
+
+
+def what_if(shape: ModelShape, model_source: str, gpu: GpuSpec, gpu_source: str, layout: Layout,
+            steps: Sequence[Step], allreduce_ns: float | None = None) -> SolReport:
+    """The floors of hypothetical steps (``tracekit sol --model --gpu --tp --tokens --seq-len``)."""
+    ring = ring_model(layout.tp, gpu.alpha_ns, gpu.link_Bps, gpu.link, None, "no run to fit", allreduce_ns)
+    phases = tuple(floor_only(s.phase, phase_floor(shape, layout, s, gpu, ring)) for s in steps)
+    notes = []
+    if shape.experts and any(s.distinct_experts is None for s in steps):
+        notes.append(f"distinct experts per MoE layer: expected value under uniform routing, U(T) = E (1 - (1 - k/E)^T)"
+                     f" with E={shape.experts}, k={shape.top_k} (real routing is correlated: fewer experts, lower floor)")
+    return SolReport(None, shape.name, model_source, shape.architecture, shape.quant.description, gpu, gpu_source,
+                     layout, ring, phases, tuple(notes))

@@ -1,0 +1,204 @@
+"""The speed-of-light model (analyzers/sol): the seed's case against an independent computation,
+config and quantization parsing, U(T), the ring fit, the GPU table, the CLI's what-if form."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracekit.analyzers.sol.allreduce import fit_ring, ring_model
+from tracekit.analyzers.sol.config import load_config, model_shape
+from tracekit.analyzers.sol.floor import phase_floor
+from tracekit.analyzers.sol.gpus import gpu_spec, gpu_table
+from tracekit.analyzers.sol.model import Layout, Step, expected_distinct_experts
+from tracekit.cli import cli
+from tracekit.documents import SOL
+from tracekit.errors import AnalysisError
+
+ROOT = Path(__file__).resolve().parent.parent
+KIMI = ROOT / "samples" / "sol" / "kimi-k2.5.config.json"
+
+
+def _seed_reference(tokens: int) -> dict[str, float]:
+    """The seed's case computed by hand from the facts (reference/logs-and-sol.md), not by the code under test:
+    Kimi-K2.5, TP 8, SGLang sharding, 2,048 context, RTX PRO 6000 (1,792 GB/s x 0.9), 24 us per allreduce."""
+    H, L, dense_layers, moe_layers, heads = 7168, 61, 1, 60, 64
+    q_lora, kv_lora, rope, nope, v = 1536, 512, 64, 128, 128
+    E, k, moe_i, dense_i, vocab, tp = 384, 8, 2048, 18432, 163840, 8
+    bf16, int4_g32 = 2.0, 0.5 + 2.0 / 32
+    replicated = H * q_lora + H * (kv_lora + rope)
+    split = q_lora * heads * (nope + rope) + kv_lora * heads * (nope + v) + heads * v * H
+    attn = L * (replicated + split / tp) * bf16
+    u = E * (1 - (1 - k / E) ** tokens)
+    expert = 3 * H * moe_i
+    routed = moe_layers * u * expert / tp * int4_g32
+    shared = moe_layers * expert / tp * bf16
+    router = moe_layers * E * H * bf16
+    dense = dense_layers * 3 * H * dense_i / tp * bf16
+    lm_head = vocab * H / tp * bf16
+    kv = (2048 + tokens) * (kv_lora + rope) * bf16 * L  # the whole latent on every rank
+    total = attn + routed + shared + router + dense + lm_head + kv
+    mem_ns = total / (1792e9 * 0.9) * 1e9
+    ar_ns = (2 * L + 1) * 24_000
+    return {"attention_weights": attn, "routed_experts": routed, "shared_experts": shared, "router": router,
+            "dense_mlp": dense, "lm_head": lm_head, "kv_cache": kv, "total": total, "mem_ns": mem_ns, "ar_ns": ar_ns,
+            "u": u}
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_seed_case_bytes_and_floor_match_an_independent_computation(tokens: int) -> None:
+    shape = model_shape(load_config(str(KIMI)))
+    gpu = gpu_spec("RTX PRO 6000 Blackwell")
+    ring = ring_model(8, gpu.alpha_ns, gpu.link_Bps, gpu.link, None, "none", fixed_ns=24_000)
+    f = phase_floor(shape, Layout(8, "sglang"), Step("x", 1, tokens, 2048), gpu, ring)
+    ref = _seed_reference(tokens)
+    for read in ("attention_weights", "routed_experts", "shared_experts", "router", "dense_mlp", "lm_head", "kv_cache"):
+        assert f.bytes_by_read[read] == pytest.approx(ref[read], abs=1), read
+    assert f.total_bytes == pytest.approx(ref["total"], abs=8)
+    assert f.distinct_experts == pytest.approx(ref["u"])
+    assert f.memory_ns == pytest.approx(ref["mem_ns"], abs=1)
+    assert f.bound == "HBM bytes"
+    assert f.allreduce_count == 123 and f.allreduce_ns == ref["ar_ns"]
+    # floor = memory + allreduce chain + the logits all-gather (small: ~0.3%)
+    assert f.floor_ns - f.gather_ns == pytest.approx(ref["mem_ns"] + ref["ar_ns"], abs=2)
+    assert 0 < f.gather_ns < 0.005 * f.floor_ns
+    # the facts file's worked numbers
+    if tokens == 1:
+        assert f.total_bytes / 1e9 == pytest.approx(6.17, abs=0.01)
+        assert f.floor_ns / 1e6 == pytest.approx(6.8, abs=0.05)
+    else:
+        assert f.total_bytes / 1e9 == pytest.approx(9.05, abs=0.01)
+        assert f.floor_ns / 1e6 == pytest.approx(8.6, abs=0.05)
+
+
+def test_seed_case_verify_over_decode_at_the_floor() -> None:
+    shape = model_shape(load_config(str(KIMI)))
+    gpu = gpu_spec("RTX PRO 6000 Blackwell")
+    ring = ring_model(8, gpu.alpha_ns, gpu.link_Bps, gpu.link, None, "none", fixed_ns=24_000)
+    dec = phase_floor(shape, Layout(8), Step("decode", 1, 1, 2048), gpu, ring)
+    ver = phase_floor(shape, Layout(8), Step("verify", 1, 3, 2048), gpu, ring)
+    assert ver.floor_ns / dec.floor_ns == pytest.approx(1.26, abs=0.01)
+    assert 29e6 / ver.floor_ns == pytest.approx(3.4, abs=0.05)
+    assert 20e6 / ver.floor_ns == pytest.approx(2.3, abs=0.05)
+
+
+def test_expected_distinct_experts_matches_the_facts() -> None:
+    for t, want in ((1, 8.0), (3, 23.5), (8, 59.5), (32, 188), (128, 358)):
+        assert expected_distinct_experts(384, 8, t) == pytest.approx(want, rel=0.01)
+
+
+def test_quantization_blocks() -> None:
+    shape = model_shape(load_config(str(KIMI)))
+    by = {w.read: w for w in shape.weights}
+    assert by["routed_experts"].bytes_per_param == 0.5625
+    assert by["shared_experts"].bytes_per_param == 2.0  # ignored: re:.*shared_experts.*
+    assert by["attention_weights"].bytes_per_param == 2.0
+    assert by["router"].bytes_per_param == 2.0  # the gate is not a Linear
+    assert by["lm_head"].bytes_per_param == 2.0
+    cfg = json.loads(KIMI.read_text())["text_config"]
+    cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    fp8 = {w.read: w for w in model_shape(cfg).weights}
+    assert fp8["routed_experts"].bytes_per_param == pytest.approx(1 + 4 / 16384)
+    assert fp8["routed_experts"].compute == "fp8"
+    assert fp8["lm_head"].bytes_per_param == 2.0
+    cfg["quantization_config"] = {"quant_method": "awq"}
+    with pytest.raises(AnalysisError, match="awq"):
+        model_shape(cfg)
+
+
+def test_other_architectures() -> None:
+    qwen = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 48,
+            "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+            "num_experts_per_tok": 8, "moe_intermediate_size": 768, "intermediate_size": 6144, "vocab_size": 151936,
+            "torch_dtype": "bfloat16"}
+    s = model_shape(qwen)
+    assert s.moe_layers == 48 and s.experts == 128 and s.attention.kind == "gqa"
+    # GQA: 4 KV heads over TP 8 -> one head per rank (replicated), K and V of 128 each per layer
+    f = phase_floor(s, Layout(8), Step("d", 1, 1, 1000), gpu_spec("H200"),
+                    ring_model(8, 800, 450e9, "nvlink", None, "none"))
+    assert f.bytes_by_read["kv_cache"] == 1001 * 2 * 128 * 2 * 48
+    mixtral = {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+               "intermediate_size": 14336, "vocab_size": 32000}
+    m = model_shape(mixtral)
+    assert m.experts == 8 and m.moe_layers == 32
+    llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+    d = model_shape(llama)
+    params = sum(w.params * w.count for w in d.weights)
+    assert params == pytest.approx(8.03e9 - 128256 * 4096, rel=0.01)  # Llama-3-8B without its embedding
+    with pytest.raises(AnalysisError, match="architecture"):
+        model_shape({"architectures": ["MambaForCausalLM"], "hidden_size": 1})
+
+
+def test_ring_fit_recovers_known_alpha_beta() -> None:
+    rng = random.Random(7)
+    n, alpha, beta = 8, 1_700.0, 53e9
+    sizes = [s for s in (14_336, 43_008, 131_072, 1 << 20, 4 << 20, 16 << 20) for _ in range(20)]
+    times = [(2 * (n - 1) * alpha + 2 * (n - 1) / n * m / beta * 1e9) * (1 + rng.gauss(0, 0.02)) for m in sizes]
+    fit = fit_ring(n, sizes, times)
+    assert fit is not None
+    assert fit.alpha_ns == pytest.approx(alpha, rel=0.05)
+    assert fit.beta_Bps == pytest.approx(beta, rel=0.05)
+    assert fit.rel_residual < 0.05
+    assert fit_ring(n, [1000] * 5, [1.0] * 5) is None  # one size: not determined
+    model = ring_model(n, 1.0, 1.0, "pcie", fit, "unused")
+    assert model.source == "fit" and "residual" in model.detail
+    fallback = ring_model(n, 1_700.0, 64e9, "pcie", None, "one message size")
+    assert fallback.source == "gpu table" and "one message size" in fallback.detail
+
+
+def test_gpu_table_has_every_gpu_with_a_source() -> None:
+    names = {g.name for g in gpu_table()}
+    for want in ("H100 SXM", "H100 PCIe", "H200", "B200", "GB200", "RTX PRO 6000 Blackwell", "L40S", "A100 SXM 80GB",
+                 "MI300X", "MI325X", "MI355X"):
+        assert want in names
+    for g in gpu_table():
+        assert g.source and g.hbm_Bps > 0 and g.flops["bf16"] > 0 and g.link_Bps > 0
+    assert gpu_spec("NVIDIA H200").name == "H200"
+    assert gpu_spec("NVIDIA H100 80GB HBM3").name == "H100 SXM"
+    assert gpu_spec("NVIDIA H100 PCIe").name == "H100 PCIe"
+    assert gpu_spec("AMD Instinct MI300X").name == "MI300X"
+    assert gpu_spec("NVIDIA RTX PRO 6000 Blackwell Server Edition").name == "RTX PRO 6000 Blackwell"
+    with pytest.raises(AnalysisError, match="not in the GPU table"):
+        gpu_spec("Voodoo 2")
+
+
+def test_gpu_spec_file(tmp_path: Path) -> None:
+    p = tmp_path / "mine.toml"
+    p.write_text('[[gpu]]\nname = "mine"\nhbm_gbps = 1000\nbf16_tflops = 100\nlink = "pcie"\nlink_gbps = 20\n'
+                 'achievable = 1.0\nsource = "measured"\n')
+    g = gpu_spec(str(p))
+    assert g.name == "mine" and g.hbm_Bps == 1e12 and g.achievable == 1.0 and g.alpha_ns == 1700.0
+    p.write_text('[[gpu]]\nname = "bad"\n')
+    with pytest.raises(AnalysisError, match="missing"):
+        gpu_spec(str(p))
+
+
+def test_cli_what_if_text_and_json() -> None:
+    args = ["sol", "--model", str(KIMI), "--gpu", "RTX PRO 6000 Blackwell", "--tp", "8", "--tokens", "1",
+            "--tokens", "3", "--seq-len", "2048", "--allreduce-us", "24"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "floor 6.80 ms" in res.output and "floor 8.59 ms" in res.output
+    assert "1.26 x 1-token step" in res.output
+    res = CliRunner().invoke(cli, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert SOL.problems(doc) == []
+    assert [p["tokens"] for p in doc["phases"]] == [1, 3]
+    assert doc["phases"][1]["bytes"] == pytest.approx(9.05e9, rel=1e-3)
+
+
+def test_cli_usage_and_bad_input(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["sol", "--gpu", "H200"])
+    assert res.exit_code == 2 and "--model" in res.output
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    res = CliRunner().invoke(cli, ["sol", "--model", str(bad), "--gpu", "H200", "--tokens", "1", "--seq-len", "10"])
+    assert res.exit_code == 1
+    assert "not readable JSON" in res.output and "Traceback" not in res.output

@@ -1,0 +1,71 @@
+"""``tracekit sol``: the speed-of-light model, on a run or for a hypothetical step (analyzers/sol)."""
+
+from __future__ import annotations
+
+import click
+
+from tracekit.cli.common import _table_console, cli
+from tracekit.cli_errors import guarded
+
+
+@cli.command("sol")
+@click.option("--model", "model", default=None, help="Hugging Face config.json (or its checkpoint directory). "
+              "Default on a run: the config its manifest records.")
+@click.option("--gpu", default=None, help="GPU table name (tracekit/data/gpus.toml), or SPEC.toml. "
+              "Default on a run: the device name in its manifest.")
+@click.option("--tp", type=click.IntRange(1), default=None, help="Tensor-parallel degree (default on a run: its world size).")
+@click.option("--tokens", "tokens", type=click.IntRange(1), multiple=True,
+              help="What-if: new tokens per sequence (repeat for several steps, e.g. --tokens 1 --tokens 3).")
+@click.option("--seq-len", type=click.IntRange(0), default=None, help="What-if: context per sequence in the KV cache.")
+@click.option("--batch", type=click.IntRange(1), default=1, show_default=True, help="What-if: sequences per step.")
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "workload"]), default=None,
+              help="Sharding rules (default: sglang; a built-in capture: workload).")
+@click.option("--dp-attention", is_flag=True, help="DP-attention: attention replicated, each rank its share of the batch.")
+@click.option("--ep", type=click.IntRange(1), default=1, show_default=True, help="Expert-parallel degree (1: experts split by TP).")
+@click.option("--kv-dtype", type=click.Choice(["bfloat16", "float16", "fp8", "float32"]), default=None,
+              help="KV cache dtype when it differs from the model's.")
+@click.option("--achievable", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="Fraction of the GPU's peaks the floor assumes (default: the spec's, 0.9 in the table).")
+@click.option("--allreduce-us", type=click.FloatRange(0), default=None,
+              help="Fixed time per allreduce instead of the ring model (e.g. a measured NCCL figure).")
+@click.option("--distinct-experts", type=click.FloatRange(0), default=None,
+              help="What-if: distinct routed experts per MoE layer instead of U(T).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@guarded
+def sol_cmd(model: str | None, gpu: str | None, tp: int | None, tokens: tuple[int, ...],
+            seq_len: int | None, batch: int, engine: str | None, dp_attention: bool, ep: int, kv_dtype: str | None,
+            achievable: float | None, allreduce_us: float | None, distinct_experts: float | None,
+            as_json: bool) -> None:
+    """What a phase should cost: the floor per phase and bucket, and % of SOL (floor / measured).
+
+    \b
+    tracekit sol --model CONFIG --gpu NAME --tp N --tokens T --seq-len S [--batch B]   # what-if
+    """
+    import dataclasses
+    import json
+
+    from tracekit.analyzers.sol.config import load_config, model_shape
+    from tracekit.analyzers.sol.gpus import gpu_spec
+    from tracekit.analyzers.sol.model import Layout, Step
+    from tracekit.analyzers.sol.report import what_if
+    from tracekit.render import sol as render_sol
+
+    missing = [o for o, v in (("--model", model), ("--gpu", gpu), ("--tokens", tokens), ("--seq-len", seq_len))
+               if not v and v != 0]
+    if missing:
+        raise click.UsageError(f"give {', '.join(missing)} (the what-if form)")
+    assert model is not None and gpu is not None and seq_len is not None
+    shape = model_shape(load_config(model), kv_dtype=kv_dtype)
+    spec = gpu_spec(gpu)
+    if achievable is not None:
+        spec = dataclasses.replace(spec, achievable=achievable)
+    layout = Layout(tp or 1, engine or "sglang", dp_attention, ep)
+    src = "uniform routing U(T)" if distinct_experts is None else "given (--distinct-experts)"
+    steps = [Step(f"{t}-token step" if t > 1 else "1-token step", batch, t, seq_len, distinct_experts, src)
+             for t in tokens]
+    rep = what_if(shape, model, spec, "--gpu", layout, steps,
+                  None if allreduce_us is None else allreduce_us * 1000)
+    if as_json:
+        click.echo(json.dumps(render_sol.to_json(rep), indent=2, allow_nan=False))
+    else:
+        render_sol.render(rep, _table_console())

@@ -1,0 +1,176 @@
+"""Render ``tracekit sol``: per phase the floor beside the measured time, per bucket, bytes by what is
+read; the ``--json`` document. Reads a ``SolReport`` (analyzers/sol/report.py) only."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from rich.console import Console
+from rich.table import Table
+
+from tracekit.analyzers.sol.report import PhaseSol, SolReport
+from tracekit.documents import SOL
+from tracekit.render.attribute import LABELS
+from tracekit.render.units import dur, ms
+
+SOL_LABELS: Final = {**LABELS, "allreduce": "allreduce", "comm": "logits all-gather",
+                     "launch_idle": "launch overhead + idle", "other": "everything else (not modelled)"}
+READ_LABELS: Final = {
+    "attention_weights": "attention weights", "kv_cache": "KV cache", "router": "router",
+    "routed_experts": "routed experts", "shared_experts": "shared experts", "dense_mlp": "dense MLP",
+    "lm_head": "lm_head",
+}
+DEFINITIONS: Final = {
+    "floor_ns": "speed of light of the phase on one GPU, an ESTIMATE: max(bytes / (HBM bandwidth x achievable), "
+                "FLOPs / (dense rate x achievable)) + allreduce chain + logits all-gather (docs/sol.md)",
+    "pct_of_sol": "floor / measured x 100 (100 = at the floor); above 100 the floor is wrong",
+    "measured_ns": "median instance: the unprofiled timer where the run has one (clock), else the profiled GPU window",
+    "bucket measured_ns": "median per instance of the bucket's exclusive time in the profiled window (tracekit attribute)",
+    "bytes_by_read": "bytes one GPU reads from HBM per forward, by what is read",
+}
+
+
+def _pct(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.0f}%"
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.3f} GB" if b >= 1e8 else f"{b / 1e6:.2f} MB"
+
+
+def header_lines(rep: SolReport) -> list[str]:
+    g = rep.gpu
+    lay = rep.layout
+    lines = [
+        f"model: {rep.model} ({rep.architecture}; {rep.quant}) from {rep.model_source}",
+        f"GPU: {g.name} ({rep.gpu_source}): HBM {g.hbm_Bps / 1e9:.0f} GB/s, bf16 {g.flops['bf16'] / 1e12:.0f} TFLOP/s,"
+        f" {g.achievable * 100:.0f}% achievable; {g.link} {g.link_Bps / 1e9:.0f} GB/s per direction",
+        f"layout: TP {lay.tp}, {lay.engine} sharding rules" + (", DP-attention" if lay.dp_attention else "")
+        + (f", EP {lay.ep}" if lay.ep > 1 else ""),
+        f"allreduce: {rep.ring.source}: {rep.ring.detail}",
+        "floors are estimates of the speed-of-light model (docs/sol.md); % of SOL = floor / measured",
+    ]
+    return lines
+
+
+def phase_lines(p: PhaseSol) -> list[str]:
+    f = p.floor
+    s = f.step
+    head = (f"{p.phase}: batch {s.batch} x {s.tokens} token{'s' if s.tokens != 1 else ''} at context {s.seq_len}: "
+            f"floor {ms(f.floor_ns, 2)} = max(HBM {ms(f.memory_ns, 2)} for {_gb(f.total_bytes)}/GPU, FLOPs "
+            f"{ms(f.compute_ns, 2)}) + {f.allreduce_count} allreduces x {dur(f.allreduce_ns / max(f.allreduce_count, 1))}"
+            f" ({f.allreduce_bytes:,} B each, {f.allreduce_bound}) + logits all-gather {dur(f.gather_ns)};"
+            f" bound by {f.bound}")
+    out = [head]
+    if p.measured_ns is not None:
+        out.append(f"  measured {ms(p.measured_ns, 2)} ({p.clock}, median of {p.instances} instances): "
+                   f"{_pct(p.pct)} of SOL ({p.measured_ns / f.floor_ns:.2f}x the floor)")
+    if f.distinct_experts:
+        out.append(f"  distinct routed experts per MoE layer: {f.distinct_experts:.1f} ({f.distinct_source})")
+    if p.note:
+        out.append(f"  {p.note}")
+    if p.beaten:
+        out.append(f"  WRONG FLOOR: the measured {ms(p.measured_ns, 3)} beats the floor {ms(f.floor_ns, 3)}: a floor a "
+                   "measurement beats is wrong (model config, GPU spec, achievable fraction or sharding rules)")
+    for b in p.buckets:
+        if b.beaten:
+            out.append(f"  WRONG FLOOR: {SOL_LABELS.get(b.bucket, b.bucket)} measured {dur(b.measured_ns)} beats its "
+                       f"floor {dur(b.floor_ns)}")
+    return out
+
+
+def _tables(p: PhaseSol) -> tuple[Table, Table]:
+    measured = p.measured_ns is not None
+    t = Table(title=f"{p.phase}: per bucket", title_justify="left")
+    t.add_column("bucket")
+    t.add_column("floor", justify="right")
+    t.add_column("bound")
+    if measured:
+        t.add_column("measured (median)", justify="right")
+        t.add_column("% of SOL", justify="right")
+    for b in p.buckets:
+        row = [SOL_LABELS.get(b.bucket, b.bucket), dur(b.floor_ns), b.bound]
+        if measured:
+            row += [dur(b.measured_ns), _pct(b.pct) + (" WRONG FLOOR" if b.beaten else "")]
+        t.add_row(*row)
+    r = Table(title=f"{p.phase}: bytes per GPU by what is read", title_justify="left")
+    r.add_column("read")
+    r.add_column("bytes", justify="right")
+    r.add_column("share", justify="right")
+    total = p.floor.total_bytes or 1
+    for k, v in p.floor.bytes_by_read.items():
+        r.add_row(READ_LABELS[k], f"{v:,}", f"{100 * v / total:.1f}%")
+    r.add_row("total", f"{p.floor.total_bytes:,}", "100%")
+    return t, r
+
+
+def ratio_lines(rep: SolReport) -> list[str]:
+    """At the floor: each phase against the one-token step (the SOL break-even accept length of a verify)."""
+    one = next((p for p in rep.phases if p.floor.step.tokens == 1 and p.floor.step.batch > 0), None)
+    out: list[str] = []
+    if one is None:
+        return out
+    for p in rep.phases:
+        if p is one or p.floor.step.tokens <= 1:
+            continue
+        x = p.floor.floor_ns / one.floor.floor_ns
+        out.append(f"at the floor, {p.phase} costs {x:.2f} x {one.phase} ({ms(p.floor.floor_ns, 2)} / "
+                   f"{ms(one.floor.floor_ns, 2)}): a verify alone breaks even at {x:.2f} tokens per cycle")
+    return out
+
+
+def render(rep: SolReport, console: Console) -> None:
+    for line in header_lines(rep):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for n in rep.notes:
+        console.print(f"note: {n}", highlight=False, markup=False, soft_wrap=True)
+    for p in rep.phases:
+        console.print()
+        for line in phase_lines(p):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+        t, r = _tables(p)
+        console.print(t)
+        console.print(r)
+    for line in ratio_lines(rep):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if rep.beaten:
+        console.print("WRONG FLOOR: a measurement beats its floor (see above): the model's inputs are wrong for this run",
+                      highlight=False, markup=False, soft_wrap=True)
+
+
+def _phase_json(p: PhaseSol) -> dict[str, Any]:
+    f = p.floor
+    s = f.step
+    return {
+        "phase": p.phase, "batch": s.batch, "tokens": s.tokens, "seq_len": s.seq_len,
+        "floor_ns": f.floor_ns, "bound": f.bound, "memory_ns": f.memory_ns, "compute_ns": f.compute_ns,
+        "allreduce_ns": f.allreduce_ns, "allreduce_count": f.allreduce_count, "allreduce_bytes": f.allreduce_bytes,
+        "allreduce_bound": f.allreduce_bound, "gather_ns": f.gather_ns, "bytes": f.total_bytes,
+        "bytes_by_read": dict(f.bytes_by_read), "flops": f.flops,
+        "distinct_experts": f.distinct_experts, "distinct_source": f.distinct_source,
+        "measured_ns": p.measured_ns, "clock": p.clock, "instances": p.instances, "pct_of_sol": p.pct,
+        "floor_beaten": p.beaten, "note": p.note,
+        "buckets": [{"bucket": b.bucket, "floor_ns": b.floor_ns, "bound": b.bound, "measured_ns": b.measured_ns,
+                     "pct_of_sol": b.pct, "floor_beaten": b.beaten} for b in p.buckets],
+    }
+
+
+def to_json(rep: SolReport) -> dict[str, Any]:
+    g = rep.gpu
+    return SOL.make({
+        "run": rep.run,
+        "estimate": True,
+        "model": {"name": rep.model, "source": rep.model_source, "architecture": rep.architecture, "quant": rep.quant},
+        "gpu": {"name": g.name, "chosen_by": rep.gpu_source, "hbm_bytes_per_s": g.hbm_Bps,
+                "flops_per_s": dict(g.flops), "achievable": g.achievable, "link": g.link,
+                "link_bytes_per_s": g.link_Bps, "source": g.source},
+        "layout": {"tp": rep.layout.tp, "engine": rep.layout.engine, "dp_attention": rep.layout.dp_attention,
+                   "ep": rep.layout.ep},
+        "allreduce_model": {"source": rep.ring.source, "alpha_ns": rep.ring.alpha_ns,
+                            "beta_bytes_per_s": rep.ring.beta_Bps, "fixed_ns": rep.ring.fixed_ns,
+                            "detail": rep.ring.detail},
+        "phases": [_phase_json(p) for p in rep.phases],
+        "floor_beaten": rep.beaten,
+        "notes": list(rep.notes),
+        "definitions": DEFINITIONS,
+    })
