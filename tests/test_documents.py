@@ -31,6 +31,7 @@ COMMANDS = {
     "sol-what-if": ["sol", "--model", str(REPO / "samples" / "sol" / "kimi-k2.5.config.json"), "--gpu", "H200",
                     "--tp", "8", "--tokens", "4", "--seq-len", "32768", "--json"],
 }
+LOGS = REPO / "samples" / "logs"
 
 
 def _doc(args: list[str]) -> dict[str, object]:
@@ -56,6 +57,11 @@ def test_validate_trace_document(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     doc = _doc(["validate-trace", str(out), "--json"])
     assert document_type(doc).problems(doc) == [] and doc["document"] == "validate-trace"
+
+
+def test_logs_document(tmp_path: Path) -> None:
+    doc = _doc(["logs", str(LOGS / "sglang-0.5.9.log"), "-o", str(tmp_path / "r.parquet"), "--json"])
+    assert document_type(doc).problems(doc) == [] and doc["document"] == "logs"
 
 
 def test_docs_page_lists_every_document_and_version() -> None:

@@ -94,7 +94,13 @@ SOL = DocumentType(
           "definitions"),
 )
 
-DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE, SOL)
+LOGS = DocumentType(
+    "logs", 1, "tracekit logs --json",
+    keys=("output", "rows", "clock", "sources", "grammars", "patterns"),
+)
+
+DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE, SOL,
+                                       LOGS)
 
 
 def document_type(doc: Mapping[str, Any]) -> DocumentType:
@@ -102,5 +108,6 @@ def document_type(doc: Mapping[str, Any]) -> DocumentType:
     return {d.name: d for d in DOCUMENTS}[str(doc.get("document"))]
 
 
-__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "RANKS", "SOL", "SPEC", "VALIDATE_TRACE",
+__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "LOGS", "RANKS", "SOL", "SPEC",
+           "VALIDATE_TRACE",
            "DocumentType", "document_type"]

@@ -28,6 +28,7 @@ COMMAND_MODULES: dict[str, str] = {
     "ranks": "tracekit.cli.forensics",
     "report": "tracekit.cli.report", "merge": "tracekit.cli.report",
     "sol": "tracekit.cli.sol",
+    "logs": "tracekit.cli.logs",
     # the SGLang integration's commands live beside it (no torch or sglang import at load)
     "sglang-capture": "tracekit.collectors.sglang.commands", "sglang-launch": "tracekit.collectors.sglang.commands",
     "sglang-bootstrap": "tracekit.collectors.sglang.commands", "sglang-check": "tracekit.collectors.sglang.commands",

@@ -1,0 +1,150 @@
+"""tracekit logs: grammars per version family on real engine output (samples/logs/), the one accept
+definition, user patterns, fuzzed input, the CLI's exit statuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracekit.logs.accept import NEW, OLD, infer_sglang_draft_tokens
+from tracekit.logs.lines import HalfMatch, Match, match_line
+from tracekit.logs.parse import parse_logs
+from tracekit.logs.patterns import PatternError, compile_pattern
+from tracekit.logs.run import read_log_manifest
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "logs"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=300)
+
+
+def _rows(tmp_path: Path, *names: str, patterns: tuple[str, ...] = ()) -> tuple[pl.DataFrame, dict[str, object]]:
+    out = tmp_path / "run.parquet"
+    res = parse_logs([str(SAMPLES / n) for n in names], out, [compile_pattern(p) for p in patterns])
+    return pl.read_parquet(out), res.manifest
+
+
+@pytest.mark.parametrize(("name", "version", "has_accept", "graph"), [
+    ("sglang-0.4.0.log", "0.4.0-0.4.x (no graph field)", False, None),
+    ("sglang-0.4.6.post5.log", "0.4.x-0.5.2 ('Decode batch.')", True, True),
+    ("sglang-0.5.2.log", "0.4.x-0.5.2 ('Decode batch.')", True, True),
+    ("sglang-0.5.9.log", "0.5.3+ ('Decode batch,')", True, True),
+    ("sglang-0.5.12.log", "0.5.3+ ('Decode batch,')", True, True),
+])
+def test_sglang_decode_per_version(tmp_path: Path, name: str, version: str, has_accept: bool, graph: bool | None) -> None:
+    df, man = _rows(tmp_path, name)
+    src = man["sources"][0]  # type: ignore[index]
+    assert src["lines"] == 6 and src["matched"] == {"sglang.decode": 6} and src["half_matched"] == 0
+    first = df.row(1, named=True)  # made from (4 reqs, 3121 tokens, 438 accepted in 160 verifies, 438 tokens in 1 s)
+    assert first["version"] == version
+    assert (first["running_req"], first["token"], first["queue_req"]) == (4, 3121, 0)
+    assert first["tokens_per_req"] == pytest.approx(3121 / 4)
+    assert first["gen_throughput"] == pytest.approx(438, rel=0.02)
+    assert first["time_ns"] == 1756720810 * 10**9 and first["tp"] == 0
+    assert first["graph"] is graph
+    assert df["interval_ns"].drop_nulls().to_list() == [10 * 10**9] * 5
+    if has_accept:
+        assert first["accept_length"] == pytest.approx(2.74)  # 438 / 160, bonus included
+    else:
+        assert first["accept_length"] is None
+
+
+def test_sglang_accept_rate_meanings(tmp_path: Path) -> None:
+    """0.5.9 printed accept len / N, 0.5.12 (accept len - 1) / (N - 1): both resolve to k = 3 draft
+    tokens (N = 4) and give one accept_rate."""
+    old, man_old = _rows(tmp_path, "sglang-0.5.9.log")
+    new, man_new = _rows(tmp_path, "sglang-0.5.12.log")
+    assert man_old["sources"][0]["draft_tokens_per_verify"]["k"] == 3  # type: ignore[index]
+    assert OLD in man_old["sources"][0]["draft_tokens_per_verify"]["source"]  # type: ignore[index]
+    assert NEW in man_new["sources"][0]["draft_tokens_per_verify"]["source"]  # type: ignore[index]
+    assert old["sglang_accept_rate"][1] == pytest.approx(0.68) and new["sglang_accept_rate"][1] == pytest.approx(0.58)
+    assert old["accept_rate"].to_list() == pytest.approx(new["accept_rate"].to_list())
+    assert old["accept_rate"][1] == pytest.approx((2.74 - 1) / 3)
+
+
+def test_infer_draft_tokens_needs_evidence() -> None:
+    assert infer_sglang_draft_tokens([(2.74, 0.69)]) is None  # one pair fits both meanings
+    got = infer_sglang_draft_tokens([(2.75, 0.69), (2.44, 0.61), (2.5, 0.63)])
+    assert got is not None and got.k == 3 and got.meaning == OLD
+
+
+def test_vllm_v0_accept_definition(tmp_path: Path) -> None:
+    """V0's emitted tokens per verify is the accept length (bonus included); its printed draft
+    acceptance rate counts accepted positions after a rejection too, so it is kept raw."""
+    df, man = _rows(tmp_path, "vllm-v0.log")
+    spec = df.filter(pl.col("record") == "spec_stats").row(0, named=True)
+    assert spec["version"].startswith("V0")
+    assert spec["accept_length"] == pytest.approx(10616 * 3 / 13311)
+    assert spec["accept_rate"] == pytest.approx((10616 * 3 / 13311 - 1) / 3)
+    assert spec["vllm_v0_draft_acceptance_rate"] == pytest.approx(0.642)
+    stats = df.filter(pl.col("record") == "engine_stats").row(0, named=True)
+    assert (stats["running_req"], stats["queue_req"], stats["swapped_req"]) == (6, 0, 0)
+    assert stats["kv_cache_usage_pct"] == pytest.approx(9.2) and stats["kv_device"] == "GPU"
+    src = man["sources"][0]  # type: ignore[index]
+    assert src["unmatched"] == 1 and "Prefix cache hit rate: GPU" in src["unmatched_examples"][0]["text"]
+
+
+def test_user_pattern_seed_lines(tmp_path: Path) -> None:
+    df, _ = _rows(tmp_path, "seed-target-verify.log", patterns=("Target verify: {verify_ms:f} ms/cyc",))
+    assert df["verify_ms"].to_list() == [20.00, 19.98, 19.98, 19.98, 19.96]
+    assert set(df["record"]) == {"user"}
+
+
+@pytest.mark.parametrize("bad", ["no fields", "x {a:q}", "{1a:f}", "{a:f} {a:d}", "x {a"])
+def test_bad_patterns(bad: str) -> None:
+    with pytest.raises(PatternError):
+        compile_pattern(bad)
+
+
+def test_half_match_names_the_field() -> None:
+    line = ("[2025-09-01 10:00:10 TP0] Decode batch, #running-req: four, #token: 3121, token usage: 0.03, "
+            "cuda graph: True, gen throughput (token/s): 438.00, #queue-req: 0")
+    (r,) = match_line(line, [], 2025)
+    assert isinstance(r, HalfMatch) and r.field == "#running-req" and "not an integer" in r.problem
+    truncated = line.replace("four", "4")[:120]
+    (r,) = match_line(truncated, [], 2025)
+    assert isinstance(r, HalfMatch) and r.field in ("gen throughput (token/s)", "#queue-req")
+
+
+def test_reordered_and_unknown_fields() -> None:
+    real = (SAMPLES / "sglang-0.5.9.log").read_text().splitlines()[1]
+    head, body = real.split("Decode batch, ")
+    parts = body.split(", ")
+    line = head + "Decode batch, " + ", ".join([*reversed(parts), "new thing: 7"])
+    (r,) = match_line(line, [], 2025)
+    assert isinstance(r, Match) and r.row["running_req"] == 4 and r.row["token"] == 3121
+    assert r.unknown == ["new thing"]
+
+
+def test_fuzzed_file(tmp_path: Path) -> None:
+    real = (SAMPLES / "sglang-0.5.9.log").read_bytes().splitlines()
+    data = [real[0], real[1][:70], b"\xff\xfe garbage " + real[2], b"x" * (10 << 20), real[3], b"", real[4]]
+    log = tmp_path / "fuzz.log"
+    log.write_bytes(b"\n".join(data) + b"\n")
+    res = parse_logs([str(log)], tmp_path / "out.parquet", [])
+    src = res.manifest["sources"][0]
+    assert src["overlong_lines"] == 1 and src["invalid_utf8_lines"] == 1 and src["half_matched"] == 1
+    assert src["matched"] == {"sglang.decode": 4}  # the garbage-prefixed line still reads
+    assert res.rows == 4
+
+
+def test_cli_logs_and_errors(tmp_path: Path) -> None:
+    out = tmp_path / "r.parquet"
+    p = _cli("logs", str(SAMPLES / "sglang-0.5.9.log"), "-o", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["document"] == "logs" and doc["schema_version"] == 1 and doc["rows"] == 6
+    man = read_log_manifest(out)
+    assert man is not None and man["sources"][0]["sha256"] and man["run_kind"] == "logs"
+    p = _cli("logs", str(tmp_path / "missing.log"), "-o", str(tmp_path / "x.parquet"))
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "missing.log" in p.stderr
+    p = _cli("logs", str(SAMPLES / "sglang-0.5.9.log"), "-o", str(tmp_path / "y.parquet"), "--pattern", "nothing")
+    assert p.returncode == 2 and "names no field" in p.stderr and "Traceback" not in p.stderr
+    p = _cli("logs", str(out), "-o", str(out))
+    assert p.returncode == 2  # the output is an input

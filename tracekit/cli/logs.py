@@ -1,0 +1,65 @@
+"""``tracekit logs``: engine logs and metrics snapshots as a log run (docs/logs.md)."""
+
+from __future__ import annotations
+
+import click
+
+from tracekit.cli.common import _claim, cli
+from tracekit.cli_errors import guarded
+
+
+def user_patterns(patterns: tuple[str, ...], pattern_file: str | None) -> list[object]:
+    """The compiled ``--pattern`` / ``--patterns FILE`` (a bad one: exit 2, one line)."""
+    from tracekit.logs.patterns import compile_patterns, read_pattern_file
+    from tracekit.logs.run import reserved_columns
+
+    texts = [*patterns, *(read_pattern_file(pattern_file) if pattern_file else [])]
+    return list(compile_patterns(texts, reserved_columns()))
+
+
+@cli.command("logs")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Log run (.parquet) to write.")
+@click.option("--pattern", "patterns", multiple=True,
+              help="A user pattern, e.g. 'Target verify: {verify_ms:f} ms/cyc' (repeatable; d int, f number, s word).")
+@click.option("--patterns", "pattern_file", type=click.Path(dir_okay=False), help="A file of user patterns, one a line.")
+@click.option("--engine-version", default=None, help="The engine version, when the log does not print it (e.g. 'sglang 0.5.9').")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as a JSON document.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
+@guarded
+def logs_cmd(files: tuple[str, ...], output: str, patterns: tuple[str, ...], pattern_file: str | None,
+             engine_version: str | None, as_json: bool, quiet: bool) -> None:
+    """Read SGLang / vLLM server logs, Prometheus /metrics snapshots and user-pattern lines into a log run.
+
+    \b
+    Each matched line is a row (its time, DP/TP/EP tags, engine, grammar version, every field
+    typed); lines that match nothing are counted and the first few shown. The run is read by
+    info, spec, diff and report. Two or more metrics snapshots (curl URL/metrics > t1.prom) give
+    one interval per consecutive pair.
+    """
+    from typing import Any
+
+    from tracekit.logs.parse import parse_logs
+    from tracekit.render.logs import summary_lines, to_json
+
+    pats: Any = user_patterns(patterns, pattern_file)
+    progress: Any = None
+    if not quiet and not as_json:
+        from rich.console import Console
+
+        from tracekit.render.ingest import ByteProgress
+
+        progress = ByteProgress(Console(stderr=True, soft_wrap=True))
+    with _claim(output, list(files)):
+        try:
+            res = parse_logs(files, output, pats, engine_version=engine_version, progress=progress)
+        finally:
+            if progress is not None:
+                progress.stop()
+    if as_json:
+        import json
+
+        click.echo(json.dumps(to_json(res.manifest, res.rows, str(res.path)), indent=2, default=str))
+    elif not quiet:
+        for line in summary_lines(res.manifest, res.rows, str(res.path)):
+            click.echo(line, err=True)
