@@ -2,7 +2,7 @@
 
 Ring allreduce of M bytes over n ranks: t(M) = 2(n-1) alpha + 2(n-1)/n * M / beta (alpha: latency
 per ring step, beta: bandwidth per direction). ``fit_ring`` fits alpha and beta by least squares
-to (message size, transfer time) pairs: the TRANSFER part of each collective (its time minus the
+through the fastest transfer of each message size: the TRANSFER part of each collective (its time minus the
 wait for the last rank to arrive, analyzers/coll_match.py), so that waiting for a straggler is
 never taken for link time. A fit needs at least ``MIN_SIZES`` distinct sizes; with fewer, or
 a fit whose alpha or beta is not positive, the GPU table's link (alpha estimate, beta = the
@@ -59,41 +59,59 @@ class RingFit:
     beta_Bps: float
     points: int
     sizes: int
-    rms_residual_ns: float
+    rms_residual_ns: float  # of every transfer about the fitted line
     rel_residual: float  # rms residual / mean transfer time
+    beta_from_table: bool = False  # the transfers showed no bandwidth term (all latency-bound): beta given
 
 
-def fit_ring(ranks: int, sizes: Sequence[float], times_ns: Sequence[float]) -> RingFit | None:
-    """Least-squares alpha, beta of t = 2(n-1) alpha + 2(n-1)/n M / beta; None with fewer than MIN_SIZES
-    distinct sizes (the line is not determined)."""
+def fit_ring(ranks: int, sizes: Sequence[float], times_ns: Sequence[float],
+             fallback_beta_Bps: float | None = None) -> RingFit | None:
+    """alpha, beta of t = 2(n-1) alpha + 2(n-1)/n M / beta through the fastest transfer of each message size
+    (least squares over the sizes): a floor is a lower bound, so the line runs under every transfer, not
+    through the typical one; the residual is every transfer's about that line. None with
+    fewer than MIN_SIZES distinct sizes. Where the per-size floors do not rise with the size (every size
+    latency-bound) and ``fallback_beta_Bps`` is given, beta is that and alpha the smallest latency left."""
     n = len(sizes)
     if n != len(times_ns) or ranks < 2 or len(set(sizes)) < MIN_SIZES:
         return None
-    # t = a + b * M with a = 2(n-1) alpha, b = 2(n-1)/(n beta)
-    mx = sum(sizes) / n
-    my = sum(times_ns) / n
-    sxx = sum((x - mx) ** 2 for x in sizes)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(sizes, times_ns, strict=True))
-    b = sxy / sxx
-    a = my - b * mx
-    res = [y - (a + b * x) for x, y in zip(sizes, times_ns, strict=True)]
-    rms = (sum(r * r for r in res) / n) ** 0.5
+    by: dict[float, list[float]] = {}
+    for m, t in zip(sizes, times_ns, strict=True):
+        by.setdefault(float(m), []).append(float(t))
+    xs = sorted(by)
+    ys = [min(by[x]) for x in xs]
+    k = len(xs)
+    mx, my = sum(xs) / k, sum(ys) / k
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
     steps = 2 * (ranks - 1)
+    from_table = False
+    if b <= 0 and fallback_beta_Bps:
+        b = steps / ranks / fallback_beta_Bps * 1e9
+        a = min(y - b * x for x, y in zip(xs, ys, strict=True))  # under every size's fastest transfer
+        from_table = True
+    else:
+        a = my - b * mx
+    res = [t - (a + b * m) for m, t in zip(sizes, times_ns, strict=True)]
+    rms = (sum(r * r for r in res) / n) ** 0.5
+    mean_t = sum(times_ns) / n
     beta = steps / ranks / b * 1e9 if b > 0 else float("inf")
-    return RingFit(a / steps, beta, n, len(set(sizes)), rms, rms / my if my else 0.0)
+    return RingFit(a / steps, beta, n, k, rms, rms / mean_t if mean_t else 0.0, from_table)
 
 
 def ring_model(ranks: int, table_alpha_ns: float, table_beta_Bps: float, link: str, fit: RingFit | None,
                why_no_fit: str, fixed_ns: float | None = None) -> RingModel:
-    """The model the floor uses: a fixed time, the run's fit, or the table's link (see module doc)."""
+    """The model the floor uses: a fixed time, the run's fit, or the table's link (see module doc).
+    ``why_no_fit``: without a fit, why; with one, where its message sizes came from."""
     if fixed_ns is not None:
         return RingModel(ranks, table_alpha_ns, table_beta_Bps, "fixed",
                          f"{fixed_ns / 1000:g} us per allreduce, as given (--allreduce-us)", fixed_ns)
     if fit is not None and fit.alpha_ns > 0 and 0 < fit.beta_Bps < float("inf"):
+        beta = f"beta {fit.beta_Bps / 1e9:.1f} GB/s" + (
+            " (the GPU table's link: every size latency-bound)" if fit.beta_from_table else "")
         return RingModel(ranks, fit.alpha_ns, fit.beta_Bps, "fit",
-                         f"fit to {fit.points} transfers over {fit.sizes} message sizes: alpha {fit.alpha_ns / 1000:.2f} us,"
-                         f" beta {fit.beta_Bps / 1e9:.1f} GB/s, rms residual {fit.rms_residual_ns / 1000:.2f} us"
-                         f" ({fit.rel_residual * 100:.0f}% of the mean transfer)")
+                         f"fit to the fastest of {fit.points} transfers per size over {fit.sizes} message sizes: alpha "
+                         f"{fit.alpha_ns / 1000:.2f} us, {beta}, rms residual {fit.rms_residual_ns / 1000:.2f} us"
+                         f" ({fit.rel_residual * 100:.0f}% of the mean transfer); {why_no_fit}")
     if fit is not None:
         why_no_fit = (f"the fit to {fit.points} transfers gave alpha {fit.alpha_ns / 1000:.2f} us, beta "
                       f"{fit.beta_Bps / 1e9:.3g} GB/s (not both positive)")

@@ -26,10 +26,13 @@ from tracekit.errors import AnalysisError
 
 # what a weight's bytes are reported under ("bytes split by what is read")
 READS: Final = ("attention_weights", "kv_cache", "router", "routed_experts", "shared_experts", "dense_mlp", "lm_head")
-# the attribution bucket each read is counted in
+# the attribution bucket whose kernels do each read, as tracekit's category rules sort kernels
+# (tracekit/data/categories.toml, by kernel name): the attention kernels read the KV cache; the
+# routed experts run in MoE kernels (fused_moe, grouped GEMMs); every other weight is multiplied
+# by a dense (cuBLAS-class) GEMM, the attention projections, router and shared experts included
 READ_BUCKET: Final = {
-    "attention_weights": "attention", "kv_cache": "attention", "router": "moe", "routed_experts": "moe",
-    "shared_experts": "moe", "dense_mlp": "gemm", "lm_head": "gemm",
+    "attention_weights": "gemm", "kv_cache": "attention", "router": "gemm", "routed_experts": "moe",
+    "shared_experts": "gemm", "dense_mlp": "gemm", "lm_head": "gemm",
 }
 # sharding rules a weight can have (applied by analyzers/sol/sharding.py)
 SHARDS: Final = ("tp", "replicated", "expert")

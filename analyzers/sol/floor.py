@@ -4,9 +4,10 @@ floor = max(bytes / (HBM bandwidth x achievable), sum over precisions of FLOPs /
         + allreduces x t_allreduce(M) + the logits all-gather,
 with M = tokens x hidden x activation bytes, ``ModelShape.allreduces`` allreduces on the critical
 path (after attention and after the MLP/MoE of every layer, plus the vocab-parallel embedding) and
-t from ``analyzers/sol/allreduce.py``. Per bucket: attention (its weights + the KV cache),
-moe (router, routed and shared experts), gemm (dense MLP, lm_head): max(bytes / BW, FLOPs / rate)
-of that bucket's reads; allreduce: the chain; comm: the logits all-gather; every other bucket
+t from ``analyzers/sol/allreduce.py``. Per bucket, by the kernels that do the reads (config.READ_BUCKET, as
+tracekit's category rules sort kernels): attention (the attention kernels: KV cache), moe (the
+routed experts), gemm (every dense GEMM: attention projections, router, shared experts, dense
+MLP, lm_head): max(bytes / BW, FLOPs / rate) of that bucket's reads; allreduce: the chain; comm: the logits all-gather; every other bucket
 (launch overhead, idle, norms, elementwise, sampling, memory) has floor 0: not modelled, so its
 whole measured time is excess. An estimate: the method is docs/sol.md's.
 """

@@ -67,6 +67,19 @@ class SolReport:
     def beaten(self) -> bool:
         return any(p.beaten or any(b.beaten for b in p.buckets) for p in self.phases)
 
+    def phase(self, name: str) -> PhaseSol | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+    def break_even_at_floor(self) -> tuple[float, tuple[str, ...]] | None:
+        """SOL break-even tokens per cycle: the speculative cycle's floor (draft + verify + draft_extend, the
+        phases the run has) / the decode step's floor; None without verify and decode."""
+        verify, decode = self.phase("verify"), self.phase("decode")
+        if verify is None or decode is None or decode.floor.floor_ns <= 0:
+            return None
+        found = [(name, ph) for name in ("draft", "verify", "draft_extend") if (ph := self.phase(name)) is not None]
+        cycle = sum(ph.floor.floor_ns for _, ph in found)
+        return cycle / decode.floor.floor_ns, tuple(name for name, _ in found)
+
 
 def floor_only(phase: str, f: PhaseFloor) -> PhaseSol:
     """A phase with its floor and no measurement (the what-if form)."""

@@ -9,6 +9,7 @@ from tracekit.cli_errors import guarded
 
 
 @cli.command("sol")
+@click.argument("run", required=False, type=click.Path(dir_okay=True))
 @click.option("--model", "model", default=None, help="Hugging Face config.json (or its checkpoint directory). "
               "Default on a run: the config its manifest records.")
 @click.option("--gpu", default=None, help="GPU table name (tracekit/data/gpus.toml), or SPEC.toml. "
@@ -32,13 +33,14 @@ from tracekit.cli_errors import guarded
               help="What-if: distinct routed experts per MoE layer instead of U(T).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @guarded
-def sol_cmd(model: str | None, gpu: str | None, tp: int | None, tokens: tuple[int, ...],
+def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None, tokens: tuple[int, ...],
             seq_len: int | None, batch: int, engine: str | None, dp_attention: bool, ep: int, kv_dtype: str | None,
             achievable: float | None, allreduce_us: float | None, distinct_experts: float | None,
             as_json: bool) -> None:
     """What a phase should cost: the floor per phase and bucket, and % of SOL (floor / measured).
 
     \b
+    tracekit sol RUN [--model CONFIG] [--gpu NAME|SPEC.toml]         # beside a run's phases
     tracekit sol --model CONFIG --gpu NAME --tp N --tokens T --seq-len S [--batch B]   # what-if
     """
     import dataclasses
@@ -50,21 +52,38 @@ def sol_cmd(model: str | None, gpu: str | None, tp: int | None, tokens: tuple[in
     from tracekit.analyzers.sol.report import what_if
     from tracekit.render import sol as render_sol
 
-    missing = [o for o, v in (("--model", model), ("--gpu", gpu), ("--tokens", tokens), ("--seq-len", seq_len))
-               if not v and v != 0]
-    if missing:
-        raise click.UsageError(f"give {', '.join(missing)} (the what-if form)")
-    assert model is not None and gpu is not None and seq_len is not None
-    shape = model_shape(load_config(model), kv_dtype=kv_dtype)
-    spec = gpu_spec(gpu)
-    if achievable is not None:
-        spec = dataclasses.replace(spec, achievable=achievable)
-    layout = Layout(tp or 1, engine or "sglang", dp_attention, ep)
-    src = "uniform routing U(T)" if distinct_experts is None else "given (--distinct-experts)"
-    steps = [Step(f"{t}-token step" if t > 1 else "1-token step", batch, t, seq_len, distinct_experts, src)
-             for t in tokens]
-    rep = what_if(shape, model, spec, "--gpu", layout, steps,
-                  None if allreduce_us is None else allreduce_us * 1000)
+    if run is not None:
+        if tokens or seq_len is not None or distinct_experts is not None:
+            raise click.UsageError("--tokens, --seq-len and --distinct-experts are for the what-if form (no RUN)")
+        from tracekit.analyzers.sol.run import sol_of_run
+        from tracekit.cli.common import _load, _note_partial
+        from tracekit.errors import TracekitError
+
+        r = _load(run)
+        _note_partial(run)
+        cfg = load_config(model) if model is not None else None
+        try:
+            rep = sol_of_run(r.events, r.manifest, run=run, config=cfg, config_source=model, gpu=gpu, tp=tp,
+                             engine=engine, dp_attention=dp_attention, ep=ep, kv_dtype=kv_dtype, achievable=achievable,
+                             allreduce_ns=None if allreduce_us is None else allreduce_us * 1000)
+        except TracekitError as exc:
+            raise exc.located(path=run) from None
+    else:
+        missing = [o for o, v in (("--model", model), ("--gpu", gpu), ("--tokens", tokens), ("--seq-len", seq_len))
+                   if not v and v != 0]
+        if missing:
+            raise click.UsageError(f"give {', '.join(missing)} (the what-if form)")
+        assert model is not None and gpu is not None and seq_len is not None
+        shape = model_shape(load_config(model), kv_dtype=kv_dtype)
+        spec = gpu_spec(gpu)
+        if achievable is not None:
+            spec = dataclasses.replace(spec, achievable=achievable)
+        layout = Layout(tp or 1, engine or "sglang", dp_attention, ep)
+        src = "uniform routing U(T)" if distinct_experts is None else "given (--distinct-experts)"
+        steps = [Step(f"{t}-token step" if t > 1 else "1-token step", batch, t, seq_len, distinct_experts, src)
+                 for t in tokens]
+        rep = what_if(shape, model, spec, "--gpu", layout, steps,
+                      None if allreduce_us is None else allreduce_us * 1000)
     if as_json:
         click.echo(json.dumps(render_sol.to_json(rep), indent=2, allow_nan=False))
     else:

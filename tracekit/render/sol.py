@@ -105,17 +105,20 @@ def _tables(p: PhaseSol) -> tuple[Table, Table]:
 
 
 def ratio_lines(rep: SolReport) -> list[str]:
-    """At the floor: each phase against the one-token step (the SOL break-even accept length of a verify)."""
-    one = next((p for p in rep.phases if p.floor.step.tokens == 1 and p.floor.step.batch > 0), None)
+    """At the floor: a multi-token step against the one-token step; on a run, the SOL break-even."""
     out: list[str] = []
-    if one is None:
-        return out
-    for p in rep.phases:
-        if p is one or p.floor.step.tokens <= 1:
-            continue
-        x = p.floor.floor_ns / one.floor.floor_ns
-        out.append(f"at the floor, {p.phase} costs {x:.2f} x {one.phase} ({ms(p.floor.floor_ns, 2)} / "
-                   f"{ms(one.floor.floor_ns, 2)}): a verify alone breaks even at {x:.2f} tokens per cycle")
+    one = next((p for p in rep.phases if p.floor.step.tokens == 1 and p.phase in ("decode", "1-token step")), None)
+    if one is not None:
+        for p in rep.phases:
+            if p.phase == "verify" or (p.phase.endswith("-token step") and p.floor.step.tokens > 1):
+                x = p.floor.floor_ns / one.floor.floor_ns
+                out.append(f"at the floor, {p.phase} costs {x:.2f} x {one.phase} ({ms(p.floor.floor_ns, 2)} / "
+                           f"{ms(one.floor.floor_ns, 2)})")
+    be = rep.break_even_at_floor()
+    if be is not None:
+        x, parts = be
+        out.append(f"SOL break-even: {x:.2f} tokens per cycle (bonus included) = floors of {' + '.join(parts)} / decode;"
+                   " speculation pays at the floor above it")
     return out
 
 

@@ -1,0 +1,260 @@
+"""Floors beside a run's measured phases: ``tracekit sol RUN``.
+
+What the run gives: the model config (``--model``, or the config its manifest records: the
+built-in workload's ``ranks[r].workload.config``, the transformers engine's
+``ranks[r].workload.model.config``), the GPU (``--gpu``, or the device name in the manifest),
+TP = the world size, each phase instance's facts (batch, tokens, context), the measured distinct
+experts per MoE layer where the capture recorded them (the built-in workload:
+``ranks[r].workload.distinct_experts``), the transfer part of every matched collective (for the
+allreduce fit) and the measured times: the median instance of each phase (its unprofiled timer
+where the capture has one, else the profiled GPU window) and the median per instance of each
+bucket of ``tracekit attribute``.
+
+A phase instance is one or more forwards: the built-in workload's ``draft`` runs the draft model
+``draft_steps`` times, 1 token per sequence each; ``draft_extend`` the draft model once over the
+verified tokens; ``verify``, ``decode`` and ``prefill`` the target once. Other engines' draft
+phases have no floor (the draft model's config is not in the run): said per phase.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import polars as pl
+
+from tracekit.analyzers.sol.allreduce import RingFit, RingModel, fit_ring, ring_model
+from tracekit.analyzers.sol.config import ModelShape, model_shape
+from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor
+from tracekit.analyzers.sol.gpus import GpuSpec, gpu_spec
+from tracekit.analyzers.sol.model import Layout, Step
+from tracekit.analyzers.sol.report import BucketSol, PhaseSol, SolReport, pct_of_sol
+from tracekit.errors import AnalysisError
+
+PHASES: Final = ("verify", "decode", "draft", "draft_extend", "prefill")
+# sol bucket -> the attribution bucket columns it is measured by
+MEASURED_BY: Final = {
+    "attention": ("attention",), "moe": ("moe",), "gemm": ("gemm",), "allreduce": ("allreduce",), "comm": ("comm",),
+    "launch_idle": ("launch_overhead", "idle"),
+    "other": ("norm", "elementwise", "sampling", "other", "memory"),
+}
+TRANSFORMERS_FAMILY: Final = {"deepseek_v3": "DeepseekV3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                              "mixtral": "MixtralForCausalLM", "llama": "LlamaForCausalLM"}
+
+
+@dataclass(frozen=True)
+class RunModel:
+    """The model a run ran, as the floor needs it."""
+
+    target: ModelShape
+    draft: ModelShape | None
+    source: str  # where the config came from
+    engine: str  # sharding rules
+    draft_forwards: int  # built-in workload: draft model forwards per draft instance
+
+
+def _workload_section(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    for sec in (manifest.get("ranks") or {}).values():
+        w = sec.get("workload") if isinstance(sec, dict) else None
+        if isinstance(w, dict):
+            return w
+    return None
+
+
+def run_model(manifest: dict[str, Any], config: dict[str, Any] | None, config_source: str | None,
+              kv_dtype: str | None) -> RunModel:
+    """The target (and, for the built-in workload, the draft) of a run (module doc)."""
+    w = _workload_section(manifest) or {}
+    name = w.get("name")
+    if config is not None:
+        return RunModel(model_shape(config, kv_dtype=kv_dtype), None, config_source or "--model",
+                        "sglang" if name != "builtin" else "workload", 1)
+    if name == "builtin" and isinstance(w.get("config"), dict):
+        cfg = dict(w["config"])
+        base = {"torch_dtype": str(w.get("dtype", "bfloat16"))}
+        target = model_shape({**cfg, **base, "architectures": ["TracekitWorkload"]}, kv_dtype=kv_dtype)
+        draft = model_shape({**cfg, **base, "architectures": ["TracekitWorkloadDraft"]}, kv_dtype=kv_dtype)
+        return RunModel(target, draft, "the run's manifest (built-in workload config)", "workload",
+                        int(cfg.get("draft_steps", 1)))
+    model = w.get("model") if isinstance(w.get("model"), dict) else None
+    if name == "transformers" and model is not None and isinstance(model.get("config"), dict):
+        cfg = dict(model["config"])
+        arch = TRANSFORMERS_FAMILY.get(str(model.get("family")), str(model.get("class", "")))
+        cfg.setdefault("architectures", [arch])
+        cfg.setdefault("torch_dtype", str(w.get("dtype", "bfloat16")))
+        return RunModel(model_shape(cfg, kv_dtype=kv_dtype), None,
+                        f"the run's manifest (transformers model {model.get('name')})", "sglang", 1)
+    raise AnalysisError("the run records no model config (only built-in and transformers captures do): "
+                        "pass --model CONFIG.json")
+
+
+def device_name(manifest: dict[str, Any]) -> str | None:
+    for sec in (manifest.get("ranks") or {}).values():
+        gpu = sec.get("gpu") if isinstance(sec, dict) else None
+        if isinstance(gpu, dict) and gpu.get("name"):
+            return str(gpu["name"])
+    return None
+
+
+def distinct_by_instance(manifest: dict[str, Any]) -> dict[tuple[int, str, int], float]:
+    """(rank, phase, cycle) -> distinct routed experts per MoE layer (mean over layers), as the capture
+    recorded them (``ranks[r].workload.distinct_experts``: phase -> cycle -> per-layer counts)."""
+    out: dict[tuple[int, str, int], float] = {}
+    for r, sec in (manifest.get("ranks") or {}).items():
+        w = sec.get("workload") if isinstance(sec, dict) else None
+        rec = w.get("distinct_experts") if isinstance(w, dict) else None
+        if not isinstance(rec, dict):
+            continue
+        for ph, cycles in (rec.get("counts") or {}).items():
+            for cyc, layers in cycles.items():
+                if layers:
+                    out[(int(r), str(ph), int(cyc))] = statistics.fmean(float(x) for x in layers)
+    return out
+
+
+def collective_fit(events: pl.DataFrame, world: int, instances: pl.DataFrame | None = None,
+                   message_bytes: dict[str, float] | None = None,
+                   fallback_beta_Bps: float | None = None) -> tuple[RingFit | None, str]:
+    """The ring fit to the transfer part of the run's allreduces (matched on every rank) over their message
+    sizes: the sizes the run records (``coll_bytes``), else, where ``message_bytes`` gives a phase's bytes per
+    token per forward (hidden x activation bytes / forwards), the phase instance's tokens times it."""
+    from tracekit.analyzers.coll_match import matched_collectives
+
+    if world < 2:
+        return None, "one rank: no allreduce"
+    m = matched_collectives(events)
+    m = m.filter(pl.col("coll_op") == "allreduce") if not m.is_empty() else m
+    if m.is_empty():
+        return None, "no allreduce matched on every rank"
+    sizes = events.filter(pl.col("coll_bytes").is_not_null() & (pl.col("coll_bytes") > 0))
+    how = "recorded message sizes"
+    if not sizes.is_empty():
+        m = m.join(sizes.select("rank", "start_ns", "coll_bytes"), on=["rank", "start_ns"], how="inner")
+    elif message_bytes and instances is not None and not instances.is_empty():
+        per = pl.DataFrame({"phase": list(message_bytes), "_bpt": list(message_bytes.values())},
+                           schema={"phase": pl.String, "_bpt": pl.Float64})
+        facts = instances.select("phase_id", "num_tokens").join(
+            instances.select("phase_id", "phase").join(per, on="phase", how="inner"), on="phase_id")
+        m = m.join(facts.select("phase_id", (pl.col("num_tokens") * pl.col("_bpt")).alias("coll_bytes")),
+                   on="phase_id", how="inner").filter(pl.col("coll_bytes").is_not_null())
+        how = "message sizes from the model (the phase's tokens per forward x hidden x 2 B; the run records none)"
+    else:
+        return None, "the run records no allreduce message sizes"
+    if m.is_empty():
+        return None, "no allreduce with a known message size"
+    fit = fit_ring(world, m.get_column("coll_bytes").cast(pl.Float64).to_list(),
+                   m.get_column("transfer_ns").cast(pl.Float64).to_list(), fallback_beta_Bps)
+    if fit is None:
+        n = m.get_column("coll_bytes").n_unique()
+        return None, f"{n} allreduce message size{'s' if n != 1 else ''} in the run ({how}; a fit needs 2)"
+    return fit, how
+
+
+def _median_int(values: list[int]) -> int:
+    return round(statistics.median(values))
+
+
+def _bucket_sols(f: PhaseFloor, inst: pl.DataFrame, floors: list[PhaseFloor], forwards: int) -> tuple[BucketSol, ...]:
+    """Per bucket: the floor of the median step (``f``, all forwards), the median per instance of the bucket's
+    exclusive time, and whether any instance beat its own floor. Exposed allreduce can legitimately fall
+    below the chain's floor where compute overlaps it: the allreduce check reads the kernels' transfer time
+    (kernel time minus the wait for the last rank) instead."""
+    out = []
+    for b, cols in MEASURED_BY.items():
+        per = inst.select(pl.sum_horizontal([pl.col(f"{c}_ns") for c in cols])).to_series().to_list()
+        measured = _median_int(per) if per else None
+        bf = f.bucket(b)
+        if bf is None:
+            out.append(BucketSol(b, 0, "not modelled", measured, None, False))
+            continue
+        check = inst.get_column("allreduce_transfer_ns").to_list() if b == "allreduce" else per
+        beaten = any(v < (fl.bucket(b).floor_ns * forwards)  # type: ignore[union-attr]
+                     for v, fl in zip(check, floors, strict=True))
+        out.append(BucketSol(b, bf.floor_ns, bf.bound, measured, pct_of_sol(bf.floor_ns, measured), beaten))
+    return tuple(out)
+
+
+def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, config: dict[str, Any] | None = None,
+               config_source: str | None = None, gpu: str | None = None, tp: int | None = None,
+               engine: str | None = None, dp_attention: bool = False, ep: int = 1, kv_dtype: str | None = None,
+               achievable: float | None = None, allreduce_ns: float | None = None,
+               launch_latency_ns: int | None = None) -> SolReport:
+    """``tracekit sol RUN`` (module doc)."""
+    from tracekit.analyzers.attribution import attribute_report
+    from tracekit.analyzers.buckets import DEFAULT_LAUNCH_LATENCY_NS
+    from tracekit.analyzers.unprofiled import phase_timers
+
+    rm = run_model(manifest, config, config_source, kv_dtype)
+    dev = device_name(manifest)
+    if gpu is None and dev is None:
+        raise AnalysisError("the run's manifest names no GPU (a CPU run?): pass --gpu NAME or --gpu SPEC.toml")
+    spec: GpuSpec = gpu_spec(gpu if gpu is not None else str(dev))
+    if achievable is not None:
+        spec = replace(spec, achievable=achievable)
+    world = int(manifest.get("world_size") or 1)
+    layout = Layout(tp or world, engine or rm.engine, dp_attention, ep)
+    rep = attribute_report(events, launch_latency_ns=launch_latency_ns or DEFAULT_LAUNCH_LATENCY_NS)
+    inst_all = rep["instances"].filter(pl.col("gpu_events") > 0)
+    per_token = {ph: rm.target.hidden * rm.target.act_bytes / (rm.draft_forwards if ph == "draft" else 1)
+                 for ph in PHASES if rm.draft is not None or ph not in ("draft", "draft_extend")}
+    fit, how = collective_fit(events, world, inst_all, per_token, spec.link_Bps)
+    ring: RingModel = ring_model(layout.tp, spec.alpha_ns, spec.link_Bps, spec.link, fit, how, allreduce_ns)
+    timers = phase_timers(manifest)
+    distinct = distinct_by_instance(manifest)
+    notes: list[str] = []
+    phases = []
+    present = [p for p in PHASES if p in set(inst_all.get_column("phase").to_list())]
+    if not present:
+        raise AnalysisError(f"no {', '.join(PHASES)} phase instances with GPU events in the run")
+    for ph in present:
+        inst = inst_all.filter(pl.col("phase") == ph)
+        drafty = ph in ("draft", "draft_extend")
+        shape = rm.draft if drafty else rm.target
+        if shape is None:
+            notes.append(f"{ph}: no floor: the run does not record its draft model's config")
+            continue
+        forwards = rm.draft_forwards if ph == "draft" else 1
+        steps = []
+        for row in inst.iter_rows(named=True):
+            b = int(row["batch_size"] or 1)
+            t = max(1, round((row["num_tokens"] or b) / b / forwards))
+            d = distinct.get((int(row["rank"]), ph, int(row["cycle"] if row["cycle"] is not None else -1)))
+            steps.append(Step(ph, b, t, int(row["seq_len"] or 0), d, "measured (router outputs, per instance)"
+                              if d is not None else "uniform routing U(T)"))
+        floors = [phase_floor(shape, layout, s, spec, ring) for s in steps]
+        measured_d = [s.distinct_experts for s in steps if s.distinct_experts is not None]
+        med = Step(ph, _median_int([s.batch for s in steps]), _median_int([s.tokens for s in steps]),
+                   _median_int([s.seq_len for s in steps]),
+                   statistics.median(measured_d) if measured_d else None,
+                   f"measured: median over {len(measured_d)} instances of the mean over MoE layers" if measured_d
+                   else "uniform routing U(T)")
+        f = phase_floor(shape, layout, med, spec, ring)
+        if forwards > 1:
+            f = _times(f, forwards)
+        windows = inst.get_column("gpu_window_ns").to_list()
+        timer = timers.get(ph)
+        if timer is not None:
+            measured, clock = round(timer.unprofiled_ns), f"unprofiled timer, {timer.clock}"
+        else:
+            measured, clock = _median_int(windows), "profiled GPU window"
+        beaten = measured < f.floor_ns or any(w < fl.floor_ns * forwards for w, fl in zip(windows, floors, strict=True))
+        note = f"{forwards} draft-model forwards per instance" if forwards > 1 else None
+        phases.append(PhaseSol(ph, f, measured, clock, inst.height, pct_of_sol(f.floor_ns, measured), beaten,
+                               _bucket_sols(f, inst, floors, forwards), note))
+    if rm.target.experts and not distinct:
+        notes.append("distinct experts per MoE layer: uniform routing U(T) (the run records no measured count)")
+    return SolReport(run, rm.target.name, rm.source, rm.target.architecture, rm.target.quant.description, spec,
+                     "--gpu" if gpu is not None else f"the run's device name {dev!r}", layout, ring, tuple(phases),
+                     tuple(notes))
+
+
+def _times(f: PhaseFloor, n: int) -> PhaseFloor:
+    """The floor of ``n`` identical forwards in a row."""
+    from tracekit.analyzers.sol.floor import BucketFloor
+
+    return replace(
+        f, floor_ns=f.floor_ns * n, memory_ns=f.memory_ns * n, compute_ns=f.compute_ns * n,
+        allreduce_ns=f.allreduce_ns * n, allreduce_count=f.allreduce_count * n, gather_ns=f.gather_ns * n,
+        bytes_by_read={k: v * n for k, v in f.bytes_by_read.items()}, flops=f.flops * n,
+        buckets=tuple(BucketFloor(b.bucket, b.floor_ns * n, b.bytes * n, b.flops * n, b.bound) for b in f.buckets))
