@@ -99,8 +99,23 @@ LOGS = DocumentType(
     keys=("output", "rows", "clock", "sources", "grammars", "patterns"),
 )
 
+LOG_INFO = DocumentType(
+    "log-info", 1, "tracekit info LOG --json (a log run or log file)",
+    keys=("path", "clock", "patterns", "files"),
+)
+LOG_SPEC = DocumentType(
+    "log-spec", 1, "tracekit spec LOG --json (a log run or log file)",
+    keys=("path", "statistic", "intervals", "accept_length", "accept_rate", "draft_tokens_per_verify",
+          "gen_throughput", "per_req_tps", "running_req", "timings", "timing_source", "economics", "notes", "units"),
+)
+LOG_DIFF = DocumentType(
+    "log-diff", 1, "tracekit diff OLD NEW --json (log runs or log files)",
+    keys=("old", "new", "statistic", "tokens_width", "no_common_bin", "common", "only_old", "only_new", "left_out",
+          "user_fields", "timing_source"),
+)
+
 DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE, SOL,
-                                       LOGS)
+                                       LOGS, LOG_INFO, LOG_SPEC, LOG_DIFF)
 
 
 def document_type(doc: Mapping[str, Any]) -> DocumentType:
@@ -108,6 +123,6 @@ def document_type(doc: Mapping[str, Any]) -> DocumentType:
     return {d.name: d for d in DOCUMENTS}[str(doc.get("document"))]
 
 
-__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "LOGS", "RANKS", "SOL", "SPEC",
+__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "LOGS", "LOG_DIFF", "LOG_INFO", "LOG_SPEC", "RANKS", "SOL", "SPEC",
            "VALIDATE_TRACE",
            "DocumentType", "document_type"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tracekit.cli.common import _claim, _forensic_json, _load, _note_partial, _table_console, cli
+from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 
 
@@ -17,6 +18,12 @@ from tracekit.cli_errors import guarded
 @click.option("--draft-tokens", type=click.IntRange(min=0), default=None, help="k for the chain model (default: verify tokens per request - 1).")
 @click.option("--accept-len", type=click.FloatRange(min=0), default=None, help="Accepted draft tokens per cycle, bonus excluded, when the trace lacks them.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@log_options
+@click.option("--verify-field", default=None, help="Log runs: the user-pattern field of the verify time (default verify_ms).")
+@click.option("--draft-field", default=None, help="Log runs: the user-pattern field of the draft time (default draft_ms).")
+@click.option("--decode-field", default=None, help="Log runs: the user-pattern field of the decode step time (default decode_ms).")
+@click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
+              help="Log runs: the statistic over intervals that feeds every formula.")
 @guarded
 def spec_cmd(
     run: str,
@@ -27,8 +34,28 @@ def spec_cmd(
     draft_tokens: int | None,
     accept_len: float | None,
     as_json: bool,
+    patterns: tuple[str, ...] = (),
+    pattern_file: str | None = None,
+    verify_field: str | None = None,
+    draft_field: str | None = None,
+    decode_field: str | None = None,
+    stat: str = "median",
 ) -> None:
-    """What speculation pays: tokens/cycle, tok/s, break-even accept length, accept rate for a target."""
+    """What speculation pays: tokens/cycle, tok/s, break-even accept length, accept rate for a target.
+
+    RUN may be a log run (tracekit logs) or an engine log file: accept length and tok/s from the
+    log, break-even from the log's own verify / decode times (a user pattern, metrics snapshots
+    or --baseline-tps).
+    """
+    if is_log_input(run):
+        from tracekit.cli.log_inputs import log_spec_cmd
+
+        if baseline is not None or rank is not None or draft_tokens is not None or accept_len is not None:
+            raise click.UsageError("--baseline, --rank, --draft-tokens and --accept-len are for trace runs, not logs")
+        log_spec_cmd(run, patterns, pattern_file, as_json, stat=stat, verify_field=verify_field,
+                     draft_field=draft_field, decode_field=decode_field, baseline_tps=baseline_tps,
+                     target_tps=target_tps)
+        return
 
     from tracekit.analyzers.spec import spec_report
     from tracekit.errors import AnalysisError, side_path
@@ -95,9 +122,25 @@ def align_cmd(run: str, output: str, method: str) -> None:
 @click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
               help="Compare medians per instance (robust to stalls) or means (the buckets add up).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@log_options
+@click.option("--tokens-width", type=click.IntRange(min=1), default=None,
+              help="Log runs: tokens-per-request bin width (default: about 8 bins).")
 @guarded
-def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, as_json: bool) -> None:
-    """What changed between two runs: time at matched sequence length, buckets, kernels, manifests."""
+def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, as_json: bool,
+             patterns: tuple[str, ...] = (), pattern_file: str | None = None, tokens_width: int | None = None) -> None:
+    """What changed between two runs: time at matched sequence length, buckets, kernels, manifests.
+
+    OLD and NEW may be log runs or engine log files: compared per bin of batch size, tokens per
+    request and graph use; bins found in one log only are listed, not compared.
+    """
+    old_log, new_log = is_log_input(old), is_log_input(new)
+    if old_log and new_log:
+        from tracekit.cli.log_inputs import log_diff_cmd
+
+        log_diff_cmd(old, new, patterns, pattern_file, as_json, stat=stat, tokens_width=tokens_width)
+        return
+    if old_log or new_log:
+        raise click.UsageError("diff of a log against a captured run is not supported: give two logs or two runs")
 
     from tracekit.analyzers.diff import diff_runs
     from tracekit.analyzers.manifest_diff import manifest_diff

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tracekit.cli.common import _claim, _load, _table_console, cli
+from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 
 
@@ -85,9 +86,20 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
 @click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Unmatched kernel names to list.")
 @click.option("--categories", "categories_file", type=click.Path(dir_okay=False),
               help="Also use these category rules when listing unmatched kernels.")
+@log_options
 @guarded
-def info(run_path: str, as_json: bool, top: int, categories_file: str | None) -> None:
-    """Ranks, devices, versions, per-rank kernel/busy/span/comm time, manifest differences."""
+def info(run_path: str, as_json: bool, top: int, categories_file: str | None, patterns: tuple[str, ...] = (),
+         pattern_file: str | None = None) -> None:
+    """Ranks, devices, versions, per-rank kernel/busy/span/comm time, manifest differences.
+
+    RUN may be a log run (tracekit logs) or an engine log file: what the log covers, its
+    grammar versions, intervals, graph use, batch and tokens per request.
+    """
+    if is_log_input(run_path):
+        from tracekit.cli.log_inputs import log_info_cmd
+
+        log_info_cmd(run_path, patterns, pattern_file, as_json)
+        return
     from tracekit.finalize.categories import load_rules
     from tracekit.summary import run_summary
 

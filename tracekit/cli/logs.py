@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from tracekit.cli.common import _claim, cli
 from tracekit.cli_errors import guarded
-
-
-def user_patterns(patterns: tuple[str, ...], pattern_file: str | None) -> list[object]:
-    """The compiled ``--pattern`` / ``--patterns FILE`` (a bad one: exit 2, one line)."""
-    from tracekit.logs.patterns import compile_patterns, read_pattern_file
-    from tracekit.logs.run import reserved_columns
-
-    texts = [*patterns, *(read_pattern_file(pattern_file) if pattern_file else [])]
-    return list(compile_patterns(texts, reserved_columns()))
 
 
 @cli.command("logs")
@@ -37,8 +30,7 @@ def logs_cmd(files: tuple[str, ...], output: str, patterns: tuple[str, ...], pat
     info, spec, diff and report. Two or more metrics snapshots (curl URL/metrics > t1.prom) give
     one interval per consecutive pair.
     """
-    from typing import Any
-
+    from tracekit.cli.log_inputs import user_patterns
     from tracekit.logs.parse import parse_logs
     from tracekit.render.logs import summary_lines, to_json
 

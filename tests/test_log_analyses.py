@@ -1,0 +1,114 @@
+"""info / spec / diff on log runs, against numbers worked out by hand from the samples' counters
+(samples/logs/README.md) and the seed's quoted lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from tracekit.analyzers.logs.diff import log_diff, nice_width
+from tracekit.analyzers.logs.spec import log_spec
+from tracekit.cli.common import cli
+from tracekit.documents import document_type
+from tracekit.logs.parse import parse_logs
+from tracekit.logs.patterns import compile_pattern
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "logs"
+SEED = "Target verify: {verify_ms:f} ms/cyc"
+
+
+def _run(tmp_path: Path, name: str, lines: list[str], patterns: tuple[str, ...] = ()) -> tuple[pl.DataFrame, dict[str, object]]:
+    log = tmp_path / f"{name}.log"
+    log.write_text("\n".join(lines) + "\n")
+    res = parse_logs([str(log)], tmp_path / f"{name}.parquet", [compile_pattern(p) for p in patterns])
+    return pl.read_parquet(res.path), res.manifest
+
+
+def _sglang() -> list[str]:
+    return (SAMPLES / "sglang-0.5.9.log").read_text().splitlines()
+
+
+def _seed() -> list[str]:
+    return (SAMPLES / "seed-target-verify.log").read_text().splitlines()
+
+
+def test_spec_from_log_and_user_pattern(tmp_path: Path) -> None:
+    rows, man = _run(tmp_path, "a", _sglang() + _seed(), (SEED,))
+    rep = log_spec(rows, man, "a", baseline_tps=82.0, target_tps=150.0)
+    # accept lens of the six lines: 2.75 2.74 2.62 2.50 2.44 2.34 -> nearest-rank median = 3rd smallest
+    assert rep.accept_length.n == 6 and rep.accept_length.median == pytest.approx(2.50)
+    assert rep.draft_tokens_per_verify == 3
+    (verify,) = [t for t in rep.timings if t.phase == "verify"]
+    assert verify.ns.median == 19_980_000 and verify.source == "engine log (pattern field verify_ms)"
+    e = rep.economics
+    assert e is not None and rep.timing_source == "engine log"
+    assert e.break_even_tokens == pytest.approx(19_980_000 / (1e9 / 82))
+    assert e.needed_tokens == pytest.approx(150 * 0.01998)
+
+
+def test_spec_without_times_says_so(tmp_path: Path) -> None:
+    rows, man = _run(tmp_path, "a", _sglang())
+    rep = log_spec(rows, man, "a")
+    assert rep.economics is None and any("no verify time" in n for n in rep.notes)
+
+
+def test_diff_matches_bins_and_names_the_rest(tmp_path: Path) -> None:
+    lines = _sglang()
+    old, mo = _run(tmp_path, "old", lines[:4])
+    new, mn = _run(tmp_path, "new", lines[3:])
+    rep = log_diff(old, mo, new, mn, "old", "new")
+    assert not rep.no_common_bin
+    (common,) = rep.common  # line 4 (8 reqs, 6400 tokens, graph) is in both
+    assert (common.bin.batch, common.bin.graph) == (8, True)
+    assert common.bin.tokens_lo <= 800 < common.bin.tokens_hi
+    assert {b.batch for b, _n in rep.only_old} == {1, 4} and {b.batch for b, _n in rep.only_new} == {8, 16}
+
+
+def test_diff_token_range_only_gives_no_common_bin(tmp_path: Path) -> None:
+    """Lines 2 and 3 ran at the same batch (4) and graph use; only the tokens per request differ
+    (3121 / 4 vs 5200 / 4): no comparison."""
+    lines = _sglang()
+    old, mo = _run(tmp_path, "old", [lines[1]])
+    new, mn = _run(tmp_path, "new", [lines[2]])
+    rep = log_diff(old, mo, new, mn, "old", "new")
+    assert rep.no_common_bin and rep.common == ()
+    assert len(rep.only_old) == len(rep.only_new) == 1
+
+
+def test_diff_user_pattern_times_per_bin(tmp_path: Path) -> None:
+    lines, seed = _sglang(), _seed()
+    old, mo = _run(tmp_path, "old", [lines[1], *seed[:2]], (SEED,))
+    new, mn = _run(tmp_path, "new", [lines[1], *seed[2:]], (SEED,))
+    rep = log_diff(old, mo, new, mn, "old", "new")
+    (common,) = rep.common
+    verify = next(m for m in common.metrics if m.metric == "verify_ms")
+    assert verify.old.n == 2 and verify.new.n == 3
+    assert verify.old.median == pytest.approx(19.98) and verify.new.median == pytest.approx(19.98)
+
+
+def test_nice_width() -> None:
+    assert nice_width(0, 1000) == 128 and nice_width(100, 110) == 16
+
+
+@pytest.mark.parametrize(("args", "doc"), [
+    (["info", "{log}", "--json"], "log-info"),
+    (["spec", "{log}", "--json", "--baseline-tps", "82"], "log-spec"),
+    (["diff", "{log}", "{log}", "--json"], "log-diff"),
+])
+def test_cli_documents_on_log_files(args: list[str], doc: str) -> None:
+    log = str(SAMPLES / "sglang-0.5.9.log")
+    res = CliRunner().invoke(cli, [a.replace("{log}", log) for a in args])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["document"] == doc and document_type(d).problems(d) == []
+
+
+def test_cli_log_vs_trace_run_is_a_usage_error() -> None:
+    log = str(SAMPLES / "sglang-0.5.9.log")
+    run = str(Path(__file__).resolve().parent.parent / "samples" / "h200x2-mainjob" / "eager.parquet")
+    res = CliRunner().invoke(cli, ["diff", log, run])
+    assert res.exit_code == 2

@@ -1,0 +1,128 @@
+"""The log-run paths of ``info``, ``spec`` and ``diff`` (a log run or an engine log file where a run
+is expected) and the user-pattern options they share with ``tracekit logs``. Imported by the
+command modules at load: nothing heavy here at import time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+
+def user_patterns(patterns: tuple[str, ...], pattern_file: str | None) -> list[object]:
+    """The compiled ``--pattern`` / ``--patterns FILE`` (a bad one: exit 2, one line)."""
+    from tracekit.logs.patterns import compile_patterns, read_pattern_file
+    from tracekit.logs.run import reserved_columns
+
+    texts = [*patterns, *(read_pattern_file(pattern_file) if pattern_file else [])]
+    return list(compile_patterns(texts, reserved_columns()))
+
+
+# --- the log-run paths of info / spec / diff / report --------------------------------------------
+
+def log_options(fn: Any) -> Any:
+    """``--pattern`` / ``--patterns``: for a log file given where a run is expected (read on the fly)."""
+    fn = click.option("--patterns", "pattern_file", type=click.Path(dir_okay=False),
+                      help="Log files: a file of user patterns, one a line.")(fn)
+    return click.option("--pattern", "patterns", multiple=True,
+                        help="Log files: a user pattern, e.g. 'Target verify: {verify_ms:f} ms/cyc' (repeatable).")(fn)
+
+
+def is_log_input(path: str) -> bool:
+    """A log run (``tracekit logs`` output) or a text file that is neither Parquet nor a JSON trace."""
+    from pathlib import Path
+
+    from tracekit.logs.run import read_log_manifest
+
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return False
+    if head.startswith(b"PAR1"):
+        return read_log_manifest(p) is not None
+    text = head.lstrip()
+    if text.startswith(b"[") and text[1:].lstrip()[:1] in (b"{", b"]"):
+        return False  # a JSON array (a Chrome trace); SGLang lines start with "[2025-..."
+    return not text.startswith((b"{", b"\x1f\x8b"))
+
+
+@dataclass(frozen=True)
+class LoadedLog:
+    rows: Any  # polars DataFrame
+    manifest: dict[str, Any]
+    path: str
+
+
+def load_log(path: str, patterns: tuple[str, ...] = (), pattern_file: str | None = None) -> LoadedLog:
+    """A log run as it is, or a log file parsed into a temporary log run first."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tracekit.logs.parse import parse_logs
+    from tracekit.logs.run import read_log_manifest, read_log_rows
+
+    man = read_log_manifest(path)
+    if man is not None:
+        if patterns or pattern_file:
+            raise click.UsageError(f"{path} is a log run: its patterns were fixed by `tracekit logs` "
+                                   "(--pattern applies to log files)")
+        return LoadedLog(read_log_rows(path), man, path)
+    pats: Any = user_patterns(patterns, pattern_file)
+    tmp = Path(tempfile.mkdtemp(prefix="tracekit-logs-"))
+    try:
+        res = parse_logs([path], tmp / "run.parquet", pats)
+        return LoadedLog(read_log_rows(res.path), res.manifest, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def log_info_cmd(path: str, patterns: tuple[str, ...], pattern_file: str | None, as_json: bool) -> None:
+    from tracekit.analyzers.logs.info import log_info
+    from tracekit.render.log_analyses import info_json, info_lines
+
+    lg = load_log(path, patterns, pattern_file)
+    rep = log_info(lg.rows, lg.manifest, path)
+    _emit(info_json(rep) if as_json else info_lines(rep))
+
+
+def log_spec_cmd(path: str, patterns: tuple[str, ...], pattern_file: str | None, as_json: bool, *, stat: str,
+                 verify_field: str | None, draft_field: str | None, decode_field: str | None,
+                 baseline_tps: float | None, target_tps: float | None) -> None:
+    from tracekit.analyzers.logs.spec import log_spec
+    from tracekit.errors import AnalysisError
+    from tracekit.render.log_analyses import spec_json, spec_lines
+
+    lg = load_log(path, patterns, pattern_file)
+    try:
+        rep = log_spec(lg.rows, lg.manifest, path, stat=stat, verify_field=verify_field, draft_field=draft_field,
+                       decode_field=decode_field, baseline_tps=baseline_tps, target_tps=target_tps)
+    except AnalysisError as exc:
+        raise exc.located(path=path) from None
+    _emit(spec_json(rep) if as_json else spec_lines(rep))
+
+
+def log_diff_cmd(old: str, new: str, patterns: tuple[str, ...], pattern_file: str | None, as_json: bool, *,
+                 stat: str, tokens_width: int | None) -> None:
+    from tracekit.analyzers.logs.diff import log_diff
+    from tracekit.render.log_analyses import diff_json, diff_lines
+
+    a = load_log(old, patterns, pattern_file)
+    b = load_log(new, patterns, pattern_file)
+    rep = log_diff(a.rows, a.manifest, b.rows, b.manifest, old, new, stat=stat, tokens_width=tokens_width)
+    _emit(diff_json(rep) if as_json else diff_lines(rep))
+
+
+def _emit(out: Any) -> None:
+    if isinstance(out, dict):
+        import json
+
+        click.echo(json.dumps(out, indent=2, default=str, allow_nan=False))
+    else:
+        for line in out:
+            click.echo(line)
