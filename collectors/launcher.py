@@ -153,15 +153,6 @@ def short_error(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def rank_ranges(ranks: list[int]) -> str:
-    parts: list[str] = []
-    for r in sorted(ranks):
-        if parts and parts[-1].split("-")[-1] == str(r - 1):
-            parts[-1] = f"{parts[-1].split('-')[0]}-{r}"
-        else:
-            parts.append(str(r))
-    return ",".join(parts)
-
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -236,5 +227,5 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
 
 
 __all__ = ["DONE_GRACE_S", "Control", "Failure", "Interrupts", "exit_reason", "explain", "free_port", "launch",
-           "rank_ranges", "short_error", "sigint_ignored", "stop_all"]
+           "short_error", "sigint_ignored", "stop_all"]
 

@@ -50,9 +50,10 @@ def _failures(cc: CaptureConfig, w: Watch, procs: dict[int, Any]) -> dict[int, A
 
 def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[int, Any], world: int,
             captured: list[int], out: Path, shard_dir: Path, launcher: dict[str, Any]) -> CaptureResult:
-    from tracekit.collectors.launcher import explain, rank_ranges
+    from tracekit.collectors.launcher import explain
     from tracekit.errors import TracekitError
     from tracekit.manifest import typed
+    from tracekit.ranklist import format_rank_list
     from tracekit.store import merge_shards, read_manifest
 
     failures = _failures(cc, w, procs)
@@ -79,7 +80,7 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
         root_line = lines[0][1] if lines else "no rank wrote a shard"
         peers = [f.rank for f, _ in lines[1:] if f.collective]
         others = [ln for f, ln in lines[1:] if not f.collective]
-        parts = [root_line] + ([f"{'ranks' if len(peers) > 1 else 'rank'} {rank_ranges(peers)} lost {'their' if len(peers) > 1 else 'its'} peer"] if peers else [])
+        parts = [root_line] + ([f"{'ranks' if len(peers) > 1 else 'rank'} {format_rank_list(peers)} lost {'their' if len(peers) > 1 else 'its'} peer"] if peers else [])
         raise TracekitError("no rank produced data: " + "; ".join(parts + others) + f" (logs kept in {shard_dir}/)",
                             path=str(out))
     extra: dict[str, Any] = {"source": "capture", "launcher": launcher, "world_size": world,

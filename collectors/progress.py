@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors.capture import CaptureConfig
-from tracekit.collectors.launcher import DONE_GRACE_S, Say, rank_ranges
+from tracekit.collectors.launcher import DONE_GRACE_S, Say
+from tracekit.ranklist import format_rank_list
 
 TICK_S = 3.0  # terminal progress period
 
@@ -69,7 +70,7 @@ class Progress:
         for r in range(self.world):
             if r not in self.gone:
                 by.setdefault(self.cycles.get(r, 0), []).append(r)
-        parts = [f"rank{'s' if len(rs) > 1 else ''} {rank_ranges(rs)} {n}/{self.total_cycles}"
+        parts = [f"rank{'s' if len(rs) > 1 else ''} {format_rank_list(rs)} {n}/{self.total_cycles}"
                  for n, rs in sorted(by.items(), reverse=True)]
         self.say(f"capture: {now - self.t0:.0f} s, cycles done: {', '.join(parts)}")
 

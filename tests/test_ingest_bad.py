@@ -124,12 +124,12 @@ def test_missing_rank_is_an_error_unless_allowed(tmp_path: Path) -> None:
         ingest_traces([tmp_path])
     code, out = _cli(["ingest", str(tmp_path), "-o", str(tmp_path / "run.parquet")])
     line = _one_error_line(out)
-    assert code == 1 and "missing rank(s) 1, 3 of world size 4" in line
+    assert code == 1 and "missing rank(s) 1,3 of world size 4" in line
     run = ingest_traces([tmp_path], allow_missing_ranks=True)
     assert run.ranks == [0, 2]
     assert set(run.manifest["missing_ranks"]) == {"1", "3"}  # never silently rank 0
     code, out = _cli(["ingest", str(tmp_path), "-o", str(tmp_path / "run.parquet"), "--allow-missing-ranks"])
-    assert code == 3 and "missing rank 1" in out  # exit 3: partial run
+    assert code == 3 and "missing ranks 1,3: no trace for this rank" in out  # exit 3: partial run
 
 
 def test_overlapping_kernels_busy_is_a_union(tmp_path: Path) -> None:

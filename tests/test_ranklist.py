@@ -34,3 +34,24 @@ def test_capture_and_export_read_the_same_ranges(tmp_path: Path) -> None:
     assert e.exit_code == 0, e.output
     e2 = CliRunner().invoke(cli, ["export", str(sample), "-o", str(tmp_path / "t.json"), "--ranks", "0,x"])
     assert e2.exit_code == 2 and "not a rank or rank range: 'x'" in e2.output
+
+
+def test_format_rank_list_is_parse_rank_lists_inverse() -> None:
+    from tracekit.ranklist import format_rank_list, parse_rank_list, rank_noun, ranks_by_reason
+
+    assert format_rank_list(range(1, 128)) == "1-127"
+    assert format_rank_list([7, 3, 0, 1, 2, 3]) == "0-3,7"
+    assert format_rank_list(["5"]) == "5" and format_rank_list([]) == ""
+    for ranks in ([0], [0, 2, 4], [*range(64), 100, 101, 127]):
+        assert parse_rank_list(format_rank_list(ranks)) == tuple(ranks)
+    assert rank_noun([4]) == "rank 4" and rank_noun(["1", "2"]) == "ranks 1-2"
+    assert ranks_by_reason({"2": "gone", "1": "gone", "5": "killed", "3": "gone"}) == [
+        ("ranks 1-3", "gone"), ("rank 5", "killed")]
+
+
+def test_a_partial_set_names_its_missing_ranks_as_ranges() -> None:
+    from tracekit.render.run_state import missing_line
+
+    why = "no trace for this rank among the inputs"
+    line = missing_line("run.parquet", {"missing_ranks": {str(r): why for r in range(1, 128)}})
+    assert line == f"run.parquet: partial run: ranks 1-127 missing (ranks 1-127: {why})"

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tracekit.errors import RankError
+from tracekit.ranklist import format_rank_list
 
 _PART = re.compile(r"(?<![A-Za-z])(TP|DP|PP|EP)-?(\d+)")
 _SGLANG = re.compile(r"(?<![A-Za-z])TP-\d+")
@@ -119,7 +120,7 @@ def assign_ranks(units: Sequence[Unit], *, allow_missing_ranks: bool = False) ->
     if missing and not allow_missing_ranks:
         first = int(next(iter(missing)))
         raise RankError(
-            f"missing rank(s) {', '.join(missing)} of world size {world} (use --allow-missing-ranks to ingest anyway)",
+            f"missing rank(s) {format_rank_list(missing)} of world size {world} (use --allow-missing-ranks to ingest anyway)",
             path=units[0].source if len(units) == 1 else None,
             rank=first,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracekit.manifest import typed
+from tracekit.ranklist import ranks_by_reason
 from tracekit.render.units import ms
 
 if TYPE_CHECKING:
@@ -68,8 +69,8 @@ def render_capture_summary(result: CaptureResult) -> str:
     if intr is not None:
         lines[0] += f" (interrupted: {intr.get('cycles_done')} of {intr.get('cycles_requested')} cycles)"
         lines.append("interrupted: Ctrl-C ended the window early; the run holds the cycles captured on every rank")
-    for r, why in sorted(result.missing.items(), key=lambda kv: int(kv[0])):
-        lines.append(f"  missing rank {r}: {why}")
+    for rs, why in ranks_by_reason(result.missing):
+        lines.append(f"  missing {rs}: {why}")
     for rank in man.rank_ids():
         if ended := man.ranks[str(rank)].aborted:
             lines.append(f"  rank {rank} window ended early: {ended}")

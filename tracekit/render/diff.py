@@ -11,6 +11,7 @@ from rich.table import Table
 
 from tracekit.analyzers.manifest_diff import collapse
 from tracekit.documents import DIFF
+from tracekit.ranklist import rank_noun
 from tracekit.render.units import dur
 
 SUB_BUCKETS: Final = ("allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm")
@@ -20,20 +21,10 @@ SMALL_SHARE: Final = 0.01  # explanation items under 1% of the phase's delta are
 
 
 def ranks_text(scopes: list[str]) -> str:
-    """["0","1","2","5"] -> "ranks 0-2, 5"; non-rank scopes by name."""
-    nums = sorted(int(s) for s in scopes if s.isdigit())
+    """["0","1","2","5"] -> "ranks 0-2,5" (tracekit.ranklist); non-rank scopes by name."""
+    nums = [s for s in scopes if s.isdigit()]
     named = [s for s in scopes if not s.isdigit()]
-    parts: list[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    out = []
-    if parts:
-        out.append(("rank " if len(nums) == 1 else "ranks ") + ", ".join(parts))
+    out = [rank_noun(nums)] if nums else []
     out += named
     return ", ".join(out)
 

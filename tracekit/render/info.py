@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracekit.finalize.categories import CATEGORIES
+from tracekit.ranklist import ranks_by_reason
 from tracekit.render.units import ms
 
 
@@ -33,8 +34,8 @@ def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: in
                 f"{doc.get('events', 0):,} events over {_ms(doc.get('span_ns'))} ms")
     console.print(head)
     if missing:
-        for r, why in missing.items():
-            console.print(Text(f"missing rank {r}: {why}", style="bold red"))
+        for rs, why in ranks_by_reason(missing):
+            console.print(Text(f"missing {rs}: {why}", style="bold red"))
     kinds = doc.get("events_by_kind") or {}
     console.print("events by kind: " + ", ".join(f"{k} {n:,}" for k, n in kinds.items()))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracekit.manifest import typed
+from tracekit.ranklist import ranks_by_reason
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,8 +72,8 @@ def print_ingest_summary(err: Console, out: object, height: int, man: dict[str, 
         err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
         for s in skipped:
             err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
-    for r, why in m.missing_ranks.items():
-        err.print(f"[yellow]missing rank {r}: {why}[/yellow]")
+    for rs, why in ranks_by_reason(m.missing_ranks):
+        err.print(f"[yellow]missing {rs}: {why}[/yellow]", markup=True, highlight=False)
     for note in m.ingest.get("notes", []):
         err.print(f"[yellow]{note}[/yellow]")
 

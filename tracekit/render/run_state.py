@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracekit.manifest import typed
+from tracekit.ranklist import rank_noun, ranks_by_reason
 
 
 def missing_line(path: str, manifest: Mapping[str, Any]) -> str | None:
@@ -13,11 +14,8 @@ def missing_line(path: str, manifest: Mapping[str, Any]) -> str | None:
     missing = typed(manifest).missing_ranks
     if not missing:
         return None
-    items = sorted(missing.items(), key=lambda kv: int(kv[0]))
-    ranks = ", ".join(r for r, _ in items)
-    why = "; ".join(f"rank {r}: {w}" for r, w in items)
-    noun = "rank" if len(items) == 1 else "ranks"
-    return f"{path}: partial run: {noun} {ranks} missing ({why})"
+    why = "; ".join(f"{rs}: {w}" for rs, w in ranks_by_reason(missing))
+    return f"{path}: partial run: {rank_noun(missing)} missing ({why})"
 
 
 def interrupted_line(path: str, manifest: Mapping[str, Any]) -> str | None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from tracekit.ranklist import ranks_by_reason
 from tracekit.render.units import dur
 
 from .collect import Got, RunDocs
@@ -62,7 +63,7 @@ def run_facts(side: RunDocs, tag: str) -> str:
         ["source", info.get("source")],
         ["world size", info.get("world_size")],
         ["ranks present", ", ".join(str(r) for r in info["ranks_present"])],
-        ["missing ranks", "; ".join(f"rank {k}: {v}" for k, v in missing.items()) or "none"],
+        ["missing ranks", "; ".join(f"{rs}: {why}" for rs, why in ranks_by_reason(missing)) or "none"],
         ["profile mode", mode if mode is not None else "not recorded (capture before profile modes, or ingested trace)"],
         ["what the mode records", (side.attribute.value or {}).get("profile") or "n/a"],
         ["events", f"{info['events']:,d}"],
