@@ -284,3 +284,28 @@ def test_a_floor_a_measurement_beats_is_said_loudly() -> None:
     console = Console(record=True, width=200)
     render(rep, console)
     assert "WRONG FLOOR" in console.export_text()
+
+
+def test_measured_distinct_experts_replace_uniform_routing() -> None:
+    """Where the manifest records distinct experts per layer per instance (the built-in workload since this
+    model), the floor uses them (median over instances of the mean over layers) and says so."""
+    import copy
+
+    from tracekit.analyzers.sol.run import sol_of_run
+    from tracekit.store import load_run
+
+    r = load_run(str(MAIN / "graphed.parquet"))
+    man = copy.deepcopy(r.manifest)
+    cycles = sorted({int(c) for c in r.events.filter(r.events["phase"] == "verify").get_column("cycle").drop_nulls()})
+    for sec in man["ranks"].values():
+        sec["workload"]["distinct_experts"] = {"counts": {"verify": {str(c): [100] * 7 for c in cycles}}}
+    rep = sol_of_run(r.events, man, run="x")
+    base = sol_of_run(r.events, r.manifest, run="x")
+    v, v0 = rep.phase("verify"), base.phase("verify")
+    assert v is not None and v0 is not None
+    assert v.floor.distinct_experts == 100 and v.floor.distinct_source.startswith("measured")
+    assert v0.floor.distinct_source == "uniform routing U(T)" and v0.floor.distinct_experts > 280
+    assert v.floor.bytes_by_read["routed_experts"] == pytest.approx(v0.floor.bytes_by_read["routed_experts"] * 100
+                                                                   / v0.floor.distinct_experts, rel=1e-6)
+    d = rep.phase("decode")
+    assert d is not None and d.floor.distinct_source == "uniform routing U(T)"  # no count recorded for decode

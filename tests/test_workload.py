@@ -128,3 +128,32 @@ def test_cycles_under_profiler_have_phases_facts_and_growing_context() -> None:
     assert wl.seq_t.tolist() == grown
     d = wl.describe()
     assert d["accept"]["modelled"] is True and d["graphs"] == []
+
+
+def test_recorded_distinct_experts_equal_a_recount_of_the_router_outputs() -> None:
+    """The speed-of-light model's measured distinct experts: the count the workload records per MoE layer per
+    target phase instance equals a recount of the router's own top-k ids."""
+    cfg = make_config("tiny", batch_size=3, draft_steps=3, ctx_start=40, layers=3, dense_layers=1, experts=16,
+                      top_k=2)
+    wl = Workload(cfg, 0, 1, torch.device("cpu"), cycles_total=4)
+    seen: list[int] = []
+    moes = [f for f in wl.target.ffn if isinstance(f, MoE)]
+    assert len(moes) == 2
+    for m in moes:
+        orig = m.route
+
+        def route(x: torch.Tensor, orig=orig) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]
+            w, ids = orig(x)
+            seen.append(len(set(ids.flatten().tolist())))
+            return w, ids
+
+        m.route = route  # type: ignore[method-assign]
+    for c in range(2):
+        wl.run_cycle(c)
+    counts = wl.describe()["distinct_experts"]["counts"]
+    assert set(counts) == {"verify", "decode"}
+    # per cycle: verify's two MoE layers, then decode's (the target forwards in run order)
+    recount = [seen[i:i + 2] for i in range(0, len(seen), 2)]
+    assert recount == [counts["verify"]["0"], counts["decode"]["0"], counts["verify"]["1"], counts["decode"]["1"]]
+    assert all(1 <= n <= 16 for layer in recount for n in layer)
+    assert max(n for layer in recount for n in layer) > 2  # more than one token's top-k: a real count

@@ -162,6 +162,7 @@ RUN_VOLATILE: Final = re.compile(
     r"(^|\.)(taken_unix_ns|created_unix_ns|pid|ppid|when|uuid|pci_bus_id|nvml_errors|finalize_ns|MASTER_PORT|host_source)(\.|$)"
     r"|^(sources|clock|session|unprofiled|reference|profiled|dilation|counters|tracekit_version_build)(\.|$)"
     r"|^end\.env(\.|$)|^end\.taken_unix_ns$"
+    r"|^workload\.distinct_experts\.counts(\.|$)"
 )
 GPU_STATE_WORDS: Final = ("clock", "throttle", "pcie", "power", "temp")
 NOT_GPU_STATE_ROOTS: Final = ("profiled", "unprofiled", "reference", "dilation", "session", "workload", "window", "counters", "capture", "versions")

@@ -30,14 +30,16 @@ from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor
 from tracekit.analyzers.sol.gpus import GpuSpec, gpu_spec
 from tracekit.analyzers.sol.model import Layout, Step
 from tracekit.analyzers.sol.report import BucketSol, PhaseSol, SolReport, pct_of_sol
+from tracekit.buckets import BUCKETS, CATEGORIES, VOCABULARY, Kind
 from tracekit.errors import AnalysisError
 
 PHASES: Final = ("verify", "decode", "draft", "draft_extend", "prefill")
-# sol bucket -> the attribution bucket columns it is measured by
+MODELLED: Final = ("attention", "moe", "gemm", "allreduce", "comm")  # the buckets with a floor (floor.FLOOR_BUCKETS)
+# sol bucket -> the attribution bucket columns it is measured by (tracekit/buckets.py's vocabulary)
 MEASURED_BY: Final = {
-    "attention": ("attention",), "moe": ("moe",), "gemm": ("gemm",), "allreduce": ("allreduce",), "comm": ("comm",),
-    "launch_idle": ("launch_overhead", "idle"),
-    "other": ("norm", "elementwise", "sampling", "other", "memory"),
+    **{b: (b,) for b in MODELLED},
+    "launch_idle": tuple(b.name for b in VOCABULARY if b.kind is Kind.GAP and b.name in BUCKETS),
+    "other": tuple(b for b in BUCKETS if b not in MODELLED and b in CATEGORIES),
 }
 TRANSFORMERS_FAMILY: Final = {"deepseek_v3": "DeepseekV3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                               "mixtral": "MixtralForCausalLM", "llama": "LlamaForCausalLM"}

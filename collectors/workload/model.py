@@ -177,11 +177,17 @@ class MoE:
         self.w2 = g.w(cfg.experts, cfg.hidden, inter)
         self.shared = DenseMLP(cfg.hidden, inter * cfg.shared_experts, g) if cfg.shared_experts else None
         self.grouped = grouped
+        # distinct experts the last forward routed to (all its tokens): a static buffer, so that a CUDA graph's
+        # replay updates it too; read by the runner after the phase (the speed-of-light model's measured count)
+        self.distinct = torch.zeros((), dtype=torch.int64, device=g.device)
+        self._hit = torch.zeros(cfg.experts, dtype=torch.int64, device=g.device)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scores = F.linear(x.float(), self.router.float()).sigmoid()
         _, ids = (scores + self.bias).topk(self.k, dim=-1)
         w = scores.gather(1, ids)
+        self._hit.zero_().index_fill_(0, ids.flatten(), 1)
+        torch.sum(self._hit, dim=0, out=self.distinct)
         return w / w.sum(-1, keepdim=True), ids
 
     def experts_grouped(self, x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

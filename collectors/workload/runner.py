@@ -37,6 +37,7 @@ from tracekit.collectors.workload.model import (
     DraftModel,
     Gen,
     KVCache,
+    MoE,
     TargetModel,
     grouped_mm_works,
 )
@@ -92,6 +93,8 @@ class Workload:
         self.graph_error: str | None = None
         self._pending: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
         self.accepts: list[float] = []
+        # (phase, cycle, per-MoE-layer distinct expert counts on the device), read at describe()
+        self.distinct: list[tuple[str, int, torch.Tensor]] = []
         self.hooks = True  # False: no phase ranges at all (the overhead benchmark's baseline)
 
     # ---- the four forwards (static buffers in, tensors out) -------------------------------
@@ -198,6 +201,7 @@ class Workload:
             host_tokens = target_tokens.cpu()  # v1 verify blocks on the device-to-host copy
             acc = accept_lengths(cfg, cycle)
             self._pending = (acc, host_tokens, feats)
+        self._record_distinct("verify", cycle)
         mean_acc = statistics.fmean(acc)
         self.accepts.append(mean_acc)
         if self.hooks:
@@ -223,10 +227,29 @@ class Workload:
                     out.cpu()
                 else:
                     self._decode_fn(self._eager_window(1)).cpu()
+            self._record_distinct("decode", cycle)
+
+    def _record_distinct(self, name: str, cycle: int) -> None:
+        """Snapshot the MoE layers' distinct-expert counts of the target forward just run (one small device copy,
+        after the phase's range: no host sync)."""
+        moes = [f for f in self.target.ffn if isinstance(f, MoE)]
+        if moes and self.hooks:
+            self.distinct.append((name, cycle, torch.stack([m.distinct for m in moes])))
 
     def sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
+
+    def _distinct_facts(self) -> dict[str, Any]:
+        counts: dict[str, dict[str, list[int]]] = {}
+        for name, cycle, t in self.distinct:
+            counts.setdefault(name, {})[str(cycle)] = [int(x) for x in t.tolist()]
+        return {
+            "definition": "distinct routed experts the target's router chose for all tokens of one forward, per MoE "
+                          "layer (the layers after dense_layers), per phase instance: counted on the device from the "
+                          "router's top-k ids",
+            "counts": counts,
+        }
 
     def describe(self) -> dict[str, Any]:
         """Workload facts for the manifest."""
@@ -237,6 +260,7 @@ class Workload:
             "moe_impl": self.moe_impl,
             "max_ctx": self.max_ctx,
             "graphs": sorted(self.graphs),
+            "distinct_experts": self._distinct_facts(),
             "graph_error": self.graph_error,
             "attention": "torch scaled_dot_product_attention, additive causal mask; graphs attend over the whole cache",
             "accept": {

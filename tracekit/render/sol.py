@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.analyzers.sol.report import PhaseSol, SolReport
+from tracekit.buckets import LABELS
 from tracekit.documents import SOL
-from tracekit.render.attribute import LABELS
 from tracekit.render.units import dur, ms
 
 SOL_LABELS: Final = {**LABELS, "allreduce": "allreduce", "comm": "logits all-gather",
