@@ -30,7 +30,7 @@ from tracekit.errors import AnalysisError
 from tracekit.manifest import hosts as rank_hosts
 from tracekit.manifest import typed
 
-from .coll_match import matched_collectives
+from .coll_match import host_collectives, matched_collectives
 
 METHODS: Final = ("collectives", "none")
 SAME_HOST_SKEW_NS: Final = 100_000  # auto alignment with unknown hosts: larger offsets mean several hosts
@@ -48,6 +48,7 @@ class ClockFit:
     rejected: int  # dropped by the trimming pass
     reference_rank: int = 0
     per_rank_residual_max_ns: dict[int, int] = field(default_factory=dict)
+    source: str = "collective kernels"  # or "gloo collectives (host ranges)" on a CPU run
 
 
 def _fit(diff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +62,9 @@ def _fit(diff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def estimate_offsets(events: pl.DataFrame) -> ClockFit:
     """Fit per-rank clock offsets from matched collective ends (see module doc)."""
     coll = matched_collectives(events)
+    source = "collective kernels"
+    if coll.is_empty():  # a CPU run: gloo's collective ranges (coll_match.host_collectives)
+        coll, source = host_collectives(events), "gloo collectives (host ranges)"
     if coll.is_empty():
         raise AnalysisError(
             "no collective matched on every rank: cannot estimate clock offsets "
@@ -92,6 +96,7 @@ def estimate_offsets(events: pl.DataFrame) -> ClockFit:
         per_rank_residual_max_ns={
             r: round(float(ares[:, i].max())) for i, r in enumerate(ranks)
         },
+        source=source,
     )
 
 
@@ -181,6 +186,7 @@ def align_events(
         "residual_ns": {"median": fit.residual_median_ns, "max": fit.residual_max_ns},
         "residual_max_ns_by_rank": {str(r): v for r, v in fit.per_rank_residual_max_ns.items()},
         "collectives": fit.collectives,
+        "collective_source": fit.source,
         "rejected": fit.rejected,
         "unaligned_ranks": [str(r) for r in ranks if r not in fit.offsets_ns],
         "note": "raw start_ns = start_ns - offsets_ns[rank]",

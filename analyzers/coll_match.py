@@ -8,6 +8,12 @@ are kept (a partial match says nothing about skew or clock offsets).
 One row per (collective, rank): ``key`` (``group#coll_seq``), rank, start_ns
 (arrival), end_ns, name, plus the matcher's columns (group, coll_seq, coll_op,
 phase, phase_id, dur_ns, last_arrival_ns, last_rank, wait_ns, transfer_ns).
+
+``host_collectives``: a CPU run (gloo) has no collective kernels; torch records each gloo
+collective as a range ``gloo:all_reduce`` (``gloo:all_gather``, ``gloo:barrier``, ...) from the
+moment the work is queued (the rank's arrival) to its completion, on every rank. The k-th range
+of one name on each rank is the same collective (one process group: every rank issues the same
+sequence), so the matched rows are ``key`` (``gloo:all_reduce#k``), rank, start_ns, end_ns.
 """
 
 from __future__ import annotations
@@ -32,3 +38,25 @@ def matched_collectives(events: pl.DataFrame, match: pl.DataFrame | None = None)
     counts = m.group_by("key").agg(pl.col("rank").n_unique().alias("_nr"), pl.len().alias("_n"))
     keep = counts.filter((pl.col("_nr") == n_ranks) & (pl.col("_n") == n_ranks)).select("key")
     return m.join(keep, on="key", how="semi").select(list(OUT_SCHEMA)).sort(["key", "rank"])
+
+
+HOST_PREFIX = "gloo:"  # torch's range name of a gloo collective's work (ProcessGroupGloo)
+HOST_SCHEMA: dict[str, pl.DataType] = {"key": pl.String(), "rank": pl.Int32(), "start_ns": pl.Int64(),
+                                       "end_ns": pl.Int64()}
+
+
+def host_collectives(events: pl.DataFrame) -> pl.DataFrame:
+    """Gloo collectives matched on every rank by name and order (see module doc); empty when none."""
+    n_ranks = events.get_column("rank").drop_nulls().n_unique()
+    if n_ranks < 2:
+        return pl.DataFrame(schema=HOST_SCHEMA)
+    g = (events.lazy()
+         .filter((pl.col("kind") == "range") & pl.col("name").str.starts_with(HOST_PREFIX))
+         .select("rank", "name", "start_ns", "dur_ns")
+         .sort(["rank", "start_ns", "name"])
+         .with_columns(pl.int_range(pl.len()).over(["rank", "name"]).alias("_k"))
+         .select(pl.concat_str([pl.col("name"), pl.col("_k").cast(pl.String())], separator="#").alias("key"),
+                 pl.col("rank").cast(pl.Int32), "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+         .collect())
+    keep = g.group_by("key").agg(pl.col("rank").n_unique().alias("_nr")).filter(pl.col("_nr") == n_ranks)
+    return g.join(keep.select("key"), on="key", how="semi").sort(["key", "rank"])

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors.nodes import Topology
 from tracekit.collectors.workload.config import WorkloadConfig
 
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -60,6 +61,7 @@ class CaptureConfig:
     rank_env: dict[int, dict[str, str | None]] = field(default_factory=dict)  # per-rank env edits (None: unset)
     keep_logs: bool = False  # keep <out>.d/rank-*.log even when every rank succeeded
     profile: str = "auto"  # full | lite | timing | auto (resolve_profile: lite on GPU, full on CPU)
+    nodes: Topology = field(default_factory=Topology)  # this launcher's place in a multi-host job (nodes.py)
 
     def captured(self, world: int) -> list[int]:
         return list(range(world)) if self.ranks is None else sorted(set(self.ranks))
@@ -79,6 +81,8 @@ class CaptureConfig:
             "nvml_interval_s": self.nvml_interval_s,
             "profile_mode": self.profile,
             "workload": getattr(self.workload, "engine", "builtin"),
+            **({"nodes": {k: v for k, v in self.nodes.to_dict().items() if k not in ("node_rank", "first_rank")}}
+               if self.nodes.multi else {}),
         }
 
 
@@ -92,6 +96,8 @@ class CaptureResult:
     size_bytes: int
     manifest: dict[str, Any]
     interrupted: dict[str, Any] | None = None  # set when a Ctrl-C ended the window early (manifest "interrupted")
+    merged_by: int | None = None  # another node merges (multi-host capture): its node rank; ``out`` not written here
+    local_ranks: list[int] = field(default_factory=list)  # the ranks this launcher ran
 
 
 
@@ -134,10 +140,21 @@ def log_path(shard_dir: Path, rank: int) -> Path:
 FAULT_ENV = "TRACEKIT_TEST_FAULT"  # "CYCLE:exit|hang|raise" in one rank's env (rank_env): the fault tests
 
 
-def _fresh_shard_dir(shard_dir: Path) -> None:
-    """Make an empty shard directory; refuse to delete shards an earlier capture never merged."""
+def _fresh_shard_dir(shard_dir: Path, nodes: Topology) -> None:
+    """Make an empty shard directory; refuse to delete shards an earlier capture never merged. In a
+    multi-host capture the directory is shared: it is created if missing and only this node's ranks
+    are checked (the other nodes' files are theirs)."""
     from tracekit.errors import OutputError
 
+    if nodes.multi:
+        shard_dir.mkdir(parents=True, exist_ok=True)
+        old = [p.name for r in nodes.local_ranks() if (p := shard_path(shard_dir, r)).exists()]
+        if old:
+            raise OutputError(f"already holds {', '.join(old)} of an earlier capture: merge them (tracekit merge "
+                              f"{shard_dir} -o other.parquet) or remove them", path=str(shard_dir))
+        for r in nodes.local_ranks():
+            log_path(shard_dir, r).unlink(missing_ok=True)
+        return
     if shard_dir.exists():
         if any(shard_dir.glob("rank-*.parquet")):
             raise OutputError("holds the shards of an earlier capture that were never merged: merge them "
@@ -156,23 +173,31 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
 
     say = progress or (lambda _m: None)
     kind, ngpu = resolve_device(cc.device)
-    world = cc.world or (ngpu if kind == "cuda" else 8)
-    if kind == "cuda" and world > ngpu:
-        raise ValueError(f"--world {world} needs {world} GPUs, torch sees {ngpu}")
+    nodes = cc.nodes
+    world = cc.world or (nodes.nnodes * (nodes.nproc or ngpu) if kind == "cuda" else nodes.nnodes * (nodes.nproc or 8))
+    if world % nodes.nnodes or (nodes.nproc and world != nodes.nnodes * nodes.nproc):
+        raise ValueError(f"--world {world} is not {nodes.nnodes} nodes x "
+                         f"{nodes.nproc or 'the same number of'} ranks")
+    nodes = nodes.with_nproc(world // nodes.nnodes)
+    cc = dataclasses.replace(cc, nodes=nodes)
+    if kind == "cuda" and nodes.nproc > ngpu:
+        raise ValueError(f"{nodes.nproc} ranks on this host need {nodes.nproc} GPUs, torch sees {ngpu}")
     captured = cc.captured(world)
     if any(r < 0 or r >= world for r in captured):
         raise ValueError(f"--ranks {captured} outside 0..{world - 1}")
     cc.workload.validate(world)
     cc = dataclasses.replace(cc, profile=resolve_profile(cc.profile, kind))
     out = Path(cc.out)
-    lock = OutputLock(out).acquire()  # before anything is deleted: two captures to one -o
+    # only the merging node writes ``out``: the others take no lock on it (the directory may be shared)
+    lock = OutputLock(out).acquire() if nodes.node_rank == 0 else None  # before anything is deleted
     try:
-        if lock.stale is not None:
+        if lock is not None and lock.stale is not None:
             say(f"capture: replaced a stale lock {lock.path} (pid {lock.stale} no longer runs)")
         shard_dir = sidecar(out, ".d")
-        _fresh_shard_dir(shard_dir)
+        _fresh_shard_dir(shard_dir, nodes)
         from tracekit.collectors.launcher import launch
 
         return launch(cc, say, live, kind, world, captured, out, shard_dir)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()

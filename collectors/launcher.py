@@ -28,6 +28,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from tracekit.ranklist import format_rank_list
+
 if TYPE_CHECKING:
     from tracekit.collectors.capture import CaptureConfig, CaptureResult
 
@@ -192,11 +194,24 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     ctl = Control(ctx, world)
-    port = free_port()
-    say(f"capture: {world} ranks ({'NCCL on GPU' if kind == 'cuda' else 'gloo on CPU'}), capturing {captured}, "
-        f"{cc.warmup} warm-up + {cc.cycles} cycles in profile mode {cc.profile}")
+    nodes = cc.nodes
+    port = nodes.master_port or free_port()
+    local = nodes.local_ranks()
+    say(f"capture: {world} ranks ({'NCCL on GPU' if kind == 'cuda' else 'gloo on CPU'}), capturing "
+        f"{format_rank_list(captured)}, {cc.warmup} warm-up + {cc.cycles} cycles in profile mode {cc.profile}")
+    if nodes.multi:
+        from tracekit.collectors.nodes import gloo_interface, node_info, write_node
+
+        if kind != "cuda" and not os.environ.get("GLOO_SOCKET_IFNAME"):
+            name, how = gloo_interface(nodes.master_addr, port)
+            if name:
+                os.environ["GLOO_SOCKET_IFNAME"] = name  # inherited by the ranks at spawn, kept in their manifest
+            say(f"capture: gloo's interface: {how}")
+        say(f"capture: node {nodes.node_rank} of {nodes.nnodes} ({socket.gethostname()}): ranks "
+            f"{format_rank_list(local)}; process group at {nodes.master_addr}:{port}; shards to {shard_dir}/")
+        write_node(shard_dir, nodes.node_rank, "started", node_info(nodes))
     procs = {r: ctx.Process(target=rank_main, args=(r, world, kind, cc, port, str(shard_dir), q, ctl),
-                            name=f"tracekit-rank{r}") for r in range(world)}
+                            name=f"tracekit-rank{r}") for r in local}
     intr = Interrupts()
     with sigint_ignored():
         for p in procs.values():
@@ -205,7 +220,7 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
     try:
         say("capture: rank processes started (pid per rank: "
             + ", ".join(f"{r}: {p.pid}" for r, p in procs.items()) + f"); logs in {shard_dir}/")
-        prog = Progress(say, world, cc.warmup + cc.cycles, live=live)
+        prog = Progress(say, world, cc.warmup + cc.cycles, live=live, local=tuple(local))
         seen = watch(cc, procs, q, ctl, intr, prog, say)
         if seen.stop is not None and seen.stop <= cc.warmup:
             stop_all(procs)

@@ -29,7 +29,7 @@ import polars as pl
 from tracekit import __version__, schema
 from tracekit.manifest import RankManifest, rank_section_dict
 
-ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_", "PYTORCH_", "NVSHMEM_", "TRACEKIT_")
+ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_", "PYTORCH_", "NVSHMEM_", "TRACEKIT_", "GLOO_")
 ENV_NAMES = ("OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LD_PRELOAD")
 
 # NVML clock event (throttle) reason bits -> names (nvml.h, nvmlClocksEventReason*)

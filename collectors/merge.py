@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +51,8 @@ def _failures(cc: CaptureConfig, w: Watch, procs: dict[int, Any]) -> dict[int, A
 
 def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[int, Any], world: int,
             captured: list[int], out: Path, shard_dir: Path, launcher: dict[str, Any]) -> CaptureResult:
+    import pyarrow.parquet as pq
+
     from tracekit.collectors.launcher import explain
     from tracekit.errors import TracekitError
     from tracekit.manifest import typed
@@ -60,14 +63,16 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
     lines = explain(failures)
     from tracekit.collectors.launcher import exit_reason
 
+    nodes = cc.nodes
+    where = f" on node {nodes.node_rank} (host {socket.gethostname()})" if nodes.multi else ""
     missing: dict[str, str] = {}
     for f, line in lines:
         say(line)
         if f.rank in captured and not shard_path(shard_dir, f.rank).exists():
-            missing[str(f.rank)] = f.what + (f" {f.stage}" if f.stage else "")
+            missing[str(f.rank)] = f.what + (f" {f.stage}" if f.stage else "") + where
     for r in captured:  # no failure seen, yet no shard (should not happen): say so
-        if str(r) not in missing and not shard_path(shard_dir, r).exists():
-            missing[str(r)] = f"no shard written ({exit_reason(procs[r].exitcode)})"
+        if r in procs and str(r) not in missing and not shard_path(shard_dir, r).exists():
+            missing[str(r)] = f"no shard written ({exit_reason(procs[r].exitcode)})" + where
     if lines:
         root = lines[0][0]
         tail = log_tail(log_path(shard_dir, root.rank))
@@ -76,6 +81,31 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
             for line in tail:
                 say(f"  | {line}")
         say(f"capture: full logs of every rank kept in {shard_dir}/ (rank-00000.log ...)")
+    node_extra: dict[str, Any] = {}
+    if nodes.multi:
+        from tracekit.collectors.nodes import (
+            NODE_WAIT_S,
+            missing_from_nodes,
+            node_info,
+            read_nodes,
+            wait_nodes,
+            write_node,
+        )
+
+        mine = [r for r in sorted(procs) if shard_path(shard_dir, r).exists()]
+        # read before the end file is written: node 0 may merge and remove the shards right after it
+        rows = sum(pq.ParquetFile(shard_path(shard_dir, r)).metadata.num_rows for r in mine)
+        size = sum(shard_path(shard_dir, r).stat().st_size for r in mine)
+        write_node(shard_dir, nodes.node_rank, "ended", node_info(nodes, shards=mine, failed=missing))
+        if nodes.node_rank != 0:
+            say(f"capture: node {nodes.node_rank}: {len(mine)} shard(s) written to {shard_dir}/; node 0 merges "
+                f"them into {out} (or: tracekit merge {shard_dir} -o {out})")
+            return CaptureResult(out=out, world=world, captured=captured, missing=missing, events=rows,
+                                 size_bytes=size, manifest={}, merged_by=0, local_ranks=sorted(procs))
+        wait_nodes(shard_dir, nodes, NODE_WAIT_S, say)
+        missing.update(missing_from_nodes(nodes, shard_dir, set(), NODE_WAIT_S))
+        node_extra["nodes"] = {str(n): {k: v for k, v in info.items() if k in ("host", "pid", "ranks", "taken_unix_ns")}
+                               for n, info in sorted(read_nodes(shard_dir, "started").items())}
     if len(missing) == len(captured):
         root_line = lines[0][1] if lines else "no rank wrote a shard"
         peers = [f.rank for f, _ in lines[1:] if f.collective]
@@ -84,7 +114,7 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
         raise TracekitError("no rank produced data: " + "; ".join(parts + others) + f" (logs kept in {shard_dir}/)",
                             path=str(out))
     extra: dict[str, Any] = {"source": "capture", "launcher": launcher, "world_size": world,
-                             "capture": cc.to_dict(), "captured_ranks": captured}
+                             "capture": cc.to_dict(), "captured_ranks": captured, **node_extra}
     if missing:
         extra["missing_ranks"] = missing
     if w.stop is not None:
@@ -100,9 +130,8 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
         say(f"rank logs (stdout/stderr of every rank process) kept in {shard_dir}/")
     else:
         shutil.rmtree(shard_dir, ignore_errors=True)
-    import pyarrow.parquet as pq
-
     n = pq.ParquetFile(out).metadata.num_rows
     return CaptureResult(out=out, world=world, captured=captured, missing=missing, events=n,
-                         size_bytes=out.stat().st_size, manifest=man, interrupted=extra.get("interrupted"))
+                         size_bytes=out.stat().st_size, manifest=man, interrupted=extra.get("interrupted"),
+                         local_ranks=sorted(procs))
 

@@ -29,6 +29,7 @@ class Progress:
     world: int
     total_cycles: int
     live: bool = False  # a terminal: also print every rank's cycles every TICK_S seconds
+    local: tuple[int, ...] = ()  # the ranks this launcher runs (a node of a multi-host capture); () = all
     t0: float = field(default_factory=time.monotonic)
     cycles: dict[int, int] = field(default_factory=dict)
     stages: dict[str, dict[int, str]] = field(default_factory=dict)
@@ -50,14 +51,17 @@ class Progress:
 
     def _flush(self, key: str) -> None:
         got = self.stages.get(key, {})
-        live = set(range(self.world)) - self.gone
+        live = set(self.ranks()) - self.gone
         if key in self.done_stages or not got or not live <= set(got):
             return
         self.done_stages.add(key)
         texts = sorted(set(got.values()))
         text = texts[0] if len(texts) == 1 else "; ".join(f"rank {r}: {t}" for r, t in sorted(got.items()))
         n = len(set(got) - self.gone)
-        self.say(f"capture: {text} ({n}/{self.world} ranks, {time.monotonic() - self.t0:.1f} s)")
+        self.say(f"capture: {text} ({n}/{len(self.ranks())} ranks, {time.monotonic() - self.t0:.1f} s)")
+
+    def ranks(self) -> tuple[int, ...]:
+        return self.local or tuple(range(self.world))
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -67,7 +71,7 @@ class Progress:
         if not self.cycles:
             return
         by: dict[int, list[int]] = {}
-        for r in range(self.world):
+        for r in self.ranks():
             if r not in self.gone:
                 by.setdefault(self.cycles.get(r, 0), []).append(r)
         parts = [f"rank{'s' if len(rs) > 1 else ''} {format_rank_list(rs)} {n}/{self.total_cycles}"

@@ -106,9 +106,10 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    local = cc.nodes.local_index(rank)
     os.environ.update(
-        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
-         "LOCAL_RANK": str(rank)}
+        {"MASTER_ADDR": cc.nodes.master_addr, "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
+         "LOCAL_RANK": str(local)}
     )
     q.put(("beat", rank, "started"))
     from datetime import timedelta
@@ -124,8 +125,8 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
 
     cuda = kind == "cuda"
     if cuda:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
     else:
         torch.set_num_threads(1)
         device = torch.device("cpu")
@@ -151,10 +152,10 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     wl.sync()
     wl.timer.window = None
     me = rank in cc.captured(world)
-    dev_index = rank if cuda else None
+    dev_index = local if cuda else None
     start = rank_section(rank, world, dev_index, "start")
     session = ProfilerSession(rank, cuda, mode=cc.profile) if me else None
-    sampler = NvmlSampler(rank, rank, cc.nvml_interval_s) if (me and cuda and cc.nvml_interval_s > 0) else None
+    sampler = NvmlSampler(local, rank, cc.nvml_interval_s) if (me and cuda and cc.nvml_interval_s > 0) else None
     if sampler is not None:
         sampler.start()
     if session is not None:
@@ -273,12 +274,20 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
                      "rows": 0 if counters is None else counters.height},
         "workload": wl.describe(),
     }
+    if cc.nodes.multi:
+        section["node"] = {"node_rank": cc.nodes.node_rank, "local_rank": cc.nodes.local_index(rank),
+                           "nnodes": cc.nodes.nnodes, "master": f"{cc.nodes.master_addr}:{os.environ['MASTER_PORT']}",
+                           "launcher": cc.nodes.source}
+    clock = ({"align": "none", "note": "ranks share one host's system clock", "offsets_ns": {str(rank): 0}}
+             if not cc.nodes.multi else
+             {"align": "none", "note": "each rank on its host's own system clock (multi-host capture): the merge "
+                                       "aligns hosts by their collectives", "offsets_ns": {str(rank): 0}})
     man = new_manifest(
         source="capture",
         world_size=world,
         capture=cc.to_dict(),
         ranks={str(rank): section},
-        clock={"align": "none", "note": "ranks share one host's system clock", "offsets_ns": {str(rank): 0}},
+        clock=clock,
     )
     write_run(events, shard_path(shard_dir, rank), stamp(man) if finalized else man)
     q.put(("done", rank, events.height))

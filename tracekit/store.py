@@ -335,7 +335,8 @@ def shard_missing(shard_dir: str | os.PathLike[str], manifest: Mapping[str, Any]
 
 def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> Path:
     """Merge a directory of per-rank shards into one run file (atomically; finalized, see load_run). Ranks
-    the shards' manifests expect but that have no shard land in ``missing_ranks`` with why."""
+    the shards' manifests expect but that have no shard land in ``missing_ranks`` with why. Shards of
+    more than one host (a multi-host capture) are aligned by their collectives (``--align auto``)."""
     run = load_run(shard_dir)
     man = dict(run.manifest)
     man["source"] = man.get("source", "merge")
@@ -344,7 +345,19 @@ def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str],
     missing = shard_missing(shard_dir, man)
     if missing:
         man["missing_ranks"] = missing
-    return write_run(run.events, out, man)
+    events = run.events
+    from tracekit.manifest import hosts
+
+    if len({h for h in hosts(man).values() if h}) > 1:
+        from tracekit.analyzers.align import align_events
+        from tracekit.errors import AnalysisError
+
+        try:
+            events, man = align_events(events, man, None)
+        except AnalysisError as exc:  # written as recorded, and the manifest says why
+            man["clock"] = {**dict(man.get("clock") or {}), "align": "none", "auto": f"ranks on several hosts, "
+                            f"not aligned: {exc}"}
+    return write_run(events, out, man)
 
 
 __all__ = [

@@ -55,6 +55,14 @@ def _parse_ranks(value: str) -> list[int] | None:
                    "profiler, phase times per cycle by CUDA events (no kernels). auto: lite on GPU, full on CPU "
                    "(with --sglang: full).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True, help="Seconds a rank may go without progress before it is killed.")
+@click.option("--nnodes", type=click.IntRange(1), default=None,
+              help="Hosts in the capture: one `tracekit capture` per host, each with its --node-rank (docs/scale.md). "
+                   "Without it, RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment (torchrun, srun) make "
+                   "this process one rank of such a job.")
+@click.option("--node-rank", type=click.IntRange(0), default=0, show_default=True, help="With --nnodes: this host's index; node 0 hosts rank 0 and merges.")
+@click.option("--master", default=None, metavar="ADDR:PORT", help="With --nnodes: where node 0's rank 0 hosts the process group's store.")
+@click.option("--nproc-per-node", type=click.IntRange(1), default=None,
+              help="With --nnodes: ranks per host [default: every visible GPU, else --world / --nnodes, else 8].")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default="run.parquet", show_default=True)
 @click.option("--sglang", "sglang_url", default=None, metavar="URL",
               help="Capture a live SGLang server (http://HOST:PORT) instead of the built-in workload; see sglang-capture.")
@@ -68,7 +76,8 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
                 preset: str | None,
                 verify_graph: str, batch_size: int | None, draft_steps: int | None, ctx_start: int | None,
                 layers: int | None, hidden: int | None, experts: int | None, top_k: int | None,
-                accept_probs: str | None, device: str, keep_json: str | None, profile: str, timeout_s: float, out: str,
+                accept_probs: str | None, device: str, keep_json: str | None, profile: str, timeout_s: float,
+                nnodes: int | None, node_rank: int, master: str | None, nproc_per_node: int | None, out: str,
                 sglang_url: str | None, requests: int, input_len: int, output_len: int, concurrency: int) -> None:
     """Capture the built-in speculative-decoding workload (or transformers' assisted generation with --engine transformers, or with --sglang URL a live server) on every rank into one run.parquet.
 
@@ -79,6 +88,9 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
     the current cycle and still writes the cycles captured, marked interrupted; a second aborts).
     """
     if sglang_url is not None:
+        if nnodes is not None:
+            raise click.UsageError("--sglang captures a running server's ranks: --nnodes is for the built-in and "
+                                   "transformers engines")
         if ranks_opt != "all":
             raise click.UsageError("--sglang captures every rank: use --ranks all (and --world N to name the rank count)")
         from tracekit.collectors.sglang.commands import sglang_capture
@@ -103,6 +115,12 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
 
     wl: Any  # WorkloadConfig | TransformersConfig
     try:
+        from tracekit.collectors.nodes import Topology, from_env, from_options
+
+        if nnodes is None and (node_rank or master or nproc_per_node):
+            raise ValueError("--node-rank, --master and --nproc-per-node go with --nnodes")
+        nodes = (from_options(nnodes, node_rank, master, nproc_per_node) if nnodes is not None
+                 else from_env() or Topology())
         kind, _ = resolve_device(device)
         if engine == "transformers":
             from tracekit.collectors.transformers.commands import (
@@ -121,7 +139,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
                              batch_size=batch_size, draft_steps=draft_steps, ctx_start=ctx_start, layers=layers,
                              hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
         cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, after=after, device=device,
-                           workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile)
+                           workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile, nodes=nodes)
         from tracekit.outputs import check_output
 
         check_output(out)

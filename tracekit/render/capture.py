@@ -56,6 +56,13 @@ def profile_line(manifest: dict[str, Any] | None) -> str | None:
 
 
 def render_capture_summary(result: CaptureResult) -> str:
+    if result.merged_by is not None:  # a node of a multi-host capture that does not merge
+        from tracekit.ranklist import format_rank_list
+
+        lines = [f"wrote the shards of ranks {format_rank_list(result.local_ranks)} ({result.size_bytes / 1e6:.2f} MB, "
+                 f"{result.events} events) beside {result.out}; node {result.merged_by} merges them into {result.out}"]
+        lines += [f"  missing rank {r}: {why}" for r, why in sorted(result.missing.items(), key=lambda kv: int(kv[0]))]
+        return "\n".join(lines)
     man = typed(result.manifest)
     cap = man.capture
     windows = [(sec.window or {}).get("cycles", 0) for sec in man.ranks.values()]

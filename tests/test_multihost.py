@@ -1,0 +1,140 @@
+"""Issue 29, multi-host capture: two hosts on one machine, a real network between them, one shifted clock.
+
+Two network namespaces joined by a veth pair (created and removed here) are the two hosts; each
+runs ``tracekit capture --nnodes 2 --node-rank I --master ADDR:PORT`` in its own UTS namespace
+(its own host name) with 2 gloo ranks, talking TCP across the veth. Node 1's wall clock is
+shifted by +3.7 s with Debian's libfaketime (LD_PRELOAD: ``time.time_ns`` and the profiler's
+clock read the shifted clock). Node 0 merges; the merged run must be aligned by its collectives:
+the fitted offset of node 1's ranks equals the injected one within the residual the fit measured
+(the collective-end jitter), and after alignment every collective's ranks overlap in time.
+
+Needs root, ``ip``, ``unshare`` and libfaketime (``apt-get install -y faketime libfaketime``;
+.ci/run installs them); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+pytest.importorskip("torch")
+
+from tracekit.analyzers.coll_match import host_collectives
+from tracekit.manifest import typed
+from tracekit.store import load_run
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+SHIFT_NS = 3_700_000_000
+SMALL = ["--device", "cpu", "--warmup", "1", "--after", "0", "--cycles", "2", "--batch-size", "2", "--ctx", "32",
+         "--layers", "1", "--world", "4"]
+PORT = 29517  # each namespace has its own ports: nothing else listens there
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "unshare"):
+        if shutil.which(tool) is None:
+            return f"no `{tool}` command"
+    if not FAKETIME_LIB.exists():
+        return f"no libfaketime ({FAKETIME_LIB}; apt-get install -y faketime libfaketime)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def hosts() -> Iterator[tuple[str, str, str]]:
+    """Two namespaces (ns0, ns1) joined by a veth pair; yields (ns0, ns1, node 0's address)."""
+    tag = f"tk{os.getpid() % 100000}"
+    ns = (f"{tag}a", f"{tag}b")
+    veth = (f"{tag}va", f"{tag}vb")
+    octet = os.getpid() % 200 + 20
+    addrs = (f"10.231.{octet}.1", f"10.231.{octet}.2")
+    made: list[str] = []
+    try:
+        for n in ns:
+            _ip("netns", "add", n)
+            made.append(n)
+        _ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
+        for n, v, a in zip(ns, veth, addrs, strict=True):
+            _ip("link", "set", v, "netns", n)
+            _ip("-n", n, "addr", "add", f"{a}/24", "dev", v)
+            _ip("-n", n, "link", "set", v, "up")
+            _ip("-n", n, "link", "set", "lo", "up")
+        yield ns[0], ns[1], addrs[0]
+    finally:
+        for n in made:  # removing a namespace removes its end of the veth pair, and the pair with it
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=30)
+
+
+def _node(ns: str, host: str, rank: int, master: str, out: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "tracekit", "capture", *SMALL, "--nnodes", "2", "--node-rank", str(rank),
+           "--master", master, "-o", str(out)]
+    # its own UTS namespace: the host name each rank records (two hosts have two names)
+    shell = f"hostname {host} && exec " + " ".join(cmd)
+    return subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", shell], cwd=out.parent,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str, str, str]) -> None:
+    ns0, ns1, addr0 = hosts
+    out = tmp_path / "run.parquet"
+    master = f"{addr0}:{PORT}"
+    env0 = dict(os.environ)
+    env1 = {**os.environ, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"+{SHIFT_NS / 1e9:.1f}",
+            "FAKETIME_DONT_RESET": "1"}
+    p0 = _node(ns0, "tk-node0", 0, master, out, env0)
+    p1 = _node(ns1, "tk-node1", 1, master, out, env1)
+    try:
+        out1, err1 = p1.communicate(timeout=540)  # a last guard: on this 2-core box the capture takes ~1 min
+        out0, err0 = p0.communicate(timeout=120)
+    finally:
+        for p in (p0, p1):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert p1.returncode == 0, f"node 1 failed:\n{err1}\n{out1}"
+    assert p0.returncode == 0, f"node 0 failed:\n{err0}\n{out0}"
+    assert "node 0 merges them into" in out1
+    assert f"wrote {out}" in out0
+    assert "gloo's interface:" in err0 and "gloo's interface:" in err1
+
+    run = load_run(out)
+    man = typed(run.manifest)
+    assert {r: sec.host for r, sec in man.ranks.items()} == {"0": "tk-node0", "1": "tk-node0", "2": "tk-node1",
+                                                              "3": "tk-node1"}
+    assert set(run.manifest["nodes"]) == {"0", "1"} and run.manifest["nodes"]["1"]["host"] == "tk-node1"
+    assert not man.missing_ranks
+    assert {sec.env.get("GLOO_SOCKET_IFNAME") for sec in man.ranks.values()} != {None}
+    clock = run.manifest["clock"]
+    print("clock:", json.dumps(clock, sort_keys=True))  # bench/results/multihost-netns.txt keeps one run's
+    assert clock["align"] == "collectives" and clock["auto"] == "ranks on 2 hosts"
+    assert clock["collective_source"] == "gloo collectives (host ranges)"
+    # offsets_ns is what was added to each rank's times: node 1's ranks read 3.7 s ahead, so -3.7 s
+    jitter = int(clock["residual_ns"]["max"])
+    assert 0 < jitter < 50_000_000, clock
+    for r in ("2", "3"):
+        assert abs(int(clock["offsets_ns"][r]) + SHIFT_NS) <= jitter, clock
+    for r in ("0", "1"):
+        assert abs(int(clock["offsets_ns"][r])) <= jitter, clock
+    # after alignment every collective's ranks overlap (the latest arrival before the earliest end)
+    coll = host_collectives(run.events)
+    span = coll.group_by("key").agg(pl.col("start_ns").max().alias("last_in"), pl.col("end_ns").min().alias("first_out"),
+                                    pl.len().alias("n"))
+    assert span.height > 10 and (span.get_column("n") == 4).all()
+    late = span.filter(pl.col("last_in") > pl.col("first_out"))
+    assert late.is_empty(), late
