@@ -227,7 +227,7 @@ def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame
         .group_by(["last_rank", "family"])
         .agg(pl.len().alias("late_arrivals"), pl.col("excess_ns").sum())
         .rename({"last_rank": "rank"})
-        .sort(["rank", "excess_ns"], descending=[False, True])
+        .sort(["rank", "excess_ns", "family"], descending=[False, True, False])  # ties in family order: one output
     )
 
 

@@ -163,4 +163,14 @@ def compare_timers(a_manifest: dict[str, Any] | None, a_phase: str, b_manifest: 
     }
 
 
-__all__ = ["Estimate", "PhaseTimer", "compare_timers", "estimate_buckets", "phase_timers"]
+def dilation_table(manifest: dict[str, Any] | None) -> dict[str, dict[str, float]]:
+    """Per phase: unprofiled and profiled time per instance from the capture manifest (``phase_timers``: each
+    rank's median per instance, then the median over ranks), their ratio, and the reference's two blocks."""
+    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio,
+                 **({"before_ns": t.before_ns, "after_ns": t.after_ns}
+                    if t.before_ns is not None and t.after_ns is not None else {})}
+            for ph, t in phase_timers(manifest).items()
+            if t.ratio is not None and t.paired_unprofiled_ns is not None and t.window_ns is not None}
+
+
+__all__ = ["Estimate", "PhaseTimer", "compare_timers", "dilation_table", "estimate_buckets", "phase_timers"]

@@ -32,9 +32,9 @@ def main() -> int:
     ap.add_argument("lite")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    from tracekit.analyzers.analyses import instance_estimate, typical_instance
     from tracekit.analyzers.attribution import attribute_report
     from tracekit.analyzers.unprofiled import phase_timers
-    from tracekit.render.estimate import phase_estimate, typical_instance
     from tracekit.store import load_run
 
     runs = {k: load_run(p) for k, p in (("full", args.full), ("lite", args.lite))}
@@ -46,7 +46,7 @@ def main() -> int:
     host = ("launch_overhead", "idle", "allreduce")
     for ph in sorted(set(rows["full"]) & set(rows["lite"])):
         fr, lr = rows["full"][ph], rows["lite"][ph]
-        fe, le = phase_estimate(fr, timers["full"].get(ph)), phase_estimate(lr, timers["lite"].get(ph))
+        fe, le = instance_estimate(fr, timers["full"].get(ph)), instance_estimate(lr, timers["lite"].get(ph))
         if fe is None:
             continue
         fm, lm = buckets_of(fr), buckets_of(lr)

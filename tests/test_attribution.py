@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from kineto_synth import gpu_rank
 
+from tracekit.analyzers import analyses
 from tracekit.analyzers.attribution import (
     BUCKET_COLUMNS,
     attribute_instances,
@@ -140,10 +141,11 @@ def test_unmatched_collectives_are_reported_and_wait_left_unknown() -> None:
         rows.append(rng(format_label("verify", cycle=0), 0, 20_000, rank=rank))
         rows += kl(AR, None, 30, 100, 500, 2, rank=rank, stream=20)
     rows += kl(AR, None, 1000, 1100, 500, 3, rank=0, stream=20)  # rank 0 has one more
-    rep = attribute_report(finalize_events(conform(pl.DataFrame(rows))))
+    ev = finalize_events(conform(pl.DataFrame(rows)))
+    rep = attribute_report(ev)
     assert rep["instances"].get_column("allreduce_wait_ns").null_count() == 2
     assert "count differs" in rep["issues"].get_column("issue")[0]
-    item = attribute_json.to_json(rep, "rank")["phases"][0]
+    item = attribute_json.to_json(analyses.attribute(ev, {}), "rank")["phases"][0]
     assert item["allreduce"]["wait_ns"] is None
 
 

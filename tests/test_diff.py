@@ -12,6 +12,7 @@ from forensic_frames import Spec, build, manifest
 
 from tracekit.analyzers.diff import diff_runs, nice_width
 from tracekit.analyzers.manifest_diff import collapse, manifest_diff
+from tracekit.analyzers.reports import DiffReport
 from tracekit.cli import cli
 from tracekit.errors import AnalysisError
 from tracekit.finalize import finalize_events
@@ -51,7 +52,7 @@ def test_diff_of_a_run_with_itself_is_exactly_zero() -> None:
     assert (ph["old_launches_per_instance"] == ph["new_launches_per_instance"]).all()
     man = manifest(3)
     assert manifest_diff(man, man).is_empty()
-    lines = render_diff.explanation(view, manifest_diff(man, man))
+    lines = render_diff.explanation(DiffReport.from_view(view, manifest_diff(man, man)))
     assert "manifests: no difference" in lines[-1]
 
 
@@ -81,7 +82,7 @@ def test_matched_comparison_separates_seq_shift_from_real_change() -> None:
     assert k["fused_moe_kernel"]["delta_mean_ns"] == pytest.approx(30_000)
     assert k["fused_moe_kernel"]["delta_count_per_instance"] == 0
     assert ph["new_launches_per_instance"] - ph["old_launches_per_instance"] == LAYERS
-    lines = render_diff.explanation(view, pl.DataFrame(schema={"scope": pl.String, "section": pl.String, "key": pl.String, "status": pl.String, "old": pl.String, "new": pl.String}))
+    lines = render_diff.explanation(DiffReport.from_view(view, pl.DataFrame(schema={"scope": pl.String, "section": pl.String, "key": pl.String, "status": pl.String, "old": pl.String, "new": pl.String})))
     assert "moe" in lines[2]  # the biggest contribution ranks first
 
 
@@ -96,7 +97,7 @@ def test_runs_that_do_not_overlap_in_seq_len() -> None:
     assert ph["fit_shift_ns"] == pytest.approx(ph["delta_ns"])
     assert ph["extrapolated"] is True
     assert view["buckets"].get_column("basis").unique().to_list() == ["overall"]
-    text = "\n".join(render_diff.explanation(view, manifest_diff({}, {})))
+    text = "\n".join(render_diff.explanation(DiffReport.from_view(view, manifest_diff({}, {}))))
     assert "DO NOT OVERLAP" in text
 
 
@@ -110,7 +111,7 @@ def test_graph_change_and_unknown_seq_len() -> None:
     ph = view["phases"].row(0, named=True)
     assert ph["old_graphed_share"] == 1.0 and ph["new_graphed_share"] == 0.0
     assert ph["old_seq_mean"] is None and ph["matched_buckets"] == 1  # matched on batch size alone
-    text = "\n".join(render_diff.explanation(view, manifest_diff({}, {})))
+    text = "\n".join(render_diff.explanation(DiffReport.from_view(view, manifest_diff({}, {}))))
     assert "sequence length unknown" in text
 
 
@@ -138,7 +139,7 @@ def test_phase_in_one_run_only_is_named() -> None:
     assert view["phases"].get_column("phase").to_list() == ["draft", "draft_extend", "verify"]
     pres = {r["phase"]: (r["in_old"], r["in_new"]) for r in view["presence"].iter_rows(named=True)}
     assert pres["decode"] == (True, False)
-    text = render_diff.explanation(view, manifest_diff({}, {}))
+    text = render_diff.explanation(DiffReport.from_view(view, manifest_diff({}, {})))
     assert "not in the new run (not compared): decode" in text
 
 

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from tracekit.analyzers import analyses
 from tracekit.analyzers.buckets import BUCKETS
 from tracekit.analyzers.gap import gap_report
 from tracekit.cli import cli
@@ -57,6 +58,8 @@ def frame(builder: Any, n: int = 3, ranks: int = 2, seq: int = 1000) -> pl.DataF
 
 def test_gap_terms_by_hand() -> None:
     rep = gap_report(frame(verify_eager), frame(decode_graphed))
+    typed = analyses.gap(frame(verify_eager), None, frame(decode_graphed), None)
+    assert typed.total_delta_ns == rep["total_delta_ns"] and typed.timing["timing_source"] == "profiled"
     b = {r["bucket"]: r for r in rep["buckets"].iter_rows(named=True)}
     # verify window: 3 gaps of 3 µs (all launch overhead: next launch ends 2 µs after, +1 µs latency)
     assert b["gpu_window"]["a_ns"] == 55_000 + 3 * 3_000
@@ -74,7 +77,7 @@ def test_gap_terms_by_hand() -> None:
     assert [e.bucket for e in items[:2]] == ["attention", "launch_overhead"]
     assert items[0].delta_ns == 14_000 and items[0].families[0]["family"] == "extend_attn_fwd_kernel"
     assert items[0].families[0]["only"] == "a" and items[1].families == ()
-    ex = explanation_lines(rep)  # the words are the renderer's
+    ex = explanation_lines(typed)  # the words are the renderer's
     assert ex[0].startswith("+14.0 µs attention") and "extend_attn_fwd_kernel only in verify" in ex[0]
     assert ex[1].startswith("+9.0 µs launch overhead") and "0/6 instances graphed" in ex[1]
     k = rep["kernels"]
@@ -84,7 +87,7 @@ def test_gap_terms_by_hand() -> None:
     moe = k.filter(pl.col("family") == "fused_moe_kernel").row(0, named=True)
     assert moe["a_count"] == 1 and moe["a_mean_ns"] == 15_000 and moe["b_mean_ns"] == 12_000
     assert rep["a"]["graphed_instances"] == 0 and rep["b"]["graphed_instances"] == 6
-    assert rep["seq_check"] is None and warning_lines(rep) == []
+    assert rep["seq_check"] is None and warning_lines(typed) == []
 
 
 def test_gap_of_a_phase_with_itself_is_zero() -> None:
@@ -97,7 +100,8 @@ def test_gap_of_a_phase_with_itself_is_zero() -> None:
 
 def test_sequence_length_mismatch_warns_and_matches_buckets() -> None:
     rep = gap_report(frame(verify_eager, seq=4000), frame(decode_graphed, seq=1000))
-    assert rep["seq_check"] == "differs" and "sequence lengths differ" in warning_lines(rep)[0]
+    typed = analyses.gap(frame(verify_eager, seq=4000), None, frame(decode_graphed, seq=1000), None)
+    assert rep["seq_check"] == "differs" and "sequence lengths differ" in warning_lines(typed)[0]
     assert rep["seq"].height == 0  # no common power-of-two bucket
     rep = gap_report(frame(verify_eager, seq=1100), frame(decode_graphed, seq=1300))
     assert rep["seq_check"] is None and rep["seq"].get_column("seq_lo").to_list() == [1024]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.render.attribute_json import dilation
+from tracekit.analyzers.unprofiled import dilation_table as dilation
 from tracekit.store import read_manifest
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "h200x2-mainjob" / "eager.parquet"

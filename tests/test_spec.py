@@ -245,6 +245,9 @@ def test_baseline_run_gives_the_decode_step_per_batch_size() -> None:
     other = build(Spec(ranks=2, cycles=0, decode_steps=6, batch_size=8))
     t2, ctx2 = sp.spec_report(spec_run, baseline=other)
     assert t2.row(0, named=True)["decode_step_ns"] is None and t2.row(0, named=True)["break_even_tokens"] is None
+    from tracekit.analyzers import analyses
     from tracekit.render.spec import summary_lines
 
-    assert any("no decode step at batch size 2 in the baseline run" in line for line in summary_lines(t2, ctx2))
+    rep2 = analyses.spec(spec_run, None, baseline=other)
+    assert rep2.table.equals(t2) and rep2.decode_source == ctx2["decode_source"]
+    assert any("no decode step at batch size 2 in the baseline run" in line for line in summary_lines(rep2))

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tracekit.analyzers.analyses import instance_estimate, typical_instance
 from tracekit.analyzers.attribution import attribute_report
 from tracekit.analyzers.spec import spec_report
 from tracekit.analyzers.unprofiled import compare_timers, estimate_buckets, phase_timers
 from tracekit.buckets import BUCKETS
 from tracekit.cli import cli
-from tracekit.render.estimate import phase_estimate, typical_instance
 from tracekit.store import load_run, read_manifest
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -92,7 +92,7 @@ def test_estimate_on_the_h200_eager_sample_fits_the_unprofiled_verify() -> None:
     assert inst is not None
     windows = sorted(rep["instances"]["gpu_window_ns"].to_list())
     assert inst["gpu_window_ns"] == windows[(len(windows) - 1) // 2]  # the median instance, not the mean
-    est = phase_estimate(inst, timer)
+    est = instance_estimate(inst, timer)
     assert est is not None and est.window_ns == round(timer.unprofiled_ns) and 0 < est.scale < 1
     for k in ("attention", "moe", "gemm"):  # kernel work as measured
         assert est.buckets_ns[k] == inst[f"{k}_ns"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Run": "tracekit.store",
+    "Run": "tracekit.facade",
     "read_run": "tracekit.store",
     "scan_run": "tracekit.store",
     "load_run": "tracekit.store",
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from tracekit.export import export_run
     from tracekit.finalize.pipeline import finalize_events
     from tracekit.ingest import ingest_traces
-    from tracekit.store import Run, load_run, read_manifest, read_run, scan_run, write_run
+    from tracekit.facade import Run
+    from tracekit.store import load_run, read_manifest, read_run, scan_run, write_run
 
 
 def __getattr__(name: str) -> Any:

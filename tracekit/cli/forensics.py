@@ -57,7 +57,7 @@ def spec_cmd(
                      target_tps=target_tps)
         return
 
-    from tracekit.analyzers.spec import spec_report
+    from tracekit.analyzers import analyses
     from tracekit.errors import AnalysisError, side_path
     from tracekit.render import spec as render_spec
 
@@ -69,23 +69,23 @@ def spec_cmd(
     base = base_run.events if base_run is not None else None
     _note_partial(run, baseline)
     try:
-        table, ctx = spec_report(
+        rep = analyses.spec(
             events,
+            loaded.manifest,
             baseline=base,
+            baseline_manifest=base_run.manifest if base_run is not None else None,
             baseline_tps=baseline_tps,
             target_tps=target_tps,
             rank=rank,
             draft_tokens=draft_tokens,
             accept_len=accept_len,
-            manifest=loaded.manifest,
-            baseline_manifest=base_run.manifest if base_run is not None else None,
         )
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, baseline)) from None
     if as_json:
-        _forensic_json(render_spec.to_json(table, ctx))
+        _forensic_json(render_spec.to_json(rep))
     else:
-        render_spec.render(table, ctx, _table_console())
+        render_spec.render(rep, _table_console())
 
 
 @cli.command("align")
@@ -142,8 +142,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
     if old_log or new_log:
         raise click.UsageError("diff of a log against a captured run is not supported: give two logs or two runs")
 
-    from tracekit.analyzers.diff import diff_runs
-    from tracekit.analyzers.manifest_diff import manifest_diff
+    from tracekit.analyzers import analyses
     from tracekit.errors import AnalysisError, side_path
     from tracekit.render import diff as render_diff
 
@@ -151,17 +150,14 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
     b = _load(new)
     _note_partial(old, new)
     try:
-        view = diff_runs(a.events, b.events, None if phase == "all" else phase, seq_width, stat)
+        rep = analyses.diff(a.events, a.manifest, b.events, b.manifest, phase=None if phase == "all" else phase,
+                            seq_width=seq_width, stat=stat)
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, old, new, both=f"{old}, {new}")) from None
-    md = manifest_diff(a.manifest, b.manifest)
-    from tracekit.analyzers.unprofiled import compare_timers
-
-    timing = {p: compare_timers(a.manifest, p, b.manifest, p) for p in view["phases"].get_column("phase").to_list()}
     if as_json:
-        _forensic_json(render_diff.to_json(view, md, old, new, timing))
+        _forensic_json(render_diff.to_json(rep, old, new))
     else:
-        render_diff.render(view, md, _table_console(), timing)
+        render_diff.render(rep, _table_console())
 
 
 @cli.command("ranks")
@@ -175,14 +171,14 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
 def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: bool) -> None:
     """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why."""
 
-    from tracekit.analyzers.stragglers import rank_state, stragglers
+    from tracekit.analyzers import analyses
     from tracekit.render import ranks as render_ranks
 
     r = _load(run)
     _note_partial(run)
-    view = stragglers(r.events, round(min_skew_us * 1000), launch_latency_ns=round(launch_latency_us * 1000))
-    state = rank_state(r.manifest)
+    rep = analyses.ranks(r.events, r.manifest, min_skew_ns=round(min_skew_us * 1000),
+                         launch_latency_ns=round(launch_latency_us * 1000))
     if as_json:
-        _forensic_json(render_ranks.to_json(view, state))
+        _forensic_json(render_ranks.to_json(rep))
     else:
-        render_ranks.render(view, state, _table_console())
+        render_ranks.render(rep, _table_console())

@@ -10,20 +10,16 @@ buckets, never inside them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.reports import AttributionReport
 from tracekit.buckets import BUCKETS, LABELS
-from tracekit.render.attribute_json import (
-    WHOLE_TRACE_LINE,
-    clock_notes,
-    dilation,
-    whole_trace,
-)
+from tracekit.render.attribute_json import WHOLE_TRACE_LINE, clock_notes
 from tracekit.render.ranks import before_late
 from tracekit.render.units import dur
 from tracekit.schema import PHASES
@@ -104,7 +100,7 @@ def straggler_line(s: dict[str, Any]) -> str:
     )
 
 
-def dilation_line(phase: str, d: dict[str, Any]) -> str:
+def dilation_line(phase: str, d: Mapping[str, Any]) -> str:
     """The attribute tables' dilation line of one phase (an entry of ``dilation``)."""
     from tracekit.render.capture import reference_note
 
@@ -289,52 +285,45 @@ def _seq_table(seq: pl.DataFrame, phase: str) -> Table:
                       ("launch", "launch_overhead"), ("idle", "idle")))
 
 
-def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest: dict[str, Any] | None = None) -> None:
-    """Print tables and the summary for every phase in the report."""
-    bp = {r["phase"]: r for r in report["by_phase"].iter_rows(named=True)}
-    strag = {r["phase"]: r for r in report["stragglers"].iter_rows(named=True)}
-    dil = dilation(manifest) if manifest is not None else {}
-    from tracekit.analyzers.unprofiled import phase_timers
-    from tracekit.render.estimate import (
-        estimate_lines,
-        estimate_table,
-        phase_estimate,
-        typical_instance,
-    )
+def render(report: AttributionReport, by: str, console: Console) -> None:
+    """Print tables and the summary for every phase of a GPU-mode report."""
+    from tracekit.render.estimate import estimate_lines, estimate_table
 
-    timers = phase_timers(manifest) if manifest is not None else {}
-    if whole_trace(report):
+    assert report.by_phase is not None and report.by_seq is not None and report.stragglers is not None
+    bp = {r["phase"]: r for r in report.by_phase.iter_rows(named=True)}
+    strag = {r["phase"]: r for r in report.stragglers.iter_rows(named=True)}
+    dil = report.dilation
+    if report.whole_trace:
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
-    for line in clock_notes(manifest):
+    for line in clock_notes(report):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     for phase in phase_order(bp):
         row = bp[phase]
-        ranks = report["by_rank"].filter(pl.col("phase") == phase)
+        ranks = report.by_rank.filter(pl.col("phase") == phase)
         if by == "cycle":
-            console.print(_cycle_table(report["instances"], phase))
+            console.print(_cycle_table(report.instances, phase))
         elif by == "seq":
-            console.print(_seq_table(report["by_seq"], phase))
+            console.print(_seq_table(report.by_seq, phase))
         else:
             console.print(_bucket_table(phase, row, ranks))
         console.print(_facts_line(row))
         if (lab := label_line(row)) is not None:
             console.print(f"  [yellow]warning:[/yellow] {lab}", soft_wrap=True)
-        for line in robust_lines(row, report.get("outliers")):
+        for line in robust_lines(row, report.outliers):
             console.print(line, soft_wrap=True)
         if phase in dil:
             console.print(dilation_line(phase, dil[phase]))
-        typ = typical_instance(report["instances"], phase)
-        est = phase_estimate(typ, timers.get(phase))
-        if est is not None and typ is not None and by == "rank":
-            console.print(estimate_table(phase, typ, est, timers[phase]))
-            for line in estimate_lines(est):
+        pe = report.estimate(phase)
+        if pe is not None and by == "rank":
+            console.print(estimate_table(pe))
+            for line in estimate_lines(pe.estimate):
                 console.print(line, highlight=False, markup=False, soft_wrap=True)
         s = strag.get(phase)
         if s is not None:
             console.print(straggler_line(s), soft_wrap=True)
         console.print(summary(row, s), soft_wrap=True)
         console.print()
-    for issue in report["issues"].get_column("issue").to_list():
+    for issue in report.issues:
         console.print(f"[yellow]warning:[/yellow] {issue}; wait/transfer not split for that group", soft_wrap=True)
 
 

@@ -1,49 +1,51 @@
-"""``tracekit attribute``'s three modes, chosen once for every caller (the command, the report).
-
-``timing``: a run captured with ``--profile timing`` (no profiler: phase times per instance);
-``host``: the selected ranks have no GPU events (a CPU run: the phases' host time is
-attributed to CPU ops); ``gpu``: exclusive GPU buckets. ``analysis`` runs the matching
-analyzer, ``document`` builds the matching ``--json`` document.
-"""
+"""``tracekit attribute``'s report in each mode (``analyzers.reports.Mode``), as text or as the ``--json``
+document: the one place that picks the renderer of a mode (the command and the HTML report use it)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-import polars as pl
+from rich.console import Console
 
-from tracekit.analyzers.buckets import DEFAULT_LAUNCH_LATENCY_NS
-
-Mode = Literal["timing", "host", "gpu"]
+from tracekit.analyzers.reports import AttributionReport, Mode
 
 
-def analysis(events: pl.DataFrame, manifest: dict[str, Any], phase: str | None = None, rank: int | None = None,
-             launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS) -> tuple[Mode, dict[str, pl.DataFrame]]:
-    """(mode, the analyzer's report). Raises the analyzer's TracekitError."""
-    from tracekit.analyzers.attribution import attribute_report
-    from tracekit.analyzers.host_attribution import has_gpu_events, host_report
-    from tracekit.analyzers.timing_view import is_timing_run, timing_report
-
-    if is_timing_run(manifest):  # no profiler ran: phase times per instance, no buckets
-        return "timing", timing_report(events, phase, rank)
-    if not has_gpu_events(events, None if rank is None else [rank]):  # a CPU run: attribute host time
-        return "host", host_report(events, phase, rank)
-    return "gpu", attribute_report(events, phase, rank, launch_latency_ns=launch_latency_ns)
-
-
-def document(mode: Mode, report: dict[str, pl.DataFrame], by: str, run: str | None,
-             manifest: dict[str, Any]) -> dict[str, Any]:
-    """The ``tracekit attribute --json`` document of ``analysis``' result."""
+def document(report: AttributionReport, by: str, run: str | None) -> dict[str, Any]:
+    """The ``tracekit attribute --json`` document of ``report``."""
     from tracekit.render import attribute_json
     from tracekit.render import host_attribute as render_host
     from tracekit.render import timing as render_timing
     from tracekit.render.capture import profile_line
 
-    if mode == "timing":
-        return render_timing.to_json(report, by, run, manifest)
-    doc = (render_host.host_to_json if mode == "host" else attribute_json.to_json)(report, by, run, manifest)
-    doc["profile"] = profile_line(manifest)
+    if report.mode is Mode.TIMING:
+        return render_timing.to_json(report, by, run)
+    doc = (render_host.host_to_json if report.mode is Mode.HOST else attribute_json.to_json)(report, by, run)
+    doc["profile"] = profile_line(dict(report.manifest))
     return doc
 
 
-__all__ = ["Mode", "analysis", "document"]
+def render(report: AttributionReport, by: str) -> None:
+    """Print ``report`` (tables, facts, summary) for ``by`` (rank / cycle / seq)."""
+    from tracekit.render import attribute as render_attribute
+
+    if report.mode is Mode.TIMING:  # no profiler ran: phase times per instance, no buckets
+        from tracekit.render import timing as render_timing
+
+        render_timing.render(report, by, render_attribute.make_console(150))
+        return
+    from tracekit.render.capture import profile_line
+
+    mode_line = profile_line(dict(report.manifest))
+    console: Console = render_attribute.make_console(150 if by != "rank" else 120)
+    if mode_line:
+        console.print(mode_line, highlight=False, markup=False, soft_wrap=True)
+    if report.mode is Mode.HOST:
+        from tracekit.render import host_attribute as render_host
+
+        console.print(render_host.host_mode_line(None if report.ranks is None else list(report.ranks)), soft_wrap=True)
+        render_host.render_host(report, by, console)
+    else:
+        render_attribute.render(report, by, console)
+
+
+__all__ = ["document", "render"]

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracekit.analyzers.reports import AttributionReport
 from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO
 from tracekit.buckets import BUCKETS
 from tracekit.documents import ATTRIBUTE
@@ -47,18 +48,10 @@ NO_TIMERS_LINE: Final = (
 )
 
 
-def clock_notes(manifest: dict[str, Any] | None) -> list[str]:
+def clock_notes(report: AttributionReport) -> list[str]:
     """The clock sentence of an attribute output (text and JSON, GPU and host mode) when the run has no
-    unprofiled phase timer at all (``analyzers.unprofiled.phase_timers``); none otherwise."""
-    from tracekit.analyzers.unprofiled import phase_timers
-
-    return [] if phase_timers(manifest) else [NO_TIMERS_LINE]
-
-
-def whole_trace(report: dict[str, pl.DataFrame]) -> bool:
-    """True when the report attributes whole traces (no phase ranges)."""
-    w = report.get("whole_trace")
-    return bool(w is not None and w.height and w.item(0, 0))
+    unprofiled phase timer at all; none otherwise."""
+    return [] if report.has_timers else [NO_TIMERS_LINE]
 
 
 def opt_int(v: Any) -> int | None:
@@ -183,58 +176,31 @@ def document_head(run: str | None, mode: str, by: str, buckets: tuple[str, ...])
     return {"run": run, "mode": mode, "by": by, "units": "ns", "bucket_order": list(buckets)}
 
 
-def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The stable ``--json`` document."""
-    out = outlier_items(report.get("outliers"), "gpu_window_ns")
+def to_json(report: AttributionReport, by: str, run: str | None = None) -> dict[str, Any]:
+    """The stable ``--json`` document of a GPU-mode report."""
+    assert report.by_phase is not None and report.by_seq is not None and report.stragglers is not None
+    out = outlier_items(report.outliers, "gpu_window_ns")
     doc: dict[str, Any] = {
         **document_head(run, "gpu", by, BUCKETS),
-        "phases": [phase_item(r, outliers=out) for r in report["by_rank"].iter_rows(named=True)],
-        "all_ranks": [phase_item({**r, "rank": None}, outliers=out) for r in report["by_phase"].iter_rows(named=True)],
-        "stragglers": report["stragglers"].to_dicts(),
-        "issues": report["issues"].get_column("issue").to_list(),
-        "whole_trace": whole_trace(report),
+        "phases": [phase_item(r, outliers=out) for r in report.by_rank.iter_rows(named=True)],
+        "all_ranks": [phase_item({**r, "rank": None}, outliers=out) for r in report.by_phase.iter_rows(named=True)],
+        "stragglers": report.stragglers.to_dicts(),
+        "issues": list(report.issues),
+        "whole_trace": report.whole_trace,
         "definitions": DEFINITIONS,
     }
-    notes = ([WHOLE_TRACE_LINE] if doc["whole_trace"] else []) + clock_notes(manifest)
+    notes = ([WHOLE_TRACE_LINE] if doc["whole_trace"] else []) + clock_notes(report)
     if notes:
         doc["notes"] = notes
     if by == "cycle":
-        doc["cycles"] = [cycle_item(r) for r in report["instances"].iter_rows(named=True)]
+        doc["cycles"] = [cycle_item(r) for r in report.instances.iter_rows(named=True)]
     if by == "seq":
         doc["seq"] = [
             {"seq_lo": opt_int(r["seq_lo"]), "seq_hi": opt_int(r["seq_hi"]), **phase_item({**r, "rank": None})}
-            for r in report["by_seq"].iter_rows(named=True)
+            for r in report.by_seq.iter_rows(named=True)
         ]
-    if manifest is not None:
-        doc["dilation"] = dilation(manifest)
-        doc["unprofiled_estimate"] = _estimates_json(report, manifest)
+    doc["dilation"] = dict(report.dilation)
+    from tracekit.render.estimate import estimate_json
+
+    doc["unprofiled_estimate"] = [{"phase": e.phase, "rank": e.rank, **estimate_json(e)} for e in report.estimates]
     return ATTRIBUTE.make(doc)
-
-
-def _estimates_json(report: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per (phase, rank) row and per phase over all ranks: the unprofiled estimate (render/estimate.py)."""
-    from tracekit.analyzers.unprofiled import phase_timers
-    from tracekit.render.estimate import estimate_json, phase_estimate, typical_instance
-
-    out = []
-    for key, frame in (("by_rank", report["by_rank"]), ("by_phase", report["by_phase"])):
-        for r in frame.iter_rows(named=True):
-            rank = r.get("rank") if key == "by_rank" else None
-            timer = phase_timers(manifest, None if rank is None else [int(rank)]).get(r["phase"])
-            inst = typical_instance(report["instances"], r["phase"], None if rank is None else int(rank))
-            est = phase_estimate(inst, timer)
-            if est is not None and timer is not None and inst is not None:
-                out.append({"phase": r["phase"], "rank": rank, **estimate_json(est, timer, inst)})
-    return out
-
-
-def dilation(manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per phase: unprofiled and profiled time per instance from the capture manifest
-    (``analyzers.unprofiled.phase_timers``: each rank's median per instance, then the median over ranks)."""
-    from tracekit.analyzers.unprofiled import phase_timers
-
-    return {ph: {"unprofiled_ns": t.paired_unprofiled_ns, "profiled_ns": t.window_ns, "ratio": t.ratio,
-                 **({"before_ns": t.before_ns, "after_ns": t.after_ns}
-                    if t.before_ns is not None and t.after_ns is not None else {})}
-            for ph, t in phase_timers(manifest).items()
-            if t.ratio is not None and t.paired_unprofiled_ns is not None and t.window_ns is not None}

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.analyzers.manifest_diff import collapse
+from tracekit.analyzers.reports import DiffReport
 from tracekit.documents import DIFF
 from tracekit.ranklist import rank_noun
 from tracekit.render.units import dur
@@ -72,11 +73,11 @@ def _stat(ph: dict[str, object]) -> str:
     return "mean" if ph.get("statistic") == "mean" else "median"
 
 
-def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
+def explanation(rep: DiffReport) -> list[str]:
     """Ranked plain-language lines: per phase a headline and the sequence-length check,
     then the contributions ranked by size, then the manifest differences."""
     lines: list[str] = []
-    for ph in view["phases"].iter_rows(named=True):
+    for ph in rep.phases.iter_rows(named=True):
         p = ph["phase"]
         basis = "GPU window" if ph["time_basis"] == "gpu_window_ns" else "host time"
         st = _stat(ph)
@@ -127,7 +128,7 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
         else:
             lines.append(f"  {seq}")
         ranked: list[tuple[float, str]] = []
-        b = view["buckets"].filter(pl.col("phase") == p)
+        b = rep.buckets.filter(pl.col("phase") == p)
         sub = {r["bucket"]: r for r in b.filter(pl.col("bucket").is_in(list(SUB_BUCKETS))).iter_rows(named=True)}
         for r in b.filter(~pl.col("bucket").is_in(list(SUB_BUCKETS))).iter_rows(named=True):
             d = r["delta_ns"]
@@ -152,7 +153,7 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
                 f" -> {ph['new_eager_launches_per_instance']:.1f}, graph {ph['old_graph_launches_per_instance']:.1f}"
                 f" -> {ph['new_graph_launches_per_instance']:.1f})",
             ))
-        k = view["kernels"].filter(pl.col("phase") == p).head(KERNEL_LINES)
+        k = rep.kernels.filter(pl.col("phase") == p).head(KERNEL_LINES)
         for r in k.iter_rows(named=True):
             d = r["delta_per_instance_ns"]
             if d == 0:
@@ -177,13 +178,13 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
             lines.append("  no GPU events in the phase in at least one run: host time compared; no buckets or kernels")
         elif not ranked:
             lines.append("  no difference in buckets, kernels or launches")
-    pres = view.get("presence")
-    if pres is not None:
+    pres = rep.presence
+    if pres.height:
         for col, which in (("in_old", "old"), ("in_new", "new")):
             missing = pres.filter(~pl.col(col)).get_column("phase").to_list()
             if missing:
                 lines.append(f"not in the {which} run (not compared): {', '.join(missing)}")
-    ml = manifest_lines(md)
+    ml = manifest_lines(rep.manifest_diff)
     if ml:
         lines.append(f"manifest differences ({len(ml)}), most telling first:")
         lines += [f"  - {m}" for m in ml]
@@ -192,14 +193,13 @@ def explanation(view: dict[str, pl.DataFrame], md: pl.DataFrame) -> list[str]:
     return lines
 
 
-def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str,
-            timing: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def to_json(rep: DiffReport, old: str, new: str) -> dict[str, Any]:
     """The stable ``--json`` document: ``phases``, ``buckets`` (bucket -> {old_ns, new_ns,
     delta_ns, basis} for the first phase compared), ``buckets_by_phase``, ``seq_buckets``,
     ``kernels``, ``manifest_diff`` and ``explanation``; ``timing_source`` ("unprofiled" when every compared
     phase has capture timers in both manifests) and ``unprofiled`` (phase -> ``compare_timers``, a = old, b = new)."""
     by_phase: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in view["buckets"].iter_rows(named=True):
+    for r in rep.buckets.iter_rows(named=True):
         by_phase.setdefault(r["phase"], {})[r["bucket"]] = {
             "old_ns": r["old_ns"],
             "new_ns": r["new_ns"],
@@ -209,33 +209,32 @@ def to_json(view: dict[str, pl.DataFrame], md: pl.DataFrame, old: str, new: str,
             "overall_new_ns": r["overall_new_ns"],
             "overall_delta_ns": r["overall_delta_ns"],
         }
-    phases = view["phases"].get_column("phase").to_list()
-    stats = view["phases"].get_column("statistic").unique().to_list() if "statistic" in view["phases"].columns else []
+    phases = rep.phases.get_column("phase").to_list()
+    stats = rep.phases.get_column("statistic").unique().to_list() if "statistic" in rep.phases.columns else []
     return DIFF.make({
         "old": old,
         "new": new,
         "statistic": stats[0] if stats else "median",
         "phase": phases[0] if phases else None,
-        "phases": view["phases"].to_dicts(),
-        "presence": view["presence"].to_dicts() if "presence" in view else [],
+        "phases": rep.phases.to_dicts(),
+        "presence": rep.presence.to_dicts(),
         "buckets": by_phase.get(phases[0], {}) if phases else {},
         "buckets_by_phase": by_phase,
-        "seq_buckets": view["seq_buckets"].to_dicts(),
-        "kernels": view["kernels"].to_dicts(),
-        "manifest_diff": md.to_dicts(),
-        "explanation": explanation(view, md),
-        "timing_source": "unprofiled" if timing and all(t["timing_source"] == "unprofiled" for t in timing.values())
+        "seq_buckets": rep.seq_buckets.to_dicts(),
+        "kernels": rep.kernels.to_dicts(),
+        "manifest_diff": rep.manifest_diff.to_dicts(),
+        "explanation": explanation(rep),
+        "timing_source": "unprofiled" if rep.timing and all(t["timing_source"] == "unprofiled" for t in rep.timing.values())
         else "profiled",
-        "unprofiled": timing or {},
+        "unprofiled": {p: dict(t) for p, t in rep.timing.items()},
     })
 
 
-def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
-           timing: dict[str, dict[str, Any]] | None = None) -> None:
+def render(rep: DiffReport, console: Console) -> None:
     """Print the tables and the explanation."""
-    for ph in view["phases"].iter_rows(named=True):
+    for ph in rep.phases.iter_rows(named=True):
         p = ph["phase"]
-        tm = (timing or {}).get(p)
+        tm = rep.timing.get(p)
         if tm and tm["timing_source"] == "unprofiled":
             console.print(f"{p} unprofiled (capture timers, {tm['clock']}, median per instance): old {dur(tm['a_ns'])} -> "
                           f"new {dur(tm['b_ns'])} ({dur(tm['b_ns'] - tm['a_ns'], True)}); the tables below are profiled",
@@ -263,12 +262,12 @@ def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
         bt = Table(title=f"{p}: time per instance by bucket ({stat}; {'matched seq/bs' if ph['matched_delta_ns'] is not None else 'overall'})", title_justify="left")
         for c in ("bucket", "old", "new", "delta"):
             bt.add_column(c, justify="left" if c == "bucket" else "right")
-        for r in view["buckets"].filter(pl.col("phase") == p).iter_rows(named=True):
+        for r in rep.buckets.filter(pl.col("phase") == p).iter_rows(named=True):
             if r["old_ns"] == 0 and r["new_ns"] == 0:
                 continue
             bt.add_row(r["bucket"], dur(r["old_ns"]), dur(r["new_ns"]), dur(r["delta_ns"], True))
         console.print(bt)
-        sq = view["seq_buckets"].filter(pl.col("phase") == p)
+        sq = rep.seq_buckets.filter(pl.col("phase") == p)
         if sq.height > 1 or ph["old_seq_mean"] is not None:
             st = Table(title=f"{p} by batch size and sequence length ({_stat(ph)} per instance)", title_justify="left")
             for c in ("bs", "seq len", "old n", "new n", "old", "new", "delta"):
@@ -280,7 +279,7 @@ def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
         kt = Table(title=f"{p}: kernel families, largest change per instance first", title_justify="left")
         for c in ("family", "status", "count/inst old", "new", "mean old", "mean new", "per inst delta"):
             kt.add_column(c, justify="left" if c in ("family", "status") else "right")
-        for r in view["kernels"].filter(pl.col("phase") == p).head(KERNEL_ROWS).iter_rows(named=True):
+        for r in rep.kernels.filter(pl.col("phase") == p).head(KERNEL_ROWS).iter_rows(named=True):
             kt.add_row(
                 r["family"][:60], r["status"],
                 "-" if r["old_count_per_instance"] is None else f"{r['old_count_per_instance']:.1f}",
@@ -288,5 +287,5 @@ def render(view: dict[str, pl.DataFrame], md: pl.DataFrame, console: Console,
                 dur(r["old_mean_ns"]), dur(r["new_mean_ns"]), dur(r["delta_per_instance_ns"], True),
             )
         console.print(kt)
-    for line in explanation(view, md):
+    for line in explanation(rep):
         console.print(line, highlight=False, markup=False)

@@ -1,4 +1,5 @@
-"""The unprofiled estimate of the buckets beside the measured table (``tracekit attribute``).
+"""The unprofiled estimate of the buckets beside the measured table (``tracekit attribute``), in words:
+the estimate is ``AttributionReport.estimates`` (``analyzers.analyses.phase_estimate``).
 
 Method: ``analyzers.unprofiled.estimate_buckets`` and docs/attribution.md ("Unprofiled estimate").
 """
@@ -7,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import polars as pl
 from rich.table import Table
 
-from tracekit.analyzers.unprofiled import Estimate, PhaseTimer, estimate_buckets
+from tracekit.analyzers.reports import PhaseEstimate
+from tracekit.analyzers.unprofiled import Estimate
 from tracekit.buckets import BUCKETS
 from tracekit.render.attribute import LABELS
 from tracekit.render.units import dur
@@ -20,27 +21,8 @@ METHOD = ("estimate: the typical instance (median GPU window) with its kernel ti
           "up to the unprofiled time per instance (capture timer median); docs/attribution.md section 10")
 
 
-def typical_instance(instances: pl.DataFrame, phase: str, rank: int | None = None) -> dict[str, Any] | None:
-    """The instance of ``phase`` (on ``rank``; every rank when None) with the median GPU window (the lower one of
-    an even count), as a row dict; None when there is none with a GPU window."""
-    sel = instances.filter((pl.col("phase") == phase) & (pl.col("gpu_window_ns") > 0))
-    if rank is not None:
-        sel = sel.filter(pl.col("rank") == rank)
-    if sel.is_empty():
-        return None
-    return sel.sort(["gpu_window_ns", "rank", "host_start_ns"]).row((sel.height - 1) // 2, named=True)
-
-
-def phase_estimate(inst: dict[str, Any] | None, timer: PhaseTimer | None) -> Estimate | None:
-    """The estimate from one instance row (``typical_instance``), or None without one or without a timer."""
-    if timer is None or inst is None or inst["gpu_window_ns"] <= 0:
-        return None
-    per = {b: float(inst[f"{b}_ns"]) for b in BUCKETS}
-    wait = float(inst["allreduce_wait_ns"] or 0)
-    return estimate_buckets(per, wait, timer.unprofiled_ns)
-
-
-def estimate_json(est: Estimate, timer: PhaseTimer, inst: dict[str, Any]) -> dict[str, Any]:
+def estimate_json(pe: PhaseEstimate) -> dict[str, Any]:
+    est, timer, inst = pe.estimate, pe.timer, pe.instance
     return {
         "estimate": True,
         "method": METHOD,
@@ -58,7 +40,8 @@ def estimate_json(est: Estimate, timer: PhaseTimer, inst: dict[str, Any]) -> dic
     }
 
 
-def estimate_table(phase: str, inst: dict[str, Any], est: Estimate, timer: PhaseTimer) -> Table:
+def estimate_table(pe: PhaseEstimate) -> Table:
+    phase, inst, est, timer = pe.phase, pe.instance, pe.estimate, pe.timer
     where = f"rank {inst['rank']} cycle {inst['cycle']}" if inst.get("cycle") is not None else f"rank {inst['rank']}"
     t = Table(title=f"{phase}: unprofiled ESTIMATE beside the typical instance's measured buckets ({where}, median "
                     f"GPU window; host-bound part x{est.scale:.2f})", title_justify="left")

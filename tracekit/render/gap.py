@@ -3,12 +3,14 @@ evidence, ranked explanations, JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.reports import GapReport, Mode
 from tracekit.documents import GAP
 from tracekit.render.attribute import LABELS
 from tracekit.render.units import dur
@@ -20,7 +22,7 @@ def _num(v: Any) -> Any:
     return float(v) if isinstance(v, float) else v
 
 
-def side_json(s: dict[str, Any], run: str | None) -> dict[str, Any]:
+def side_json(s: Mapping[str, Any], run: str | None) -> dict[str, Any]:
     out = {k: _num(v) for k, v in s.items()}
     out["run"] = run
     return out
@@ -34,21 +36,10 @@ STAT_NOTE: Final = {
 }
 
 
-def timing_of(rep: dict[str, Any]) -> dict[str, Any]:
-    """The capture-timer comparison the command added (``analyzers.unprofiled.compare_timers``), or
-    what a document says without one."""
-    timing: dict[str, Any] = rep.get("timing") or {"timing_source": "profiled", "why": "no capture timers given"}
-    return timing
-
-
-def stat_of(rep: dict[str, Any]) -> str:
-    return str(rep.get("stat", "mean"))
-
-
-def side_names(rep: dict[str, Any], tagged: bool = False) -> tuple[str, str]:
+def side_names(rep: GapReport, tagged: bool = False) -> tuple[str, str]:
     """What the words call the two sides: the phase names, or (one phase on both sides) A and B
     (``tagged``: ``A:verify`` / ``B:verify``, as the table headers say)."""
-    an, bn = rep["a"]["phase"], rep["b"]["phase"]
+    an, bn = rep.a["phase"], rep.b["phase"]
     if an != bn:
         return an, bn
     return (f"A:{an}", f"B:{bn}") if tagged else ("A", "B")
@@ -63,13 +54,13 @@ def _family(r: dict[str, Any], names: tuple[str, str]) -> str:
     return f"{fam} {r['a_count']:.1f} x {dur(r['a_mean_ns'])} vs {r['b_count']:.1f} x {dur(r['b_mean_ns'])} per instance"
 
 
-def explanation_lines(rep: dict[str, Any]) -> list[str]:
+def explanation_lines(rep: GapReport) -> list[str]:
     """The ranked explanations (``analyzers.gap.Explanation`` items) in words."""
-    a, b = rep["a"], rep["b"]
+    a, b = rep.a, rep.b
     an, bn = side_names(rep)
     medians = "medians: " if a.get("stat") == "median" else ""
     lines = []
-    for e in rep["explanations"]:
+    for e in rep.explanations:
         head = (f"{dur(e.delta_ns, signed=True)} {LABELS[e.bucket]} per instance "
                 f"({medians}{dur(e.a_ns)} in {an} vs {dur(e.b_ns)} in {bn})")
         if e.bucket == "launch_overhead":
@@ -90,11 +81,11 @@ def explanation_lines(rep: dict[str, Any]) -> list[str]:
     return lines
 
 
-def warning_lines(rep: dict[str, Any], see_rows: bool = True) -> list[str]:
+def warning_lines(rep: GapReport, see_rows: bool = True) -> list[str]:
     """The comparison's caveats (``seq_check``) in words; ``see_rows``: the output has the
     matched sequence-length rows (GPU mode)."""
-    a, b = rep["a"], rep["b"]
-    check = rep.get("seq_check")
+    a, b = rep.a, rep.b
+    check = rep.seq_check
     if check == "differs":
         if not see_rows:
             return [f"sequence lengths differ: {a['mean_seq_len']:,.0f} vs {b['mean_seq_len']:,.0f} on average"]
@@ -106,14 +97,14 @@ def warning_lines(rep: dict[str, Any], see_rows: bool = True) -> list[str]:
     return []
 
 
-def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
+def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
     """The stable ``--json`` document (times in ns, ``statistic`` per instance: median or mean)."""
-    stat = stat_of(rep)
+    stat = rep.stat
     doc: dict[str, Any] = {
         "units": f"ns, {stat} per phase instance (each instance of each selected rank counts once)",
         "statistic": stat,
-        "a": side_json(rep["a"], a_run),
-        "b": side_json(rep["b"], b_run),
+        "a": side_json(rep.a, a_run),
+        "b": side_json(rep.b, b_run),
         "buckets": {
             r["bucket"]: {
                 "a_ns": r["a_ns"],
@@ -122,24 +113,24 @@ def to_json(rep: dict[str, Any], a_run: str | None, b_run: str | None, by_rank: 
                 "delta_per_token_ns": r["delta_per_token_ns"],
                 "share_of_gap": r["share"],
             }
-            for r in rep["buckets"].iter_rows(named=True)
+            for r in rep.buckets.iter_rows(named=True)
             if r["bucket"] != "gpu_window"
         },
-        "total_delta_ns": rep["total_delta_ns"],
+        "total_delta_ns": rep.total_delta_ns,
         "explanations": explanation_lines(rep),
-        "kernels": rep["kernels"].to_dicts(),
-        "seq": rep["seq"].to_dicts(),
+        "kernels": rep.kernels.to_dicts(),
+        "seq": rep.seq.to_dicts(),
         "warnings": warning_lines(rep),
     }
-    timing = timing_of(rep)
+    timing = dict(rep.timing)
     doc["timing_source"] = timing["timing_source"]
     doc["unprofiled"] = timing
     if by_rank:
-        doc["by_rank"] = rep["by_rank"].to_dicts()
+        doc["by_rank"] = rep.by_rank.to_dicts()
     return GAP.make(doc)
 
 
-def bucket_table(rep: dict[str, Any], title: str, heads: tuple[str, str, str, str, str], labels: dict[str, str],
+def bucket_table(rep: GapReport, title: str, heads: tuple[str, str, str, str, str], labels: dict[str, str],
                  total: tuple[str, str]) -> Table:
     """The gap's bucket rows (``analyzers.gap.bucket_table`` or ``analyzers.host_gap``'s): A, B, delta,
     delta per token, share of the gap; buckets zero on both sides left out; ``total`` (bucket, label)
@@ -148,7 +139,7 @@ def bucket_table(rep: dict[str, Any], title: str, heads: tuple[str, str, str, st
     t.add_column("bucket", no_wrap=True)
     for c in heads:
         t.add_column(c, justify="right")
-    for r in rep["buckets"].iter_rows(named=True):
+    for r in rep.buckets.iter_rows(named=True):
         name = r["bucket"]
         if name != total[0] and r["a_ns"] == 0 and r["b_ns"] == 0:
             continue
@@ -164,16 +155,37 @@ def bucket_table(rep: dict[str, Any], title: str, heads: tuple[str, str, str, st
     return t
 
 
-def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None:
-    a, b = rep["a"], rep["b"]
+def document(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
+    """The ``tracekit gap --json`` document of ``rep`` in its mode."""
+    if rep.mode is Mode.HOST:
+        from tracekit.render.host_attribute import host_gap_json
+
+        return host_gap_json(rep, a_run, b_run)
+    return to_json(rep, a_run, b_run, by_rank)
+
+
+def render_report(rep: GapReport, console: Console, by_rank: bool = False) -> None:
+    """Print ``rep`` in its mode (host mode: the host ranges compared)."""
+    if rep.mode is Mode.HOST:
+        from tracekit.render import host_attribute as render_host
+
+        console.print(render_host.host_mode_line(None if rep.ranks is None else list(rep.ranks), "phases are compared"),
+                      soft_wrap=True)
+        render_host.render_host_gap(rep, console)
+        return
+    render(rep, console, by_rank)
+
+
+def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
+    a, b = rep.a, rep.b
     an, bn = side_names(rep, tagged=True)
 
-    def desc(x: dict[str, Any]) -> str:
+    def desc(x: Mapping[str, Any]) -> str:
         tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
         seq = "unknown" if x["mean_seq_len"] is None else f"{x['mean_seq_len']:,.0f}"
         return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens, seq len {seq}"
 
-    stat = stat_of(rep)
+    stat = rep.stat
     console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
     console.print(f"compared by {STAT_NOTE[stat]}", soft_wrap=True)
     console.print(bucket_table(rep, f"{an} vs {bn}: GPU window per instance ({stat} over instances of all selected ranks)",
@@ -184,7 +196,7 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         f"{b['graph_launches']:,.1f} graph ({int(b['graphed_instances'])}/{b['instances']} graphed)",
         soft_wrap=True,
     )
-    k = rep["kernels"].head(12)
+    k = rep.kernels.head(12)
     if k.height:
         kt = Table(title="kernel families with the largest time difference (per instance)")
         for c in ("family", "category", f"{an} n×mean", f"{bn} n×mean", "delta", "only in"):
@@ -199,7 +211,7 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
                 {"a": an, "b": bn}.get(r["only"] or "", ""),
             )
         console.print(kt)
-    seq = rep["seq"]
+    seq = rep.seq
     if seq.height:
         st = Table(title=f"GPU window per instance ({stat}) at matched sequence length (buckets present on both sides)")
         for c in ("seq len", f"{an} n", an, f"{bn} n", bn, "delta"):
@@ -212,7 +224,7 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         rt = Table(title=f"per rank: GPU window per instance ({stat})")
         for c in ("rank", an, bn, "delta"):
             rt.add_column(c, justify="right")
-        br = rep["by_rank"]
+        br = rep.by_rank
         for rank in sorted(br.get_column("rank").unique().to_list()):
             ra = br.filter((pl.col("rank") == rank) & (pl.col("side") == "a"))
             rb = br.filter((pl.col("rank") == rank) & (pl.col("side") == "b"))
@@ -220,8 +232,8 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
             vb = rb.get_column("gpu_window_ns")[0] if rb.height else None
             rt.add_row(str(rank), dur(va), dur(vb), dur(va - vb) if va is not None and vb is not None else "n/a")
         console.print(rt)
-    total = rep["total_delta_ns"]
-    tm = rep.get("timing") or {}
+    total = rep.total_delta_ns
+    tm = rep.timing
     if tm.get("timing_source") == "unprofiled":
         d = tm["delta_ns"]
         console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {an} {dur(tm['a_ns'])}, "
@@ -237,5 +249,5 @@ def render(rep: dict[str, Any], console: Console, by_rank: bool = False) -> None
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
 
 
-__all__ = ["STAT_NOTE", "bucket_table", "explanation_lines", "render", "side_names", "stat_of", "timing_of", "to_json",
+__all__ = ["STAT_NOTE", "bucket_table", "document", "explanation_lines", "render", "render_report", "side_names", "to_json",
            "warning_lines"]

@@ -8,12 +8,14 @@ unless the column says otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.reports import AttributionReport, GapReport
 from tracekit.buckets import HOST_BUCKETS, HOST_LABELS
 from tracekit.documents import ATTRIBUTE, GAP
 from tracekit.render.attribute import (
@@ -28,7 +30,6 @@ from tracekit.render.attribute import (
 from tracekit.render.attribute_json import (
     clock_notes,
     cycle_item,
-    dilation,
     document_head,
     opt_int,
     outlier_items,
@@ -38,8 +39,6 @@ from tracekit.render.gap import (
     STAT_NOTE,
     bucket_table,
     side_names,
-    stat_of,
-    timing_of,
     warning_lines,
 )
 from tracekit.render.units import dur, ms
@@ -66,39 +65,38 @@ _HOST_ZERO: Final[dict[str, Any]] = {
 }
 
 
-def host_mode_line(ranks: list[int] | None) -> str:
-    """The one line that says the run is attributed in host mode."""
+def host_mode_line(ranks: list[int] | None, what: str = "phase time is attributed") -> str:
+    """The one line that says the run is attributed (``what``: or its phases compared) in host mode."""
     which = "this run" if ranks is None else f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
-    return (f"host mode: {which} has no GPU events (CPU run), so phase time is attributed on the host: "
+    return (f"host mode: {which} has no GPU events (CPU run), so {what} on the host: "
             "the CPU ops on each phase's thread, outermost op wins")
 
 
-def host_to_json(report: dict[str, pl.DataFrame], by: str, run: str | None = None,
-                 manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+def host_to_json(report: AttributionReport, by: str, run: str | None = None) -> dict[str, Any]:
     """The ``--json`` document in host mode: the GPU document's keys, ``mode: host``,
     buckets_ns summing to host_ns, gpu_window_ns 0."""
+    assert report.by_phase is not None and report.by_seq is not None
     hb = tuple(HOST_BUCKETS)
-    out = outlier_items(report.get("outliers"), "host_ns")
+    out = outlier_items(report.outliers, "host_ns")
     doc: dict[str, Any] = {
         **document_head(run, "host", by, hb),
-        "phases": [phase_item({**r, **_HOST_ZERO}, hb, out) for r in report["by_rank"].iter_rows(named=True)],
-        "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb, out) for r in report["by_phase"].iter_rows(named=True)],
+        "phases": [phase_item({**r, **_HOST_ZERO}, hb, out) for r in report.by_rank.iter_rows(named=True)],
+        "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb, out) for r in report.by_phase.iter_rows(named=True)],
         "stragglers": [],
         "issues": [],
         "whole_trace": False,
         "definitions": HOST_DEFINITIONS,
     }
-    if notes := clock_notes(manifest):
+    if notes := clock_notes(report):
         doc["notes"] = notes
     if by == "cycle":
-        doc["cycles"] = [cycle_item({**r, **_HOST_ZERO}, hb) for r in report["instances"].iter_rows(named=True)]
+        doc["cycles"] = [cycle_item({**r, **_HOST_ZERO}, hb) for r in report.instances.iter_rows(named=True)]
     if by == "seq":
         doc["seq"] = [
             {"seq_lo": opt_int(r["seq_lo"]), "seq_hi": opt_int(r["seq_hi"]), **phase_item({**r, **_HOST_ZERO, "rank": None}, hb)}
-            for r in report["by_seq"].iter_rows(named=True)
+            for r in report.by_seq.iter_rows(named=True)
         ]
-    if manifest is not None:
-        doc["dilation"] = dilation(manifest)
+    doc["dilation"] = dict(report.dilation)
     return ATTRIBUTE.make(doc)
 
 
@@ -148,22 +146,23 @@ def host_summary(row: dict[str, Any]) -> str:
     return text
 
 
-def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, manifest: dict[str, Any] | None = None) -> None:
+def render_host(report: AttributionReport, by: str, console: Console) -> None:
     """Print the host-mode tables and summary for every phase in the report."""
-    bp = {r["phase"]: r for r in report["by_phase"].iter_rows(named=True)}
-    dil = dilation(manifest) if manifest is not None else {}
-    for line in clock_notes(manifest):
+    assert report.by_phase is not None and report.by_seq is not None
+    bp = {r["phase"]: r for r in report.by_phase.iter_rows(named=True)}
+    dil = report.dilation
+    for line in clock_notes(report):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     for phase in phase_order(bp):
         row = bp[phase]
         if by == "cycle":
-            console.print(_host_cycle_table(report["instances"], phase))
+            console.print(_host_cycle_table(report.instances, phase))
         elif by == "seq":
-            console.print(_host_seq_table(report["by_seq"], phase))
+            console.print(_host_seq_table(report.by_seq, phase))
         else:
-            console.print(_host_table(phase, row, report["by_rank"].filter(pl.col("phase") == phase)))
+            console.print(_host_table(phase, row, report.by_rank.filter(pl.col("phase") == phase)))
         console.print(_facts_line(row, gpu=False))
-        for line in robust_lines(row, report.get("outliers"), gpu=False):
+        for line in robust_lines(row, report.outliers, gpu=False):
             console.print(line, soft_wrap=True)
         if phase in dil:
             console.print(dilation_line(phase, dil[phase]))
@@ -171,69 +170,70 @@ def render_host(report: dict[str, pl.DataFrame], by: str, console: Console, mani
         console.print()
 
 
-def host_explanation_lines(rep: dict[str, Any]) -> list[str]:
+def host_explanation_lines(rep: GapReport) -> list[str]:
+    assert rep.host_ranked is not None
     """The host-mode gap's ranked buckets (``analyzers.host_gap``) in words."""
-    stat = stat_of(rep)
+    stat = rep.stat
     return [
         f"{r['bucket']}: {'+' if r['delta_ns'] > 0 else ''}{ms(r['delta_ns'])} per instance ({stat})"
         + ("" if r["share"] is None else f" ({100 * r['share']:.0f}% of the host-range gap)")
-        for r in rep["explanations"].iter_rows(named=True)
+        for r in rep.host_ranked.iter_rows(named=True)
     ]
 
 
-def host_gap_json(rep: dict[str, Any], a_run: str | None, b_run: str | None) -> dict[str, Any]:
+def host_gap_json(rep: GapReport, a_run: str | None, b_run: str | None) -> dict[str, Any]:
     """``tracekit gap --json`` in host mode: the GPU document's keys, ``mode: host``, host-range buckets."""
-    def side(x: dict[str, Any], run: str | None) -> dict[str, Any]:
+    def side(x: Mapping[str, Any], run: str | None) -> dict[str, Any]:
         return {**x, "run": run, "gpu_window_ns": 0}
 
-    stat = stat_of(rep)
+    stat = rep.stat
     return GAP.make({
         "units": f"ns, {stat} per phase instance (each instance of each selected rank counts once)",
         "statistic": stat,
         "mode": "host",
-        "a": side(rep["a"], a_run),
-        "b": side(rep["b"], b_run),
+        "a": side(rep.a, a_run),
+        "b": side(rep.b, b_run),
         "buckets": {
             r["bucket"]: {"a_ns": r["a_ns"], "b_ns": r["b_ns"], "delta_ns": r["delta_ns"],
                           "delta_per_token_ns": r["delta_per_token_ns"], "share_of_gap": r["share"]}
-            for r in rep["buckets"].iter_rows(named=True)
+            for r in rep.buckets.iter_rows(named=True)
             if r["bucket"] != "host_range"
         },
-        "total_delta_ns": rep["total_delta_ns"],
+        "total_delta_ns": rep.total_delta_ns,
         "explanations": host_explanation_lines(rep),
         "kernels": [],
         "seq": [],
         "warnings": warning_lines(rep, see_rows=False),
         "definitions": HOST_DEFINITIONS,
-        "timing_source": timing_of(rep)["timing_source"],
-        "unprofiled": timing_of(rep),
+        "timing_source": rep.timing["timing_source"],
+        "unprofiled": dict(rep.timing),
     })
 
 
-def render_host_gap(rep: dict[str, Any], console: Console) -> None:
+def render_host_gap(rep: GapReport, console: Console) -> None:
     """Print the host-mode gap table (means per instance) and its ranked explanations."""
-    a, b = rep["a"], rep["b"]
+    a, b = rep.a, rep.b
     an, bn = side_names(rep, tagged=True)
 
-    def desc(x: dict[str, Any]) -> str:
+    def desc(x: Mapping[str, Any]) -> str:
         tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
         return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens"
 
-    stat = stat_of(rep)
+    stat = rep.stat
     console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
     console.print(f"compared by {STAT_NOTE[stat].replace('window', 'host range')}", soft_wrap=True)
     console.print(bucket_table(
         rep, f"{an} vs {bn}: {HOST_HEADER}; {stat} per instance over all selected ranks",
         (f"{an} per instance", f"{bn} per instance", "delta per instance", "delta per token", "share of gap"),
         HOST_LABELS, ("host_range", "host range (= sum)")))
-    total = rep["total_delta_ns"]
+    total = rep.total_delta_ns
     more = "more" if total >= 0 else "less"
     console.print(f"{an} takes {dur(abs(total))} per instance ({stat}) {more} host time than {bn}; by bucket:")
     for line in host_explanation_lines(rep):
         console.print(f"  {line}", soft_wrap=True)
     for w in warning_lines(rep, see_rows=False):
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
-    tm = timing_of(rep)
+    tm = dict(rep.timing)
     if tm["timing_source"] == "unprofiled":
         d = tm["delta_ns"]
         console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {a['phase']} {ms(tm['a_ns'])}, "

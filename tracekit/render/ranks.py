@@ -8,6 +8,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.reports import RanksReport
 from tracekit.documents import RANKS
 from tracekit.render.units import dur, ms
 
@@ -62,9 +63,10 @@ def before_late(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[str]:
-    ranks = view["ranks"]
-    coll = view["collectives"]
+def summary_lines(rep: RanksReport) -> list[str]:
+    state = rep.state
+    ranks = rep.ranks
+    coll = rep.collectives
     n = coll.height
     if n == 0:
         return ["no collective matched on every rank: no straggler view (single rank, or no communication kernels)"]
@@ -75,7 +77,7 @@ def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[st
         f" (spread median {ms(unit=False, ns=skew.median())} ms, max {ms(unit=False, ns=skew.max())} ms)."  # type: ignore[arg-type]
     ]
     order = ranks.sort(["inflicted_wait_ns", "rank"], descending=[True, False])
-    kernels = view["kernels"]
+    kernels = rep.kernels
     fair = 1.0 / max(ranks.height, 1)
     for r in order.iter_rows(named=True):
         if not r["last_count"]:
@@ -111,11 +113,12 @@ def summary_lines(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> list[st
     return lines
 
 
-def to_json(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> dict[str, Any]:
-    coll = view["collectives"]
+def to_json(rep: RanksReport) -> dict[str, Any]:
+    state = rep.state
+    coll = rep.collectives
     return RANKS.make({
-        "ranks": view["ranks"].to_dicts(),
-        "kernels": view["kernels"].to_dicts(),
+        "ranks": rep.ranks.to_dicts(),
+        "kernels": rep.kernels.to_dicts(),
         "collectives": {
             "matched": coll.height,
             "with_last_rank": coll.filter(pl.col("last_rank").is_not_null()).height,
@@ -123,11 +126,12 @@ def to_json(view: dict[str, pl.DataFrame], state: pl.DataFrame) -> dict[str, Any
             "skew_ns_max": None if coll.is_empty() else coll.get_column("skew_ns").max(),
         },
         "state": {str(k): v for k, v in state_by_rank(state).items()},
-        "summary": summary_lines(view, state),
+        "summary": summary_lines(rep),
     })
 
 
-def render(view: dict[str, pl.DataFrame], state: pl.DataFrame, console: Console) -> None:
+def render(rep: RanksReport, console: Console) -> None:
+    state = rep.state
     t = Table(
         title="Stragglers: who arrives last at collectives (ms are totals over the run)",
         title_justify="left",
@@ -144,7 +148,7 @@ def render(view: dict[str, pl.DataFrame], state: pl.DataFrame, console: Console)
         "state",
     ):
         t.add_column(col, justify="left" if col == "state" else "right")
-    for r in view["ranks"].iter_rows(named=True):
+    for r in rep.ranks.iter_rows(named=True):
         share = r["last_share"]
         t.add_row(
             str(r["rank"]),
@@ -164,5 +168,5 @@ def render(view: dict[str, pl.DataFrame], state: pl.DataFrame, console: Console)
         highlight=False,
         markup=False,
     )
-    for line in summary_lines(view, state):
+    for line in summary_lines(rep):
         console.print(line, highlight=False, markup=False)

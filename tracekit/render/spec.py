@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.reports import SpecReport
 from tracekit.documents import SPEC
 from tracekit.render.units import ms
 
@@ -44,10 +44,11 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
+def summary_lines(rep: SpecReport) -> list[str]:
     """Plain-language findings, one bucket after another."""
+    table = rep.table
     lines: list[str] = []
-    rank_note = f"rank {ctx['rank']} ({ctx['rank_choice']}{', largest mean cycle' if ctx['rank_choice'] == 'slowest' else ''})"
+    rank_note = f"rank {rep.rank} ({rep.rank_choice}{', largest mean cycle' if rep.rank_choice == 'slowest' else ''})"
     for r in table.iter_rows(named=True):
         bs = r["batch_size"]
         parts = " + ".join(f"{PART_LABELS[p]} {ms(r[p], 2, unit=False)}" for p in PART_LABELS)
@@ -79,10 +80,10 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
                 line += f"; measured {r['tokens_per_cycle']:.2f}: speculation is {abs(gain) * 100:.0f}% {word} than plain decode"
             lines.append(line)
         else:
-            if ctx["decode_source"] == "none":
+            if rep.decode_source == "none":
                 lines.append("  no decode step time (no decode phases, no --baseline): break-even unknown")
             else:
-                lines.append(f"  no decode step at batch size {bs} in the {ctx['decode_source'].split(':')[0]}: break-even unknown")
+                lines.append(f"  no decode step at batch size {bs} in the {rep.decode_source.split(':')[0]}: break-even unknown")
         tgt = r["target_tps"]
         if tgt is not None:
             k = r["draft_tokens"]
@@ -113,26 +114,27 @@ def summary_lines(table: pl.DataFrame, ctx: dict[str, Any]) -> list[str]:
     return lines
 
 
-def to_json(table: pl.DataFrame, ctx: dict[str, Any]) -> dict[str, Any]:
+def to_json(rep: SpecReport) -> dict[str, Any]:
     """The stable ``--json`` document."""
     return SPEC.make({
-        "rank": ctx["rank"],
-        "rank_choice": ctx["rank_choice"],
-        "decode_source": ctx["decode_source"],
-        "timing": ctx.get("timing"),
-        "target_tps": ctx["target_tps"],
-        "cycles_by_rank": ctx["cycles_by_rank"],
+        "rank": rep.rank,
+        "rank_choice": rep.rank_choice,
+        "decode_source": rep.decode_source,
+        "timing": rep.timing,
+        "target_tps": rep.target_tps,
+        "cycles_by_rank": [dict(c) for c in rep.cycles_by_rank],
         "conventions": CONVENTIONS,
-        "buckets": table.to_dicts(),
-        "summary": summary_lines(table, ctx),
+        "buckets": rep.table.to_dicts(),
+        "summary": summary_lines(rep),
     })
 
 
-def render(table: pl.DataFrame, ctx: dict[str, Any], console: Console) -> None:
+def render(rep: SpecReport, console: Console) -> None:
     """Print the table and the plain-language lines."""
-    title = f"rank {ctx['rank']} ({ctx['rank_choice']}); decode step from {ctx['decode_source']}"
+    table = rep.table
+    title = f"rank {rep.rank} ({rep.rank_choice}); decode step from {rep.decode_source}"
     unprof = table.height > 0 and "timing_source" in table.columns and table["timing_source"][0] == "unprofiled"
-    how = f"unprofiled ({ctx.get('timing')})" if unprof else "mean per cycle of the profiled window"
+    how = f"unprofiled ({rep.timing})" if unprof else "mean per cycle of the profiled window"
     comp = Table(title=f"Cycle composition, {how}: {title}", title_justify="left")
     for col in ("bs", "cycles", "cycle ms", "draft ms", "verify ms", "extend ms", "host ms", "verify graphed"):
         comp.add_column(col, justify="right")
@@ -170,5 +172,5 @@ def render(table: pl.DataFrame, ctx: dict[str, Any], console: Console) -> None:
         highlight=False,
         markup=False,
     )
-    for line in summary_lines(table, ctx):
+    for line in summary_lines(rep):
         console.print(line, highlight=False, markup=False)

@@ -8,6 +8,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.reports import AttributionReport
 from tracekit.documents import ATTRIBUTE_TIMING
 from tracekit.render.attribute import phase_order
 from tracekit.render.capture import profile_line
@@ -32,7 +33,7 @@ def _f(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
-def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None, manifest: dict[str, Any] | None) -> dict[str, Any]:
+def to_json(report: AttributionReport, by: str, run: str | None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "run": run,
         "mode": "timing",
@@ -50,33 +51,32 @@ def to_json(report: dict[str, pl.DataFrame], by: str, run: str | None, manifest:
                 "graphed_instances": int(r["graphed_instances"]),
                 "first_cycle": _ns(r["first_cycle"]), "last_cycle": _ns(r["last_cycle"]),
             }
-            for r in report["by_rank"].iter_rows(named=True)
+            for r in report.by_rank.iter_rows(named=True)
         ],
         "definitions": DEFINITIONS,
     }
     if by == "cycle":
         doc["cycles"] = [
             {k: (v if not isinstance(v, float) else float(v)) for k, v in r.items()}
-            for r in report["instances"].iter_rows(named=True)
+            for r in report.instances.iter_rows(named=True)
         ]
-    if manifest is not None:
-        doc["profile"] = profile_line(manifest)
+    doc["profile"] = profile_line(dict(report.manifest))
     return ATTRIBUTE_TIMING.make(doc)
 
 
-def render(report: dict[str, pl.DataFrame], by: str, console: Console, manifest: dict[str, Any] | None) -> None:
-    line = profile_line(manifest)
+def render(report: AttributionReport, by: str, console: Console) -> None:
+    line = profile_line(dict(report.manifest))
     if line:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"timing mode: {CANNOT}", highlight=False, markup=False, soft_wrap=True)
-    br = report["by_rank"]
+    br = report.by_rank
     phases = phase_order(br["phase"].unique().to_list())
     for ph in phases:
         if by == "cycle":
             t = Table(title=f"{ph}: one row per instance (unprofiled)", title_justify="left")
             for c in ("rank", "cycle", "bs", "tokens", "seq", "accept", "graphed", "host", "GPU (CUDA events)"):
                 t.add_column(c, justify="right")
-            for r in report["instances"].filter(pl.col("phase") == ph).iter_rows(named=True):
+            for r in report.instances.filter(pl.col("phase") == ph).iter_rows(named=True):
                 t.add_row(*("" if r[k] is None else str(r[k]) for k in ("rank", "cycle", "batch_size", "num_tokens", "seq_len")),
                           "" if r["accept_len"] is None else f"{r['accept_len']:.2f}",
                           "" if r["graphed"] is None else ("yes" if r["graphed"] else "no"),

@@ -56,51 +56,46 @@ class RunDocs:
 
 def attribute_doc(events: pl.DataFrame, manifest: dict[str, Any], path: str) -> dict[str, Any]:
     """``tracekit attribute RUN --by cycle --json`` (GPU, host or timing mode, as the command picks)."""
+    from tracekit.analyzers import analyses
     from tracekit.render import attribute_doc as ad
 
-    mode, report = ad.analysis(events, manifest)
-    return ad.document(mode, report, "cycle", path, manifest)
+    return ad.document(analyses.attribute(events, manifest), "cycle", path)
 
 
-def gap_doc(a: pl.DataFrame, b: pl.DataFrame | None, a_path: str, b_path: str | None,
-            phase_a: str, phase_b: str) -> dict[str, Any]:
+def gap_doc(a: pl.DataFrame, a_manifest: dict[str, Any], b: pl.DataFrame | None, b_manifest: dict[str, Any] | None,
+            a_path: str, b_path: str | None, phase_a: str, phase_b: str) -> dict[str, Any]:
     """``tracekit gap A [--b-run B] --a phase_a --b phase_b --json``."""
-    from tracekit.analyzers.gap import gap_report
-    from tracekit.analyzers.host_attribution import has_gpu_events
-    from tracekit.analyzers.host_gap import host_gap_report
+    from tracekit.analyzers import analyses
     from tracekit.render import gap as render_gap
-    from tracekit.render import host_attribute as render_host
 
-    if not has_gpu_events(a, None) and not has_gpu_events(b if b is not None else a, None):
-        return render_host.host_gap_json(host_gap_report(a, b, a=phase_a, b=phase_b), a_path, b_path or a_path)
-    return render_gap.to_json(gap_report(a, b, a=phase_a, b=phase_b), a_path, b_path or a_path)
+    rep = analyses.gap(a, a_manifest, b, b_manifest, a=phase_a, b=phase_b)
+    return render_gap.document(rep, a_path, b_path or a_path)
 
 
-def spec_doc(events: pl.DataFrame, baseline: pl.DataFrame | None, target_tps: float | None) -> dict[str, Any]:
+def spec_doc(events: pl.DataFrame, manifest: dict[str, Any], baseline: pl.DataFrame | None,
+             baseline_manifest: dict[str, Any] | None, target_tps: float | None) -> dict[str, Any]:
     """``tracekit spec RUN [--baseline B] [--target-tps T] --json``."""
-    from tracekit.analyzers.spec import spec_report
+    from tracekit.analyzers import analyses
     from tracekit.render import spec as render_spec
 
-    table, ctx = spec_report(events, baseline=baseline, target_tps=target_tps)
-    return render_spec.to_json(table, ctx)
+    return render_spec.to_json(analyses.spec(events, manifest, baseline=baseline, baseline_manifest=baseline_manifest,
+                                             target_tps=target_tps))
 
 
 def ranks_doc(events: pl.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
     """``tracekit ranks RUN --json``."""
-    from tracekit.analyzers.stragglers import rank_state, stragglers
+    from tracekit.analyzers import analyses
     from tracekit.render import ranks as render_ranks
 
-    return render_ranks.to_json(stragglers(events), rank_state(manifest))
+    return render_ranks.to_json(analyses.ranks(events, manifest))
 
 
 def diff_doc(a: RunDocs, a_events: pl.DataFrame, b: RunDocs, b_events: pl.DataFrame) -> dict[str, Any]:
     """``tracekit diff A B --phase all --json`` (A = the report's run, B = --b-run)."""
-    from tracekit.analyzers.diff import diff_runs
-    from tracekit.analyzers.manifest_diff import manifest_diff
+    from tracekit.analyzers import analyses
     from tracekit.render import diff as render_diff
 
-    view = diff_runs(a_events, b_events, None, None)
-    return render_diff.to_json(view, manifest_diff(a.manifest, b.manifest), a.path, b.path)
+    return render_diff.to_json(analyses.diff(a_events, a.manifest, b_events, b.manifest, phase=None), a.path, b.path)
 
 
 def _phases(doc: Got[dict[str, Any]]) -> set[str]:
@@ -118,7 +113,7 @@ def collect(path: str, *, b_path: str | None = None, target_tps: float | None = 
         att = _try(attribute_doc, r.events, r.manifest, run_path)
         present = _phases(att)
         if "verify" in present and "decode" in present:
-            gap = _try(gap_doc, r.events, None, run_path, None, "verify", "decode")
+            gap = _try(gap_doc, r.events, r.manifest, None, None, run_path, None, "verify", "decode")
         else:
             gap = Got(None, f"verify vs decode needs both phases in the run (phases here: {', '.join(sorted(present)) or 'none'})")
         return RunDocs(
@@ -127,7 +122,7 @@ def collect(path: str, *, b_path: str | None = None, target_tps: float | None = 
             info=run_summary(r.events, r.manifest),
             attribute=att,
             gap=gap,
-            spec=_try(spec_doc, r.events, None, target_tps),
+            spec=_try(spec_doc, r.events, r.manifest, None, None, target_tps),
             ranks=_try(ranks_doc, r.events, r.manifest),
             arrivals=matched_collectives(r.events),
             composition=_try(cycle_composition, r.events),
@@ -142,8 +137,8 @@ def collect(path: str, *, b_path: str | None = None, target_tps: float | None = 
     pb = _phases(b.attribute)
     phase_b = "verify" if "verify" in pb else "decode"
     if "decode" in pb and "draft" not in pb:  # B runs without speculation: its decode step is A's baseline
-        a.spec = _try(spec_doc, ra.events, rb.events, target_tps)
-    a.extra["gap_b_run"] = _try(gap_doc, ra.events, rb.events, path, b_path, "verify", phase_b)
+        a.spec = _try(spec_doc, ra.events, ra.manifest, rb.events, rb.manifest, target_tps)
+    a.extra["gap_b_run"] = _try(gap_doc, ra.events, ra.manifest, rb.events, rb.manifest, path, b_path, "verify", phase_b)
     if a.attribute.value is None or b.attribute.value is None:
         diff: Got[dict[str, Any]] = Got(None, "diff needs phase instances in both runs")
     else:

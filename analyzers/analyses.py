@@ -1,0 +1,171 @@
+"""Every analysis the CLI, the HTML report and ``tracekit.Run`` show: one call, one typed report.
+
+``attribute``, ``gap``, ``spec``, ``diff`` and ``ranks`` take event tables and manifests (a loaded
+run's ``events`` and ``manifest``) and return the reports of ``analyzers.reports``, with the mode,
+the unprofiled timers, the dilation, the estimates and the timer comparisons already computed:
+a caller renders the report and adds nothing to it. Errors are the analyzers' ``AnalysisError``
+(``side`` "A"/"B" for two runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS
+from .reports import (
+    AttributionReport,
+    DiffReport,
+    GapReport,
+    Mode,
+    PhaseEstimate,
+    RanksReport,
+    SpecReport,
+    detect_mode,
+)
+from .stragglers import MIN_SKEW_NS
+from .unprofiled import (
+    Estimate,
+    PhaseTimer,
+    compare_timers,
+    dilation_table,
+    estimate_buckets,
+    phase_timers,
+)
+
+Manifest = Mapping[str, Any]
+
+
+def typical_instance(instances: pl.DataFrame, phase: str, rank: int | None = None) -> dict[str, Any] | None:
+    """The instance of ``phase`` (on ``rank``; every rank when None) with the median GPU window (the lower one of
+    an even count), as a row dict; None when there is none with a GPU window."""
+    sel = instances.filter((pl.col("phase") == phase) & (pl.col("gpu_window_ns") > 0))
+    if rank is not None:
+        sel = sel.filter(pl.col("rank") == rank)
+    if sel.is_empty():
+        return None
+    return sel.sort(["gpu_window_ns", "rank", "host_start_ns"]).row((sel.height - 1) // 2, named=True)
+
+
+def instance_estimate(inst: Mapping[str, Any] | None, timer: PhaseTimer | None) -> Estimate | None:
+    """The estimate from one instance row (``typical_instance``), or None without one or without a timer."""
+    if timer is None or inst is None or inst["gpu_window_ns"] <= 0:
+        return None
+    per = {b: float(inst[f"{b}_ns"]) for b in BUCKETS}
+    return estimate_buckets(per, float(inst["allreduce_wait_ns"] or 0), timer.unprofiled_ns)
+
+
+def phase_estimate(instances: pl.DataFrame, phase: str, rank: int | None, manifest: Manifest) -> PhaseEstimate | None:
+    """The unprofiled estimate of ``phase`` on ``rank`` (every rank when None): its typical instance's buckets
+    scaled to the phase's unprofiled timer on those ranks; None without a timer or a GPU window."""
+    timer = phase_timers(dict(manifest), None if rank is None else [rank]).get(phase)
+    inst = typical_instance(instances, phase, rank)
+    est = instance_estimate(inst, timer)
+    if est is None or inst is None or timer is None:
+        return None
+    return PhaseEstimate(phase, rank, inst, timer, est)
+
+
+def _estimates(by_rank: pl.DataFrame, by_phase: pl.DataFrame, instances: pl.DataFrame,
+               manifest: Manifest) -> tuple[PhaseEstimate, ...]:
+    keys: list[tuple[str, int | None]] = [(r["phase"], int(r["rank"])) for r in by_rank.iter_rows(named=True)]
+    keys += [(r["phase"], None) for r in by_phase.iter_rows(named=True)]
+    return tuple(e for p, rk in keys if (e := phase_estimate(instances, p, rk, manifest)) is not None)
+
+
+def attribute(events: pl.DataFrame, manifest: Manifest, phase: str | None = None, rank: int | None = None, *,
+              launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS) -> AttributionReport:
+    """``tracekit attribute``: the run's mode decided once (``detect_mode``), its analyzer, the clock facts."""
+    sel = None if rank is None else (rank,)
+    mode = detect_mode([events], manifest, sel)
+    man = dict(manifest)
+    if mode is Mode.TIMING:
+        from .timing_view import timing_report
+
+        t = timing_report(events, phase, rank)
+        return AttributionReport(mode, t["instances"], t["by_rank"], manifest, ranks=sel)
+    timers = phase_timers(man)
+    common: dict[str, Any] = {"manifest": manifest, "ranks": sel, "has_timers": bool(timers),
+                              "dilation": dilation_table(man), "timers": timers}
+    if mode is Mode.HOST:
+        from .host_attribution import host_report
+
+        h = host_report(events, phase, rank)
+        return AttributionReport(mode, h["instances"], h["by_rank"], by_phase=h["by_phase"], by_seq=h["by_seq"],
+                                 outliers=h["outliers"], **common)
+    from .attribution import attribute_report
+
+    g = attribute_report(events, phase, rank, launch_latency_ns=launch_latency_ns)
+    wt = g["whole_trace"]
+    return AttributionReport(
+        mode, g["instances"], g["by_rank"], by_phase=g["by_phase"], by_seq=g["by_seq"], stragglers=g["stragglers"],
+        outliers=g["outliers"], issues=tuple(g["issues"].get_column("issue").to_list()),
+        whole_trace=bool(wt.height and wt.item(0, 0)),
+        estimates=_estimates(g["by_rank"], g["by_phase"], g["instances"], manifest), **common)
+
+
+def gap(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFrame | None = None,
+        b_manifest: Manifest | None = None, *, a: str = "verify", b: str = "decode", rank: int | None = None,
+        launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS, stat: str = "median") -> GapReport:
+    """``tracekit gap``: phase ``a`` of the run against phase ``b`` (of ``b_events`` when given, else the same
+    run), GPU windows or (no GPU events on either side) host ranges, with the capture timers' comparison."""
+    sel = None if rank is None else (rank,)
+    mode = detect_mode([a_events, b_events if b_events is not None else a_events], None, sel)
+    bm = b_manifest if b_events is not None else a_manifest
+    timing = compare_timers(None if a_manifest is None else dict(a_manifest), a,
+                            None if bm is None else dict(bm), b, None if sel is None else list(sel))
+    if mode is Mode.HOST:  # CPU runs: compare the phases' host time instead of GPU windows
+        from .host_gap import host_gap_report
+
+        h = host_gap_report(a_events, b_events, a=a, b=b, rank=rank, stat=stat)
+        return GapReport(mode, stat, h["a"], h["b"], h["buckets"], h["total_delta_ns"], h["seq_check"], timing,
+                         host_ranked=h["explanations"], ranks=sel)
+    from .gap import gap_report
+
+    g = gap_report(a_events, b_events, a=a, b=b, rank=rank, launch_latency_ns=launch_latency_ns, stat=stat)
+    return GapReport(mode, stat, g["a"], g["b"], g["buckets"], g["total_delta_ns"], g["seq_check"], timing,
+                     explanations=tuple(g["explanations"]), kernels=g["kernels"], seq=g["seq"], by_rank=g["by_rank"],
+                     ranks=sel)
+
+
+def spec(events: pl.DataFrame, manifest: Manifest | None, *, baseline: pl.DataFrame | None = None,
+         baseline_manifest: Manifest | None = None, baseline_tps: float | None = None,
+         target_tps: float | None = None, rank: int | None = None, draft_tokens: int | None = None,
+         accept_len: float | None = None) -> SpecReport:
+    """``tracekit spec``: speculation economics on the run's unprofiled timers where its manifest has them."""
+    from .spec import spec_report
+
+    table, ctx = spec_report(events, baseline=baseline, baseline_tps=baseline_tps, target_tps=target_tps, rank=rank,
+                             draft_tokens=draft_tokens, accept_len=accept_len,
+                             manifest=None if manifest is None else dict(manifest),
+                             baseline_manifest=None if baseline_manifest is None else dict(baseline_manifest))
+    cyc: Any = ctx["cycles_by_rank"]
+    tps: Any = ctx["target_tps"]
+    return SpecReport(table, int(str(ctx["rank"])), str(ctx["rank_choice"]), str(ctx["decode_source"]),
+                      str(ctx["timing"]), None if tps is None else float(tps), tuple(cyc))
+
+
+def diff(old_events: pl.DataFrame, old_manifest: Manifest, new_events: pl.DataFrame, new_manifest: Manifest, *,
+         phase: str | None = "verify", seq_width: int | None = None, stat: str = "median") -> DiffReport:
+    """``tracekit diff OLD NEW``: the run diff, the manifests' differences and each phase's capture timers."""
+    from .diff import diff_runs
+    from .manifest_diff import manifest_diff
+
+    view = diff_runs(old_events, new_events, phase, seq_width, stat)
+    om, nm = dict(old_manifest), dict(new_manifest)
+    timing = {p: compare_timers(om, p, nm, p) for p in view["phases"].get_column("phase").to_list()}
+    return DiffReport.from_view(view, manifest_diff(om, nm), timing, stat)
+
+
+def ranks(events: pl.DataFrame, manifest: Manifest, *, min_skew_ns: int = MIN_SKEW_NS,
+          launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS) -> RanksReport:
+    """``tracekit ranks``: who arrives last at collectives, what it did before, each rank's GPU state."""
+    from .stragglers import rank_state, stragglers
+
+    v = stragglers(events, min_skew_ns, launch_latency_ns=launch_latency_ns)
+    return RanksReport(v["ranks"], v["kernels"], v["collectives"], v["late"], rank_state(dict(manifest)))
+
+
+__all__ = ["attribute", "diff", "gap", "instance_estimate", "phase_estimate", "ranks", "spec", "typical_instance"]
