@@ -12,7 +12,14 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyzers.reports import AttributionReport, DiffReport, GapReport, Mode, RanksReport, SpecReport
+from tracekit.analyzers.reports import (
+    AttributionReport,
+    DiffReport,
+    GapReport,
+    Mode,
+    RanksReport,
+    SpecReport,
+)
 from tracekit.cli import cli
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

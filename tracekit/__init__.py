@@ -25,9 +25,9 @@ _LAZY = {
 if TYPE_CHECKING:
     from tracekit.errors import TracekitError
     from tracekit.export import export_run
+    from tracekit.facade import Run
     from tracekit.finalize.pipeline import finalize_events
     from tracekit.ingest import ingest_traces
-    from tracekit.facade import Run
     from tracekit.store import load_run, read_manifest, read_run, scan_run, write_run
 
 

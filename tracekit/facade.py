@@ -23,7 +23,13 @@ from tracekit.errors import TracekitError, side_path
 if TYPE_CHECKING:
     import polars as pl
 
-    from tracekit.analyzers.reports import AttributionReport, DiffReport, GapReport, RanksReport, SpecReport
+    from tracekit.analyzers.reports import (
+        AttributionReport,
+        DiffReport,
+        GapReport,
+        RanksReport,
+        SpecReport,
+    )
     from tracekit.store import Run as LoadedRun
 
 class Run:
