@@ -309,3 +309,48 @@ def test_measured_distinct_experts_replace_uniform_routing() -> None:
                                                                    / v0.floor.distinct_experts, rel=1e-6)
     d = rep.phase("decode")
     assert d is not None and d.floor.distinct_source == "uniform routing U(T)"  # no count recorded for decode
+
+
+def test_calibrate_without_cuda_is_one_line_exit_1(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    out = tmp_path / "gpu.toml"
+    res = CliRunner().invoke(cli, ["sol", "--calibrate", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    assert "has none" in res.output and "Traceback" not in res.output
+    assert not out.exists()
+    assert CliRunner().invoke(cli, ["sol", "--calibrate"]).exit_code == 2
+
+
+def test_calibration_arithmetic_and_spec_file_on_the_cpu_path(tmp_path: Path) -> None:
+    """The measurement code on torch's CPU path with a wall-clock timer (the command refuses a CPU: this checks the
+    arithmetic and the spec file, not a CPU's rates): the rates are 2 x bytes / time and 2 n^3 / time of the
+    timings taken, and the file is a --gpu spec that reads back with them."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    from tracekit.collectors.calibrate import measure, spec_toml
+
+    timings: list[float] = []
+
+    def timer(fn):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter_ns()
+        fn()
+        dt = float(time.perf_counter_ns() - t0)
+        timings.append(dt)
+        return dt
+
+    cal = measure(torch.device("cpu"), copy_bytes=1 << 20, gemm_n=64, reps=3, warmup=1, timer=timer)
+    copies, gemms = timings[:3], timings[3:6]
+    assert cal.copy_ns == sorted(copies)[1] and cal.gemm_ns == sorted(gemms)[1]
+    assert cal.hbm_Bps == pytest.approx(2 * (1 << 20) / cal.copy_ns * 1e9)
+    assert cal.bf16_flops == pytest.approx(2 * 64 ** 3 / cal.gemm_ns * 1e9)
+    base = gpu_spec("H200")
+    p = tmp_path / "cal.toml"
+    p.write_text(spec_toml(cal, base))
+    spec = gpu_spec(str(p))
+    assert spec.achievable == 1.0 and spec.link == "nvlink" and spec.link_Bps == base.link_Bps
+    assert spec.hbm_Bps == pytest.approx(cal.hbm_Bps, rel=1e-3, abs=1e8)
+    assert spec.flops["bf16"] == pytest.approx(cal.bf16_flops, rel=1e-3, abs=1e11)
+    assert "measured by tracekit sol --calibrate" in spec.source

@@ -32,16 +32,20 @@ from tracekit.cli_errors import guarded
 @click.option("--distinct-experts", type=click.FloatRange(0), default=None,
               help="What-if: distinct routed experts per MoE layer instead of U(T).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@click.option("--calibrate", is_flag=True, help="Measure this machine's GPU (copy bandwidth, bf16 / fp8 GEMM rate, "
+              "CUDA events) and write a --gpu SPEC.toml to -o.")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False), help="--calibrate: the spec file to write.")
 @guarded
 def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None, tokens: tuple[int, ...],
             seq_len: int | None, batch: int, engine: str | None, dp_attention: bool, ep: int, kv_dtype: str | None,
             achievable: float | None, allreduce_us: float | None, distinct_experts: float | None,
-            as_json: bool) -> None:
+            as_json: bool, calibrate: bool, output: str | None) -> None:
     """What a phase should cost: the floor per phase and bucket, and % of SOL (floor / measured).
 
     \b
     tracekit sol RUN [--model CONFIG] [--gpu NAME|SPEC.toml]         # beside a run's phases
     tracekit sol --model CONFIG --gpu NAME --tp N --tokens T --seq-len S [--batch B]   # what-if
+    tracekit sol --calibrate -o SPEC.toml                             # this machine's GPU, measured
     """
     import dataclasses
     import json
@@ -52,6 +56,13 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
     from tracekit.analyzers.sol.report import what_if
     from tracekit.render import sol as render_sol
 
+    if calibrate or output is not None:
+        if not (calibrate and output is not None):
+            raise click.UsageError("--calibrate and -o SPEC.toml go together")
+        if run is not None or model is not None or tokens:
+            raise click.UsageError("--calibrate takes no RUN, --model or --tokens")
+        _calibrate(output)
+        return
     if run is not None:
         if tokens or seq_len is not None or distinct_experts is not None:
             raise click.UsageError("--tokens, --seq-len and --distinct-experts are for the what-if form (no RUN)")
@@ -88,3 +99,40 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         click.echo(json.dumps(render_sol.to_json(rep), indent=2, allow_nan=False))
     else:
         render_sol.render(rep, _table_console())
+
+
+def _calibrate(output: str) -> None:
+    from tracekit.analyzers.sol.gpus import gpu_spec
+    from tracekit.cli.common import _claim
+    from tracekit.collectors.calibrate import calibrate_local, spec_toml
+    from tracekit.errors import AnalysisError
+    from tracekit.outputs import named_os_error, temp_beside
+    from tracekit.store import publish
+
+    with _claim(output, runs=False):
+        click.echo("tracekit: measuring copy bandwidth and GEMM rates on the local GPU (about 10 s)...", err=True)
+        cal = calibrate_local()
+        try:
+            base = gpu_spec(cal.device)
+        except AnalysisError:
+            base = None
+        text = spec_toml(cal, base)
+        tmp = temp_beside(output)
+        try:
+            with open(tmp, "w") as fh:
+                fh.write(text)
+            publish(tmp, output)
+        except BaseException as exc:
+            import os
+
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            named = named_os_error(exc, output)
+            if named is not exc:
+                raise named from None
+            raise
+    fp8 = "n/a" if cal.fp8_flops is None else f"{cal.fp8_flops / 1e12:.0f}"
+    ref = "" if base is None else (f" (datasheet {base.name}: {base.hbm_Bps / 1e9:.0f} GB/s, bf16 "
+                                   f"{base.flops['bf16'] / 1e12:.0f} TFLOP/s)")
+    click.echo(f"{cal.device}: copy {cal.hbm_Bps / 1e9:.0f} GB/s, bf16 GEMM {cal.bf16_flops / 1e12:.0f} TFLOP/s, "
+               f"fp8 GEMM {fp8} TFLOP/s{ref} -> {output}")
