@@ -112,3 +112,15 @@ def test_cli_log_vs_trace_run_is_a_usage_error() -> None:
     run = str(Path(__file__).resolve().parent.parent / "samples" / "h200x2-mainjob" / "eager.parquet")
     res = CliRunner().invoke(cli, ["diff", log, run])
     assert res.exit_code == 2
+
+
+def test_spec_from_metrics_device_timer(tmp_path: Path) -> None:
+    files = [str(SAMPLES / f"sglang-metrics-{i}.prom") for i in (1, 2)]
+    res = parse_logs(files, tmp_path / "m.parquet", [])
+    rep = log_spec(pl.read_parquet(res.path), res.manifest, "m", baseline_tps=60.0)
+    assert rep.timing_source == "engine metrics"
+    verify = next(t for t in rep.timings if t.phase == "verify")
+    draft = next(t for t in rep.timings if t.phase == "draft")
+    assert verify.ns.median == 20_250_000 and draft.ns.median == 5_000_000  # 8.1 s / 400, (1.2 + 0.8) s / 400
+    assert rep.economics is not None and rep.economics.cycle_ns == 25_250_000
+    assert rep.economics.break_even_tokens == pytest.approx(25_250_000 / (1e9 / 60))

