@@ -117,7 +117,7 @@ def _int(x: float | None) -> int | None:
 
 def pairs(snaps: list[Snapshot]) -> list[tuple[str, Snapshot, Snapshot]]:
     """(engine, a, b): consecutive snapshots of each engine, in the order given."""
-    out = []
+    out: list[tuple[str, Snapshot, Snapshot]] = []
     for engine in ("sglang", "vllm"):
         mine = [s for s in snaps if engine in s.engines()]
         out.extend((engine, a, b) for a, b in itertools.pairwise(mine))
