@@ -30,7 +30,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit.errors import AnalysisError
-from tracekit.finalize.categories import CATEGORIES, rule_table
+from tracekit.finalize.categories import CATEGORIES
 from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
@@ -75,7 +75,8 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
 
     ``phase``: None (every phase), a phase name, a regex over phase names, or a
     regex over range names (those ranges then become the instances of a phase
-    named by the regex, ``tracekit.finalize.pipeline.rephase``). A table with no phase
+    named by the regex: ``select_ranges``, a selection of this analysis; the stored
+    phases are not changed). A table with no phase
     ranges at all is attributed as a whole: one instance of phase ``trace`` per rank
     (``analyzers.whole_trace``). Returns (events, selected phase names). Raises
     AnalysisError when nothing matches.
@@ -98,30 +99,22 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
     hits = [p for p in present if pat.fullmatch(p)]
     if hits:
         return events, hits
-    from tracekit.finalize.pipeline import rephase
-
-    ev2 = rephase(events, [(pat, phase)])
+    ev2 = select_ranges(events, pat, phase)
     if not ev2.filter((pl.col("kind") == RANGE) & (pl.col("phase") == phase)).height:
         found = ", ".join(present) if present else "none"
         raise AnalysisError(f"no phase or range name matches {phase!r} (phases found: {found})")
     return ev2, [phase]
 
 
-def bucket_codes(gpu: pl.DataFrame) -> npt.NDArray[np.int8]:
-    """Bucket code (BUCKETS index) per GPU event: memory for copies, else the bucket of its category
-    (a missing one from the category rule table, ``categories.rule_table``), else other."""
-    need = gpu.get_column("category").is_null() & gpu.get_column("kind").is_in([MEMCPY, MEMSET]).not_()
-    uniq = gpu.get_column("name").cast(pl.String).filter(need).drop_nulls().unique().to_list()
-    table = rule_table(uniq).select("name", pl.col("_cat").alias("_rule_cat"))
-    cat = pl.coalesce(pl.col("category"), pl.col("_rule_cat"))
-    b = (
-        pl.when(pl.col("kind").is_in([MEMCPY, MEMSET]))
-        .then(pl.lit("memory"))
-        .otherwise(cat.replace_strict(CATEGORY_BUCKET, default="other", return_dtype=pl.String))
-    )
-    df = gpu.select("kind", "name", "category").join(table, on="name", how="left", maintain_order="left")
-    codes = df.select(b.replace_strict(_CODE, return_dtype=pl.Int8).alias("c")).get_column("c")
-    return codes.to_numpy().astype(np.int8)
+def select_ranges(events: pl.DataFrame, pattern: re.Pattern[str], name: str) -> pl.DataFrame:
+    """The table with the ranges whose names ``pattern`` searches as the instances of a phase
+    ``name`` (``attribute --phase 'ProfilerStep#\\d+'``): the membership rules of
+    ``tracekit.finalize.membership`` with this one rule tried first, the trace's own after it,
+    on the analysis' copy of the table."""
+    from tracekit.finalize.membership import annotate_phases
+    from tracekit.finalize.pipeline import span_rules
+
+    return annotate_phases(events, rules=span_rules(events, [(pattern, name)]))
 
 
 _COLL_COLS: Final = ("kind", "group", "coll_seq", "rank", "name", "coll_op", "phase", "phase_id", "start_ns", "dur_ns")
@@ -161,7 +154,7 @@ def matched(events: pl.DataFrame) -> pl.DataFrame:
 
 def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], g_mem: npt.NDArray[np.bool_]) -> npt.NDArray[np.int8]:
     """Bucket code per GPU event: category (any non-null unknown one is ``other``), memory for
-    copies, and by name (communication or other) where the category is missing."""
+    copies. A kernel without a category (a run finalize never saw): AnalysisError."""
     col = events.get_column("category").filter(pl.Series(gmask))
     names = list(CATEGORY_BUCKET)
     lut = np.array([_CODE[CATEGORY_BUCKET[k]] for k in names] + [_CODE["other"], -1], dtype=np.int8)
@@ -178,9 +171,10 @@ def _codes(events: pl.DataFrame, gmask: npt.NDArray[np.bool_], g_mem: npt.NDArra
         codes[g_mem] = _CODE["memory"]
     missing = np.flatnonzero(codes < 0)
     if missing.size:
-        rows = np.flatnonzero(gmask)[missing]
-        sub = events.select("kind", "name", "category").gather(rows)
-        codes[missing] = bucket_codes(sub)
+        row = int(np.flatnonzero(gmask)[missing[0]])
+        rank = events.get_column("rank")[row]
+        raise AnalysisError(f"{missing.size} GPU events have no category (the run was not finalized by this "
+                            "tracekit: `tracekit upgrade` finalizes it)", rank=None if rank is None else int(rank))
     return codes
 
 
@@ -515,12 +509,12 @@ __all__ = [
     "NB",
     "attribute_instances",
     "attribute_report",
-    "bucket_codes",
     "by_phase",
     "by_rank",
     "by_seq",
     "check_sums",
     "matched",
     "prepare",
+    "select_ranges",
     "stragglers",
 ]

@@ -27,6 +27,7 @@ from tracekit import _native
 from tracekit._native import arrow_stream
 from tracekit.buckets import BUCKETS, WALK_CODES
 from tracekit.cores import usable_cores
+from tracekit.errors import TracekitError
 from tracekit.finalize.categories import CATEGORIES
 from tracekit.schema import GPU_RANGE, KERNEL, LAUNCH, MEMCPY, MEMSET, RANGE
 
@@ -127,15 +128,9 @@ def kind_codes(events: pl.DataFrame) -> Coded | None:
 
 
 def category_codes(events: pl.DataFrame, kc: Coded) -> pl.Series:
-    """Bucket code per row, resolved on kernel rows (others -1): from the category strings, and by
-    name (the category rule table) for kernels without one."""
-    kind = kc.kinds()
-    cb = codes(events.get_column("category"), _CATS, _CAT_VALUES, (kind, 1))  # kernels only
-    missing = np.flatnonzero((cb < 0) & (kind == 1))
-    if missing.size:  # kernels without a category: the category rule table on their names
-        from .attribution import bucket_codes
-
-        cb[missing] = bucket_codes(events.select("kind", "name", "category").gather(missing))
+    """Bucket code per row from the category strings, on kernel rows (others, and kernels without a
+    category, -1: the walk then stops with status 2 and the reference path says why)."""
+    cb = codes(events.get_column("category"), _CATS, _CAT_VALUES, (kc.kinds(), 1))  # kernels only
     return pl.Series("category", cb)
 
 
@@ -166,6 +161,9 @@ def _configure() -> None:
     w = _native.walk
     assert w is not None
     if not _CONFIGURED:
+        if not hasattr(w, "configure"):
+            raise TracekitError(f"{w.__file__} was built from an older tracekit/_walk.c: rebuild it "
+                                "(`python setup.py build_ext --inplace`, or reinstall tracekit)")
         w.configure(**asdict(WALK_CODES))
         _CONFIGURED = True
 
@@ -250,25 +248,15 @@ def attribute_ranks(
         return int(status), unres, int(n_coll), lo, groups, ops
 
     n_threads = workers(len(r_val))
+    luts = kc.kind_lut.tobytes() + cat_lut.tobytes()
     try:
-        while True:
-            luts = kc.kind_lut.tobytes() + cat_lut.tobytes()
-            if n_threads > 1:
-                from concurrent.futures import (
-                    ThreadPoolExecutor,  # only when there are several cores
-                )
+        if n_threads > 1:
+            from concurrent.futures import ThreadPoolExecutor  # only when there are several cores
 
-                with ThreadPoolExecutor(max_workers=n_threads) as pool:
-                    results = list(pool.map(one, range(len(r_val))))
-            else:
-                results = [one(j) for j in range(len(r_val))]
-            if cat is kc.category and any(st == 2 for st, *_ in results):
-                # a kernel without a category (a table not finalized): code them by name, again
-                cat, cat_lut = category_codes(events, kc), _IDENTITY
-                for o in outs:
-                    o[...] = 0
-                continue
-            break
+            with ThreadPoolExecutor(max_workers=n_threads) as pool:
+                results = list(pool.map(one, range(len(r_val))))
+        else:
+            results = [one(j) for j in range(len(r_val))]
     finally:
         w.trim()
     if any(st != 0 for st, *_ in results):

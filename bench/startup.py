@@ -47,7 +47,7 @@ def main() -> int:
     a = ap.parse_args()
     py = sys.executable
     exe = [py, "-m", "tracekit"]
-    # a run written by this tracekit (an older sample would be finalized again on every read)
+    # a run written by this tracekit (an older sample would be read as stored, with a note)
     tmp = Path(tempfile.mkdtemp())
     run = tmp / a.run.name
     subprocess.run([py, "-c", "import sys; from tracekit.store import load_run, write_run; r = load_run(sys.argv[1]); "

@@ -1,7 +1,7 @@
 """The fast attribution path (numpy columns taken once) against a straightforward reference.
 
 The reference works one instance at a time with Python dicts and polars filters:
-bucket codes through ``bucket_codes`` (polars expressions), launch ends and
+bucket codes through ``bucket_codes`` below (polars expressions), launch ends and
 first-of-launch through dicts keyed by (rank, correlation), the walk on that
 instance alone, queue delay by scanning the rank's GPU events, launches by
 counting rows, allreduce numbers from the ``match_collectives`` frame.
@@ -19,18 +19,27 @@ from polars.testing import assert_frame_equal
 from tracekit.analyzers.attribution import (
     BUCKET_COLUMNS,
     attribute_instances,
-    bucket_codes,
     check_sums,
     matched,
     prepare,
 )
 from tracekit.analyzers.buckets import UNKNOWN_LAUNCH, walk
+from tracekit.buckets import BUCKETS
 from tracekit.finalize import finalize_events
 from tracekit.finalize.collectives import match_arrays, match_collectives
 from tracekit.finalize.phases import format_label
 from tracekit.schema import conform
 
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+
+
+def bucket_codes(gpu: pl.DataFrame) -> np.ndarray[Any, np.dtype[np.int8]]:
+    """The reference code per GPU event of a finalized table: memory for copies, else the bucket of
+    its category (every category is the bucket of that name)."""
+    b = (pl.when(pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])).then(pl.lit("memory"))
+         .otherwise(pl.col("category").cast(pl.String)))
+    names = gpu.select(b.alias("b")).get_column("b").to_list()
+    return np.array([BUCKETS.index(n) for n in names], dtype=np.int8)
 CATS = ["gemm", "attention", "moe", "norm", None, "weird_unknown", "memcpy", "allreduce"]
 
 

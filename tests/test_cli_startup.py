@@ -58,7 +58,7 @@ def test_ingest_quiet_imports_only_what_it_uses(tmp_path: Path) -> None:
 def test_attribute_on_a_finalized_run_imports_no_finalize_chain(tmp_path: Path) -> None:
     from tracekit.store import load_run, write_run
 
-    run = load_run(SAMPLES / "cpu8-builtin" / "run.parquet")  # finalized again on read if older
+    run = load_run(SAMPLES / "cpu8-builtin" / "run.parquet")
     path = tmp_path / "run.parquet"
     write_run(run.events, path, run.manifest)
     rc, mods = _modules_after(["attribute", str(path)])

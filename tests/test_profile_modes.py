@@ -22,6 +22,7 @@ from tracekit.collectors.session import ProfilerSession  # noqa: E402
 from tracekit.collectors.workload.config import make_config  # noqa: E402
 from tracekit.documents import document_type  # noqa: E402
 from tracekit.finalize.pipeline import finalize_events  # noqa: E402
+from tracekit.finalize.upgrade import upgrade_run  # noqa: E402
 from tracekit.store import load_run  # noqa: E402
 
 
@@ -168,7 +169,7 @@ SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "h200-lite"
 
 
 @pytest.mark.parametrize("g", ["off", "on"])
-def test_lite_capture_refinalized_joins_every_launch_like_full(g: str, tmp_path: Path) -> None:
+def test_lite_capture_upgraded_joins_every_launch_like_full(g: str, tmp_path: Path) -> None:
     # the captured lite run (H200) has its launches under Kineto's thread key; the same remap capture now does
     # (one launching thread, one range thread: inferred) makes every phase hold the full run's launches and kernels
     import subprocess
@@ -186,12 +187,13 @@ def test_lite_capture_refinalized_joins_every_launch_like_full(g: str, tmp_path:
                 for p in ("draft", "verify", "draft_extend", "decode")}
 
     # as captured, membership by the range's own thread found none of them (the file's own phase
-    # columns); read now, the run is finalized again (finalize version 2) and the cross-thread rule
-    # (a launch on a thread with no open range joins the range open on another thread of the
-    # process) gives exactly the full run's membership as well
+    # columns, read as stored); upgraded (finalize version 2), the cross-thread rule (a launch on a
+    # thread with no open range joins the range open on another thread of the process) gives
+    # exactly the full run's membership as well
     raw = pl.read_parquet(SAMPLE / f"lite-{g}.captured.parquet")
     assert raw.filter(pl.col("kind").is_in(["launch", "kernel"]) & pl.col("phase").is_not_null()).height == 0
-    captured = per_phase(SAMPLE / f"lite-{g}.captured.parquet")
+    assert load_run(SAMPLE / f"lite-{g}.captured.parquet").outdated is not None
+    captured = per_phase(upgrade_run(SAMPLE / f"lite-{g}.captured.parquet", tmp_path / "upgraded.parquet").output)
     fixed, full = per_phase(out), per_phase(SAMPLE / f"full-{g}.parquet")
     assert fixed == full and fixed["verify"][1] > 0
     assert captured == full

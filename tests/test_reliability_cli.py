@@ -25,9 +25,9 @@ H200 = SAMPLES / "h200x2-forensics" / "run.parquet"
 
 
 def _run(args: list[str], columns: int = 80) -> tuple[int, str, str]:
-    """Exit code, stdout, stderr (less the note that an old sample run was finalized again on read)."""
+    """Exit code, stdout, stderr (less the note that a run is of an older finalize version)."""
     res = CliRunner(env={"COLUMNS": str(columns)}).invoke(cli, args)
-    err = "".join(ln for ln in res.stderr.splitlines(keepends=True) if "finalized again on read" not in ln)
+    err = "".join(ln for ln in res.stderr.splitlines(keepends=True) if "`tracekit upgrade" not in ln)
     return res.exit_code, res.stdout, err
 
 

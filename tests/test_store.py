@@ -10,6 +10,8 @@ from polars.testing import assert_frame_equal
 
 from tracekit.errors import RunError
 from tracekit.finalize import FINALIZE_VERSION, stamp
+from tracekit.finalize.upgrade import upgrade_run
+from tracekit.finalize.version import CHANGES, changes_since
 from tracekit.schema import CATEGORY_DTYPE, COLUMNS, KIND_CODES, KIND_DTYPE, SCHEMA_VERSION, conform
 from tracekit.store import load_run, merge_shards, new_manifest, read_manifest, read_run, write_run
 
@@ -134,27 +136,34 @@ def _raw_phase_run(rank: int = 0) -> pl.DataFrame:
     )
 
 
-def test_old_run_is_finalized_again_on_read_and_says_so(tmp_path: Path) -> None:
+def test_old_run_is_read_as_stored_and_upgraded_once(tmp_path: Path) -> None:
     old = write_run(_raw_phase_run(), tmp_path / "old.parquet", new_manifest())  # no finalize_version
     run = load_run(old)
-    assert run.refinalized is not None
-    assert (run.refinalized.from_version, run.refinalized.to_version) == (None, FINALIZE_VERSION)
-    assert run.manifest["finalize_version"] == FINALIZE_VERSION
-    k = run.events.filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert run.outdated is not None
+    assert (run.outdated.from_version, run.outdated.to_version) == (None, FINALIZE_VERSION)
+    assert "finalize_version" not in run.manifest
+    assert run.events.get_column("phase").null_count() == 3  # readers never finalize
+    up = upgrade_run(old, tmp_path / "new.parquet")
+    assert up.written and (up.from_version, up.to_version) == (None, FINALIZE_VERSION) and up.changed
+    new = load_run(tmp_path / "new.parquet")
+    assert new.outdated is None and new.manifest["finalize_version"] == FINALIZE_VERSION
+    k = new.events.filter(pl.col("kind") == "kernel").row(0, named=True)
     assert k["phase"] == "verify" and k["category"] == "moe"
-    # a column subset is taken after finalizing (membership needs every column)
-    sub = load_run(old, columns=["kind", "phase"])
-    assert sub.events.columns == ["kind", "phase"] and sub.events.get_column("phase").null_count() == 0
-    # an older version is finalized again too
-    older = write_run(_raw_phase_run(), tmp_path / "older.parquet", {**new_manifest(), "finalize_version": 0})
-    assert load_run(older).refinalized.from_version == 0  # type: ignore[union-attr]
+    assert_frame_equal(load_run(old).events, run.events)  # the input is untouched
+    # a current run is not rewritten; an older version is upgraded with what it lacks
+    assert not upgrade_run(tmp_path / "new.parquet", tmp_path / "again.parquet").written
+    assert not (tmp_path / "again.parquet").exists()
+    older = write_run(_raw_phase_run(), tmp_path / "older.parquet", {**new_manifest(), "finalize_version": 1})
+    assert load_run(older).outdated.from_version == 1  # type: ignore[union-attr]
+    assert upgrade_run(older, older).changed == changes_since(1) == (CHANGES[2],)
+    assert load_run(older).outdated is None
 
 
 def test_finalized_run_is_read_as_written(tmp_path: Path) -> None:
     """Readers never annotate: a run that says it is finalized is taken as it is."""
     p = write_run(_raw_phase_run(), tmp_path / "new.parquet", stamp(new_manifest()))
     run = load_run(p)
-    assert run.refinalized is None
+    assert run.outdated is None
     assert run.events.get_column("phase").null_count() == 3 and run.events.get_column("category").null_count() == 3
 
 
@@ -163,13 +172,12 @@ def test_shard_directory_is_as_finalized_as_its_least_finalized_shard(tmp_path: 
     write_run(_raw_phase_run(0), d / "rank-00000.parquet", stamp(new_manifest(ranks={"0": {}})))
     write_run(_raw_phase_run(1), d / "rank-00001.parquet", new_manifest(ranks={"1": {}}))  # its finalize failed
     assert "finalize_version" not in read_manifest(d)
-    run = load_run(d)
-    assert run.refinalized is not None
-    kernels = run.events.filter(pl.col("kind") == "kernel")
+    assert load_run(d).outdated is not None
+    out = merge_shards(d, tmp_path / "run.parquet")  # the merge is the writer: it finalizes
+    assert read_manifest(out)["finalize_version"] == FINALIZE_VERSION and load_run(out).outdated is None
+    kernels = load_run(out).events.filter(pl.col("kind") == "kernel")
     assert kernels.get_column("phase").to_list() == ["verify", "verify"]
     assert kernels.get_column("phase_id").n_unique() == 2
-    out = merge_shards(d, tmp_path / "run.parquet")
-    assert read_manifest(out)["finalize_version"] == FINALIZE_VERSION and load_run(out).refinalized is None
 
 
 def _old_format(events: pl.DataFrame, path: Path, manifest: dict[str, object]) -> Path:
@@ -184,7 +192,7 @@ def test_run_with_string_kind_and_category_is_coded_on_read(tmp_path: Path) -> N
     old = _old_format(fin, tmp_path / "old.parquet", stamp(new_manifest()))
     assert pl.read_parquet_schema(old)["kind"] == pl.String
     run = load_run(old)
-    assert run.refinalized is None  # finalized already: only the columns are converted
+    assert run.outdated is None  # finalized already: only the columns are converted
     assert run.events.schema["kind"] == KIND_DTYPE and run.events.schema["category"] == CATEGORY_DTYPE
     assert_frame_equal(run.events, fin)
     assert load_run(old, columns=["kind", "name"]).events.schema["kind"] == KIND_DTYPE

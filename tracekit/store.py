@@ -57,8 +57,9 @@ Manifest = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Refinalized:
-    """A run read with an older (or no) ``finalize_version``: finalized again on read."""
+class Outdated:
+    """A run whose manifest records an older (or no) ``finalize_version``: read as stored;
+    ``tracekit upgrade`` (``tracekit.finalize.upgrade``) finalizes it again, once."""
 
     path: str
     from_version: int | None  # what its manifest recorded (None: nothing)
@@ -72,7 +73,7 @@ class Run:
     events: pl.DataFrame
     manifest: Manifest = field(default_factory=dict)
     path: str | None = None
-    refinalized: Refinalized | None = None  # set by load_run for a run of an older pipeline
+    outdated: Outdated | None = None  # set by load_run for a run of an older pipeline
 
     @property
     def ranks(self) -> list[int]:
@@ -276,30 +277,25 @@ def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str]) -> pl.DataFrame:
 
 
 def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> Run:
-    """Events and manifest of a run file or shard directory: a finalized run.
+    """Events and manifest of a run file or shard directory, as finalized when written.
 
-    A shard directory is merged on the fly (phase ids made unique in the run). A run
-    whose manifest records an older ``finalize_version`` (or none) is finalized again
-    here (``tracekit.finalize.finalize_events``), all columns read for it; ``Run.refinalized``
-    then says so and the returned manifest records the current version.
+    A shard directory is merged on the fly (phase ids made unique in the run). Readers never
+    finalize: a run whose manifest records an older ``finalize_version`` (or none) is read as
+    stored and ``Run.outdated`` says so (the CLI prints one line naming ``tracekit upgrade``,
+    which finalizes it again and writes it once).
     """
-    from tracekit.finalize.version import finalize_version, is_finalized, stamp, unique_phase_ids
+    from tracekit.finalize.version import (
+        FINALIZE_VERSION,
+        finalize_version,
+        is_finalized,
+        unique_phase_ids,
+    )
 
     man = read_manifest(path)
     lf = scan_run(path)
-    note: Refinalized | None = None
-    if is_finalized(man):
-        df = unique_phase_ids(_collect(lf if columns is None else lf.select(columns), path))
-    else:
-        from tracekit.finalize.pipeline import finalize_events
-
-        df = finalize_events(_collect(lf, path))
-        if columns is not None:
-            df = df.select(columns)
-        old = finalize_version(man)
-        man = stamp(man)
-        note = Refinalized(path=str(path), from_version=old, to_version=int(man["finalize_version"]))
-    return Run(events=df, manifest=man, path=str(path), refinalized=note)
+    df = unique_phase_ids(_collect(lf if columns is None else lf.select(columns), path))
+    note = None if is_finalized(man) else Outdated(str(path), finalize_version(man), FINALIZE_VERSION)
+    return Run(events=df, manifest=man, path=str(path), outdated=note)
 
 
 def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
@@ -334,18 +330,23 @@ def shard_missing(shard_dir: str | os.PathLike[str], manifest: Mapping[str, Any]
 
 
 def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> Path:
-    """Merge a directory of per-rank shards into one run file (atomically; finalized, see load_run). Ranks
-    the shards' manifests expect but that have no shard land in ``missing_ranks`` with why. Shards of
-    more than one host (a multi-host capture) are aligned by their collectives (``--align auto``)."""
+    """Merge a directory of per-rank shards into one run file (atomically; finalized: a shard directory
+    that is not, as a shard whose rank's finalize failed, is finalized here). Ranks the shards'
+    manifests expect but that have no shard land in ``missing_ranks`` with why. Shards of more than
+    one host (a multi-host capture) are aligned by their collectives (``--align auto``)."""
     run = load_run(shard_dir)
-    man = dict(run.manifest)
+    events, man = run.events, dict(run.manifest)
+    if run.outdated is not None:  # a shard whose finalize failed or an older one: the merge is its writer
+        from tracekit.finalize.pipeline import finalize_events
+        from tracekit.finalize.version import stamp
+
+        events, man = finalize_events(events), stamp(man)
     man["source"] = man.get("source", "merge")
     if extra:
         man.update(extra)
     missing = shard_missing(shard_dir, man)
     if missing:
         man["missing_ranks"] = missing
-    events = run.events
     from tracekit.manifest import hosts
 
     if len({h for h in hosts(man).values() if h}) > 1:
@@ -362,7 +363,7 @@ def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str],
 
 __all__ = [
     "Manifest",
-    "Refinalized",
+    "Outdated",
     "Run",
     "empty_events",
     "expected_ranks",

@@ -7,7 +7,7 @@ Every command module registers its commands on the ``tracekit`` group
 (tracekit.cli.common) and is imported when one of its commands runs; add a command to the
 module of its part of the project and to ``COMMAND_MODULES``:
 ingest (ingest, info), capture, analyses (attribute, gap), export (export,
-validate-trace), forensics (spec, align, diff, ranks), report (report, merge), sol (sol), logs (logs).
+validate-trace), forensics (spec, align, upgrade, diff, ranks), report (report, merge), sol (sol), logs (logs).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ COMMAND_MODULES: dict[str, str] = {
     "capture": "tracekit.cli.capture",
     "attribute": "tracekit.cli.analyses", "gap": "tracekit.cli.analyses",
     "export": "tracekit.cli.export", "validate-trace": "tracekit.cli.export",
-    "spec": "tracekit.cli.forensics", "align": "tracekit.cli.forensics", "diff": "tracekit.cli.forensics",
+    "spec": "tracekit.cli.forensics", "align": "tracekit.cli.forensics", "upgrade": "tracekit.cli.forensics", "diff": "tracekit.cli.forensics",
     "ranks": "tracekit.cli.forensics",
     "report": "tracekit.cli.report", "merge": "tracekit.cli.report",
     "sol": "tracekit.cli.sol",
@@ -82,13 +82,13 @@ def cli(debug: bool) -> None:
 
 
 def _load(path: str, columns: list[str] | None = None) -> Run:
-    """``tracekit.store.load_run``; one line on stderr when the run was finalized again on read."""
-    from tracekit.render.store import refinalized_line
+    """``tracekit.store.load_run``; one line on stderr when the run is of an older finalize version."""
+    from tracekit.render.store import outdated_line
     from tracekit.store import load_run
 
     run = load_run(path, columns)
-    if run.refinalized is not None:
-        click.echo(refinalized_line(run.refinalized), err=True)
+    if run.outdated is not None:
+        click.echo(outdated_line(run.outdated), err=True)
     return run
 
 

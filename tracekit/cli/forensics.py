@@ -1,4 +1,4 @@
-"""``tracekit spec``, ``align``, ``diff`` and ``ranks`` (forensics)."""
+"""``tracekit spec``, ``align``, ``upgrade``, ``diff`` and ``ranks`` (forensics)."""
 
 from __future__ import annotations
 
@@ -112,6 +112,26 @@ def align_cmd(run: str, output: str, method: str) -> None:
 
     line = alignment_line(typed(man).clock)
     click.echo(f"{line} -> {output}" if line else f"no alignment (ranks share one host clock) -> {output}")
+
+
+@cli.command("upgrade")
+@click.argument("run", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the upgraded run here (default: RUN itself, replaced atomically; required for a shard directory).")
+@guarded
+def upgrade_cmd(run: str, output: str | None) -> None:
+    """Finalize a run written by an older tracekit again (categories, collectives, phases) and write it once."""
+    import os
+
+    from tracekit.finalize.upgrade import upgrade_run
+    from tracekit.render.store import upgrade_line
+
+    if output is None and os.path.isdir(run):
+        raise click.UsageError(f"{run} is a shard directory: give -o run.parquet (the upgrade writes one file)")
+    out = run if output is None else output
+    with _claim(out, [] if output is None else [run]):
+        up = upgrade_run(run, out)
+    click.echo(upgrade_line(up))
 
 
 @cli.command("diff")

@@ -22,12 +22,12 @@ def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, ta
     """One HTML page of plots of RUN: buckets, time vs sequence length, cycles, skew, gap, speculation, facts."""
     from tracekit.render.report import build_report
     from tracekit.render.report.summary import report_lines
-    from tracekit.render.store import refinalized_line
+    from tracekit.render.store import outdated_line
 
     with _claim(output, [run, *([b_run] if b_run else [])]):
         res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)
-    for note in res.refinalized:
-        click.echo(refinalized_line(note), err=True)
+    for note in res.outdated:
+        click.echo(outdated_line(note), err=True)
     for line in report_lines(res):
         click.echo(line)
 

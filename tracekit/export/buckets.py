@@ -10,7 +10,6 @@ each instance's arg tuple from the arrays, with no dict per instance.
 
 from __future__ import annotations
 
-import importlib
 import operator
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, overload
@@ -67,12 +66,9 @@ class BucketTable(Mapping[tuple[int, int], Mapping[str, int]]):
 
 
 def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> BucketTable | None:
-    """(rank, phase_id) -> {bucket: ns} from ``tracekit.analyzers.attribution`` when it is available."""
-    try:
-        attribution = importlib.import_module("tracekit.analyzers.attribution")
-    except ImportError:
-        return None
-    bucket_columns: Sequence[str] = getattr(attribution, "BUCKET_COLUMNS", ())
+    """(rank, phase_id) -> {bucket: ns} of every phase instance (``tracekit.analyzers.attribution``)."""
+    from tracekit.analyzers.attribution import BUCKET_COLUMNS, attribute_instances
+
     if not events.select(pl.col("kind").is_in(list(GPU_KINDS)).any()).item():
         return None
     inst_ids = (events.lazy().select("rank", "kind", "phase_id")
@@ -83,11 +79,11 @@ def attribution_buckets(events: pl.DataFrame, warnings: list[str]) -> BucketTabl
                         "attribution buckets left out of the phase slices")
         return None
     try:
-        inst = attribution.attribute_instances(events)
+        inst = attribute_instances(events)
     except TracekitError as exc:
         warnings.append(f"attribution buckets left out of the phase slices: {exc.message}")
         return None
-    cols = [c for c in bucket_columns if c in inst.columns]
+    cols = [c for c in BUCKET_COLUMNS if c in inst.columns]
     inst = inst.filter(pl.col("rank").is_not_null() & pl.col("phase_id").is_not_null())
     vals = inst.select(pl.col(c).fill_null(0).cast(pl.Int64) for c in cols).to_numpy() if cols else np.zeros((inst.height, 0))
     return BucketTable(inst["rank"].cast(pl.Int64).to_numpy(), inst["phase_id"].cast(pl.Int64).to_numpy(),

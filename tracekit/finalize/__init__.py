@@ -1,7 +1,7 @@
 """The steps done once, when a run is written: the finalized run.
 
-A run is written by capture (per-rank shards, then merge), ingest, ``align`` and
-``merge``. Before it is written it goes through :func:`finalize_events`
+A run is written by capture (per-rank shards, then merge), ingest, ``align``, ``upgrade``
+and ``merge``. Before it is written it goes through :func:`finalize_events`
 (``pipeline.py``): kernel categories and collectives by name (``categories.py``,
 ``names.py``), communicator and order of every collective (``collectives.py``),
 phase ranges and the phase instance of every event with the trace's own span
@@ -10,8 +10,8 @@ manifest then records ``finalize_version`` (:data:`FINALIZE_VERSION`, ``version.
 reader of a run uses from here, without importing any step).
 
 Readers (analyzers, exporters, renderers) never re-annotate: they rely on this.
-``tracekit.store.load_run`` finalizes again a run written before the current
-version, once, and says so (``Run.refinalized``).
+A run written before the current version is read as stored (``Run.outdated`` says so) until
+``tracekit upgrade`` (``upgrade.py``) finalizes it again and writes it, once.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ ranges and their member events, with the trace-dependent span rules of
 table, so their ids are unique in the run (``version.unique_phase_ids`` is for shards
 annotated rank by rank, merged later: store.load_run, merge). Every writer (capture, ingest, align, merge)
 writes a finalized table and records ``FINALIZE_VERSION`` in the manifest
-(``stamp``); ``tracekit.store.load_run`` finalizes again a run whose manifest
+(``stamp``); ``tracekit upgrade`` (``upgrade.py``) finalizes again a run whose manifest
 records an older version (or none); categories the writer set are kept
 (``categorize`` only fills missing ones).
 """
@@ -53,19 +53,12 @@ def finalize_events(events: pl.DataFrame, *, rules: Sequence[Rule] | None = None
     return annotate_phases(out, rules=span_rules(out))
 
 
-def rephase(events: pl.DataFrame, extra: Sequence[SpanRule]) -> pl.DataFrame:
-    """Phase membership again with caller rules tried first (``attribute --phase REGEX`` over range
-    names defines a phase of its own), the trace's own rules after them."""
-    return annotate_phases(events, rules=span_rules(events, extra))
-
-
 __all__ = [
     "FINALIZE_VERSION",
     "MANIFEST_KEY",
     "finalize_events",
     "finalize_version",
     "is_finalized",
-    "rephase",
     "span_rules",
     "stamp",
 ]

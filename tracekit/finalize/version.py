@@ -2,9 +2,8 @@
 the version stamp of the chain (``FINALIZE_VERSION``, ``stamp``, ``is_finalized``) and phase ids
 made unique in the run (``unique_phase_ids``: shards number their instances per rank).
 
-``tracekit.store.load_run`` imports this module for every run it reads, and
-``tracekit.finalize.pipeline`` (the chain itself) only for a run written before the
-current version.
+``tracekit.store.load_run`` imports this module for every run it reads; the chain itself
+(``tracekit.finalize.pipeline``) only runs where a run is written.
 """
 
 from __future__ import annotations
@@ -14,12 +13,16 @@ from typing import Any, Final
 
 import polars as pl
 
-# Bump when a change to the chain changes what it writes for the same input: runs
-# recorded with a lower version are refinalized on read.
-# 1: categories, collectives, phase membership with trace_rules, unique phase ids.
-# 2: cross-thread membership (a launch on a thread with no open phase range joins the
-#    innermost range open on another thread of its process).
-FINALIZE_VERSION: Final = 2
+# Bump when a change to the chain changes what it writes for the same input, and say what in
+# CHANGES: a run recorded with a lower version is read as stored (store.load_run says so) until
+# ``tracekit upgrade`` finalizes it again.
+CHANGES: Final[dict[int, str]] = {
+    1: "categories, collectives, phase membership with trace_rules, unique phase ids",
+    # a launch on a thread with no open phase range joins the innermost range open on another
+    # thread of its process
+    2: "cross-thread launch membership",
+}
+FINALIZE_VERSION: Final = max(CHANGES)
 MANIFEST_KEY: Final = "finalize_version"
 
 
@@ -27,6 +30,11 @@ def finalize_version(manifest: Mapping[str, Any]) -> int | None:
     """The finalize version a manifest records, None when it records none."""
     v = manifest.get(MANIFEST_KEY)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def changes_since(version: int | None) -> tuple[str, ...]:
+    """What finalizing a run of ``version`` again changes (``CHANGES`` of the later versions)."""
+    return tuple(text for v, text in sorted(CHANGES.items()) if version is None or v > version)
 
 
 def is_finalized(manifest: Mapping[str, Any]) -> bool:
@@ -61,4 +69,4 @@ def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-__all__ = ["FINALIZE_VERSION", "MANIFEST_KEY", "finalize_version", "is_finalized", "stamp", "unique_phase_ids"]
+__all__ = ["CHANGES", "FINALIZE_VERSION", "MANIFEST_KEY", "changes_since", "finalize_version", "is_finalized", "stamp", "unique_phase_ids"]

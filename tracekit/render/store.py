@@ -1,15 +1,29 @@
-"""What the CLI says about how a run was read (``tracekit.store.load_run``)."""
+"""What the CLI says about how a run was read (``tracekit.store.load_run``) and upgraded."""
 
 from __future__ import annotations
 
-from tracekit.store import Refinalized
+from typing import TYPE_CHECKING
+
+from tracekit.finalize.version import changes_since
+
+if TYPE_CHECKING:
+    from tracekit.finalize.upgrade import Upgrade
+    from tracekit.store import Outdated
 
 
-def refinalized_line(note: Refinalized) -> str:
-    """One line: the run was written by an older pipeline and was finalized again on read."""
-    was = "no finalize version" if note.from_version is None else f"finalize version {note.from_version}"
-    return (
-        f"tracekit: {note.path}: written by an older tracekit ({was}); finalized again on read "
-        f"(categories, collectives, phases: version {note.to_version}); rewrite it with "
-        f"`tracekit align --align none` to skip this"
-    )
+def outdated_line(note: Outdated) -> str:
+    """One line: the run was written by an older finalize chain and is read as stored."""
+    if note.from_version is None:
+        was, lacks = "no finalize version recorded", ""
+    else:
+        was, lacks = f"finalize version {note.from_version} of {note.to_version}", f", without {'; '.join(changes_since(note.from_version))}"
+    return (f"tracekit: {note.path}: written by an older tracekit ({was}): answers use its stored annotations{lacks}; "
+            f"`tracekit upgrade {note.path}` finalizes it again, once")
+
+
+def upgrade_line(up: Upgrade) -> str:
+    """One line: what ``tracekit upgrade`` did."""
+    if not up.written:
+        return f"{up.path}: already at finalize version {up.to_version}; nothing written"
+    was = "no finalize version" if up.from_version is None else f"finalize version {up.from_version}"
+    return (f"{up.path}: {was} -> {up.to_version} ({'; '.join(up.changed)}), {up.events} events -> {up.output}")

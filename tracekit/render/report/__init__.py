@@ -22,7 +22,7 @@ class ReportResult:
     missing: dict[str, str]  # plot key -> why not
     pngs: list[str] = field(default_factory=list)
     bytes: int = 0
-    refinalized: list[Any] = field(default_factory=list)  # tracekit.store.Refinalized of each run read that way
+    outdated: list[Any] = field(default_factory=list)  # tracekit.store.Outdated of each run of an older finalize version
 
 
 def _documents(a: Any, b: Any, diff: Any) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str
     publish(tmp, out)
     res = ReportResult(out, [p.key for p in plots if p.figure is not None],
                        {p.key: str(p.why) for p in plots if p.figure is None}, bytes=len(html.encode()),
-                       refinalized=[s.refinalized for _, s in sides if s.refinalized is not None])
+                       outdated=[s.outdated for _, s in sides if s.outdated is not None])
     if png_dir is not None:
         from .png import write_pngs
 

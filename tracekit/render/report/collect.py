@@ -50,7 +50,7 @@ class RunDocs:
     ranks: Got[dict[str, Any]]
     arrivals: pl.DataFrame  # matched collectives: one row per (collective, rank), wait_ns
     composition: Got[pl.DataFrame]
-    refinalized: Any = None  # tracekit.store.Refinalized when an older run was finalized again on read
+    outdated: Any = None  # tracekit.store.Outdated for a run of an older finalize version
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -126,7 +126,7 @@ def collect(path: str, *, b_path: str | None = None, target_tps: float | None = 
             ranks=_try(ranks_doc, r.events, r.manifest),
             arrivals=matched_collectives(r.events),
             composition=_try(cycle_composition, r.events),
-            refinalized=r.refinalized,
+            outdated=r.outdated,
         )
 
     a = one(path, ra, rb)
