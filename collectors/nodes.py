@@ -172,17 +172,11 @@ def node_path(shard_dir: Path, node: int, state: str) -> Path:
 
 def write_node(shard_dir: Path, node: int, state: str, info: Mapping[str, Any]) -> Path:
     """Write one node file atomically (temp file beside it, renamed)."""
-    from tracekit.outputs import temp_beside
-    from tracekit.store import publish
+    from tracekit.outputs import atomic_write
 
     out = node_path(shard_dir, node, state)
-    tmp = temp_beside(out)
-    try:
+    with atomic_write(out) as tmp:
         Path(tmp).write_text(json.dumps(dict(info), sort_keys=True, default=str), encoding="utf-8")
-        publish(tmp, out)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
     return out
 
 

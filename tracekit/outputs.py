@@ -3,6 +3,9 @@
 - :func:`check_output` refuses, before anything is read, an output that is one of the inputs
   (exit 2), a name longer than the file system allows (exit 1) and an output whose parent
   directory does not exist (exit 1): tracekit never creates a directory you did not name.
+- :func:`atomic_write` is how every output file is written: into a temp file beside it
+  (:func:`temp_beside`), renamed over the output when complete (:func:`publish`); on any failure
+  the temp file is removed and the output left as it was.
 - :func:`temp_beside` is a temp file in the output's directory whose name fits whenever the
   output's own name fits (``.NAME.xxxxxxxx.tmp``, NAME shortened when needed).
 - :func:`sidecar` is a fixed name beside an output (``run.parquet.lock``, ``run.parquet.d``),
@@ -82,6 +85,34 @@ def temp_beside(dest: str | os.PathLike[str]) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=parent)
     os.close(fd)
     return tmp
+
+
+def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Give a finished temp file the permissions a plain ``open(dest, "w")`` would (mkstemp makes
+    it 0600), then rename it over ``dest`` atomically."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, dest)
+
+
+@contextlib.contextmanager
+def atomic_write(dest: str | os.PathLike[str]) -> Iterator[str]:
+    """Write ``dest`` atomically: yields the path of a temp file beside it for the body to write;
+    when the body returns, the temp file is renamed over ``dest`` (:func:`publish`). On any failure
+    (the body's or the rename's) the temp file is removed, ``dest`` is left as it was, and the
+    error is raised naming ``dest`` (:func:`named_os_error`: a full disk is ENOSPC)."""
+    tmp = temp_beside(dest)
+    try:
+        yield tmp
+        publish(tmp, dest)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        named = named_os_error(exc, dest)
+        if named is not exc:
+            raise named from None
+        raise
 
 
 def sidecar(dest: str | os.PathLike[str], suffix: str) -> Path:
@@ -265,5 +296,5 @@ def claimed_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLi
         yield lock
 
 
-__all__ = ["OutputLock", "check_name", "check_output", "claimed_output", "name_max", "named_os_error", "sidecar",
+__all__ = ["OutputLock", "atomic_write", "check_name", "check_output", "claimed_output", "name_max", "named_os_error", "publish", "sidecar",
            "temp_beside"]

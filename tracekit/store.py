@@ -39,7 +39,7 @@ import polars as pl
 from tracekit import __version__
 from tracekit.errors import RunError
 from tracekit.manifest import typed
-from tracekit.outputs import named_os_error, temp_beside
+from tracekit.outputs import atomic_write, publish
 from tracekit.schema import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -111,15 +111,12 @@ def write_run(
     man.setdefault("schema_version", SCHEMA_VERSION)
     man.setdefault("tracekit_version", __version__)
     meta = {MANIFEST_KEY.decode(): json.dumps(man, sort_keys=True, default=str)}
-    tmp = temp_beside(out)
-    try:
+    with atomic_write(out) as tmp:
         # polars writes directly (no Arrow copy of the strings); dictionary-encodes strings,
-        # the manifest goes into the file's key-value metadata. Row groups of 64 Ki rows: the
-        # writer copies a row group's strings (names ~100 bytes each) before encoding them, so
-        # one row group of the whole table copied all names at once (31 MB for 275k events of
-        # bench/ingest.py), raising an ingest's peak RSS; the file is JSON/80 instead of JSON/205.
-        # zstd level 1, not 3: the same size on the samples and bench/ingest.py's set (dictionary
-        # pages carry most of it; JSON/48 and JSON/81) for less CPU (40 vs 50 ms on the 2-file sample)
+        # the manifest goes into the file's key-value metadata. Row groups of 64 Ki rows: a
+        # row group's strings are copied before they are encoded, so smaller groups keep an
+        # ingest's peak RSS down. zstd level 1: the same size as level 3 on the samples (the
+        # dictionary pages carry most of it) for less CPU.
         df.write_parquet(
             tmp,
             compression="zstd",
@@ -127,14 +124,6 @@ def write_run(
             row_group_size=ROW_GROUP_ROWS,
             metadata=meta,
         )
-        publish(tmp, out)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        named = named_os_error(exc, out)
-        if named is not exc:
-            raise named from None
-        raise
     return out
 
 
@@ -150,15 +139,6 @@ def is_canonical_order(df: pl.DataFrame) -> bool:
     rp, sp, dp, kp, np_ = (pl.col(c).shift(1) for c in keys)
     ok = (r > rp) | ((r == rp) & ((s > sp) | ((s == sp) & ((d < dp) | ((d == dp) & ((k > kp) | ((k == kp) & (n >= np_))))))))
     return bool(df.select(ok.slice(1).all()).item())
-
-
-def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
-    """Give a finished temp file the permissions a plain ``open(dest, "w")`` would (mkstemp makes
-    it 0600), then rename it over ``dest`` atomically."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, dest)
 
 
 def _shards(path: Path) -> list[Path]:

@@ -106,8 +106,7 @@ def _calibrate(output: str) -> None:
     from tracekit.cli.common import _claim
     from tracekit.collectors.calibrate import calibrate_local, spec_toml
     from tracekit.errors import AnalysisError
-    from tracekit.outputs import named_os_error, temp_beside
-    from tracekit.store import publish
+    from tracekit.outputs import atomic_write
 
     with _claim(output, runs=False):
         click.echo("tracekit: measuring copy bandwidth and GEMM rates on the local GPU (about 10 s)...", err=True)
@@ -117,20 +116,8 @@ def _calibrate(output: str) -> None:
         except AnalysisError:
             base = None
         text = spec_toml(cal, base)
-        tmp = temp_beside(output)
-        try:
-            with open(tmp, "w") as fh:
-                fh.write(text)
-            publish(tmp, output)
-        except BaseException as exc:
-            import os
-
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            named = named_os_error(exc, output)
-            if named is not exc:
-                raise named from None
-            raise
+        with atomic_write(output) as tmp, open(tmp, "w") as fh:
+            fh.write(text)
     fp8 = "n/a" if cal.fp8_flops is None else f"{cal.fp8_flops / 1e12:.0f}"
     ref = "" if base is None else (f" (datasheet {base.name}: {base.hbm_Bps / 1e9:.0f} GB/s, bf16 "
                                    f"{base.flops['bf16'] / 1e12:.0f} TFLOP/s)")

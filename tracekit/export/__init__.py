@@ -19,8 +19,7 @@ import polars as pl
 from tracekit.export.buckets import attribution_buckets
 from tracekit.export.select import Selection, select_events
 from tracekit.exporters import WriteContext, format_for
-from tracekit.outputs import named_os_error, temp_beside
-from tracekit.store import publish
+from tracekit.outputs import atomic_write
 
 WARN_BYTES: Final = 500_000_000
 
@@ -88,18 +87,8 @@ def export_events(
         )
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(dest)
-    try:
-        with open(tmp, "wb") as fh:
-            written = form.write(lay, fh, WriteContext(path=str(dest), selection=sel.describe(), source=source or ""))
-        publish(tmp, dest)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        named = named_os_error(exc, dest)
-        if named is not exc:
-            raise named from None
-        raise
+    with atomic_write(dest) as tmp, open(tmp, "wb") as fh:
+        written = form.write(lay, fh, WriteContext(path=str(dest), selection=sel.describe(), source=source or ""))
     return ExportResult(
         path=str(dest), format=form.name, bytes_written=written, estimated_bytes=est, n_slices=lay.n_slices,
         n_gpu_slices=int(lay.is_gpu.sum()), n_counters=lay.n_counters, n_flows=int(lay.flow_id.size),

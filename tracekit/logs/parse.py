@@ -9,7 +9,6 @@ derived columns (:func:`tracekit.logs.accept.unify`) and renamed over the output
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -271,8 +270,7 @@ def _metrics_files(paths: Sequence[Path], indices: Sequence[int], stats: Sequenc
 def parse_logs(paths: Sequence[str], out: str | os.PathLike[str], patterns: list[UserPattern], *,
                engine_version: str | None = None, progress: Progress | None = None) -> LogParse:
     """Parse ``paths`` into the log run ``out`` (written atomically: a temp file renamed)."""
-    from tracekit.outputs import named_os_error, temp_beside
-    from tracekit.store import publish
+    from tracekit.outputs import atomic_write, named_os_error
 
     files = [Path(p) for p in paths]
     for p in files:
@@ -283,7 +281,6 @@ def parse_logs(paths: Sequence[str], out: str | os.PathLike[str], patterns: list
     dest = Path(out)
     total = sum(p.stat().st_size for p in files)
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name[:40]}.", suffix=".parts", dir=dest.parent))
-    tmp: str | None = None
     try:
         sink = _Sink(schema, tmpdir)
         intervals = _Intervals()
@@ -319,13 +316,11 @@ def parse_logs(paths: Sequence[str], out: str | os.PathLike[str], patterns: list
         manifest = _manifest(stats, patterns)
         lf = pl.scan_parquet([str(p) for p in sink.parts]) if sink.parts else schema.to_frame().lazy()
         lf = unify(lf, k_by_file)
-        tmp = temp_beside(dest)
         import json
 
-        lf.sink_parquet(tmp, compression="zstd", compression_level=1, row_group_size=CHUNK_ROWS,
-                        metadata={MANIFEST_KEY: json.dumps(manifest, sort_keys=True, default=str)})
-        publish(tmp, dest)
-        tmp = None
+        with atomic_write(dest) as tmp:
+            lf.sink_parquet(tmp, compression="zstd", compression_level=1, row_group_size=CHUNK_ROWS,
+                            metadata={MANIFEST_KEY: json.dumps(manifest, sort_keys=True, default=str)})
         return LogParse(path=dest, rows=sink.rows, manifest=manifest)
     except BaseException as exc:
         named = named_os_error(exc, dest)
@@ -333,9 +328,6 @@ def parse_logs(paths: Sequence[str], out: str | os.PathLike[str], patterns: list
             raise named from None
         raise
     finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 

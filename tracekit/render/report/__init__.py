@@ -7,8 +7,6 @@ writes PNGs (``png``). plotly (and kaleido for PNGs) come with the ``report`` ex
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +53,7 @@ def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str
         import plotly  # noqa: F401
     except ImportError:
         raise TracekitError("tracekit report needs plotly: pip install 'tracekit[report]'", path=path) from None
-    from tracekit.store import publish
+    from tracekit.outputs import atomic_write
 
     from .collect import collect
     from .common import short_name
@@ -84,11 +82,8 @@ def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str
     plots = [p for s in sections for p in s.plots]
     title = f"tracekit report: {short_name(path)}" + (f" vs {short_name(b_path)}" if b_path else "")
     html = page(title, meta_line(path, b_path), sections, _documents(a, b, diff))
-    d = os.path.dirname(os.path.abspath(out))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".report-", suffix=".html")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_write(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(html)
-    publish(tmp, out)
     res = ReportResult(out, [p.key for p in plots if p.figure is not None],
                        {p.key: str(p.why) for p in plots if p.figure is None}, bytes=len(html.encode()),
                        outdated=[s.outdated for _, s in sides if s.outdated is not None])
