@@ -10,6 +10,7 @@ a caller renders the report and adds nothing to it. Errors are the analyzers' ``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -152,11 +153,14 @@ def diff(old_events: pl.DataFrame, old_manifest: Manifest, new_events: pl.DataFr
     """``tracekit diff OLD NEW``: the run diff, the manifests' differences and each phase's capture timers."""
     from .diff import diff_runs
     from .manifest_diff import manifest_diff
+    from .nccl_mix import mix_changes, nccl_mix
 
     view = diff_runs(old_events, new_events, phase, seq_width, stat)
     om, nm = dict(old_manifest), dict(new_manifest)
     timing = {p: compare_timers(om, p, nm, p) for p in view["phases"].get_column("phase").to_list()}
-    return DiffReport.from_view(view, manifest_diff(om, nm), timing, stat)
+    rep = DiffReport.from_view(view, manifest_diff(om, nm), timing, stat)
+    mix_old, mix_new = nccl_mix(old_events), nccl_mix(new_events)
+    return replace(rep, nccl_old=mix_old, nccl_new=mix_new, nccl_changes=tuple(mix_changes(mix_old, mix_new)))
 
 
 def ranks(events: pl.DataFrame, manifest: Manifest, *, min_skew_ns: int = MIN_SKEW_NS,

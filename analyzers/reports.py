@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from .gap import Explanation
+from .nccl_mix import MixChange, NcclMix
 from .unprofiled import Estimate, PhaseTimer
 
 
@@ -134,7 +135,9 @@ class SpecReport:
 class DiffReport:
     """``tracekit diff OLD NEW``: what changed (``analyzers.diff.diff_runs``; a = old, b = new).
 
-    ``timing``: per compared phase, the capture timers' comparison (``compare_timers``, a = old)."""
+    ``timing``: per compared phase, the capture timers' comparison (``compare_timers``, a = old).
+    ``nccl_old`` / ``nccl_new``: each run's NCCL kernels by what their names say
+    (``analyzers.nccl_mix``); ``nccl_changes``: the ranks whose settings changed."""
 
     presence: pl.DataFrame
     phases: pl.DataFrame
@@ -144,6 +147,9 @@ class DiffReport:
     manifest_diff: pl.DataFrame
     timing: Mapping[str, Mapping[str, Any]]
     stat: str
+    nccl_old: NcclMix = field(default_factory=NcclMix)
+    nccl_new: NcclMix = field(default_factory=NcclMix)
+    nccl_changes: tuple[MixChange, ...] = ()
 
     @classmethod
     def from_view(cls, view: Mapping[str, pl.DataFrame], manifest_diff: pl.DataFrame,

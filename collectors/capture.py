@@ -37,8 +37,9 @@ from typing import Any
 
 from tracekit.collectors.nodes import Topology
 from tracekit.collectors.workload.config import WorkloadConfig
+from tracekit.manifest import INJECTED_ENV
 
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+SAFE_ENV = INJECTED_ENV  # what every rank gets (tracekit.manifest: info marks these as set by tracekit)
 
 
 @dataclass

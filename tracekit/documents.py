@@ -46,10 +46,10 @@ class DocumentType:
 
 
 INFO = DocumentType(
-    "info", 2, "tracekit info --json",
+    "info", 3, "tracekit info --json",
     keys=("run_schema_version", "tracekit_version", "source", "world_size", "ranks_present",
           "missing_ranks", "start_ns", "end_ns", "span_ns", "events", "events_by_kind", "ranks",
-          "versions", "unmatched_kernels", "differences", "notes", "skipped"),
+          "versions", "unmatched_kernels", "differences", "nccl", "environment", "notes", "skipped"),
 )
 ATTRIBUTE = DocumentType(
     "attribute", 5, "tracekit attribute --json",
@@ -78,9 +78,9 @@ SPEC = DocumentType(
           "buckets", "summary"),
 )
 DIFF = DocumentType(
-    "diff", 3, "tracekit diff --json",
+    "diff", 4, "tracekit diff --json",
     keys=("old", "new", "statistic", "phase", "phases", "presence", "buckets", "buckets_by_phase",
-          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled"),
+          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled", "nccl"),
 )
 VALIDATE_TRACE = DocumentType(
     "validate-trace", 1, "tracekit validate-trace --json",

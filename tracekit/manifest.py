@@ -147,6 +147,12 @@ def host_from_trace_name(name: str, pids: set[int]) -> str | None:
 
 # --- what each key is ---------------------------------------------------------------------------
 
+# Environment variables tracekit's capture sets in every rank process (collectors/capture.py,
+# rank_process): a multicast / NVLS object the profiler cannot tear down would otherwise outlive a
+# killed rank. ``info`` marks them: the rank saw them because tracekit set them.
+INJECTED_ENV: Final[dict[str, str]] = {
+    "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
 RANK_IDENTITY: Final = frozenset({
     "rank", "pid", "ppid", "taken_unix_ns", "when", "device_index", "device", "id", "uuid", "pci_bus_id",
     "trace_id", "traceName", "sources", "devices", "cuda_visible_devices", "rank_source", "dropped_events",
@@ -156,11 +162,11 @@ RANK_IDENTITY: Final = frozenset({
 })
 RANK_MEASUREMENTS: Final = frozenset({
     "counters", "dilation", "profiled", "unprofiled", "reference", "session", "window", "end", "clock", "timing",
-    "phases",
+    "phases", "cycle_time",
 })
 RUN_VOLATILE: Final = re.compile(
     r"(^|\.)(taken_unix_ns|created_unix_ns|pid|ppid|when|uuid|pci_bus_id|nvml_errors|finalize_ns|MASTER_PORT|host_source)(\.|$)"
-    r"|^(sources|clock|session|unprofiled|reference|profiled|dilation|counters|tracekit_version_build)(\.|$)"
+    r"|^(sources|clock|session|unprofiled|reference|profiled|dilation|counters|cycle_time|tracekit_version_build)(\.|$)"
     r"|^end\.env(\.|$)|^end\.taken_unix_ns$"
     r"|^workload\.distinct_experts\.counts(\.|$)"
 )
@@ -209,6 +215,7 @@ def section_of(scope: str, key: str) -> str:
 
 __all__ = [
     "GPU_STATE_WORDS",
+    "INJECTED_ENV",
     "RANK_IDENTITY",
     "RANK_MEASUREMENTS",
     "RUN_VOLATILE",

@@ -6,7 +6,9 @@ Per rank: ``kernels`` (count), ``kernel_ns`` (sum of kernel durations), ``busy_n
 (interval union of kernel + memcpy + memset: overlapping kernels are counted once),
 ``span_ns`` (first GPU event start to last GPU event end), ``comm_ns`` (union of
 ``allreduce`` + ``comm`` kernels), ``by_category_ns`` (sum of durations per category).
-Manifest differences: between ranks (environment, versions, devices) and between
+``nccl``: per rank, the NCCL kernels by collective, dtype and the setting their names say
+(``analyzers.nccl_mix``); ``environment``: every recorded variable per rank and those tracekit set
+(``tracekit.env_view``). Manifest differences: between ranks (environment, versions, devices) and between
 the launcher's environment and each rank's (a variable the launcher set that a
 rank did not see is ``launcher_only``: the classic "NCCL_* never reached the
 spawned ranks").
@@ -22,7 +24,9 @@ import numpy as np
 import polars as pl
 
 from tracekit import schema
+from tracekit.analyzers.nccl_mix import nccl_mix
 from tracekit.documents import INFO
+from tracekit.env_view import environment_doc
 from tracekit.finalize.categories import COMM_CATEGORIES, Rule, unmatched_kernels
 from tracekit.intervals import union_ns
 from tracekit.manifest import RANK_IDENTITY, RANK_MEASUREMENTS, typed
@@ -200,6 +204,8 @@ def run_summary(
         "versions": versions_by_rank(manifest),
         "unmatched_kernels": unmatched.to_dicts(),
         "differences": [asdict(d) for d in manifest_differences(manifest)],
+        "nccl": [asdict(r) for r in nccl_mix(events).rows],
+        "environment": environment_doc(manifest),
         "notes": list(man.ingest.get("notes", [])),
         "skipped": list(man.ingest.get("skipped", [])),
     })

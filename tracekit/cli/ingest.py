@@ -112,9 +112,10 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, pa
         click.echo(json.dumps(doc, indent=2, default=str))
         return
 
+    from tracekit.env_view import environment_rows
     from tracekit.render.info import render_info
 
-    render_info(doc, _table_console())
+    render_info(doc, _table_console(), env_rows=environment_rows(run.manifest))
     from tracekit.render.run_state import resolution_line
     from tracekit.resolution import time_resolution
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any, Final
 
 import polars as pl
@@ -13,6 +14,7 @@ from tracekit.analyzers.manifest_diff import collapse
 from tracekit.analyzers.reports import DiffReport
 from tracekit.documents import DIFF
 from tracekit.ranklist import rank_noun
+from tracekit.render.nccl import change_lines, mix_line
 from tracekit.render.units import dur
 
 SUB_BUCKETS: Final = ("allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm")
@@ -227,7 +229,14 @@ def to_json(rep: DiffReport, old: str, new: str) -> dict[str, Any]:
         "timing_source": "unprofiled" if rep.timing and all(t["timing_source"] == "unprofiled" for t in rep.timing.values())
         else "profiled",
         "unprofiled": {p: dict(t) for p, t in rep.timing.items()},
+        "nccl": nccl_doc(rep),
     })
+
+
+def nccl_doc(rep: DiffReport) -> dict[str, Any]:
+    """The document's ``nccl``: each run's rows (as in ``info``) and the ranks whose settings changed."""
+    return {"old": [asdict(r) for r in rep.nccl_old.rows], "new": [asdict(r) for r in rep.nccl_new.rows],
+            "changes": [{"rank": c.rank, "old": c.old, "new": c.new} for c in rep.nccl_changes]}
 
 
 def render(rep: DiffReport, console: Console) -> None:
@@ -289,3 +298,10 @@ def render(rep: DiffReport, console: Console) -> None:
         console.print(kt)
     for line in explanation(rep):
         console.print(line, highlight=False, markup=False)
+    nccl = nccl_doc(rep)
+    if nccl["old"] or nccl["new"]:
+        changed = change_lines(nccl["changes"])
+        console.print(f"NCCL kernels (from their names), old: {mix_line(nccl['old'])}", highlight=False, markup=False)
+        console.print(f"NCCL kernels (from their names), new: {mix_line(nccl['new'])}", highlight=False, markup=False)
+        for line in changed or ["NCCL kernel settings: the same on every rank in both runs"]:
+            console.print(line, highlight=False, markup=False, style="bold yellow" if changed else "")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -12,6 +12,7 @@ from rich.text import Text
 
 from tracekit.finalize.categories import CATEGORIES
 from tracekit.ranklist import ranks_by_reason
+from tracekit.render.nccl import render_environment, render_nccl_mix
 from tracekit.render.units import ms
 
 
@@ -24,7 +25,9 @@ def _short(v: Any, width: int = 40) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: int = 40) -> None:
+def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: int = 40,
+                env_rows: Sequence[Any] | None = None) -> None:
+    """The info tables; ``env_rows``: ``tracekit.env_view.environment_rows`` of the run's manifest."""
     ranks = doc.get("ranks", [])
     missing = doc.get("missing_ranks") or {}
     head = Text()
@@ -93,6 +96,10 @@ def render_info(doc: Mapping[str, Any], console: Console, *, max_differences: in
             console.print(f"… {len(diffs) - max_differences} more (see --json)")
     else:
         console.print("manifest: no differences between ranks (nor between launcher and ranks, where recorded)")
+
+    render_nccl_mix(doc.get("nccl") or [], console)
+    if env_rows is not None:
+        render_environment(doc.get("environment") or {}, env_rows, console)
 
     unmatched = doc.get("unmatched_kernels") or []
     if unmatched:
