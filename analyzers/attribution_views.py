@@ -4,6 +4,7 @@ over polars frames."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
@@ -34,15 +35,29 @@ SUM_COLUMNS: Final = (
 )
 
 
-def _agg(keys: list[str]) -> list[pl.Expr]:
+@dataclass(frozen=True)
+class InstanceColumns:
+    """What the per-rank / per-phase / per-sequence-length views of an instance table aggregate: the columns
+    summed, the window whose median and p90 they give, and (GPU buckets) the GPU-only counts."""
+
+    sums: tuple[str, ...]
+    window: str  # gpu_window_ns (GPU buckets) | host_ns (host buckets)
+    gpu: bool  # allreduce matching, graphed-label conflicts, instances with GPU events
+
+
+GPU_COLUMNS: Final = InstanceColumns(SUM_COLUMNS, "gpu_window_ns", True)
+
+
+def _agg(cols: InstanceColumns) -> list[pl.Expr]:
+    gpu = cols.gpu
     return [
         pl.len().alias("instances"),
-        *[pl.col(c).sum().alias(c) for c in SUM_COLUMNS],
-        *median_p90("gpu_window_ns"),
-        pl.col("allreduce_wait_ns").null_count().alias("unmatched_instances"),
+        *[pl.col(c).sum().alias(c) for c in cols.sums],
+        *median_p90(cols.window),
+        *([pl.col("allreduce_wait_ns").null_count().alias("unmatched_instances")] if gpu else []),
         pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
-        pl.col("graphed_label_conflict").sum().alias("graphed_label_conflicts"),
-        (pl.col("gpu_events") > 0).sum().alias("gpu_instances"),
+        *([pl.col("graphed_label_conflict").sum().alias("graphed_label_conflicts"),
+           (pl.col("gpu_events") > 0).sum().alias("gpu_instances")] if gpu else []),
         pl.col("num_tokens").sum().alias("tokens"),
         pl.col("num_tokens").is_not_null().sum().alias("token_instances"),
         pl.col("batch_size").mean().alias("mean_batch_size"),
@@ -51,16 +66,14 @@ def _agg(keys: list[str]) -> list[pl.Expr]:
     ]
 
 
-def by_rank(instances: pl.DataFrame) -> pl.DataFrame:
+def by_rank(instances: pl.DataFrame, cols: InstanceColumns = GPU_COLUMNS) -> pl.DataFrame:
     """One row per (phase, rank): instance count and sums (means are sums / instances)."""
-    return instances.group_by(["phase", "rank"]).agg(_agg(["phase", "rank"])).sort(["phase", "rank"])
+    return instances.group_by(["phase", "rank"]).agg(_agg(cols)).sort(["phase", "rank"])
 
 
-def by_phase(instances: pl.DataFrame) -> pl.DataFrame:
+def by_phase(instances: pl.DataFrame, cols: InstanceColumns = GPU_COLUMNS) -> pl.DataFrame:
     """One row per phase over all ranks (each instance of each rank counts once)."""
-    return instances.group_by("phase").agg(
-        pl.col("rank").n_unique().alias("ranks"), *_agg(["phase"])
-    ).sort("phase")
+    return instances.group_by("phase").agg(pl.col("rank").n_unique().alias("ranks"), *_agg(cols)).sort("phase")
 
 
 def seq_bucket_edges(seq: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -72,13 +85,13 @@ def seq_bucket_edges(seq: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     return lo.cast(pl.Int64), hi.cast(pl.Int64)
 
 
-def by_seq(instances: pl.DataFrame) -> pl.DataFrame:
+def by_seq(instances: pl.DataFrame, cols: InstanceColumns = GPU_COLUMNS) -> pl.DataFrame:
     """One row per (phase, sequence-length bucket) over all ranks; unknown seq_len in its own row."""
     lo, hi = seq_bucket_edges(pl.col("seq_len"))
     df = instances.with_columns(lo.alias("seq_lo"), hi.alias("seq_hi"))
     return (
         df.group_by(["phase", "seq_lo", "seq_hi"])
-        .agg(pl.col("rank").n_unique().alias("ranks"), *_agg(["phase", "seq_lo"]))
+        .agg(pl.col("rank").n_unique().alias("ranks"), *_agg(cols))
         .sort(["phase", "seq_lo"], nulls_last=True)
     )
 
@@ -106,7 +119,9 @@ def check_sums(instances: pl.DataFrame) -> None:
 
 __all__ = [
     "BUCKET_COLUMNS",
+    "GPU_COLUMNS",
     "SUM_COLUMNS",
+    "InstanceColumns",
     "by_phase",
     "by_rank",
     "by_seq",

@@ -45,8 +45,9 @@ from tracekit.finalize.membership import innermost, range_parents
 from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_KINDS, OP, RANGE
 
+from .attribution_views import InstanceColumns, by_phase, by_rank, by_seq
 from .phase_rows import instance_head, phase_instances
-from .robust import median_p90, outliers
+from .robust import outliers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -285,43 +286,22 @@ def _groups(df: pl.DataFrame, keys: list[str]) -> list[tuple[tuple[Any, ...], li
 # --- views ---------------------------------------------------------------------------------------
 
 
-def _agg() -> list[pl.Expr]:
-    return [
-        pl.len().alias("instances"),
-        *[pl.col(c).sum().alias(c) for c in HOST_SUM_COLUMNS],
-        *median_p90("host_ns"),
-        pl.col("graphed").fill_null(False).sum().alias("graphed_instances"),
-        pl.col("num_tokens").sum().alias("tokens"),
-        pl.col("num_tokens").is_not_null().sum().alias("token_instances"),
-        pl.col("batch_size").mean().alias("mean_batch_size"),
-        pl.col("seq_len").mean().alias("mean_seq_len"),
-        pl.col("accept_len").mean().alias("mean_accept_len"),
-    ]
+HOST_COLUMNS: Final = InstanceColumns(HOST_SUM_COLUMNS, "host_ns", False)
 
 
 def host_by_rank(instances: pl.DataFrame) -> pl.DataFrame:
     """One row per (phase, rank): instance count and sums (means are sums / instances)."""
-    return instances.group_by(["phase", "rank"]).agg(_agg()).sort(["phase", "rank"])
+    return by_rank(instances, HOST_COLUMNS)
 
 
 def host_by_phase(instances: pl.DataFrame) -> pl.DataFrame:
     """One row per phase over all ranks."""
-    return instances.group_by("phase").agg(pl.col("rank").n_unique().alias("ranks"), *_agg()).sort("phase")
+    return by_phase(instances, HOST_COLUMNS)
 
 
 def host_by_seq(instances: pl.DataFrame) -> pl.DataFrame:
     """One row per (phase, power-of-two sequence-length bucket) over all ranks."""
-    seq = pl.col("seq_len")
-    lo = pl.when(seq <= 0).then(pl.lit(0, pl.Int64)).otherwise(
-        pl.lit(2, pl.Int64).pow(seq.cast(pl.Float64).log(2).floor().cast(pl.Int64))
-    )
-    hi = pl.when(seq <= 0).then(pl.lit(1, pl.Int64)).otherwise(lo * 2)
-    df = instances.with_columns(lo.cast(pl.Int64).alias("seq_lo"), hi.cast(pl.Int64).alias("seq_hi"))
-    return (
-        df.group_by(["phase", "seq_lo", "seq_hi"])
-        .agg(pl.col("rank").n_unique().alias("ranks"), *_agg())
-        .sort(["phase", "seq_lo"], nulls_last=True)
-    )
+    return by_seq(instances, HOST_COLUMNS)
 
 
 def check_host_sums(instances: pl.DataFrame) -> None:

@@ -11,13 +11,14 @@ buckets, never inside them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.analyzers.reports import AttributionReport
+from tracekit.analyzers.reports import AttributionReport, Mode
 from tracekit.buckets import BUCKETS, LABELS
 from tracekit.render.attribute_json import WHOLE_TRACE_LINE, clock_notes
 from tracekit.render.ranks import before_late
@@ -254,26 +255,46 @@ def _facts_line(row: dict[str, Any], gpu: bool = True) -> str:
     return "  per instance (mean): " + ", ".join(bits)
 
 
-def _cycle_table(inst: pl.DataFrame, phase: str) -> Table:
-    t = Table(title=f"{phase}: one row per instance (host range and GPU window per instance; % of that window)")
-    heads = ("rank", "cycle", "bs", "seq", "graph", "host", "window", "attn", "moe", "gemm", "AR", "launch", "idle", "rest", "queue")
+@dataclass(frozen=True)
+class CycleColumns:
+    """The one-row-per-instance table of a bucket set: ``total`` the column the shares are of (GPU window or
+    host range), ``main`` the (header, bucket) share columns, ``tail`` the (header, column) columns after
+    ``rest`` (``*_ns``: a duration, else a count); ``gpu``: the graph and host columns before the total."""
+
+    title: str
+    total: tuple[str, str]
+    main: tuple[tuple[str, str], ...]
+    tail: tuple[tuple[str, str], ...]
+    gpu: bool
+
+
+GPU_CYCLES: Final = CycleColumns(
+    "one row per instance (host range and GPU window per instance; % of that window)", ("window", "gpu_window_ns"),
+    (("attn", "attention"), ("moe", "moe"), ("gemm", "gemm"), ("AR", "allreduce"), ("launch", "launch_overhead"),
+     ("idle", "idle")), (("queue", "queue_delay_ns"),), True)
+
+
+def cycle_table(inst: pl.DataFrame, phase: str, cols: CycleColumns) -> Table:
+    """One row per instance of ``phase``: rank, cycle, batch size, sequence length, the total, the main buckets'
+    shares of it and the rest."""
+    t = Table(title=f"{phase}: {cols.title}")
+    heads = ("rank", "cycle", "bs", "seq", *(("graph", "host") if cols.gpu else ()), cols.total[0],
+             *[h for h, _ in cols.main], "rest", *[h for h, _ in cols.tail])
     for c in heads:
         t.add_column(c, justify="right")
-    main = ("attention", "moe", "gemm", "allreduce", "launch_overhead", "idle")
     for r in inst.filter(pl.col("phase") == phase).sort(["rank", "host_start_ns"]).iter_rows(named=True):
-        w = r["gpu_window_ns"]
-        rest = w - sum(r[f"{b}_ns"] for b in main)
+        w = r[cols.total[1]]
+        rest = w - sum(r[f"{b}_ns"] for _, b in cols.main)
         t.add_row(
             str(r["rank"]),
             "" if r["cycle"] is None else str(r["cycle"]),
             "" if r["batch_size"] is None else str(r["batch_size"]),
             "" if r["seq_len"] is None else str(r["seq_len"]),
-            "" if r["graphed"] is None else ("yes" if r["graphed"] else "no"),
-            dur(r["host_ns"]),
+            *(("" if r["graphed"] is None else ("yes" if r["graphed"] else "no"), dur(r["host_ns"])) if cols.gpu else ()),
             dur(w),
-            *[pct(r[f"{b}_ns"], w) for b in main],
+            *[pct(r[f"{b}_ns"], w) for _, b in cols.main],
             pct(rest, w),
-            dur(r["queue_delay_ns"]),
+            *[dur(r[c]) if c.endswith("_ns") else f"{r[c]:,}" for _, c in cols.tail],
         )
     return t
 
@@ -285,13 +306,31 @@ def _seq_table(seq: pl.DataFrame, phase: str) -> Table:
                       ("launch", "launch_overhead"), ("idle", "idle")))
 
 
+@dataclass(frozen=True)
+class ModeTables:
+    """How ``render`` shows a bucket set (GPU window or host range): its tables and its summary sentence."""
+
+    cycles: CycleColumns
+    seq: Callable[[pl.DataFrame, str], Table]
+    ranks: Callable[[str, dict[str, Any], pl.DataFrame], Table]
+    summary: Callable[[dict[str, Any], dict[str, Any] | None], str]
+    gpu: bool
+
+
+GPU_TABLES: Final = ModeTables(GPU_CYCLES, lambda seq, ph: _seq_table(seq, ph), lambda ph, row, r: _bucket_table(ph, row, r),
+                               lambda row, s: summary(row, s), True)
+
+
 def render(report: AttributionReport, by: str, console: Console) -> None:
-    """Print tables and the summary for every phase of a GPU-mode report."""
+    """Print tables and the summary for every phase of a GPU- or host-mode report."""
     from tracekit.render.estimate import estimate_lines, estimate_table
 
-    assert report.by_phase is not None and report.by_seq is not None and report.stragglers is not None
+    from tracekit.render import host_attribute
+
+    tables = host_attribute.HOST_TABLES if report.mode is Mode.HOST else GPU_TABLES
+    assert report.by_phase is not None and report.by_seq is not None
     bp = {r["phase"]: r for r in report.by_phase.iter_rows(named=True)}
-    strag = {r["phase"]: r for r in report.stragglers.iter_rows(named=True)}
+    strag = {} if report.stragglers is None else {r["phase"]: r for r in report.stragglers.iter_rows(named=True)}
     dil = report.dilation
     if report.whole_trace:
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
@@ -299,17 +338,16 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     for phase in phase_order(bp):
         row = bp[phase]
-        ranks = report.by_rank.filter(pl.col("phase") == phase)
         if by == "cycle":
-            console.print(_cycle_table(report.instances, phase))
+            console.print(cycle_table(report.instances, phase, tables.cycles))
         elif by == "seq":
-            console.print(_seq_table(report.by_seq, phase))
+            console.print(tables.seq(report.by_seq, phase))
         else:
-            console.print(_bucket_table(phase, row, ranks))
-        console.print(_facts_line(row))
+            console.print(tables.ranks(phase, row, report.by_rank.filter(pl.col("phase") == phase)))
+        console.print(_facts_line(row, gpu=tables.gpu))
         if (lab := label_line(row)) is not None:
             console.print(f"  [yellow]warning:[/yellow] {lab}", soft_wrap=True)
-        for line in robust_lines(row, report.outliers):
+        for line in robust_lines(row, report.outliers, gpu=tables.gpu):
             console.print(line, soft_wrap=True)
         if phase in dil:
             console.print(dilation_line(phase, dil[phase]))
@@ -321,7 +359,7 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
         s = strag.get(phase)
         if s is not None:
             console.print(straggler_line(s), soft_wrap=True)
-        console.print(summary(row, s), soft_wrap=True)
+        console.print(tables.summary(row, s), soft_wrap=True)
         console.print()
     for issue in report.issues:
         console.print(f"[yellow]warning:[/yellow] {issue}; wait/transfer not split for that group", soft_wrap=True)

@@ -43,9 +43,7 @@ def render(report: AttributionReport, by: str) -> None:
         from tracekit.render import host_attribute as render_host
 
         console.print(render_host.host_mode_line(None if report.ranks is None else list(report.ranks)), soft_wrap=True)
-        render_host.render_host(report, by, console)
-    else:
-        render_attribute.render(report, by, console)
+    render_attribute.render(report, by, console)
 
 
 __all__ = ["document", "render"]

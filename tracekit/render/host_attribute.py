@@ -19,11 +19,8 @@ from tracekit.analyzers.reports import AttributionReport, GapReport
 from tracekit.buckets import HOST_BUCKETS, HOST_LABELS
 from tracekit.documents import ATTRIBUTE, GAP
 from tracekit.render.attribute import (
-    _facts_line,
-    dilation_line,
-    pct,
-    phase_order,
-    robust_lines,
+    CycleColumns,
+    ModeTables,
     seq_table,
     share_table,
 )
@@ -105,24 +102,10 @@ def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
                        HOST_BUCKETS, HOST_LABELS, "host_ns", "host range (= sum)")[0]
 
 
-def _host_cycle_table(inst: pl.DataFrame, phase: str) -> Table:
-    t = Table(title=f"{phase}: one row per instance; {HOST_HEADER}; % of that instance's host range")
-    main = ("attention", "moe", "gemm", "allreduce", "comm", "host_overhead")
-    for c in ("rank", "cycle", "bs", "seq", "host range", "attn", "moe", "gemm", "allreduce", "comm", "overhead", "rest", "ops"):
-        t.add_column(c, justify="right")
-    for r in inst.filter(pl.col("phase") == phase).sort(["rank", "host_start_ns"]).iter_rows(named=True):
-        h = r["host_ns"]
-        t.add_row(
-            str(r["rank"]),
-            "" if r["cycle"] is None else str(r["cycle"]),
-            "" if r["batch_size"] is None else str(r["batch_size"]),
-            "" if r["seq_len"] is None else str(r["seq_len"]),
-            dur(h),
-            *[pct(r[f"{b}_ns"], h) for b in main],
-            pct(h - sum(r[f"{b}_ns"] for b in main), h),
-            f"{r['ops']:,}",
-        )
-    return t
+HOST_CYCLES: Final = CycleColumns(
+    f"one row per instance; {HOST_HEADER}; % of that instance's host range", ("host range", "host_ns"),
+    (("attn", "attention"), ("moe", "moe"), ("gemm", "gemm"), ("allreduce", "allreduce"), ("comm", "comm"),
+     ("overhead", "host_overhead")), (("ops", "ops"),), False)
 
 
 def _host_seq_table(seq: pl.DataFrame, phase: str) -> Table:
@@ -146,28 +129,8 @@ def host_summary(row: dict[str, Any]) -> str:
     return text
 
 
-def render_host(report: AttributionReport, by: str, console: Console) -> None:
-    """Print the host-mode tables and summary for every phase in the report."""
-    assert report.by_phase is not None and report.by_seq is not None
-    bp = {r["phase"]: r for r in report.by_phase.iter_rows(named=True)}
-    dil = report.dilation
-    for line in clock_notes(report):
-        console.print(line, soft_wrap=True, highlight=False, markup=False)
-    for phase in phase_order(bp):
-        row = bp[phase]
-        if by == "cycle":
-            console.print(_host_cycle_table(report.instances, phase))
-        elif by == "seq":
-            console.print(_host_seq_table(report.by_seq, phase))
-        else:
-            console.print(_host_table(phase, row, report.by_rank.filter(pl.col("phase") == phase)))
-        console.print(_facts_line(row, gpu=False))
-        for line in robust_lines(row, report.outliers, gpu=False):
-            console.print(line, soft_wrap=True)
-        if phase in dil:
-            console.print(dilation_line(phase, dil[phase]))
-        console.print(host_summary(row), soft_wrap=True)
-        console.print()
+HOST_TABLES: Final = ModeTables(HOST_CYCLES, lambda seq, ph: _host_seq_table(seq, ph),
+                                lambda ph, row, r: _host_table(ph, row, r), lambda row, s: host_summary(row), False)
 
 
 def host_explanation_lines(rep: GapReport) -> list[str]:
@@ -250,6 +213,5 @@ __all__ = [
     "host_mode_line",
     "host_summary",
     "host_to_json",
-    "render_host",
     "render_host_gap",
 ]
