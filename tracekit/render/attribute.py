@@ -323,9 +323,8 @@ GPU_TABLES: Final = ModeTables(GPU_CYCLES, lambda seq, ph: _seq_table(seq, ph), 
 
 def render(report: AttributionReport, by: str, console: Console) -> None:
     """Print tables and the summary for every phase of a GPU- or host-mode report."""
-    from tracekit.render.estimate import estimate_lines, estimate_table
-
     from tracekit.render import host_attribute
+    from tracekit.render.estimate import estimate_lines, estimate_table
 
     tables = host_attribute.HOST_TABLES if report.mode is Mode.HOST else GPU_TABLES
     assert report.by_phase is not None and report.by_seq is not None
