@@ -54,6 +54,22 @@ REAL_NAMES: list[tuple[str, str, str]] = [
     ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", "comm", "RCCL generic device kernel"),
     ("_fwd_grouped_kernel_stage1", "attention", "sglang srt/layers/attention/triton_ops/decode_attention.py (CUDA and ROCm)"),
     ("fused_moe_kernel", "moe", "sglang / vllm Triton fused_moe (CUDA and ROCm)"),
+    # Composable Kernel / ck_tile and aiter names as public MI3xx kernel-time tables print them
+    # (found with find_string; CK name patterns also in AMD-AGI/TraceLens classify_kernels.py)
+    ("void ck_tile::kentry<2, ck_tile::MoeFlatmmKernel<ck_tile::GemmSpatiallyLocalTilePartitioner<", "moe", "CK tile MoE flatmm"),
+    ("void ck_tile::kentry<2, ck_tile::MoeSortingKernel<ck_tile::MoeSortingProblemEx<int, float, 2, true, false, false, true, 0> >, "
+     "ck_tile::MoeSortingKernel<ck_t..., true, 0> >::Kargs)", "moe", "CK tile MoE sorting"),
+    ("void aiter::opus_moe_sorting_entry", "moe", "aiter MoE sorting"),
+    ("aiter::fmoe_bf16_pertokenFp8_g1u1_vs_silu_1tg_ps_32x512", "moe", "aiter fused MoE"),
+    ("void ck_tile::kentry<1, ck_tile::Rmsnorm2dFwd<ck_tile::Rmsnorm2dFwdPipelineOnePass<ck_tile::Rmsnorm2dFwdPipelineProblem<",
+     "norm", "CK tile RMSNorm"),
+    ("void ck_tile::kentry<256, 1, ck_tile::FmhaBwdDQDKDVK", "attention", "CK tile FMHA backward (flash_attn on ROCm)"),
+    ("ck_tile::kentry<2, UnifiedAttentionKernel>", "attention", "CK tile unified attention"),
+    ("void aiter::swiglu_act_and_mul_kernel<s", "elementwise", "aiter SwiGLU activation"),
+    ("void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3<", "gemm",
+     "CK gridwise_gemm_xdl_cshuffle_v3 (TraceLens pattern kernel_gemm_xdl_cshuffle)"),
+    ("void rocprim::ROCPRIM_400400_NS::detail::trampoline_kernel<rocprim::ROCPRIM_400400_NS::detail::reduce_impl<",
+     "elementwise", "rocPRIM reduction"),
 ]
 
 
