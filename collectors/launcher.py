@@ -72,13 +72,23 @@ class Interrupts:
     def __init__(self) -> None:
         self.count = 0
         self.name = ""
+        self.names: list[str] = []  # every signal received, in order
         self._prev: dict[int, Any] = {}
 
     def _on(self, signum: int, _frame: FrameType | None) -> None:
         self.name = signal.Signals(signum).name
+        self.names.append(self.name)
         self.count += 1 if signum == signal.SIGINT else 2
         if self.count >= 2:
             raise KeyboardInterrupt
+
+    def how(self) -> str:
+        """What aborted the capture, as it happened: ``SIGTERM``, ``SIGINT twice``, ``SIGINT, then SIGTERM``."""
+        if not self.names:
+            return "SIGINT twice"
+        if len(self.names) == 2 and self.names[0] == self.names[1]:
+            return f"{self.names[0]} twice"
+        return ", then ".join(self.names)
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -232,9 +242,9 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
         shards = sorted(shard_dir.glob("rank-*.parquet"))
         if not shards:
             shutil.rmtree(shard_dir, ignore_errors=True)
-            raise InterruptedCapture(f"aborted ({intr.name or 'SIGINT'} twice): nothing was captured",
+            raise InterruptedCapture(f"aborted ({intr.how()}): nothing was captured",
                                      path=str(out)) from None
-        raise InterruptedCapture(f"aborted ({intr.name or 'SIGINT'} twice): {len(shards)} rank shard(s) kept in "
+        raise InterruptedCapture(f"aborted ({intr.how()}): {len(shards)} rank shard(s) kept in "
                                  f"{shard_dir}; merge them with `tracekit merge {shard_dir} -o {out}`",
                                  path=str(out)) from None
     finally:

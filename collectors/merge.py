@@ -30,7 +30,10 @@ def _failures(cc: CaptureConfig, w: Watch, procs: dict[int, Any]) -> dict[int, A
         if r in w.finished and r not in w.errors:
             continue
         if r in w.timed_out:
-            what, coll, at = f"no progress for {w.timed_out[r]:g} s (killed)", False, w.died.get(r, time.monotonic())
+            # when it went silent, not when it was killed: a stopped rank (SIGSTOP, a hang) is the root
+            # cause of its peers' collective timeouts that come before the launcher's silence limit
+            what, coll = f"no progress for {w.timed_out[r]:g} s (killed)", False
+            at = w.silent_since.get(r, w.died.get(r, time.monotonic()))
         elif r in w.errors:
             err, coll, at = w.errors[r]
             what = f"failed: {err}"

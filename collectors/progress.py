@@ -85,7 +85,8 @@ class Watch:
     finished: dict[int, float] = field(default_factory=dict)  # ranks whose shard is written -> when
     errors: dict[int, tuple[str, bool, float]] = field(default_factory=dict)  # rank -> (error, collective, when)
     died: dict[int, float] = field(default_factory=dict)  # rank -> when its process was seen dead, unfinished
-    timed_out: dict[int, float] = field(default_factory=dict)
+    timed_out: dict[int, float] = field(default_factory=dict)  # rank -> the silence limit it passed
+    silent_since: dict[int, float] = field(default_factory=dict)  # timed-out rank -> its last progress report
     last_cycle: dict[int, int] = field(default_factory=dict)
     window_done: set[int] = field(default_factory=set)
     window_started: set[int] = field(default_factory=set)
@@ -120,6 +121,7 @@ def watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any,
             if p.is_alive() and r not in w.timed_out and now - last[r] > limit:
                 p.kill()
                 w.timed_out[r] = limit
+                w.silent_since[r] = last[r]
                 say(f"rank {r}: no progress for {limit:g} s: killed")
         prog.tick()
         try:

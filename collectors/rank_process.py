@@ -39,9 +39,17 @@ def redirect_output(path: Path) -> None:
 
 def _fault(cycle: int) -> None:
     """The capture fault tests' failure (a rank that exits, hangs or raises at a cycle), set
-    through that rank's environment; nothing in the capture configuration."""
+    through that rank's environment (``CYCLE:KIND``), or through the launcher's for one rank
+    (``RANK@CYCLE:KIND``); nothing in the capture configuration. Cycles count on past the window
+    into the unprofiled cycles after it (``--after``)."""
     spec = os.environ.get(FAULT_ENV)
-    if spec is None or spec.split(":")[0] != str(cycle):
+    if spec is None:
+        return
+    if "@" in spec:
+        who, spec = spec.split("@", 1)
+        if who != os.environ.get("RANK"):
+            return
+    if spec.split(":")[0] != str(cycle):
         return
     kind = spec.split(":", 1)[1]
     if kind == "exit":
@@ -189,16 +197,31 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         session.stop()
     counters = sampler.stop() if sampler is not None else None
     end = rank_section(rank, world, dev_index, "end")
-    if aborted is None and done == cc.cycles and (ctl is None or int(ctl.stop_at.value) < 0):
-        _reference_after(wl, total, cc.after)  # the same process, the next shapes, profiler stopped
-    stats = wl.timer.stats(pool=REFERENCE_POOL) if aborted is None else {}
     q.put(("stage", rank, "window done", f"window done: {done}/{cc.cycles} cycles"))
     if aborted:
         q.put(("status", rank, f"window ended early after {done}/{cc.cycles} cycles: {aborted[:200]}"))
+    # the shard is written before anything that needs a peer again (the unprofiled cycles after the
+    # window run collectives): a rank that dies there costs the others only their after-block
+    shard = None
     if session is not None:
-        _write_shard(rank, world, cc, wl, session, sampler, counters, start, end, stats, done, aborted, device,
-                     shard_dir, q)
-    if aborted is None:  # every rank has written its shard before any exits (rank 0 hosts the TCPStore)
+        shard = _Shard(rank, world, cc, wl, session, sampler, counters, start, end, done, aborted, device, shard_dir)
+        shard.write(wl.timer.stats(pool=REFERENCE_POOL) if aborted is None else {})
+    after_failed: str | None = None
+    if aborted is None and done == cc.cycles and (ctl is None or int(ctl.stop_at.value) < 0):
+        try:
+            _reference_after(wl, total, cc.after)  # the same process, the next shapes, profiler stopped
+        except Exception as exc:
+            from tracekit.collectors.launcher import short_error
+
+            after_failed = short_error(f"{exc.__class__.__name__}: {exc}")
+            q.put(("status", rank, f"the unprofiled cycles after the window failed ({after_failed[:200]}); its shard "
+                                   "keeps the window, the dilation's reference is the warm-up block alone"))
+        else:
+            if shard is not None and cc.after:
+                shard.write(wl.timer.stats(pool=REFERENCE_POOL))  # the reference with its second block
+    if shard is not None:
+        q.put(("done", rank, shard.rows))
+    if aborted is None and after_failed is None:  # every rank has written its shard before any exits (rank 0 hosts the TCPStore)
         dist.barrier()
         if dist.get_backend() != "nccl":
             dist.destroy_process_group()
@@ -213,28 +236,39 @@ def _reference_after(wl: Any, first: int, n: int) -> None:
     wl.sync()
     wl.timer.window = AFTER
     for c in range(first, first + n):
+        _fault(c)
         wl.run_cycle(c)
     wl.sync()
     wl.timer.window = None
 
 
-def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
-                 start: dict[str, Any], end: dict[str, Any], stats: dict[str, Any], done: int,
-                 aborted: str | None, device: Any, shard_dir: Path, q: Any) -> None:
-    import polars as pl
-    import torch.distributed as dist
+class _Shard:
+    """One rank's shard: its events finalized once, written (atomically) with the timer stats known so
+    far; written again, events unchanged, when the unprofiled cycles after the window add the
+    reference's second block."""
 
-    from tracekit.collectors.manifest import versions
+    def __init__(self, rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
+                 start: dict[str, Any], end: dict[str, Any], done: int, aborted: str | None, device: Any,
+                 shard_dir: Path) -> None:
+        self.args = (rank, world, cc, wl, session, sampler, counters, start, end, done, aborted, device)
+        self.path = shard_path(shard_dir, rank)
+        self.events, self.finalized = _shard_events(rank, cc, session, counters)
+        self.rows = self.events.height
+
+    def write(self, stats: dict[str, Any]) -> None:
+        from tracekit.finalize.pipeline import stamp
+        from tracekit.store import write_run
+
+        man = _shard_manifest(*self.args, stats)
+        write_run(self.events, self.path, stamp(man) if self.finalized else man)
+
+
+def _shard_events(rank: int, cc: CaptureConfig, session: Any, counters: Any) -> tuple[Any, bool]:
+    """The rank's events, finalized (False with the raw events when finalizing failed: the merge
+    finalizes them again; the manifest says why)."""
+    import polars as pl
+
     from tracekit.collectors.session import finalize
-    from tracekit.collectors.timing import (
-        BEFORE,
-        REFERENCE,
-        dilation,
-        reference_spread,
-        split_cycle,
-    )
-    from tracekit.finalize.pipeline import stamp
-    from tracekit.store import new_manifest, write_run
 
     events = session.events()
     if (keep := cc.keep_json) and session.prof is not None:
@@ -249,6 +283,24 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
     except Exception as exc:  # keep the raw events: the merge refinalizes them; say why in the manifest
         session.info["finalize_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
     session.info["finalize_ns"] = time.perf_counter_ns() - t0
+    return events, finalized
+
+
+def _shard_manifest(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any, sampler: Any, counters: Any,
+                    start: dict[str, Any], end: dict[str, Any], done: int, aborted: str | None, device: Any,
+                    stats: dict[str, Any]) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    from tracekit.collectors.manifest import versions
+    from tracekit.collectors.timing import (
+        BEFORE,
+        REFERENCE,
+        dilation,
+        reference_spread,
+        split_cycle,
+    )
+    from tracekit.store import new_manifest
+
     label = window_label(cc.profile)
     # the reference: unprofiled cycles before and after the window pooled (before alone when none ran after)
     unprof, cyc_u = split_cycle(stats.get(REFERENCE) or stats.get(BEFORE, {}))
@@ -289,5 +341,4 @@ def _write_shard(rank: int, world: int, cc: CaptureConfig, wl: Any, session: Any
         ranks={str(rank): section},
         clock=clock,
     )
-    write_run(events, shard_path(shard_dir, rank), stamp(man) if finalized else man)
-    q.put(("done", rank, events.height))
+    return man

@@ -21,9 +21,8 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-import click
-
 from tracekit.errors import TracekitError
+from tracekit.render.text import echo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,7 +38,7 @@ class _State:
 
 
 def _fail(msg: str, code: int = EXIT_ERROR) -> None:
-    click.echo(f"tracekit: error: {msg}", err=True)
+    echo(f"tracekit: error: {msg}", err=True)
     sys.exit(code)
 
 
@@ -73,7 +72,7 @@ def guarded(fn: F) -> F:
                 raise
             _fail(os_error_line(exc))
         except KeyboardInterrupt:
-            click.echo("tracekit: interrupted", err=True)
+            echo("tracekit: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]

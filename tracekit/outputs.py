@@ -225,11 +225,35 @@ class OutputLock:
         self._held = False
 
     def _holder(self) -> dict[str, object] | None:
+        """The lock file's record, or None while it is being written or when it is garbage (not an
+        object, or a pid that is no positive integer of the pid range)."""
         try:
             doc = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
-        return doc if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return None
+        pid = doc.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < (1 << 22):  # Linux pid_max <= 2^22
+            return None
+        return doc
+
+    def refuse_if_held(self) -> None:
+        """OutputLockedError now if a live process on this host holds the lock (a command that
+        takes seconds to start, like capture importing torch, checks first; ``acquire`` still decides)."""
+        holder = self._holder()
+        if holder is None:
+            return
+        pid = int(str(holder["pid"]))
+        host = str(holder.get("host", ""))
+        start = holder.get("start")
+        if host != socket.gethostname() or _alive(pid, None if start is None else str(start)):
+            raise self._locked(pid, host)
+
+    def _locked(self, pid: int, host: str) -> OutputLockedError:
+        where = f"pid {pid}" + ("" if host == socket.gethostname() else f" on host {host}")
+        return OutputLockedError(f"another tracekit ({where}) is writing this output (lock file {self.path}; "
+                                 "remove it only if that process is gone)", path=str(self.out))
 
     def acquire(self) -> OutputLock:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
@@ -246,7 +270,7 @@ class OutputLock:
                             continue
                     time.sleep(0.1)
                     continue
-                pid = int(str(holder.get("pid", 0)))
+                pid = int(str(holder["pid"]))
                 host = str(holder.get("host", ""))
                 start = holder.get("start")
                 if host == me["host"] and not _alive(pid, None if start is None else str(start)):
@@ -254,9 +278,7 @@ class OutputLock:
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
                     continue
-                where = f"pid {pid}" + ("" if host == me["host"] else f" on host {host}")
-                raise OutputLockedError(f"another tracekit ({where}) is writing this output (lock file {self.path}; "
-                                        "remove it only if that process is gone)", path=str(self.out)) from None
+                raise self._locked(pid, host) from None
             try:
                 with os.fdopen(fd, "w") as fh:
                     json.dump(me, fh)

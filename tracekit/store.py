@@ -26,6 +26,8 @@ are typed in ``tracekit.manifest``, whose ``typed(manifest)`` reads any stored m
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import time
@@ -34,13 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import polars as pl
 
 from tracekit import __version__
 from tracekit.errors import RunError
-from tracekit.manifest import typed
+from tracekit.inputs import decode_json, open_input
+from tracekit.limits import rank_problem, world_size_problem
+from tracekit.manifest import RunManifest, typed
 from tracekit.outputs import atomic_write, publish
 from tracekit.schema import (
+    KINDS,
     SCHEMA,
     SCHEMA_VERSION,
     category_codes,
@@ -142,31 +148,83 @@ def is_canonical_order(df: pl.DataFrame) -> bool:
 
 
 def _shards(path: Path) -> list[Path]:
-    shards = sorted(path.glob(SHARD_GLOB))
+    try:
+        shards = sorted(path.glob(SHARD_GLOB))
+    except OSError as exc:
+        raise RunError(f"cannot list the directory ({exc.strerror or exc})", path=str(path)) from None
     if not shards:
         raise RunError("directory holds no rank-*.parquet shards", path=str(path))
     return shards
 
 
-def _read_manifest_file(path: Path) -> Manifest:
+@dataclass(frozen=True)
+class _RunFile:
+    """One file of a run, read once: its manifest and its events come from the same bytes, so a
+    writer that renames a new version over the path meanwhile cannot pair one version's manifest
+    with the other's events."""
+
+    path: Path
+    data: bytes
+    manifest: Manifest
+
+
+def _read_file(path: Path) -> _RunFile:
+    with open_input(path, RunError) as fh:
+        try:
+            data = fh.read()
+        except OSError as exc:
+            raise RunError(f"cannot read ({exc.strerror or exc})", path=str(path)) from None
     try:
         # the file's key-value metadata (polars reads the footer only; no pyarrow import at start-up)
-        meta = pl.read_parquet_metadata(path)
+        meta = pl.read_parquet_metadata(io.BytesIO(data))
     except (OSError, ValueError, pl.exceptions.PolarsError) as exc:  # garbage: ComputeError
         raise RunError(f"not a readable Parquet file ({exc.__class__.__name__}: {exc})", path=str(path)) from None
     raw = meta.get(MANIFEST_KEY.decode())
     if raw is None:
         raise RunError("Parquet file has no tracekit manifest (not a run.parquet)", path=str(path))
-    try:
-        man: Manifest = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RunError(f"manifest is not valid JSON: {exc}", path=str(path)) from None
+    return _RunFile(path, data, checked_manifest(decode_json(raw, what="manifest", path=str(path), error=RunError),
+                                                 str(path)))
+
+
+class _ShapeOnly(RunManifest, kw_only=True):
+    """RunManifest with rank sections checked as objects only (``checked_manifest``)."""
+
+    ranks: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)  # type: ignore[assignment]
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def checked_manifest(man: object, path: str) -> Manifest:
+    """A decoded manifest checked against the typed manifest (``tracekit.manifest.RunManifest``) and
+    the integer ranges (``tracekit.limits``): the first thing wrong is one RunError naming the key."""
+    if not isinstance(man, dict):
+        raise RunError(f"manifest is {_json_type(man)}, not a JSON object", path=path)
     version = man.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise RunError(
-            f"schema version {version} is not supported (this tracekit reads {SCHEMA_VERSION})",
-            path=str(path),
-        )
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        shown = f"{_json_type(version)} {json.dumps(version)}" if not isinstance(version, int) else str(version)
+        raise RunError(f"manifest schema_version is {shown}; this tracekit reads the integer {SCHEMA_VERSION}",
+                       path=path)
+    # the top level's keys typed strictly; a rank section must be an object (its leaves are read
+    # leniently by typed(): a leaf of another type is left out, as in hand-made manifests)
+    fields = {k: man[k] for k in RunManifest.__struct_fields__ if k in man and k != "ranks"}
+    fields["ranks"] = man.get("ranks") or {}
+    try:
+        msgspec.convert(fields, _ShapeOnly, strict=True)
+    except msgspec.ValidationError as exc:
+        where = str(exc).rsplit(" - at `$", 1)
+        key = f"manifest key {where[1].rstrip('`').lstrip('.')}: " if len(where) == 2 else "manifest: "
+        raise RunError(f"{key}{where[0]}", path=path) from None
+    if man.get("world_size") is not None and (why := world_size_problem(man["world_size"])) is not None:
+        raise RunError(f"manifest {why}", path=path)
+    for section in ("ranks", "missing_ranks"):
+        for key in man.get(section) or {}:
+            r = int(key) if key.lstrip("-").isdigit() and len(key) < 20 else key
+            if (why := rank_problem(r)) is not None:
+                raise RunError(f"manifest {section}: {why}", path=path)
     return man
 
 
@@ -207,62 +265,100 @@ def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
     return out
 
 
+def _open_run(path: str | os.PathLike[str]) -> list[_RunFile]:
+    """Every file of a run (the file, or a shard directory's shards), each read once."""
+    p = Path(path)
+    try:
+        is_dir = p.is_dir()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # the CLI's os_error_line says how long, and the limit
+            raise
+        raise RunError(f"cannot read ({exc.strerror or exc})", path=str(p)) from None
+    if is_dir:
+        return [_read_file(s) for s in _shards(p)]
+    return [_read_file(p)]
+
+
+def _manifest_of(files: list[_RunFile]) -> Manifest:
+    return files[0].manifest if len(files) == 1 else merge_manifests(f.manifest for f in files)
+
+
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
-    """The manifest of a run file, or the merged manifest of a shard directory."""
-    p = Path(path)
-    if not p.exists():
-        raise RunError("no such file or directory", path=str(p))
-    if p.is_dir():
-        return merge_manifests(_read_manifest_file(s) for s in _shards(p))
-    return _read_manifest_file(p)
+    """The manifest of a run file, or the merged manifest of a shard directory (checked: ``checked_manifest``)."""
+    return _manifest_of(_open_run(path))
 
 
-def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
-    """A LazyFrame over the events of a run file or shard directory (manifest checked)."""
-    p = Path(path)
-    read_manifest(p)  # validates existence, manifest and schema version
-    files = _shards(p) if p.is_dir() else [p]
+def _scan(files: list[_RunFile]) -> pl.LazyFrame:
     old = [f for f in files if _strings_coded(f)]
     if not old:
-        return pl.scan_parquet([str(f) for f in files], schema=SCHEMA)
+        return pl.concat([pl.scan_parquet(f.data, schema=SCHEMA) for f in files], how="vertical")
     # a run written before kind / category were dictionary-encoded: the strings become codes here,
     # the one place a run is converted on read (a category outside the vocabulary is `other`, as
     # conform makes it; a kind outside it: RunError on collect)
     return pl.concat([_scan_file(f, f in old) for f in files], how="vertical")
 
 
-def _strings_coded(path: Path) -> bool:
+def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
+    """A LazyFrame over the events of a run file or shard directory (manifest checked; each file read once)."""
+    return _scan(_open_run(path))
+
+
+def _strings_coded(f: _RunFile) -> bool:
     """True when the file stores kind / category as strings (written before schema.KIND_DTYPE)."""
     try:
-        schema = pl.read_parquet_schema(path)
+        schema = pl.read_parquet_schema(io.BytesIO(f.data))
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise RunError(f"cannot read the Parquet schema ({exc.__class__.__name__}: {exc})", path=str(path)) from None
+        raise RunError(f"cannot read the Parquet schema ({exc.__class__.__name__}: {exc})", path=str(f.path)) from None
     return any(schema.get(c) == pl.String for c in _CODED)
 
 
-def _scan_file(path: Path, strings: bool) -> pl.LazyFrame:
+def _scan_file(f: _RunFile, strings: bool) -> pl.LazyFrame:
     if not strings:
-        return pl.scan_parquet(str(path), schema=SCHEMA)
+        return pl.scan_parquet(f.data, schema=SCHEMA)
     as_read = pl.Schema({c: pl.String() if c in _CODED else t for c, t in SCHEMA.items()})
-    return pl.scan_parquet(str(path), schema=as_read).with_columns(pl.col("kind").cast(SCHEMA["kind"]),
-                                                                   category_codes(pl.col("category")))
+    kinds = pl.read_parquet(f.data, columns=["rank", "kind", "name"]).filter(
+        pl.col("kind").is_not_null() & ~pl.col("kind").is_in(list(KINDS)))
+    if kinds.height:
+        first = kinds.row(0, named=True)
+        raise RunError(f"column kind: {kinds.height} event(s) of a kind tracekit does not know ({first['kind']!r}, "
+                       f"rank {first['rank']}, {first['name']!r}; known: {', '.join(KINDS)})", path=str(f.path))
+    return pl.scan_parquet(f.data, schema=as_read).with_columns(pl.col("kind").cast(SCHEMA["kind"]),
+                                                                category_codes(pl.col("category")))
 
 
 def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str]) -> pl.DataFrame:
     try:
-        return lf.collect()
+        df = lf.collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""  # polars adds hints on later lines
         raise RunError(f"cannot read events ({exc.__class__.__name__}: {first})", path=str(path)) from None
+    _check_times(df, str(path))
+    return df
+
+
+def _check_times(df: pl.DataFrame, path: str) -> None:
+    """Every event of a run has a start and a duration (not negative): a run that breaks this is
+    one RunError (count, first example), never a span of 10^13 ms or a negative busy time."""
+    for col, bad in (("start_ns", pl.col("start_ns").is_null()),
+                     ("dur_ns", pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0))):
+        if col not in df.columns:
+            continue
+        n = int(df.select(bad.sum()).item())
+        if n:
+            first = df.filter(bad).row(0, named=True)
+            what = "no start_ns" if col == "start_ns" else "no or a negative dur_ns"
+            where = ", ".join(f"{k} {first[k]!r}" for k in ("rank", "kind", "name", "start_ns", "dur_ns") if k in first)
+            raise RunError(f"{n} event(s) with {what} (first: {where})", path=path)
 
 
 def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> Run:
     """Events and manifest of a run file or shard directory, as finalized when written.
 
-    A shard directory is merged on the fly (phase ids made unique in the run). Readers never
-    finalize: a run whose manifest records an older ``finalize_version`` (or none) is read as
-    stored and ``Run.outdated`` says so (the CLI prints one line naming ``tracekit upgrade``,
-    which finalizes it again and writes it once).
+    Each file is read once, manifest and events from the same bytes (a concurrent writer's
+    rename cannot tear the read). A shard directory is merged on the fly (phase ids made unique
+    in the run). Readers never finalize: a run whose manifest records an older ``finalize_version``
+    (or none) is read as stored and ``Run.outdated`` says so (the CLI prints one line naming
+    ``tracekit upgrade``, which finalizes it again and writes it once).
     """
     from tracekit.finalize.version import (
         FINALIZE_VERSION,
@@ -271,8 +367,10 @@ def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> 
         unique_phase_ids,
     )
 
-    man = read_manifest(path)
-    lf = scan_run(path)
+    files = _open_run(path)
+    man = _manifest_of(files)
+    lf = _scan(files)
+    del files
     df = unique_phase_ids(_collect(lf if columns is None else lf.select(columns), path))
     note = None if is_finalized(man) else Outdated(str(path), finalize_version(man), FINALIZE_VERSION)
     return Run(events=df, manifest=man, path=str(path), outdated=note)

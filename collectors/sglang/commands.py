@@ -11,6 +11,7 @@ import click
 
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
+from tracekit.render.text import echo
 
 PROFILE_HELP = ("full: SGLang's profiler with CPU+CUDA activities; lite: CUDA activity only + tracekit's own phase "
                 "ranges (no CPU ops); timing: no profiler, phase times per cycle by CUDA events (no kernels). "
@@ -64,15 +65,15 @@ def sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_
     with claimed_output(out):  # the output rule of every command (README), and one writer per output
         res = run_live_capture(url, out, load=load, num_steps=cycles, ranks=world, trace_dir=trace_dir,
                                manifest_dir=manifest_dir, timeout_s=timeout_s, require_hooks=not allow_no_hooks,
-                               mode=mode, log=lambda m: click.echo(m, err=True))
+                               mode=mode, log=lambda m: echo(m, err=True))
     for note in res.notes:
-        click.echo(f"note: {note}", err=True)
+        echo(f"note: {note}", err=True)
     where = "no profiler ran" if res.mode == "timing" else f"rank traces in {res.trace_dir}"
-    click.echo(f"wrote {res.path} (profile mode {res.mode}): ranks {', '.join(str(r) for r in res.ranks)}; "
+    echo(f"wrote {res.path} (profile mode {res.mode}): ranks {', '.join(str(r) for r in res.ranks)}; "
                f"{res.load.ok} request(s) done, {res.load.failed} failed; {where}")
     from tracekit.collectors.sglang.modes import CANNOT_GIVE
 
-    click.echo(f"profile mode {res.mode} cannot give: {CANNOT_GIVE[res.mode]}")
+    echo(f"profile mode {res.mode} cannot give: {CANNOT_GIVE[res.mode]}")
 
 
 @click.command("sglang-launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -105,13 +106,13 @@ def sglang_bootstrap_cmd(directory: str, pth: bool) -> None:
     )
 
     path = write_pth(directory) if pth else write_sitecustomize(directory)
-    click.echo(f"wrote {path}")
+    echo(f"wrote {path}")
     if pth:
-        click.echo("active for this interpreter's processes when TRACEKIT_SGLANG=1 is set")
+        echo("active for this interpreter's processes when TRACEKIT_SGLANG=1 is set")
     else:
         import os.path
 
-        click.echo(f"start the server with: TRACEKIT_SGLANG=1 PYTHONPATH={os.path.abspath(directory)}${{PYTHONPATH:+:$PYTHONPATH}} "
+        echo(f"start the server with: TRACEKIT_SGLANG=1 PYTHONPATH={os.path.abspath(directory)}${{PYTHONPATH:+:$PYTHONPATH}} "
                    "python -m sglang.launch_server ...")
 
 
@@ -135,16 +136,16 @@ def sglang_check_cmd(version: str | None, source: str | None) -> None:
         rows = specs_for(ver)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--version") from None
-    click.echo(f"sglang {ver}: {len(rows)} hook target(s)")
+    echo(f"sglang {ver}: {len(rows)} hook target(s)")
     for s in rows:
-        click.echo(f"  {s.role:<13} {s.target}")
+        echo(f"  {s.role:<13} {s.target}")
     if source is not None:
         problems = check_source(source, ver)
         for p in problems:
-            click.echo(f"  MISSING {p}")
+            echo(f"  MISSING {p}")
         if problems:
             raise TracekitError(f"{len(problems)} hook target(s) do not match the source", path=source)
-        click.echo(f"all targets and fields found in {source}")
+        echo(f"all targets and fields found in {source}")
 
 
 COMMANDS = [sglang_capture_cmd, sglang_launch_cmd, sglang_bootstrap_cmd, sglang_check_cmd]

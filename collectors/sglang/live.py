@@ -292,6 +292,10 @@ def run_live_capture(
     info = server_info(base)
     world = expected_ranks(info, ranks)
     mdir = (Path(manifest_dir) if manifest_dir is not None else rankinfo.manifest_dir()).resolve()
+    try:
+        rankinfo.private_dir(mdir)  # the servers' control directory: this user's alone (rankinfo.private_dir)
+    except rankinfo.ControlDirError as exc:
+        raise TracekitError(str(exc), path=str(mdir)) from None
     tdir = Path(trace_dir) if trace_dir is not None else out_path.with_name(out_path.stem + "-sglang-traces")
     tdir = tdir.resolve()
     if mode != "timing":
@@ -318,7 +322,6 @@ def run_live_capture(
         if gen.stats.failed and not gen.stats.ok:
             raise TracekitError(f"/generate failed: {gen.stats.first_error}", path=base)
         if mode != "full":
-            mdir.mkdir(parents=True, exist_ok=True)
             ack_s = min(timeout_s, 60.0)
             # the ranks stop by themselves past every wait below (a capture killed with its window open)
             win = window.open_window(mdir, mode, num_steps if mode == "timing" else None, max_s=ack_s + 2 * timeout_s + 60)

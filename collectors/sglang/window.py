@@ -15,7 +15,7 @@ Protocol (capture side ``open_window`` / ``WindowHandle``; server side ``Agent``
    "cycles": N or null, "state": "open", "created_unix_ns", "deadline_unix_ns"}``.
 2. Every scheduler process notices it (the hooks call ``Agent.tick`` at each cycle boundary
    and look at the file at most every ``POLL_NS``; a watcher thread looks instead while the
-   scheduler has been idle for ``IDLE_NS``), starts recording (``hooks.start_recording``,
+   scheduler has been idle for ``Agent.idle_ns``), starts recording (``hooks.start_recording``,
    ``record_function`` off) and writes ``<id>/ack-TP-<r>.json``, exclusively: a second process
    with the same TP rank (data or pipeline parallel replicas) writes ``clash-TP-<r>-<pid>.json``
    instead and records nothing, and the capture refuses the window naming both pids.
@@ -52,7 +52,9 @@ log = logging.getLogger("tracekit.sglang")
 CONTROL = "window.json"
 MODES = ("lite", "timing")
 POLL_NS = 100_000_000  # the hooks look at the control file at most every 100 ms
-IDLE_NS = 1_000_000_000  # the watcher acts when no cycle began for 1 s
+IDLE_NS = 1_000_000_000  # the watcher acts when no cycle began for 1 s ...
+IDLE_CYCLES = 4  # ... and for this many times the median of the window's last cycles (a loaded machine's are slow),
+IDLE_MAX_NS = 30_000_000_000  # ... at most 30 s
 MAX_ROWS = 1_000_000  # a window stops itself after this many ranges (~100k cycles), whatever the capture does
 ACK_RE = re.compile(r"^ack-TP-(\d+)\.json$")
 DONE_RE = re.compile(r"^ranges-TP-(\d+)\.json$")
@@ -120,8 +122,11 @@ class Agent:
     def __init__(self, rec: Any, directory: Path | None = None) -> None:
         self.rec = rec
         self._dir = directory
+        self._checked = False
+        self._refused = False  # the control directory was refused (said once in the log)
         self._lock = threading.Lock()
         self._last_tick = time.monotonic_ns()
+        self._cycle_ns: list[int] = []  # the last few intervals between the window's cycle boundaries
         self._last_poll = 0
         self._seen: tuple[int, int] | None = None  # (inode, mtime) of the control file last read
         self._done: set[str] = set()
@@ -131,15 +136,19 @@ class Agent:
         self._watcher: threading.Thread | None = None
 
     def directory(self) -> Path:
-        if self._dir is None:
-            from tracekit.collectors.sglang.rankinfo import manifest_dir
+        """The private control directory (``rankinfo.private_dir``, checked once); ControlDirError if unusable."""
+        if self._dir is None or not self._checked:
+            from tracekit.collectors.sglang.rankinfo import private_dir
 
-            self._dir = manifest_dir()
+            self._dir = private_dir(self._dir)
+            self._checked = True
         return self._dir
 
     def tick(self) -> None:
         """At a cycle boundary on the scheduler thread (nothing of this process's phases is open)."""
         now = time.monotonic_ns()
+        if self._active is not None:  # the window's cycles only (not the model load, not idle hours before it)
+            self._cycle_ns = [*self._cycle_ns[-8:], now - self._last_tick]
         self._last_tick = now
         act = self._active
         if act is not None and act["cycles"] is not None and self.rec.cycle - act["first_cycle"] >= act["cycles"]:
@@ -158,11 +167,19 @@ class Agent:
         with self._lock:
             self._poll()
 
+    def idle_ns(self) -> int:
+        """How long without a cycle boundary makes the scheduler idle: ``IDLE_NS``, or ``IDLE_CYCLES`` times
+        the median of its last cycles when that is longer (on a loaded machine a cycle can outlast 1 s; taking
+        such a scheduler for idle ended a lite window without its drain cycle, losing the last accept lengths).
+        The median: one long pause between requests does not make a later stop wait."""
+        recent = sorted(self._cycle_ns)
+        return min(IDLE_MAX_NS, max(IDLE_NS, IDLE_CYCLES * recent[len(recent) // 2])) if recent else IDLE_NS
+
     def _watch(self) -> None:
         """While a window records: stop it for an idle scheduler (no cycle boundary would)."""
         while self._active is not None:
             time.sleep(POLL_NS / 1e9 * 2)
-            if time.monotonic_ns() - self._last_tick < IDLE_NS:
+            if time.monotonic_ns() - self._last_tick < self.idle_ns():
                 continue
             try:
                 with self._lock:
@@ -178,7 +195,15 @@ class Agent:
     def _poll(self, boundary: bool = True) -> None:
         """Act on the control file. ``boundary``: called at a cycle boundary (the cycle counter has moved
         to the cycle about to run), not by the watcher of an idle scheduler (its last cycle is done)."""
-        path = self.directory() / CONTROL
+        from tracekit.collectors.sglang.rankinfo import ControlDirError, inside
+
+        try:
+            path = self.directory() / CONTROL
+        except ControlDirError as exc:
+            if not self._refused:
+                self._refused = True
+                log.error("tracekit: %s; no recording window will start in this process", exc)
+            return
         try:
             st = path.stat()
         except OSError:
@@ -211,6 +236,12 @@ class Agent:
         deadline = doc.get("deadline_unix_ns")
         if (self._active is None and state == "open" and wid not in self._done and doc.get("mode") in MODES
                 and isinstance(deadline, int) and time.time_ns() < deadline):
+            try:
+                inside(self.directory(), doc.get("id"))
+            except ControlDirError as exc:  # an id that would lead out of the directory: never followed
+                self._done.add(wid)
+                log.error("tracekit: %s; window not started", exc)
+                return
             self._start(doc)
 
     def _rank(self) -> int | None:
@@ -224,6 +255,7 @@ class Agent:
     def _start(self, doc: dict[str, Any]) -> None:
         from tracekit.collectors.hooks import start_recording
         from tracekit.collectors.ranges import RangeRecorder
+        from tracekit.collectors.sglang.rankinfo import inside
 
         mode = str(doc["mode"])
         cycles = doc.get("cycles")
@@ -236,10 +268,11 @@ class Agent:
         self._active = {"id": str(doc["id"]), "mode": mode, "cycles": cycles if isinstance(cycles, int) else None,
                         "first_cycle": self.rec.cycle, "start_unix_ns": time.time_ns(),
                         "deadline": int(doc["deadline_unix_ns"]), "drain": None}
+        self._cycle_ns = []
         rank = self._rank()
         ack = {"rank": rank, "pid": os.getpid(), "mode": mode, "cuda_events": self._recorder.cuda_events,
                "start_unix_ns": self._active["start_unix_ns"], "cycle": self.rec.cycle}
-        ack_path = self.directory() / self._active["id"] / f"ack-TP-{_tag(rank)}.json"
+        ack_path = inside(self.directory(), self._active["id"]) / f"ack-TP-{_tag(rank)}.json"
         try:
             claimed = _claim(ack_path, json.dumps(ack).encode())
         except OSError:  # as before the claim: record; the capture names the rank that never acked
@@ -290,9 +323,11 @@ class Agent:
 
     def _write(self, name: str, data: bytes, wid: str | None = None) -> None:
         wid = wid if wid is not None else (self._active or {}).get("id", "x")
+        from tracekit.collectors.sglang.rankinfo import ControlDirError, inside
+
         try:
-            _write_atomic(self.directory() / str(wid) / name, data)
-        except OSError:
+            _write_atomic(inside(self.directory(), str(wid)) / name, data)
+        except (OSError, ControlDirError):
             log.exception("tracekit: cannot write %s for window %s", name, wid)
 
 

@@ -7,6 +7,7 @@ import click
 from tracekit.cli.common import _load, _note_partial, cli
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
+from tracekit.render.text import echo
 
 
 @cli.command("attribute")
@@ -27,15 +28,22 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
     from tracekit.render import attribute_doc
 
     r = _load(run)
-    _note_partial(run)
+    _note_partial(r)
     try:
         report = analyses.attribute(r.events, r.manifest, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
     except TracekitError as exc:
         raise exc.located(path=run) from None
     if as_json:
-        click.echo(json.dumps(attribute_doc.document(report, by, run), indent=2, allow_nan=False))
+        echo(json.dumps(attribute_doc.document(report, by, run), indent=2, allow_nan=False))
     else:
         attribute_doc.render(report, by)
+        from tracekit.analyzers.joins import unphased_gpu
+        from tracekit.render.run_state import unphased_line
+
+        ev = r.events if rank is None else r.events.filter(r.events.get_column("rank") == rank)
+        line = unphased_line(unphased_gpu(ev))
+        if line:
+            echo(line)
 
 
 @cli.command("gap")
@@ -56,21 +64,20 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
     """Why phase A (verify, extend mode) costs more than phase B (decode): bucket by bucket, kernel by kernel."""
     import json
 
-    from rich.console import Console
-
     from tracekit.analyzers import analyses
     from tracekit.errors import AnalysisError, side_path
     from tracekit.render import gap as render_gap
+    from tracekit.render.console import SafeConsole as Console
 
     ra = _load(run)
     rb = _load(b_run) if b_run is not None else None
-    _note_partial(run, b_run)
+    _note_partial(ra, rb)
     try:
         rep = analyses.gap(ra.events, ra.manifest, None if rb is None else rb.events, None if rb is None else rb.manifest,
                            a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000), stat=stat)
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, b_run)) from None
     if as_json:
-        click.echo(json.dumps(render_gap.document(rep, run, b_run or run, by_rank=by == "rank"), indent=2, allow_nan=False))
+        echo(json.dumps(render_gap.document(rep, run, b_run or run, by_rank=by == "rank"), indent=2, allow_nan=False))
     else:
         render_gap.render_report(rep, Console(width=max(Console().width, 120)), by_rank=by == "rank")

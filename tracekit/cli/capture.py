@@ -9,6 +9,7 @@ import click
 
 from tracekit.cli.common import cli
 from tracekit.cli_errors import guarded
+from tracekit.render.text import echo
 
 
 def _parse_ranks(value: str) -> list[int] | None:
@@ -100,6 +101,10 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
                         timeout_s=timeout_s, allow_no_hooks=False, profile=profile)
         return
     ranks = _parse_ranks(ranks_opt)
+    from tracekit.outputs import OutputLock, check_output
+
+    check_output(out)  # the output rule and a held lock: refused at once, before torch is imported
+    OutputLock(out).refuse_if_held()
     try:
         probs = tuple(float(p) for p in accept_probs.split(",")) if accept_probs else None
     except ValueError:
@@ -140,13 +145,10 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
                              hidden=hidden, experts=experts, top_k=top_k, accept_probs=probs)
         cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, after=after, device=device,
                            workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile, nodes=nodes)
-        from tracekit.outputs import check_output
-
-        check_output(out)
-        result = run_capture(cc, progress=lambda m: click.echo(m, err=True), live=sys.stderr.isatty())
+        result = run_capture(cc, progress=lambda m: echo(m, err=True), live=sys.stderr.isatty())
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(render_capture_summary(result))
+    echo(render_capture_summary(result))
     from tracekit.cli_errors import EXIT_INTERRUPTED, EXIT_PARTIAL
 
     if result.interrupted:

@@ -11,6 +11,7 @@ import click
 
 from tracekit import __version__
 from tracekit.cli_errors import _State
+from tracekit.render.text import echo
 
 if TYPE_CHECKING:
     from tracekit.store import Run
@@ -88,7 +89,7 @@ def _load(path: str, columns: list[str] | None = None) -> Run:
 
     run = load_run(path, columns)
     if run.outdated is not None:
-        click.echo(outdated_line(run.outdated), err=True)
+        echo(outdated_line(run.outdated), err=True)
     return run
 
 
@@ -109,22 +110,22 @@ def _claim(out: str, inputs: Iterable[str] = (), *, runs: bool = True) -> Iterat
 
     with claimed_output(out, inputs, runs=runs) as lock:
         if lock.stale is not None:
-            click.echo(f"tracekit: note: replaced a stale lock {lock.path} (pid {lock.stale} no longer runs)", err=True)
+            echo(f"tracekit: note: replaced a stale lock {lock.path} (pid {lock.stale} no longer runs)", err=True)
         yield
 
 
-def _note_partial(*paths: str | None) -> None:
-    """One stderr line per way each run is not whole (missing ranks, interrupted capture)."""
+def _note_partial(*runs: Run | None) -> None:
+    """One stderr line per way each run is not whole (missing ranks, interrupted capture), from the
+    manifest read with its events (``_load``: one read of each file)."""
     from tracekit.render.run_state import run_state_lines
-    from tracekit.store import read_manifest
 
-    for path in paths:
-        if path is not None:
-            for line in run_state_lines(path, read_manifest(path)):
-                click.echo(f"tracekit: warning: {line}", err=True)
+    for run in runs:
+        if run is not None:
+            for line in run_state_lines(str(run.path), run.manifest):
+                echo(f"tracekit: warning: {line}", err=True)
 
 
 def _forensic_json(doc: Any) -> None:
     import json
 
-    click.echo(json.dumps(doc, indent=2, sort_keys=False, allow_nan=False))
+    echo(json.dumps(doc, indent=2, sort_keys=False, allow_nan=False))

@@ -10,6 +10,7 @@ from tracekit.cli.common import _claim, _load, _note_partial, cli
 from tracekit.cli_errors import guarded
 from tracekit.exporters import FORMATS as EXPORTERS  # the registry imports no writer
 from tracekit.exporters import format_names
+from tracekit.render.text import echo
 
 
 def _flows_opt(value: str) -> tuple[str, ...]:
@@ -66,13 +67,13 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
         raise click.UsageError("--cycles needs --phase")
     with _claim(output, [run_path]):
         r = _load(run_path)
-        _note_partial(run_path)
+        _note_partial(r)
         res = export_events(r.events, r.manifest, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt),
                             buckets=not no_buckets, outstanding=outstanding, source=run_path)
     for w in res.warnings:
-        click.echo(f"tracekit: warning: {w}", err=True)
-    click.echo(export_summary(res))
-    click.echo(open_hint(res))
+        echo(f"tracekit: warning: {w}", err=True)
+    echo(export_summary(res))
+    echo(open_hint(res))
 
 
 @cli.command("validate-trace")
@@ -88,9 +89,9 @@ def validate_trace_cmd(trace: str, as_json: bool) -> None:
 
     chk = validate_trace(trace)
     if as_json:
-        click.echo(_json.dumps(check_doc(chk), indent=2, ensure_ascii=False))
+        echo(_json.dumps(check_doc(chk), indent=2, ensure_ascii=False))
     else:
         for line in check_lines(chk):
-            click.echo(line)
+            echo(line)
     if not chk.ok:
         sys.exit(1)

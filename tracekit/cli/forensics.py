@@ -7,6 +7,7 @@ import click
 from tracekit.cli.common import _claim, _forensic_json, _load, _note_partial, _table_console, cli
 from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
+from tracekit.render.text import echo
 
 
 @cli.command("spec")
@@ -67,7 +68,7 @@ def spec_cmd(
     events = loaded.events
     base_run = _load(baseline) if baseline is not None else None
     base = base_run.events if base_run is not None else None
-    _note_partial(run, baseline)
+    _note_partial(loaded, base_run)
     try:
         rep = analyses.spec(
             events,
@@ -111,7 +112,7 @@ def align_cmd(run: str, output: str, method: str) -> None:
     from tracekit.render.ingest import alignment_line
 
     line = alignment_line(typed(man).clock)
-    click.echo(f"{line} -> {output}" if line else f"no alignment (ranks share one host clock) -> {output}")
+    echo(f"{line} -> {output}" if line else f"no alignment (ranks share one host clock) -> {output}")
 
 
 @cli.command("upgrade")
@@ -131,7 +132,7 @@ def upgrade_cmd(run: str, output: str | None) -> None:
     out = run if output is None else output
     with _claim(out, [] if output is None else [run]):
         up = upgrade_run(run, out)
-    click.echo(upgrade_line(up))
+    echo(upgrade_line(up))
 
 
 @cli.command("diff")
@@ -168,7 +169,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
 
     a = _load(old)
     b = _load(new)
-    _note_partial(old, new)
+    _note_partial(a, b)
     try:
         rep = analyses.diff(a.events, a.manifest, b.events, b.manifest, phase=None if phase == "all" else phase,
                             seq_width=seq_width, stat=stat)
@@ -195,7 +196,7 @@ def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: b
     from tracekit.render import ranks as render_ranks
 
     r = _load(run)
-    _note_partial(run)
+    _note_partial(r)
     rep = analyses.ranks(r.events, r.manifest, min_skew_ns=round(min_skew_us * 1000),
                          launch_latency_ns=round(launch_latency_us * 1000))
     if as_json:

@@ -10,6 +10,7 @@ import click
 from tracekit.cli.common import _claim, _load, _table_console, cli
 from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
+from tracekit.render.text import echo
 
 
 @cli.command()
@@ -45,14 +46,13 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     err: Any = None
     progress: Any = None
     if not quiet:  # rich only when something is printed
-        from rich.console import Console
-
+        from tracekit.render.console import SafeConsole as Console
         from tracekit.render.ingest import ByteProgress
 
         err = Console(stderr=True, soft_wrap=True)  # never break file paths
         progress = ByteProgress(err)
     t0 = time.perf_counter()
-    with _claim(output, [*traces, *map(str, discover(traces))], runs=False):
+    with _claim(output, [*traces, *map(str, discover(traces, []))], runs=False):
         try:
             run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks,
                                 on_error=on_error,  # type: ignore[arg-type]
@@ -71,7 +71,8 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
 
     line = resolution_line(time_resolution(events))
     if line:
-        click.echo(f"tracekit: warning: {out}: {line}", err=True)
+        echo(f"tracekit: warning: {out}: {line}", err=True)
+    _data_warnings(str(out), events, man)
     from tracekit.manifest import typed
 
     if typed(man).missing_ranks:
@@ -103,13 +104,14 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, pa
     from tracekit.finalize.categories import load_rules
     from tracekit.summary import run_summary
 
-    run = _load(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns"])
+    run = _load(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns", "correlation"])
     rules = load_rules(categories_file) if categories_file else None
     doc = run_summary(run.events, run.manifest, rules=rules, top=top)
     if as_json:
         import json
 
-        click.echo(json.dumps(doc, indent=2, default=str))
+        echo(json.dumps(doc, indent=2, default=str))
+        _data_warnings(run_path, run.events, run.manifest)
         return
 
     from tracekit.env_view import environment_rows
@@ -121,4 +123,15 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, pa
 
     line = resolution_line(time_resolution(run.events))
     if line:
-        click.echo(f"tracekit: warning: {run_path}: {line}", err=True)
+        echo(f"tracekit: warning: {run_path}: {line}", err=True)
+    _data_warnings(run_path, run.events, run.manifest)
+
+
+def _data_warnings(path: str, events: Any, manifest: dict[str, Any]) -> None:
+    """``ingest`` and ``info``: one warning line per reason ingest left events out and per kind of
+    GPU event that joined no launch (never a silently wrong number)."""
+    from tracekit.analyzers.joins import join_problems
+    from tracekit.render.run_state import dropped_lines, join_lines
+
+    for line in [*dropped_lines(path, manifest), *join_lines(path, join_problems(events))]:
+        echo(f"tracekit: warning: {line}", err=True)

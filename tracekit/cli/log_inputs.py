@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from tracekit.render.text import echo
+
 
 def user_patterns(patterns: tuple[str, ...], pattern_file: str | None) -> list[object]:
     """The compiled ``--pattern`` / ``--patterns FILE`` (a bad one: exit 2, one line)."""
@@ -122,7 +124,7 @@ def _emit(out: Any) -> None:
     if isinstance(out, dict):
         import json
 
-        click.echo(json.dumps(out, indent=2, default=str, allow_nan=False))
+        echo(json.dumps(out, indent=2, default=str, allow_nan=False))
     else:
         for line in out:
-            click.echo(line)
+            echo(line)

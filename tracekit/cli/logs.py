@@ -8,6 +8,7 @@ import click
 
 from tracekit.cli.common import _claim, cli
 from tracekit.cli_errors import guarded
+from tracekit.render.text import echo
 
 
 @cli.command("logs")
@@ -37,8 +38,7 @@ def logs_cmd(files: tuple[str, ...], output: str, patterns: tuple[str, ...], pat
     pats: Any = user_patterns(patterns, pattern_file)
     progress: Any = None
     if not quiet and not as_json:
-        from rich.console import Console
-
+        from tracekit.render.console import SafeConsole as Console
         from tracekit.render.ingest import ByteProgress
 
         progress = ByteProgress(Console(stderr=True, soft_wrap=True))
@@ -51,7 +51,7 @@ def logs_cmd(files: tuple[str, ...], output: str, patterns: tuple[str, ...], pat
     if as_json:
         import json
 
-        click.echo(json.dumps(to_json(res.manifest, res.rows, str(res.path)), indent=2, default=str))
+        echo(json.dumps(to_json(res.manifest, res.rows, str(res.path)), indent=2, default=str))
     elif not quiet:
         for line in summary_lines(res.manifest, res.rows, str(res.path)):
-            click.echo(line, err=True)
+            echo(line, err=True)

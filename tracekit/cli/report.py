@@ -8,6 +8,7 @@ import click
 
 from tracekit.cli.common import _claim, cli
 from tracekit.cli_errors import guarded
+from tracekit.render.text import echo
 
 
 @cli.command("report")
@@ -27,9 +28,9 @@ def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, ta
     with _claim(output, [run, *([b_run] if b_run else [])]):
         res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)
     for note in res.outdated:
-        click.echo(outdated_line(note), err=True)
+        echo(outdated_line(note), err=True)
     for line in report_lines(res):
-        click.echo(line)
+        echo(line)
 
 
 @cli.command("merge")
@@ -51,8 +52,8 @@ def merge_cmd(shard_dir: str, output: str) -> None:
         merge_shards(shard_dir, output, {"merged_by": "tracekit merge", "merged_from": shard_dir})
     man = read_manifest(output)
     n = len(typed(man).ranks)
-    click.echo(f"merged {n} shard(s) from {shard_dir} into {output} (the shards are left in {shard_dir})")
+    echo(f"merged {n} shard(s) from {shard_dir} into {output} (the shards are left in {shard_dir})")
     line = missing_line(output, man)
     if line:
-        click.echo(f"tracekit: warning: {line}", err=True)
+        echo(f"tracekit: warning: {line}", err=True)
         sys.exit(EXIT_PARTIAL)

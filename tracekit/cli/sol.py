@@ -6,6 +6,7 @@ import click
 
 from tracekit.cli.common import _table_console, cli
 from tracekit.cli_errors import guarded
+from tracekit.render.text import echo
 
 
 @cli.command("sol")
@@ -71,7 +72,7 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         from tracekit.errors import TracekitError
 
         r = _load(run)
-        _note_partial(run)
+        _note_partial(r)
         cfg = load_config(model) if model is not None else None
         try:
             rep = sol_of_run(r.events, r.manifest, run=run, config=cfg, config_source=model, gpu=gpu, tp=tp,
@@ -96,7 +97,7 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         rep = what_if(shape, model, spec, "--gpu", layout, steps,
                       None if allreduce_us is None else allreduce_us * 1000)
     if as_json:
-        click.echo(json.dumps(render_sol.to_json(rep), indent=2, allow_nan=False))
+        echo(json.dumps(render_sol.to_json(rep), indent=2, allow_nan=False))
     else:
         render_sol.render(rep, _table_console())
 
@@ -109,7 +110,7 @@ def _calibrate(output: str) -> None:
     from tracekit.outputs import atomic_write
 
     with _claim(output, runs=False):
-        click.echo("tracekit: measuring copy bandwidth and GEMM rates on the local GPU (about 10 s)...", err=True)
+        echo("tracekit: measuring copy bandwidth and GEMM rates on the local GPU (about 10 s)...", err=True)
         cal = calibrate_local()
         try:
             base = gpu_spec(cal.device)
@@ -121,5 +122,5 @@ def _calibrate(output: str) -> None:
     fp8 = "n/a" if cal.fp8_flops is None else f"{cal.fp8_flops / 1e12:.0f}"
     ref = "" if base is None else (f" (datasheet {base.name}: {base.hbm_Bps / 1e9:.0f} GB/s, bf16 "
                                    f"{base.flops['bf16'] / 1e12:.0f} TFLOP/s)")
-    click.echo(f"{cal.device}: copy {cal.hbm_Bps / 1e9:.0f} GB/s, bf16 GEMM {cal.bf16_flops / 1e12:.0f} TFLOP/s, "
+    echo(f"{cal.device}: copy {cal.hbm_Bps / 1e9:.0f} GB/s, bf16 GEMM {cal.bf16_flops / 1e12:.0f} TFLOP/s, "
                f"fp8 GEMM {fp8} TFLOP/s{ref} -> {output}")

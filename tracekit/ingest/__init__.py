@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +32,8 @@ from tracekit.ingest.discover import Source, discover, read_trace_bytes
 from tracekit.ingest.kineto import parse_kineto
 from tracekit.ingest.kineto_events import ParsedTrace
 from tracekit.ingest.ranks import MERGED_LABEL, RankHint, Unit, assign_ranks, hint_from_name
+from tracekit.ingest.screen import Dropped, screen_events
+from tracekit.limits import rank_problem, world_size_problem
 from tracekit.manifest import RankManifest, host_from_trace_name, rank_section_dict
 from tracekit.store import Run, new_manifest
 
@@ -48,6 +51,7 @@ class _Part:
     dropped: dict[str, int] = field(default_factory=dict)
     pids: set[int] = field(default_factory=set)  # host pids (the file name's host is trusted for these)
     devices: list[int] = field(default_factory=list)  # GPU devices, sorted
+    screened: list[Dropped] = field(default_factory=list)  # events out of range, left out (tracekit.ingest.screen)
 
 
 _EMPTY = pl.DataFrame()
@@ -112,10 +116,18 @@ def _read_parts(path: str, loaded: _Loaded | None = None) -> list[_Part]:
     parsed = parse_kineto(data, path, scanned)
     del data, scanned
     if parsed.events.height == 0:
+        begin_end = _begin_end_events(path) if parsed.n_events else 0
+        if begin_end:
+            raise BadTraceError(f"the trace's {begin_end} timed events are all B/E (begin/end) pairs: tracekit reads "
+                                "complete events (ph X) and instants, as torch.profiler writes them", path=path)
         raise EmptyTraceError("metadata only: the trace holds no events", path=path)
     dist = parsed.meta.get("distributedInfo")
     dist_rank = dist.get("rank") if isinstance(dist, dict) else None
     world = dist.get("world_size") if isinstance(dist, dict) else None
+    for why in (rank_problem(dist_rank) if isinstance(dist_rank, int) else None,
+                world_size_problem(world) if isinstance(world, int) else None):
+        if why is not None:
+            raise RankError(f"distributedInfo: {why}", path=path)
     meta = _meta_for_rank(parsed.meta)
     split = _split_merged(parsed, path)
     parts: list[_Part] = []
@@ -127,15 +139,35 @@ def _read_parts(path: str, loaded: _Loaded | None = None) -> list[_Part]:
             dist_rank=dist_rank if isinstance(dist_rank, int) else None,
             world_size=world if isinstance(world, int) else None,
         )
-        parts.append(_Part(unit, ev.drop("pid_raw"), meta, src, *_facts(ev, parsed.dropped)))
+        ev, screened = screen_events(ev, path)
+        _all_left_out(ev, screened, path)
+        parts.append(_Part(unit, ev.drop("pid_raw"), meta, src, *_facts(ev, parsed.dropped), screened=screened))
     else:
         # distributedInfo of a merged file is the first rank's only: do not trust it for the parts
         meta = {k: v for k, v in meta.items() if k not in ("distributedInfo", "deviceProperties", "trace_id")}
         meta["merged_from"] = path
         for hint, source, ev in split:
             unit = Unit(source=source, hint=hint)
-            parts.append(_Part(unit, ev.drop("pid_raw"), dict(meta), src, *_facts(ev, parsed.dropped)))
+            ev, screened = screen_events(ev, source)
+            _all_left_out(ev, screened, source)
+            parts.append(_Part(unit, ev.drop("pid_raw"), dict(meta), src, *_facts(ev, parsed.dropped), screened=screened))
     return parts
+
+
+_BEGIN_END = re.compile(rb'"ph"\s*:\s*"[BE]"')
+
+
+def _begin_end_events(path: str) -> int:
+    """B/E events in a trace that yielded no event (read again: only such files come here)."""
+    data, _ = read_trace_bytes(Path(path))
+    return len(_BEGIN_END.findall(bytes(data)))
+
+
+def _all_left_out(ev: pl.DataFrame, screened: list[Dropped], path: str) -> None:
+    """BadTraceError when screening left no event of a trace (a run of nothing is no result)."""
+    if ev.height == 0 and screened:
+        why = "; ".join(f"{d.count} {d.reason}" for d in screened)
+        raise BadTraceError(f"every event is out of range ({why}; first: {screened[0].first})", path=path)
 
 
 def _sort_part(ev: pl.DataFrame) -> pl.DataFrame:
@@ -210,13 +242,13 @@ def _ingest(
     progress: Progress | None,
     rules: Sequence[Any] | None,
 ) -> Run:
-    files = discover(paths)
+    skipped: list[dict[str, str]] = []
+    files = discover(paths, skipped if on_error == "skip" else None)
     named = {str(Path(p)) for p in paths}
     sizes = {str(f): f.stat().st_size for f in files}
     total = sum(sizes.values())
     done = 0
     parts: list[_Part] = []
-    skipped: list[dict[str, str]] = []
     # files are read, gunzipped and scanned in threads, one per core (no GIL held there), at
     # most one per thread ahead of this one (memory: a few files' JSON); their columns are built
     # here, one file after another (polars queries of two threads on a single-threaded polars
@@ -323,6 +355,7 @@ def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: 
         for s in sources:
             if s["path"] == p.src.path and p.unit.rank not in s["ranks"]:
                 s["ranks"].append(p.unit.rank)
+    screened = [{"rank": p.unit.rank, **d.as_dict()} for p in sorted(parts, key=lambda q: q.unit.rank) for d in p.screened]
     notes = [f"rank {r}: CPU-only trace (no GPU kernels, copies or memsets)" for r, e in sorted(ranks.items(), key=lambda kv: int(kv[0])) if e["cpu_only"]]
     man = new_manifest(
         source="ingest",
@@ -331,7 +364,7 @@ def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: 
         sources=sources,
         clock={"align": "none", "note": "Kineto baseTimeNanoseconds timeline; ranks on one host share a clock",
                "offsets_ns": {r: 0 for r in ranks}},
-        ingest={"skipped": skipped, "notes": notes},
+        ingest={"skipped": skipped, "notes": notes, **({"dropped": screened} if screened else {})},
     )
     if missing:
         man["missing_ranks"] = missing

@@ -20,6 +20,8 @@ from tracekit.errors import BadTraceError, NotATraceError
 from tracekit.ingest import fastscan
 from tracekit.ingest.exact import us_text_to_ns
 from tracekit.ingest.kineto_events import ParsedTrace, finish_columns, nulls
+from tracekit.ingest.screen import shifted_start
+from tracekit.inputs import too_deep
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False, rename={
@@ -204,7 +206,7 @@ def parse_kineto(data: bytes | memoryview, path: str, scanned: Any = _UNSCANNED)
             meta[key] = val
     if cols is not None:
         _, frame, n_all, codes = cols
-        return finish_columns(frame.with_columns(pl.col("start_ns") + (base_ns or 0)), path, meta, n_all, codes)
+        return finish_columns(frame.with_columns(shifted_start(pl.col("start_ns"), base_ns)), path, meta, n_all, codes)
     return _columns(events, base_ns or 0, path, meta)
 
 
@@ -220,6 +222,8 @@ def _decode_or_raise(data: bytes | memoryview, path: str, meta: dict[str, Any]) 
     """``_decode``, with non-UTF-8 bytes replaced (noted in ``meta``) and errors as BadTraceError."""
     try:
         return _decode(data, path)
+    except RecursionError:
+        raise too_deep("the JSON", path, BadTraceError) from None
     except msgspec.DecodeError as exc:
         if "UTF-8" not in str(exc):
             raise BadTraceError(f"truncated or malformed JSON ({exc})", path=path) from None
@@ -360,7 +364,11 @@ def _columns(events: list[Any], base_ns: int, path: str, meta: dict[str, Any]) -
     ts = us_text_to_ns(_series(cols.pop("ts"), pl.String()))
     if ts.null_count():
         raise BadTraceError(f"{ts.null_count()} event(s) with a missing or non-numeric ts", path=path)
-    dur = us_text_to_ns(_series(cols.pop("dur"), pl.String()))
+    dur_text = _series(cols.pop("dur"), pl.String())
+    # no dur (instants): 0; a dur that is no finite number in the int64 ns range (1e400): null, screened
+    # out and reported by ingest (tracekit.ingest.screen), never 0
+    dur = pl.select(pl.when(dur_text.is_null()).then(0).otherwise(us_text_to_ns(dur_text))).to_series()
+    del dur_text
     # string pids: Kineto's own "Spans"/"Traces" rows, or every row of a merged trace; they go
     # to pid_raw, and pid_int is null there (tid likewise null)
     pids = cols.pop("pid")
@@ -381,8 +389,8 @@ def _columns(events: list[Any], base_ns: int, path: str, meta: dict[str, Any]) -
             "pid_raw": pid_raw,
             "pid_int": pid_int,
             "tid_raw": _series(tids, pl.Int64()),
-            "start_ns": ts + base_ns,
-            "dur_ns": dur.fill_null(0),
+            "start_ns": ts,
+            "dur_ns": dur,
             "correlation": _series(cols.pop("correlation"), pl.Int64()),
             "external_id": _series(cols.pop("external_id"), pl.Int64()),
             "a_device": _series(cols.pop("device"), pl.Int64()),
@@ -397,6 +405,6 @@ def _columns(events: list[Any], base_ns: int, path: str, meta: dict[str, Any]) -
         }
     )
     del cols, cargs, tids
-    return finish_columns(frame, path, meta, n_all)
+    return finish_columns(frame.with_columns(shifted_start(pl.col("start_ns"), base_ns)), path, meta, n_all)
 
 

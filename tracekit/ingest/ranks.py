@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tracekit.errors import RankError
+from tracekit.limits import rank_problem, world_size_problem
 from tracekit.ranklist import format_rank_list
 
 _PART = re.compile(r"(?<![A-Za-z])(TP|DP|PP|EP)-?(\d+)")
@@ -102,8 +103,10 @@ def assign_ranks(units: Sequence[Unit], *, allow_missing_ranks: bool = False) ->
                 "cannot tell its rank: no distributedInfo.rank and no TP-<r> / rank-<r> / worker<r> in the name",
                 path=u.source,
             )
-        if u.rank < 0:
-            raise RankError(f"negative rank {u.rank}", path=u.source)
+        if (why := rank_problem(u.rank)) is not None:
+            raise RankError(f"{why} ({u.rank_source})", path=u.source)
+        if u.world_size is not None and (why := world_size_problem(u.world_size)) is not None:
+            raise RankError(f"{why} (distributedInfo)", path=u.source)
     by_rank: dict[int, list[Unit]] = {}
     for u in units:
         by_rank.setdefault(u.rank, []).append(u)

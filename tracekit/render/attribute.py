@@ -17,10 +17,12 @@ from typing import Any, Final
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracekit.analyzers.reports import AttributionReport, Mode
 from tracekit.buckets import BUCKETS, LABELS
 from tracekit.render.attribute_json import WHOLE_TRACE_LINE, clock_notes
+from tracekit.render.console import SafeConsole
 from tracekit.render.ranks import before_late
 from tracekit.render.units import dur
 from tracekit.schema import PHASES
@@ -37,10 +39,10 @@ MAX_RANK_COLUMNS: Final = 4  # more ranks: min / median / max across ranks inste
 
 def make_console(min_width: int = MIN_PIPE_WIDTH) -> Console:
     """A console that never squeezes tables: at least ``min_width`` columns when not a terminal."""
-    c = Console()
+    c = SafeConsole()
     if c.is_terminal:
         return c
-    return Console(width=max(c.width, min_width))
+    return SafeConsole(width=max(c.width, min_width))
 
 
 def _median(values: list[float]) -> float:
@@ -345,7 +347,7 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
             console.print(tables.ranks(phase, row, report.by_rank.filter(pl.col("phase") == phase)))
         console.print(_facts_line(row, gpu=tables.gpu))
         if (lab := label_line(row)) is not None:
-            console.print(f"  [yellow]warning:[/yellow] {lab}", soft_wrap=True)
+            console.print(Text.assemble("  ", ("warning:", "yellow"), f" {lab}"), soft_wrap=True)
         for line in robust_lines(row, report.outliers, gpu=tables.gpu):
             console.print(line, soft_wrap=True)
         if phase in dil:
@@ -361,7 +363,8 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
         console.print(tables.summary(row, s), soft_wrap=True)
         console.print()
     for issue in report.issues:
-        console.print(f"[yellow]warning:[/yellow] {issue}; wait/transfer not split for that group", soft_wrap=True)
+        console.print(Text.assemble(("warning:", "yellow"), f" {issue}; wait/transfer not split for that group"),
+                      soft_wrap=True)
 
 
 __all__ = [

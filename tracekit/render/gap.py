@@ -9,6 +9,7 @@ from typing import Any, Final
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracekit.analyzers.reports import GapReport, Mode
 from tracekit.documents import GAP
@@ -246,7 +247,7 @@ def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
     for line in explanation_lines(rep):
         console.print(f"  {line}", soft_wrap=True)
     for w in warning_lines(rep):
-        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+        console.print(Text.assemble(("warning:", "yellow"), f" {w}"), soft_wrap=True)
 
 
 __all__ = ["STAT_NOTE", "bucket_table", "document", "explanation_lines", "render", "render_report", "side_names", "to_json",

@@ -14,6 +14,7 @@ from typing import Any, Final
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracekit.analyzers.reports import AttributionReport, GapReport
 from tracekit.buckets import HOST_BUCKETS, HOST_LABELS
@@ -195,7 +196,7 @@ def render_host_gap(rep: GapReport, console: Console) -> None:
     for line in host_explanation_lines(rep):
         console.print(f"  {line}", soft_wrap=True)
     for w in warning_lines(rep, see_rows=False):
-        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+        console.print(Text.assemble(("warning:", "yellow"), f" {w}"), soft_wrap=True)
     tm = dict(rep.timing)
     if tm["timing_source"] == "unprofiled":
         d = tm["delta_ns"]

@@ -69,13 +69,13 @@ def print_ingest_summary(err: Console, out: object, height: int, man: dict[str, 
         err.print(line)
     skipped = m.ingest.get("skipped", [])
     if skipped:  # first: a skipped file is usually why a rank is missing
-        err.print(f"[yellow]skipped {len(skipped)} file(s):[/yellow]")
+        err.print(f"skipped {len(skipped)} file(s):", style="yellow")
         for s in skipped:
-            err.print(f"[yellow]  {s['path']}: {s['reason']}[/yellow]", markup=True, highlight=False)
+            err.print(f"  {s['path']}: {s['reason']}", style="yellow", highlight=False)
     for rs, why in ranks_by_reason(m.missing_ranks):
-        err.print(f"[yellow]missing {rs}: {why}[/yellow]", markup=True, highlight=False)
+        err.print(f"missing {rs}: {why}", style="yellow", highlight=False)
     for note in m.ingest.get("notes", []):
-        err.print(f"[yellow]{note}[/yellow]")
+        err.print(note, style="yellow")
 
 
 __all__ = ["PROGRESS_MIN_BYTES", "ByteProgress", "alignment_line", "print_ingest_summary"]

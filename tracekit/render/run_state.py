@@ -27,6 +27,39 @@ def interrupted_line(path: str, manifest: Mapping[str, Any]) -> str | None:
             f"{intr.get('cycles_requested')} ({intr.get('signal', 'SIGINT')})")
 
 
+def dropped_lines(path: str, manifest: Mapping[str, Any]) -> list[str]:
+    """One line per input and reason that ingest left events out (``tracekit.ingest.screen``)."""
+    out = []
+    for d in typed(manifest).ingest.get("dropped") or []:
+        if isinstance(d, Mapping):
+            out.append(f"{path}: rank {d.get('rank')}: ingest left out {d.get('count')} event(s) of {d.get('source')}: "
+                       f"{d.get('reason')} (first: {d.get('first')})")
+    return out
+
+
+def join_lines(path: str, problems: list[Any]) -> list[str]:
+    """One line per kind of broken launch join (``tracekit.analyzers.joins.JoinProblem`` items)."""
+    out = []
+    for p in problems:
+        ms = f"{p.gpu_ns / 1e6:,.3f} ms GPU time (profiled window)"
+        if p.what == "unjoined":
+            out.append(f"{path}: {p.count:,} GPU event(s) joined no launch (their correlation id matches no launch "
+                       f"row of their rank; {ms} reaches no phase through a launch); first: {p.first}")
+        else:
+            out.append(f"{path}: {p.count:,} launch rows share a correlation id with another launch of their rank "
+                       f"(their GPU events, {ms}, join the first launch only); first: {p.first}")
+    return out
+
+
+def unphased_line(u: Any) -> str | None:
+    """``attribute``: how much GPU time joined no phase (``tracekit.analyzers.joins.Unphased``), or None."""
+    if not u.count:
+        return None
+    share = 100.0 * u.gpu_ns / u.total_ns if u.total_ns else 0.0
+    return (f"GPU time in no phase (profiled window, sum of durations): {u.gpu_ns / 1e6:,.3f} ms of "
+            f"{u.total_ns / 1e6:,.3f} ms ({share:.1f}%) in {u.count:,} GPU event(s), not in the tables above")
+
+
 def run_state_lines(path: str, manifest: Mapping[str, Any]) -> list[str]:
     """Every line that says the run is not whole (empty when it is)."""
     return [x for x in (missing_line(path, manifest), interrupted_line(path, manifest)) if x]
@@ -46,4 +79,4 @@ def resolution_line(coarse: list[Any]) -> str | None:
             f"{z:,} of {k:,} kernels are 0 ns long; kernel times are exact only to 1 us")
 
 
-__all__ = ["interrupted_line", "missing_line", "resolution_line", "run_state_lines"]
+__all__ = ["dropped_lines", "interrupted_line", "join_lines", "missing_line", "resolution_line", "run_state_lines", "unphased_line"]
