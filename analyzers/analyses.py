@@ -26,6 +26,7 @@ from .reports import (
     SpecReport,
     detect_mode,
 )
+from .sol.report import SolSplit
 from .stragglers import MIN_SKEW_NS
 from .unprofiled import (
     Estimate,
@@ -97,14 +98,17 @@ def attribute(events: pl.DataFrame, manifest: Manifest, phase: str | None = None
         return AttributionReport(mode, h["instances"], h["by_rank"], by_phase=h["by_phase"], by_seq=h["by_seq"],
                                  outliers=h["outliers"], **common)
     from .attribution import attribute_report
+    from .sol.run import try_sol
 
     g = attribute_report(events, phase, rank, launch_latency_ns=launch_latency_ns)
     wt = g["whole_trace"]
+    sol, sol_why = try_sol(events, man, instances=g["instances"])
     return AttributionReport(
         mode, g["instances"], g["by_rank"], by_phase=g["by_phase"], by_seq=g["by_seq"], stragglers=g["stragglers"],
         outliers=g["outliers"], issues=tuple(g["issues"].get_column("issue").to_list()),
         whole_trace=bool(wt.height and wt.item(0, 0)),
-        estimates=_estimates(g["by_rank"], g["by_phase"], g["instances"], manifest), **common)
+        estimates=_estimates(g["by_rank"], g["by_phase"], g["instances"], manifest), sol=sol, sol_why=sol_why,
+        **common)
 
 
 def gap(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFrame | None = None,
@@ -126,9 +130,30 @@ def gap(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFr
     from .gap import gap_report
 
     g = gap_report(a_events, b_events, a=a, b=b, rank=rank, launch_latency_ns=launch_latency_ns, stat=stat)
+    splits, why = _gap_sol(a_events, a_manifest, b_events, bm, a, b, g["buckets"], float(g["total_delta_ns"]))
     return GapReport(mode, stat, g["a"], g["b"], g["buckets"], g["total_delta_ns"], g["seq_check"], timing,
                      explanations=tuple(g["explanations"]), kernels=g["kernels"], seq=g["seq"], by_rank=g["by_rank"],
-                     ranks=sel)
+                     ranks=sel, sol=splits, sol_why=why)
+
+
+def _gap_sol(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFrame | None,
+             b_manifest: Manifest | None, a: str, b: str, buckets: pl.DataFrame,
+             total_delta: float) -> tuple[tuple[SolSplit, ...], str | None]:
+    """gap's floor difference / excess split (analyzers/sol); (), why not, where the runs do not say enough."""
+    from .sol.report import sol_splits
+    from .sol.run import try_sol
+
+    sol_a, why = try_sol(a_events, None if a_manifest is None else dict(a_manifest))
+    sol_b = sol_a
+    if b_events is not None and sol_a is not None:
+        sol_b, why = try_sol(b_events, None if b_manifest is None else dict(b_manifest))
+    if sol_a is None or sol_b is None:
+        return (), why
+    pa, pb = sol_a.phase(a), sol_b.phase(b)
+    if pa is None or pb is None:
+        return (), f"no floor for {' and '.join(p for p, x in ((a, pa), (b, pb)) if x is None)}"
+    delta = {str(r["bucket"]): float(r["delta_ns"]) for r in buckets.iter_rows(named=True)}
+    return sol_splits(pa, pb, delta, total_delta), None
 
 
 def spec(events: pl.DataFrame, manifest: Manifest | None, *, baseline: pl.DataFrame | None = None,
@@ -142,10 +167,20 @@ def spec(events: pl.DataFrame, manifest: Manifest | None, *, baseline: pl.DataFr
                              draft_tokens=draft_tokens, accept_len=accept_len,
                              manifest=None if manifest is None else dict(manifest),
                              baseline_manifest=None if baseline_manifest is None else dict(baseline_manifest))
+    from .sol.report import economics_at_floor
+    from .sol.run import try_sol
+
     cyc: Any = ctx["cycles_by_rank"]
     tps: Any = ctx["target_tps"]
+    sol, why = try_sol(events, None if manifest is None else dict(manifest))
+    econ = None
+    if sol is not None:
+        rows = table.sort("cycles", descending=True).head(1).to_dicts() if "cycles" in table.columns else []
+        tpc = rows[0].get("tokens_per_cycle") if rows else None
+        econ = economics_at_floor(sol, None if tpc is None else float(tpc))
+        why = None if econ is not None else "no verify and decode floors in the run"
     return SpecReport(table, int(str(ctx["rank"])), str(ctx["rank_choice"]), str(ctx["decode_source"]),
-                      str(ctx["timing"]), None if tps is None else float(tps), tuple(cyc))
+                      str(ctx["timing"]), None if tps is None else float(tps), tuple(cyc), econ, why)
 
 
 def diff(old_events: pl.DataFrame, old_manifest: Manifest, new_events: pl.DataFrame, new_manifest: Manifest, *,
@@ -154,11 +189,14 @@ def diff(old_events: pl.DataFrame, old_manifest: Manifest, new_events: pl.DataFr
     from .diff import diff_runs
     from .manifest_diff import manifest_diff
     from .nccl_mix import mix_changes, nccl_mix
+    from .sol.run import try_sol
 
     view = diff_runs(old_events, new_events, phase, seq_width, stat)
     om, nm = dict(old_manifest), dict(new_manifest)
     timing = {p: compare_timers(om, p, nm, p) for p in view["phases"].get_column("phase").to_list()}
-    rep = DiffReport.from_view(view, manifest_diff(om, nm), timing, stat)
+    sol_old, why = try_sol(old_events, om)
+    sol_new, why_new = try_sol(new_events, nm) if sol_old is not None else (None, None)
+    rep = DiffReport.from_view(view, manifest_diff(om, nm), timing, stat, (sol_old, sol_new, why or why_new))
     mix_old, mix_new = nccl_mix(old_events), nccl_mix(new_events)
     return replace(rep, nccl_old=mix_old, nccl_new=mix_new, nccl_changes=tuple(mix_changes(mix_old, mix_new)))
 

@@ -23,6 +23,7 @@ import polars as pl
 
 from .gap import Explanation
 from .nccl_mix import MixChange, NcclMix
+from .sol.report import SolEconomics, SolReport, SolSplit
 from .unprofiled import Estimate, PhaseTimer
 
 
@@ -84,6 +85,8 @@ class AttributionReport:
     dilation: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     timers: Mapping[str, PhaseTimer] = field(default_factory=dict)  # every rank's timers, per phase
     estimates: tuple[PhaseEstimate, ...] = ()  # per (phase, rank) row of by_rank, then per phase (rank None)
+    sol: SolReport | None = None  # "% of SOL" per phase and bucket (analyzers/sol), GPU mode
+    sol_why: str | None = None  # why there is none
 
     def estimate(self, phase: str, rank: int | None = None) -> PhaseEstimate | None:
         """The estimate of ``phase`` on ``rank`` (None: over every rank), if the run has one."""
@@ -113,6 +116,8 @@ class GapReport:
     seq: pl.DataFrame = field(default_factory=pl.DataFrame)  # GPU mode
     by_rank: pl.DataFrame = field(default_factory=pl.DataFrame)  # GPU mode
     ranks: tuple[int, ...] | None = None
+    sol: tuple[SolSplit, ...] = ()  # per bucket and the phase: floor difference and excess (analyzers/sol)
+    sol_why: str | None = None  # why there is no split
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,8 @@ class SpecReport:
     timing: str
     target_tps: float | None
     cycles_by_rank: tuple[Mapping[str, Any], ...]
+    sol: SolEconomics | None = None  # break-even and tok/s at the floor (analyzers/sol)
+    sol_why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,13 +157,17 @@ class DiffReport:
     nccl_old: NcclMix = field(default_factory=NcclMix)
     nccl_new: NcclMix = field(default_factory=NcclMix)
     nccl_changes: tuple[MixChange, ...] = ()
+    sol_old: SolReport | None = None  # the floor of each run's phases (analyzers/sol)
+    sol_new: SolReport | None = None
+    sol_why: str | None = None
 
     @classmethod
     def from_view(cls, view: Mapping[str, pl.DataFrame], manifest_diff: pl.DataFrame,
-                  timing: Mapping[str, Mapping[str, Any]] | None = None, stat: str = "median") -> DiffReport:
+                  timing: Mapping[str, Mapping[str, Any]] | None = None, stat: str = "median",
+                  sol: tuple[SolReport | None, SolReport | None, str | None] = (None, None, None)) -> DiffReport:
         """The report of ``analyzers.diff.diff_runs``' frames and ``analyzers.manifest_diff``'s table."""
         return cls(view["presence"], view["phases"], view["buckets"], view["seq_buckets"], view["kernels"],
-                   manifest_diff, timing or {}, stat)
+                   manifest_diff, timing or {}, stat, sol_old=sol[0], sol_new=sol[1], sol_why=sol[2])
 
 
 @dataclass(frozen=True)

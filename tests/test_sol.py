@@ -354,3 +354,62 @@ def test_calibration_arithmetic_and_spec_file_on_the_cpu_path(tmp_path: Path) ->
     assert spec.hbm_Bps == pytest.approx(cal.hbm_Bps, rel=1e-3, abs=1e8)
     assert spec.flops["bf16"] == pytest.approx(cal.bf16_flops, rel=1e-3, abs=1e11)
     assert "measured by tracekit sol --calibrate" in spec.source
+
+
+def test_percent_of_sol_in_attribute_gap_spec_and_diff() -> None:
+    """Every phase analysis carries the floor beside its measurement, from the same model as tracekit sol."""
+    from tracekit.analyzers import analyses
+    from tracekit.analyzers.sol.run import sol_of_run
+    from tracekit.store import load_run
+
+    r = load_run(str(MAIN / "eager.parquet"))
+    g = load_run(str(MAIN / "graphed.parquet"))
+    sol = sol_of_run(r.events, r.manifest, run="x")
+    att = analyses.attribute(r.events, r.manifest)
+    assert att.sol is not None and att.sol_why is None
+    for p in sol.phases:
+        q = att.sol.phase(p.phase)
+        assert q is not None and q.floor.floor_ns == p.floor.floor_ns and q.pct == p.pct
+    gap = analyses.gap(r.events, r.manifest, a="verify", b="decode")
+    assert gap.sol and gap.sol_why is None
+    by = {s.bucket: s for s in gap.sol}
+    for s in gap.sol:  # the parts add up: measured = floor difference + excess, bucket by bucket
+        assert s.floor_delta_ns + s.excess_ns == pytest.approx(s.measured_delta_ns)
+    v, d = sol.phase("verify"), sol.phase("decode")
+    assert v is not None and d is not None
+    assert by["phase"].floor_delta_ns == v.floor.floor_ns - d.floor.floor_ns
+    assert by["phase"].measured_delta_ns == pytest.approx(float(gap.total_delta_ns))
+    assert by["launch_overhead"].floor_delta_ns == 0  # not modelled: all of it is excess
+    assert by["moe"].floor_delta_ns > 0  # 64 tokens route to more experts than 16
+    spec = analyses.spec(r.events, r.manifest)
+    assert spec.sol is not None
+    parts = [p for p in ("draft", "verify", "draft_extend") if sol.phase(p) is not None]
+    assert spec.sol.cycle_floor_ns == pytest.approx(sum(sol.phase(p).floor.floor_ns for p in parts), abs=1)  # type: ignore[union-attr]
+    assert spec.sol.break_even_tokens == pytest.approx(spec.sol.cycle_floor_ns / d.floor.floor_ns)
+    diff = analyses.diff(g.events, g.manifest, r.events, r.manifest)
+    assert diff.sol_old is not None and diff.sol_new is not None
+    res = CliRunner().invoke(cli, ["gap", str(MAIN / "eager.parquet")])
+    assert res.exit_code == 0 and "floor difference" in res.output and "excess" in res.output
+    res = CliRunner().invoke(cli, ["spec", str(MAIN / "eager.parquet")])
+    assert res.exit_code == 0 and "SOL break-even" in res.output
+
+
+def test_no_model_in_the_run_says_why(tmp_path: Path) -> None:
+    from tracekit.analyzers import analyses
+    from tracekit.store import load_run
+
+    out = tmp_path / "ing.parquet"
+    traces = sorted(str(p) for p in (ROOT / "samples" / "h200x2-builtin").glob("eager-rank-*.trace.json.gz"))
+    assert CliRunner().invoke(cli, ["ingest", *traces, "-o", str(out)]).exit_code == 0
+    r = load_run(str(out))
+    att = analyses.attribute(r.events, r.manifest)
+    assert att.sol is None and att.sol_why is not None and "--model" in att.sol_why
+    res = CliRunner().invoke(cli, ["attribute", str(out)])
+    assert res.exit_code == 0 and "% of SOL: not shown" in res.output
+    # with the model given, tracekit sol works on the same run
+    cfg = tmp_path / "workload.json"
+    wl = load_run(str(MAIN / "eager.parquet")).manifest["ranks"]["0"]["workload"]["config"]
+    cfg.write_text(json.dumps({**wl, "architectures": ["TracekitWorkload"]}))
+    res = CliRunner().invoke(cli, ["sol", str(out), "--model", str(cfg), "--gpu", "H200", "--engine", "workload"])
+    assert res.exit_code == 0, res.output
+    assert "verify" in res.output and "% of SOL" in res.output

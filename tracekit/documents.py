@@ -52,10 +52,10 @@ INFO = DocumentType(
           "versions", "unmatched_kernels", "differences", "nccl", "environment", "notes", "skipped"),
 )
 ATTRIBUTE = DocumentType(
-    "attribute", 5, "tracekit attribute --json",
+    "attribute", 6, "tracekit attribute --json",
     keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
           "issues", "whole_trace", "definitions"),
-    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes"),
+    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes", "sol", "sol_why"),
 )
 ATTRIBUTE_TIMING = DocumentType(
     "attribute-timing", 1, "tracekit attribute --json (a run captured with --profile timing)",
@@ -63,24 +63,25 @@ ATTRIBUTE_TIMING = DocumentType(
     optional=("cycles", "profile"),
 )
 GAP = DocumentType(
-    "gap", 3, "tracekit gap --json",
+    "gap", 4, "tracekit gap --json",
     keys=("units", "statistic", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
           "warnings", "timing_source", "unprofiled"),
-    optional=("by_rank", "mode", "definitions"),
+    optional=("by_rank", "mode", "definitions", "sol", "sol_why"),
 )
 RANKS = DocumentType(
     "ranks", 2, "tracekit ranks --json",
     keys=("ranks", "kernels", "collectives", "state", "summary"),
 )
 SPEC = DocumentType(
-    "spec", 2, "tracekit spec --json",
+    "spec", 3, "tracekit spec --json",
     keys=("rank", "rank_choice", "decode_source", "timing", "target_tps", "cycles_by_rank", "conventions",
-          "buckets", "summary"),
+          "buckets", "summary", "sol", "sol_why"),
 )
 DIFF = DocumentType(
-    "diff", 4, "tracekit diff --json",
+    "diff", 5, "tracekit diff --json",
     keys=("old", "new", "statistic", "phase", "phases", "presence", "buckets", "buckets_by_phase",
-          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled", "nccl"),
+          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled", "nccl",
+          "sol", "sol_why"),
 )
 VALIDATE_TRACE = DocumentType(
     "validate-trace", 1, "tracekit validate-trace --json",

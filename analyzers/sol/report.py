@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from tracekit.analyzers.sol.allreduce import RingModel, ring_model
 from tracekit.analyzers.sol.config import ModelShape
-from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor
+from tracekit.analyzers.sol.floor import FLOOR_BUCKETS, PhaseFloor, phase_floor
 from tracekit.analyzers.sol.gpus import GpuSpec
 from tracekit.analyzers.sol.model import Layout, Step
+
+MODELLED: Final = FLOOR_BUCKETS  # the attribution buckets with a floor
 
 
 def pct_of_sol(floor_ns: int, measured_ns: int | None) -> float | None:
@@ -98,3 +101,68 @@ def what_if(shape: ModelShape, model_source: str, gpu: GpuSpec, gpu_source: str,
                      f" with E={shape.experts}, k={shape.top_k} (real routing is correlated: fewer experts, lower floor)")
     return SolReport(None, shape.name, model_source, shape.architecture, shape.quant.description, gpu, gpu_source,
                      layout, ring, phases, tuple(notes))
+
+
+@dataclass(frozen=True)
+class SolSplit:
+    """``gap``: one bucket's difference A - B split into what the floor must cost more ("floor difference": more
+    tokens, more distinct experts, more KV reads) and the rest ("excess": launch overhead, eager, waits, ...).
+    Buckets the model does not cover have floor 0 on both sides: all of their difference is excess."""
+
+    bucket: str  # an attribution bucket, or "phase" for the whole phase
+    floor_a_ns: int
+    floor_b_ns: int
+    measured_delta_ns: float
+
+    @property
+    def floor_delta_ns(self) -> int:
+        return self.floor_a_ns - self.floor_b_ns
+
+    @property
+    def excess_ns(self) -> float:
+        return self.measured_delta_ns - self.floor_delta_ns
+
+
+@dataclass(frozen=True)
+class SolEconomics:
+    """``spec`` at the floor: the SOL break-even (the cycle's floor over the decode step's floor) and the tok/s a
+    sequence would get at the floor with the measured tokens per cycle."""
+
+    cycle_floor_ns: int  # draft + verify + draft_extend floors (those the run has)
+    decode_floor_ns: int
+    parts: tuple[str, ...]
+    tokens_per_cycle: float | None  # measured, bonus included
+
+    @property
+    def break_even_tokens(self) -> float:
+        return self.cycle_floor_ns / self.decode_floor_ns
+
+    @property
+    def tps_at_floor(self) -> float | None:
+        return None if self.tokens_per_cycle is None else self.tokens_per_cycle * 1e9 / self.cycle_floor_ns
+
+    @property
+    def decode_tps_at_floor(self) -> float:
+        return 1e9 / self.decode_floor_ns
+
+
+def sol_splits(a: PhaseSol, b: PhaseSol, measured_delta: dict[str, float], total_delta: float) -> tuple[SolSplit, ...]:
+    """Per attribution bucket of ``measured_delta`` (A - B, one statistic) and the phase: the floor difference and
+    the excess. A sol bucket that groups several attribution buckets (launch overhead + idle, the unmodelled
+    rest) has floor 0 in each."""
+    fa = {x.bucket: x.floor_ns for x in a.buckets}
+    fb = {x.bucket: x.floor_ns for x in b.buckets}
+    out = [SolSplit(bk, fa.get(bk, 0) if bk in MODELLED else 0, fb.get(bk, 0) if bk in MODELLED else 0, d)
+           for bk, d in measured_delta.items() if bk != "gpu_window"]  # the window is the phase row below
+    out.append(SolSplit("phase", a.floor.floor_ns, b.floor.floor_ns, total_delta))
+    return tuple(out)
+
+
+def economics_at_floor(rep: SolReport, tokens_per_cycle: float | None) -> SolEconomics | None:
+    """``spec``'s figures at the floor; None without verify and decode floors."""
+    be = rep.break_even_at_floor()
+    decode = rep.phase("decode")
+    if be is None or decode is None:
+        return None
+    x, parts = be
+    return SolEconomics(round(x * decode.floor.floor_ns), decode.floor.floor_ns, parts, tokens_per_cycle)

@@ -29,12 +29,11 @@ from tracekit.analyzers.sol.config import ModelShape, model_shape
 from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor
 from tracekit.analyzers.sol.gpus import GpuSpec, gpu_spec
 from tracekit.analyzers.sol.model import Layout, Step
-from tracekit.analyzers.sol.report import BucketSol, PhaseSol, SolReport, pct_of_sol
+from tracekit.analyzers.sol.report import MODELLED, BucketSol, PhaseSol, SolReport, pct_of_sol
 from tracekit.buckets import BUCKETS, CATEGORIES, VOCABULARY, Kind
 from tracekit.errors import AnalysisError
 
 PHASES: Final = ("verify", "decode", "draft", "draft_extend", "prefill")
-MODELLED: Final = ("attention", "moe", "gemm", "allreduce", "comm")  # the buckets with a floor (floor.FLOOR_BUCKETS)
 # sol bucket -> the attribution bucket columns it is measured by (tracekit/buckets.py's vocabulary)
 MEASURED_BY: Final = {
     **{b: (b,) for b in MODELLED},
@@ -181,8 +180,9 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
                config_source: str | None = None, gpu: str | None = None, tp: int | None = None,
                engine: str | None = None, dp_attention: bool = False, ep: int = 1, kv_dtype: str | None = None,
                achievable: float | None = None, allreduce_ns: float | None = None,
-               launch_latency_ns: int | None = None) -> SolReport:
-    """``tracekit sol RUN`` (module doc)."""
+               launch_latency_ns: int | None = None, instances: pl.DataFrame | None = None) -> SolReport:
+    """``tracekit sol RUN`` (module doc). ``instances``: ``tracekit attribute``'s instance table when the caller
+    has it already (the other analyses' "% of SOL")."""
     from tracekit.analyzers.attribution import attribute_report
     from tracekit.analyzers.buckets import DEFAULT_LAUNCH_LATENCY_NS
     from tracekit.analyzers.unprofiled import phase_timers
@@ -196,8 +196,10 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
         spec = replace(spec, achievable=achievable)
     world = int(manifest.get("world_size") or 1)
     layout = Layout(tp or world, engine or rm.engine, dp_attention, ep)
-    rep = attribute_report(events, launch_latency_ns=launch_latency_ns or DEFAULT_LAUNCH_LATENCY_NS)
-    inst_all = rep["instances"].filter(pl.col("gpu_events") > 0)
+    if instances is None:
+        instances = attribute_report(events, launch_latency_ns=launch_latency_ns or DEFAULT_LAUNCH_LATENCY_NS)[
+            "instances"]
+    inst_all = instances.filter(pl.col("gpu_events") > 0)
     per_token = {ph: rm.target.hidden * rm.target.act_bytes / (rm.draft_forwards if ph == "draft" else 1)
                  for ph in PHASES if rm.draft is not None or ph not in ("draft", "draft_extend")}
     fit, how = collective_fit(events, world, inst_all, per_token, spec.link_Bps)
@@ -260,3 +262,15 @@ def _times(f: PhaseFloor, n: int) -> PhaseFloor:
         allreduce_ns=f.allreduce_ns * n, allreduce_count=f.allreduce_count * n, gather_ns=f.gather_ns * n,
         bytes_by_read={k: v * n for k, v in f.bytes_by_read.items()}, flops=f.flops * n,
         buckets=tuple(BucketFloor(b.bucket, b.floor_ns * n, b.bytes * n, b.flops * n, b.bound) for b in f.buckets))
+
+
+def try_sol(events: pl.DataFrame, manifest: dict[str, Any] | None, *, run: str | None = None,
+            instances: pl.DataFrame | None = None) -> tuple[SolReport | None, str | None]:
+    """The other analyses' "% of SOL": ``sol_of_run`` with everything from the run, or (None, why not) where the
+    run does not say enough (no model config, no GPU, no phase with GPU events)."""
+    if not manifest:
+        return None, "the run has no manifest"
+    try:
+        return sol_of_run(events, manifest, run=run or "", instances=instances), None
+    except AnalysisError as exc:
+        return None, exc.message

@@ -326,6 +326,7 @@ GPU_TABLES: Final = ModeTables(GPU_CYCLES, lambda seq, ph: _seq_table(seq, ph), 
 def render(report: AttributionReport, by: str, console: Console) -> None:
     """Print tables and the summary for every phase of a GPU- or host-mode report."""
     from tracekit.render import host_attribute
+    from tracekit.render import sol as render_sol
     from tracekit.render.estimate import estimate_lines, estimate_table
 
     tables = host_attribute.HOST_TABLES if report.mode is Mode.HOST else GPU_TABLES
@@ -361,7 +362,11 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
         if s is not None:
             console.print(straggler_line(s), soft_wrap=True)
         console.print(tables.summary(row, s), soft_wrap=True)
+        if (sol := render_sol.attribute_line(report.sol, phase)) is not None:
+            console.print(sol, soft_wrap=True, highlight=False, markup=False)
         console.print()
+    if (why := render_sol.why_line(report.sol_why)) is not None:
+        console.print(why, soft_wrap=True, highlight=False, markup=False)
     for issue in report.issues:
         console.print(Text.assemble(("warning:", "yellow"), f" {issue}; wait/transfer not split for that group"),
                       soft_wrap=True)

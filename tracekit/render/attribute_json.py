@@ -203,4 +203,8 @@ def to_json(report: AttributionReport, by: str, run: str | None = None) -> dict[
     from tracekit.render.estimate import estimate_json
 
     doc["unprofiled_estimate"] = [{"phase": e.phase, "rank": e.rank, **estimate_json(e)} for e in report.estimates]
+    from tracekit.render import sol as render_sol
+
+    doc["sol"] = render_sol.attribute_json(report.sol)
+    doc["sol_why"] = report.sol_why
     return ATTRIBUTE.make(doc)

@@ -14,6 +14,7 @@ from tracekit.analyzers.manifest_diff import collapse
 from tracekit.analyzers.reports import DiffReport
 from tracekit.documents import DIFF
 from tracekit.ranklist import rank_noun
+from tracekit.render import sol as render_sol
 from tracekit.render.nccl import change_lines, mix_line
 from tracekit.render.units import dur
 
@@ -230,6 +231,8 @@ def to_json(rep: DiffReport, old: str, new: str) -> dict[str, Any]:
         else "profiled",
         "unprofiled": {p: dict(t) for p, t in rep.timing.items()},
         "nccl": nccl_doc(rep),
+        "sol": render_sol.diff_json(rep.sol_old, rep.sol_new),
+        "sol_why": rep.sol_why,
     })
 
 
@@ -305,3 +308,7 @@ def render(rep: DiffReport, console: Console) -> None:
         console.print(f"NCCL kernels (from their names), new: {mix_line(nccl['new'])}", highlight=False, markup=False)
         for line in changed or ["NCCL kernel settings: the same on every rank in both runs"]:
             console.print(line, highlight=False, markup=False, style="bold yellow" if changed else "")
+    phases = rep.phases.get_column("phase").to_list()
+    for line in render_sol.diff_lines(rep.sol_old, rep.sol_new, phases) or [
+            x for x in [render_sol.why_line(rep.sol_why)] if x]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -128,6 +128,11 @@ def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool 
     doc["unprofiled"] = timing
     if by_rank:
         doc["by_rank"] = rep.by_rank.to_dicts()
+    if rep.mode.value == "gpu":
+        from tracekit.render import sol as render_sol
+
+        doc["sol"] = render_sol.gap_json(rep.sol)
+        doc["sol_why"] = rep.sol_why
     return GAP.make(doc)
 
 
@@ -248,6 +253,10 @@ def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
         console.print(f"  {line}", soft_wrap=True)
     for w in warning_lines(rep):
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"), soft_wrap=True)
+    from tracekit.render import sol as render_sol
+
+    for line in render_sol.gap_lines(rep.sol, an, bn, stat) or [x for x in [render_sol.why_line(rep.sol_why)] if x]:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 __all__ = ["STAT_NOTE", "bucket_table", "document", "explanation_lines", "render", "render_report", "side_names", "to_json",

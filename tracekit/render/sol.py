@@ -8,7 +8,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.analyzers.sol.report import PhaseSol, SolReport
+from tracekit.analyzers.sol.report import PhaseSol, SolEconomics, SolReport, SolSplit
 from tracekit.buckets import LABELS
 from tracekit.documents import SOL
 from tracekit.render.units import dur, ms
@@ -177,3 +177,112 @@ def to_json(rep: SolReport) -> dict[str, Any]:
         "notes": list(rep.notes),
         "definitions": DEFINITIONS,
     })
+
+
+# ---- "% of SOL" in the other analyses (attribute, gap, spec, diff) -------------------------------------------
+
+SOL_NOTE: Final = "floors: estimates of tracekit sol's model, docs/sol.md"
+
+
+def why_line(why: str | None) -> str | None:
+    """One line where an analysis shows no "% of SOL"."""
+    return None if why is None else f"% of SOL: not shown: {why} (tracekit sol RUN --model CONFIG --gpu NAME)"
+
+
+def attribute_line(rep: SolReport | None, phase: str) -> str | None:
+    """attribute's per-phase line: the phase's % of SOL and each modelled bucket's."""
+    p = None if rep is None else rep.phase(phase)
+    if p is None:
+        return None
+    parts = ", ".join(f"{SOL_LABELS.get(b.bucket, b.bucket)} {_pct(b.pct)}" for b in p.buckets
+                      if b.floor_ns > 0 and b.measured_ns)
+    line = (f"  % of SOL: {_pct(p.pct)} (floor {ms(p.floor.floor_ns, 2)}, an estimate, bound by {p.floor.bound}; "
+            f"measured {ms(p.measured_ns, 2)}, {p.clock}); by bucket (profiled medians): {parts}")
+    if p.beaten or any(b.beaten for b in p.buckets):
+        line += "  WRONG FLOOR: a measurement beats it (tracekit sol RUN)"
+    return line
+
+
+def gap_lines(splits: tuple[SolSplit, ...], a: str, b: str, stat: str) -> list[str]:
+    """gap's floor difference vs excess, the phase then each bucket with a difference."""
+    if not splits:
+        return []
+    ph = next(s for s in splits if s.bucket == "phase")
+    out = [f"speed of light, {SOL_NOTE}: {a} must cost {dur(ph.floor_delta_ns, signed=True)} more than {b} at the "
+           f"floor (floors {ms(ph.floor_a_ns, 2)} vs {ms(ph.floor_b_ns, 2)}); of the {dur(ph.measured_delta_ns, signed=True)}"
+           f" measured ({stat} per instance), {dur(ph.excess_ns, signed=True)} is excess"]
+    for s in splits:
+        if s.bucket in ("phase", "gpu_window") or (abs(s.measured_delta_ns) < 1 and s.floor_delta_ns == 0):
+            continue
+        label = LABELS.get(s.bucket, s.bucket)
+        out.append(f"  {label}: {dur(s.measured_delta_ns, signed=True)} = floor difference "
+                   f"{dur(s.floor_delta_ns, signed=True)} + excess {dur(s.excess_ns, signed=True)}")
+    return out
+
+
+def gap_json(splits: tuple[SolSplit, ...]) -> list[dict[str, Any]]:
+    return [{"bucket": s.bucket, "floor_a_ns": s.floor_a_ns, "floor_b_ns": s.floor_b_ns,
+             "floor_delta_ns": s.floor_delta_ns, "measured_delta_ns": s.measured_delta_ns, "excess_ns": s.excess_ns}
+            for s in splits]
+
+
+def spec_lines(econ: SolEconomics | None, measured_break_even: float | None) -> list[str]:
+    """spec's figures at the floor beside the measured ones."""
+    if econ is None:
+        return []
+    be = f" (measured {measured_break_even:.2f})" if measured_break_even is not None else ""
+    out = [f"at the floor ({SOL_NOTE}): SOL break-even {econ.break_even_tokens:.2f} tokens per cycle{be} = "
+           f"{' + '.join(econ.parts)} floors {ms(econ.cycle_floor_ns, 2)} / decode floor {ms(econ.decode_floor_ns, 2)}"]
+    if econ.tps_at_floor is not None and econ.tokens_per_cycle is not None:
+        out.append(f"  at the measured {econ.tokens_per_cycle:.2f} tokens per cycle, the floor gives "
+                   f"{econ.tps_at_floor:.1f} tok/s per sequence (plain decode at its floor: "
+                   f"{econ.decode_tps_at_floor:.1f} tok/s)")
+    return out
+
+
+def spec_json(econ: SolEconomics | None) -> dict[str, Any] | None:
+    if econ is None:
+        return None
+    return {"estimate": True, "break_even_tokens": econ.break_even_tokens, "cycle_floor_ns": econ.cycle_floor_ns,
+            "decode_floor_ns": econ.decode_floor_ns, "parts": list(econ.parts),
+            "tokens_per_cycle": econ.tokens_per_cycle, "tps_per_seq_at_floor": econ.tps_at_floor,
+            "decode_tps_at_floor": econ.decode_tps_at_floor}
+
+
+def _step(p: PhaseSol) -> str:
+    s = p.floor.step
+    return f"batch {s.batch} x {s.tokens} tokens at context {s.seq_len}"
+
+
+def diff_lines(old: SolReport | None, new: SolReport | None, phases: list[str]) -> list[str]:
+    """diff: the floor of both runs per compared phase (a change of context or batch moves the floor, not the
+    efficiency) and % of SOL of each."""
+    if old is None or new is None:
+        return []
+    out = []
+    for ph in phases:
+        a, b = old.phase(ph), new.phase(ph)
+        if a is None or b is None:
+            continue
+        out.append(f"{ph} floor ({SOL_NOTE}): old {ms(a.floor.floor_ns, 2)} ({_step(a)}) -> new "
+                   f"{ms(b.floor.floor_ns, 2)} ({_step(b)}): {dur(b.floor.floor_ns - a.floor.floor_ns, signed=True)}; "
+                   f"% of SOL {_pct(a.pct)} -> {_pct(b.pct)}")
+    return out
+
+
+def diff_json(old: SolReport | None, new: SolReport | None) -> dict[str, Any] | None:
+    if old is None or new is None:
+        return None
+    return {"estimate": True, "phases": [
+        {"phase": p.phase, "old_floor_ns": p.floor.floor_ns, "old_pct_of_sol": p.pct,
+         "new_floor_ns": q.floor.floor_ns, "new_pct_of_sol": q.pct}
+        for p in old.phases if (q := new.phase(p.phase)) is not None]}
+
+
+def attribute_json(rep: SolReport | None) -> list[dict[str, Any]] | None:
+    if rep is None:
+        return None
+    return [{"phase": p.phase, "floor_ns": p.floor.floor_ns, "bound": p.floor.bound, "measured_ns": p.measured_ns,
+             "clock": p.clock, "pct_of_sol": p.pct, "floor_beaten": p.beaten or any(b.beaten for b in p.buckets),
+             "buckets": {b.bucket: {"floor_ns": b.floor_ns, "pct_of_sol": b.pct} for b in p.buckets
+                         if b.floor_ns > 0}} for p in rep.phases]

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from tracekit.analyzers.reports import SpecReport
 from tracekit.documents import SPEC
+from tracekit.render import sol as render_sol
 from tracekit.render.units import ms
 
 PART_LABELS: Final = {
@@ -126,6 +127,8 @@ def to_json(rep: SpecReport) -> dict[str, Any]:
         "conventions": CONVENTIONS,
         "buckets": rep.table.to_dicts(),
         "summary": summary_lines(rep),
+        "sol": render_sol.spec_json(rep.sol),
+        "sol_why": rep.sol_why,
     })
 
 
@@ -174,3 +177,8 @@ def render(rep: SpecReport, console: Console) -> None:
     )
     for line in summary_lines(rep):
         console.print(line, highlight=False, markup=False)
+    be = [r["break_even_tokens"] for r in table.sort("cycles", descending=True).head(1).iter_rows(named=True)] \
+        if table.height else []
+    for line in render_sol.spec_lines(rep.sol, be[0] if be else None) or [
+            x for x in [render_sol.why_line(rep.sol_why)] if x]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
