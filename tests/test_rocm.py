@@ -165,3 +165,17 @@ def test_integer_microsecond_hip_trace_keeps_exact_ns(tmp_path: Path) -> None:
     assert sorted(ev.filter(pl.col("kind") == schema.LAUNCH).get_column("name").to_list()) == ["hipLaunchKernel", "hipMemsetAsync"]
     gpu = ev.filter(pl.col("kind").is_in(list(schema.GPU_KINDS)))
     assert gpu.get_column("phase").cast(pl.String).to_list() == ["decode", "decode"]
+
+
+def test_info_names_the_mi300x_and_the_hip_version(tmp_path: Path) -> None:
+    from tracekit.store import read_manifest, write_run
+    from tracekit.summary import run_summary
+
+    run = ingest_traces([str(SAMPLE)])
+    doc = run_summary(run.events, run.manifest)
+    # deviceProperties lists the one visible device as id 0 while the kernels say device 2
+    assert doc["ranks"][0]["devices"] == ["AMD Instinct MI300X VF"]
+    assert doc["versions"]["hip"] == {"0": 60443483} and doc["versions"]["roctracer"] == {"0": 4.1}
+    out = tmp_path / "run.parquet"
+    write_run(run.events, out, run.manifest)  # the versions survive the run file
+    assert run_summary(run.events, read_manifest(out))["versions"]["hip"] == {"0": 60443483}

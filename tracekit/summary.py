@@ -222,9 +222,11 @@ def device_names(sec: Mapping[str, Any]) -> list[str]:
     props = sec.get("deviceProperties")
     devs = sec.get("devices")
     if isinstance(props, list):
-        for p in props:
-            if isinstance(p, Mapping) and p.get("name") and (not isinstance(devs, list) or p.get("id") in devs):
-                names.append(str(p["name"]))
+        named = [p for p in props if isinstance(p, Mapping) and p.get("name")]
+        used = [p for p in named if not isinstance(devs, list) or p.get("id") in devs]
+        if not used and len(named) == 1:  # one visible device, numbered otherwise by the kernels (ROCm: id 0, device 2)
+            used = named
+        names += [str(p["name"]) for p in used]
     return sorted(set(names))
 
 
@@ -235,6 +237,8 @@ _VERSION_KEYS: Final = (
     ("driver", ("gpu.driver",)),
     ("nccl", ("versions.nccl", "nccl_version")),
     ("cupti", ("cupti_version",)),
+    ("hip", ("hip_runtime_version",)),  # ROCm's Kineto: HIP_VERSION (major * 10^7 + minor * 10^5 + patch)
+    ("roctracer", ("roctracer_version",)),
     ("sglang", ("versions.sglang",)),
 )
 

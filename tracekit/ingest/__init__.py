@@ -90,7 +90,8 @@ def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, p
 
 def _meta_for_rank(meta: dict[str, Any]) -> dict[str, Any]:
     keep = ("distributedInfo", "deviceProperties", "cuda_driver_version", "cuda_runtime_version",
-            "cupti_version", "baseTimeNanoseconds", "schemaVersion", "trace_id", "traceName", "non_utf8_replaced")
+            "cupti_version", "hip_runtime_version", "hip_driver_version", "roctracer_version",
+            "baseTimeNanoseconds", "schemaVersion", "trace_id", "traceName", "non_utf8_replaced")
     out = {k: meta[k] for k in keep if k in meta}
     dist = meta.get("distributedInfo")
     if isinstance(dist, dict) and dist.get("nccl_version") is not None:

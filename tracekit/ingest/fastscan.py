@@ -29,7 +29,8 @@ from tracekit._native import series
 
 # the top-level keys the decoder keeps (msgspec.Raw fields of kineto._Trace)
 TOP_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "cuda_driver_version",
-            "cuda_runtime_version", "cupti_version", "trace_id", "traceName", "displayTimeUnit")
+            "cuda_runtime_version", "cupti_version", "trace_id", "traceName", "displayTimeUnit",
+            "hip_runtime_version", "hip_driver_version", "roctracer_version")  # the last three: ROCm's Kineto
 
 
 scanner: ModuleType | None = kineto_ext

@@ -76,6 +76,9 @@ class _Trace(msgspec.Struct):
     trace_id: msgspec.Raw = _EMPTY_RAW
     traceName: msgspec.Raw = _EMPTY_RAW
     displayTimeUnit: msgspec.Raw = _EMPTY_RAW
+    hip_runtime_version: msgspec.Raw = _EMPTY_RAW  # ROCm
+    hip_driver_version: msgspec.Raw = _EMPTY_RAW
+    roctracer_version: msgspec.Raw = _EMPTY_RAW
 
 
 _TRACE_DECODER = msgspec.json.Decoder(_Trace, float_hook=str)
@@ -199,8 +202,9 @@ def parse_kineto(data: bytes | memoryview, path: str, scanned: Any = _UNSCANNED)
     if base_ns is not None and not -(2**63) <= base_ns < 2**63:
         raise BadTraceError(f"baseTimeNanoseconds is out of the int64 ns range: {base_ns}", path=path)
     meta["baseTimeNanoseconds"] = base_ns
-    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "cuda_driver_version",
-                "cuda_runtime_version", "cupti_version", "trace_id", "traceName", "displayTimeUnit"):
+    for key in fastscan.TOP_KEYS:
+        if key == "baseTimeNanoseconds":
+            continue
         val = _raw(getattr(top, key))
         if val is not None:
             meta[key] = val
