@@ -413,3 +413,21 @@ def test_no_model_in_the_run_says_why(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["sol", str(out), "--model", str(cfg), "--gpu", "H200", "--engine", "workload"])
     assert res.exit_code == 0, res.output
     assert "verify" in res.output and "% of SOL" in res.output
+
+
+def test_what_if_cycle_with_a_draft_model_gives_the_sol_break_even() -> None:
+    """The seed's question at the floor: with the EAGLE-3 draft (1 dense layer, vocab 32000, as assumed in
+    samples/sol), a 3-token verify cycle breaks even at ~1.4 tokens per cycle (the facts file), not 2.46."""
+    draft_cfg = ROOT / "samples" / "sol" / "kimi-k2.5-eagle3-draft.config.json"
+    base = ["sol", "--gpu", "RTX PRO 6000 Blackwell", "--tp", "8", "--seq-len", "2048", "--allreduce-us", "24", "--json"]
+    res = CliRunner().invoke(cli, [*base, "--model", str(KIMI), "--draft-model", str(draft_cfg), "--tokens", "3"])
+    assert res.exit_code == 0, res.output
+    ph = {p["phase"]: p for p in json.loads(res.stdout)["phases"]}
+    assert set(ph) == {"draft", "verify", "draft_extend", "decode"}
+    one = json.loads(CliRunner().invoke(cli, [*base, "--model", str(draft_cfg), "--tokens", "1", "--tokens", "3"]).stdout)
+    d1, d3 = (p["floor_ns"] for p in one["phases"])
+    assert ph["draft"]["floor_ns"] == 2 * d1 and ph["draft_extend"]["floor_ns"] == d3  # 2 draft steps, 1 extend
+    be = (ph["draft"]["floor_ns"] + ph["verify"]["floor_ns"] + ph["draft_extend"]["floor_ns"]) / ph["decode"]["floor_ns"]
+    assert be == pytest.approx(1.4, abs=0.1)
+    res = CliRunner().invoke(cli, [*base, "--model", str(KIMI), "--draft-model", str(draft_cfg), "--tokens", "1"])
+    assert res.exit_code == 2

@@ -14,7 +14,7 @@ whole measured time is excess. An estimate: the method is docs/sol.md's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from tracekit.analyzers.sol.allreduce import RingModel
@@ -91,3 +91,12 @@ def phase_floor(shape: ModelShape, layout: Layout, step: Step, gpu: GpuSpec, rin
         allreduce_bytes=msg, allreduce_bound=ring.bound(msg) if n_ar else "none", gather_ns=round(gather),
         bytes_by_read={k: round(w.bytes[k]) for k in READS}, flops=round(sum(total_flops.values())),
         buckets=tuple(buckets), distinct_experts=w.distinct_experts, distinct_source=w.distinct_source)
+
+
+def repeated(f: PhaseFloor, n: int) -> PhaseFloor:
+    """The floor of ``n`` identical forwards in a row (a draft phase of n draft steps)."""
+    return replace(
+        f, floor_ns=f.floor_ns * n, memory_ns=f.memory_ns * n, compute_ns=f.compute_ns * n,
+        allreduce_ns=f.allreduce_ns * n, allreduce_count=f.allreduce_count * n, gather_ns=f.gather_ns * n,
+        bytes_by_read={k: v * n for k, v in f.bytes_by_read.items()}, flops=f.flops * n,
+        buckets=tuple(BucketFloor(b.bucket, b.floor_ns * n, b.bytes * n, b.flops * n, b.bound) for b in f.buckets))

@@ -10,12 +10,12 @@ floor is wrong (a real kernel cannot beat the speed of light): ``PhaseSol.beaten
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from tracekit.analyzers.sol.allreduce import RingModel, ring_model
 from tracekit.analyzers.sol.config import ModelShape
-from tracekit.analyzers.sol.floor import FLOOR_BUCKETS, PhaseFloor, phase_floor
+from tracekit.analyzers.sol.floor import FLOOR_BUCKETS, PhaseFloor, phase_floor, repeated
 from tracekit.analyzers.sol.gpus import GpuSpec
 from tracekit.analyzers.sol.model import Layout, Step
 
@@ -91,10 +91,24 @@ def floor_only(phase: str, f: PhaseFloor) -> PhaseSol:
 
 
 def what_if(shape: ModelShape, model_source: str, gpu: GpuSpec, gpu_source: str, layout: Layout,
-            steps: Sequence[Step], allreduce_ns: float | None = None) -> SolReport:
-    """The floors of hypothetical steps (``tracekit sol --model --gpu --tp --tokens --seq-len``)."""
+            steps: Sequence[Step], allreduce_ns: float | None = None, draft: ModelShape | None = None) -> SolReport:
+    """The floors of hypothetical steps (``tracekit sol --model --gpu --tp --tokens --seq-len``). With ``draft``
+    (``--draft-model``) and one step of T tokens: a speculative cycle, draft (T - 1 draft-model forwards of one
+    token), verify (the target over T tokens), draft_extend (the draft model over T tokens), and a decode step
+    (the target over 1 token), so the report has the SOL break-even."""
     ring = ring_model(layout.tp, gpu.alpha_ns, gpu.link_Bps, gpu.link, None, "no run to fit", allreduce_ns)
-    phases = tuple(floor_only(s.phase, phase_floor(shape, layout, s, gpu, ring)) for s in steps)
+    if draft is not None:
+        (s,) = steps
+        t = s.tokens
+        cyc = (("draft", draft, 1, t - 1), ("verify", shape, t, 1), ("draft_extend", draft, t, 1), ("decode", shape, 1, 1))
+        phases = tuple(
+            replace(floor_only(name, repeated(phase_floor(m, layout, replace(s, phase=name, tokens=tok, distinct_experts=(
+                s.distinct_experts if tok == t else None)), gpu, ring), n)),
+                note=f"{n} draft-model forwards of one token (the --draft-model config)" if name == "draft" else
+                "the --draft-model config" if name == "draft_extend" else None)
+            for name, m, tok, n in cyc)
+    else:
+        phases = tuple(floor_only(s.phase, phase_floor(shape, layout, s, gpu, ring)) for s in steps)
     notes = []
     if shape.experts and any(s.distinct_experts is None for s in steps):
         notes.append(f"distinct experts per MoE layer: expected value under uniform routing, U(T) = E (1 - (1 - k/E)^T)"

@@ -26,7 +26,7 @@ import polars as pl
 
 from tracekit.analyzers.sol.allreduce import RingFit, RingModel, fit_ring, ring_model
 from tracekit.analyzers.sol.config import ModelShape, model_shape
-from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor
+from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor, repeated
 from tracekit.analyzers.sol.gpus import GpuSpec, gpu_spec
 from tracekit.analyzers.sol.model import Layout, Step
 from tracekit.analyzers.sol.report import MODELLED, BucketSol, PhaseSol, SolReport, pct_of_sol
@@ -235,7 +235,7 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
                    else "uniform routing U(T)")
         f = phase_floor(shape, layout, med, spec, ring)
         if forwards > 1:
-            f = _times(f, forwards)
+            f = repeated(f, forwards)
         windows = inst.get_column("gpu_window_ns").to_list()
         timer = timers.get(ph)
         if timer is not None:
@@ -252,16 +252,6 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
                      "--gpu" if gpu is not None else f"the run's device name {dev!r}", layout, ring, tuple(phases),
                      tuple(notes))
 
-
-def _times(f: PhaseFloor, n: int) -> PhaseFloor:
-    """The floor of ``n`` identical forwards in a row."""
-    from tracekit.analyzers.sol.floor import BucketFloor
-
-    return replace(
-        f, floor_ns=f.floor_ns * n, memory_ns=f.memory_ns * n, compute_ns=f.compute_ns * n,
-        allreduce_ns=f.allreduce_ns * n, allreduce_count=f.allreduce_count * n, gather_ns=f.gather_ns * n,
-        bytes_by_read={k: v * n for k, v in f.bytes_by_read.items()}, flops=f.flops * n,
-        buckets=tuple(BucketFloor(b.bucket, b.floor_ns * n, b.bytes * n, b.flops * n, b.bound) for b in f.buckets))
 
 
 def try_sol(events: pl.DataFrame, manifest: dict[str, Any] | None, *, run: str | None = None,

@@ -32,6 +32,9 @@ from tracekit.render.text import echo
               help="Fixed time per allreduce instead of the ring model (e.g. a measured NCCL figure).")
 @click.option("--distinct-experts", type=click.FloatRange(0), default=None,
               help="What-if: distinct routed experts per MoE layer instead of U(T).")
+@click.option("--draft-model", default=None, help="What-if: the draft model's config.json: one --tokens T gives a "
+              "speculative cycle (T - 1 draft steps, verify of T tokens, draft extend) and a decode step, and the SOL "
+              "break-even.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @click.option("--calibrate", is_flag=True, help="Measure this machine's GPU (copy bandwidth, bf16 / fp8 GEMM rate, "
               "CUDA events) and write a --gpu SPEC.toml to -o.")
@@ -40,7 +43,7 @@ from tracekit.render.text import echo
 def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None, tokens: tuple[int, ...],
             seq_len: int | None, batch: int, engine: str | None, dp_attention: bool, ep: int, kv_dtype: str | None,
             achievable: float | None, allreduce_us: float | None, distinct_experts: float | None,
-            as_json: bool, calibrate: bool, output: str | None) -> None:
+            draft_model: str | None, as_json: bool, calibrate: bool, output: str | None) -> None:
     """What a phase should cost: the floor per phase and bucket, and % of SOL (floor / measured).
 
     \b
@@ -65,8 +68,9 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         _calibrate(output)
         return
     if run is not None:
-        if tokens or seq_len is not None or distinct_experts is not None:
-            raise click.UsageError("--tokens, --seq-len and --distinct-experts are for the what-if form (no RUN)")
+        if tokens or seq_len is not None or distinct_experts is not None or draft_model is not None:
+            raise click.UsageError("--tokens, --seq-len, --distinct-experts and --draft-model are for the what-if form "
+                                   "(no RUN)")
         from tracekit.analyzers.sol.run import sol_of_run
         from tracekit.cli.common import _load, _note_partial
         from tracekit.errors import TracekitError
@@ -94,8 +98,13 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         src = "uniform routing U(T)" if distinct_experts is None else "given (--distinct-experts)"
         steps = [Step(f"{t}-token step" if t > 1 else "1-token step", batch, t, seq_len, distinct_experts, src)
                  for t in tokens]
+        draft = None
+        if draft_model is not None:
+            if len(tokens) != 1 or tokens[0] < 2:
+                raise click.UsageError("--draft-model takes one --tokens T >= 2 (the verify's tokens: T - 1 draft steps)")
+            draft = model_shape(load_config(draft_model), kv_dtype=kv_dtype)
         rep = what_if(shape, model, spec, "--gpu", layout, steps,
-                      None if allreduce_us is None else allreduce_us * 1000)
+                      None if allreduce_us is None else allreduce_us * 1000, draft)
     if as_json:
         echo(json.dumps(render_sol.to_json(rep), indent=2, allow_nan=False))
     else:
