@@ -117,7 +117,8 @@ def base_self(version: str, spec: bool, n_draft: int) -> SimpleNamespace:
         tree_cache=Auto(), token_to_kv_pool_allocator=Auto(), token_to_kv_pool=Auto(),
         _publish_kv_events=lambda: None, _emit_kv_metrics=lambda: None,
         running_batch=None, last_decode_stats_tic=0.0, num_generated_tokens=0, last_gen_throughput=0.0,
-        last_input_throughput=0.0, last_prefill_stats_tic=0.0,
+        last_input_throughput=0.0, last_prefill_stats_tic=time.perf_counter() - 1.0, last_prefill_tokens=0,
+        num_prefill_tokens=0,
     )
 
 
@@ -164,7 +165,9 @@ def prefill_lines(version: str, fn: Any) -> list[str]:
         s.tree_cache = SimpleNamespace(evictable_size=lambda: 0)
         adder = SimpleNamespace(log_input_tokens=new, log_hit_tokens=cached)
         can_run = [SimpleNamespace(queue_time_start=0.0, queue_time_end=0.0)] * seqs
-        stats = SimpleNamespace(num_new_seqs=seqs, log_input_tokens=new, log_hit_tokens=cached, running_bs=0)
+        s.last_prefill_tokens = s.num_prefill_tokens = new  # the previous prefill's tokens, over about 1 s
+        stats = SimpleNamespace(num_new_seqs=seqs, log_input_tokens=new, log_hit_tokens=cached, running_bs=0,
+                                new_token_ratio=0.7)
         if version.startswith("0.4.0"):
             s.tree_cache = SimpleNamespace(evictable_size=lambda: 0)
             out.append(capture(fn, s, adder, can_run, 0, False))
@@ -183,7 +186,131 @@ VERSIONS = {
     "0.5.12": ("sglang/srt/observability/scheduler_metrics_mixin.py", "SchedulerMetricsMixin"),
 }
 DECODE_FN = {"0.5.12": "report_decode_stats"}
+SERVER_ARGS = ("0.5.9",)
 POOL: Any = None
+
+
+def wheel_dataclass(src: Path, name: str) -> Any:
+    """The wheel's dataclass ``name`` of ``src`` with its own fields and defaults (module constants read; its
+    methods and bases, __post_init__ included, left out)."""
+    import dataclasses
+
+    tree = ast.parse(src.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    cls.body = [b for b in cls.body if isinstance(b, ast.AnnAssign)] or [ast.Pass()]
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    bases = {b.id: wheel_dataclass(src, b.id) for b in cls.bases if isinstance(b, ast.Name) and b.id in classes}
+    cls.bases = [ast.Name(id=b, ctx=ast.Load()) for b in bases]
+    for b in cls.body:
+        if isinstance(b, ast.AnnAssign):
+            b.annotation = ast.Name(id="object", ctx=ast.Load())
+    cls.decorator_list = [ast.Name(id="dataclass", ctx=ast.Load())]
+
+    class NoneLike(Auto):
+        def __repr__(self) -> str:
+            return "None"
+
+        def __getattr__(self, name: str) -> Any:
+            return NoneLike()
+
+        def __call__(self, *a: Any, **k: Any) -> Any:
+            return None
+
+        def __getitem__(self, k: Any) -> Any:
+            return None
+
+    ns: dict[str, Any] = {n.id: NoneLike() for n in ast.walk(cls) if isinstance(n, ast.Name)}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                ns[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    for b in ("dict", "list", "int", "str", "float", "bool", "tuple", "set", "None", "True", "False", "object"):
+        ns.pop(b, None)
+    ns.update(dataclass=dataclasses.dataclass, field=dataclasses.field, **bases)
+    exec(compile(ast.fix_missing_locations(ast.Module(body=[cls], type_ignores=[])), str(src), "exec"), ns)
+    return ns[name]
+
+
+def finish_lines(root: Path, version: str) -> list[str]:
+    """``--log-requests`` Finish lines: RequestLogger.log_finished_request (srt/utils/request_logger.py) with
+    its level-0 metadata (_compute_metadata), on the wheel's GenerateReqInput dataclass and an ``out`` whose
+    meta_info has the keys TokenizerManager builds, the speculative ones computed by its own
+    _calculate_spec_decoding_metrics (speculative_num_draft_tokens=4)."""
+    base = root / f"sg{version}" / "sglang/srt"
+    logger_py = base / "utils/request_logger.py"
+    to_string = load_function(logger_py, "_dataclass_to_string_truncated")
+    env = {"_dataclass_to_string_truncated": to_string, "_extract_whitelisted_headers": lambda request: None}
+    finished = load(logger_py, "RequestLogger", "log_finished_request", env)
+    metadata = load(logger_py, "RequestLogger", "_compute_metadata", {})
+    spec = load(base / "managers/tokenizer_manager.py", "TokenizerManager", "_calculate_spec_decoding_metrics", {})
+    gen = wheel_dataclass(base / "managers/io_struct.py", "GenerateReqInput")
+    out = []
+    # completion tokens = 1 (from the prefill) + one bonus per verify + the accepted drafts
+    for rid, prompt, completion, verify_ct, accepted, latency in (("a1b2", 128, 64, 24, 39, 1.52),
+                                                                   ("c3d4", 512, 256, 100, 155, 5.87)):
+        rl = SimpleNamespace(log_requests=True, log_requests_level=0, log_exceeded_ms=0, log_requests_format="text")
+        rl.metadata = metadata(rl)
+        meta = {"id": rid, "finish_reason": {"type": "length", "length": completion}, "prompt_tokens": prompt,
+                "completion_tokens": completion, "cached_tokens": 0}
+        tm = SimpleNamespace(server_args=SimpleNamespace(speculative_num_draft_tokens=4))
+        recv = SimpleNamespace(spec_verify_ct=[verify_ct], spec_accepted_tokens=[accepted], completion_tokens=[completion],
+                               spec_acceptance_histogram=None)
+        spec(tm, meta, recv, 0)
+        meta["e2e_latency"] = latency
+        msgs: list[str] = []
+        rl._log = msgs.append
+        finished(rl, gen(rid=rid, text="Hello", sampling_params={"max_new_tokens": completion}),
+                 {"text": "...", "output_ids": [1] * completion, "meta_info": meta})
+        out += msgs
+    return out
+
+
+def load_function(path: Path, fn: str) -> Any:
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn)
+    node.decorator_list = []
+    import dataclasses
+
+    ns: dict[str, Any] = {"dataclasses": dataclasses, "Any": Any, "Optional": Any, "Set": Any}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), f"{path}:{fn}", "exec"), ns)
+    return ns[fn]
+
+
+def fstring_line(path: Path, marker: str, names: dict[str, Any]) -> str:
+    """The first f-string of ``path`` containing ``marker``, evaluated with ``names`` bound (the engine's own
+    message, its values ours)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.Constant) and marker in str(v.value)
+                                                   for v in node.values):
+            expr = ast.fix_missing_locations(ast.Expression(body=node))
+            return str(eval(compile(expr, str(path), "eval"), dict(names)))
+    raise SystemExit(f"no f-string with {marker!r} in {path}")
+
+
+def startup_lines(root: Path, version: str) -> list[str]:
+    """The scheduler's ``max_total_num_tokens=...`` line (srt/managers/scheduler.py) and
+    ``Capture cuda graph bs [...]`` (srt/model_executor/cuda_graph_runner.py), their f-strings evaluated."""
+    base = root / f"sg{version}" / "sglang/srt"
+    sched = SimpleNamespace(max_total_num_tokens=100000, max_prefill_tokens=16384, max_running_requests=48,
+                            server_args=SimpleNamespace(chunked_prefill_size=8192), device="cuda",
+                            model_config=SimpleNamespace(context_len=8192))
+    first = fstring_line(base / "managers/scheduler.py", "max_total_num_tokens=", {"self": sched, "avail_mem": 10.0})
+    capture = fstring_line(base / "model_executor/cuda_graph_runner.py", "Capture cuda graph bs ",
+                           {"self": SimpleNamespace(capture_bs=[1, 2, 4, 8, 12, 16, 24, 32, 40, 48])})
+    return [first, capture]
+
+
+def server_args_line(root: Path, version: str) -> str:
+    """``logger.info(f"{server_args=}")`` (sglang/srt/entrypoints/engine.py) with the wheel's own ServerArgs
+    dataclass: its fields and defaults as declared (module constants read; __post_init__, which fills
+    derived paths, not run), the speculative settings the decode lines were made with."""
+    server_args_cls = wheel_dataclass(root / f"sg{version}" / "sglang/srt/server_args.py", "ServerArgs")
+    server_args = server_args_cls(model_path="/models/tiny-llama", speculative_algorithm="EAGLE3",
+                                   speculative_draft_model_path="/models/tiny-eagle3", speculative_num_steps=3,
+                                   speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    return f"{server_args=}"
 
 
 def main() -> None:
@@ -191,6 +318,7 @@ def main() -> None:
     for version, (rel, cls) in VERSIONS.items():
         src = root / f"sg{version}" / rel
         env = {"time": time, "defaultdict": defaultdict, "RECORD_STEP_TIME": False, "LOG_FORWARD_ITERS": False,
+               "RadixCache": type("RadixCache", (), {}),
                "DisaggregationMode": SimpleNamespace(DECODE="decode", PREFILL="prefill", NULL=None)}
         global POOL
         POOL = None
@@ -201,16 +329,22 @@ def main() -> None:
         pre = None
         with contextlib.suppress(SystemExit):
             pre = load(src, cls, "log_prefill_stats", env)
-        lines = []
+        lines = decode_lines(version, dec, spec=not version.startswith("0.4.0"), n_draft=4)
         if pre is not None:
             try:
                 lines += prefill_lines(version, pre)
             except Exception as exc:  # a version whose prefill stats need more state: decode lines only
                 print(f"{version}: prefill skipped ({exc.__class__.__name__}: {exc})", file=sys.stderr)
-        lines += decode_lines(version, dec, spec=not version.startswith("0.4.0"), n_draft=4)
         ts = 1756720800  # 2025-09-01 10:00:00 UTC
         stamped = [f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ts + 10 * i))} TP0] {m}"
                    for i, m in enumerate(lines)]
+        if version in SERVER_ARGS:  # the launcher process prints it, without a rank prefix
+            stamped.append(f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ts - 60))}] "
+                           f"{server_args_line(root, version)}")
+            stamped += [f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ts - 30 + i))} TP0] {m}"
+                        for i, m in enumerate(startup_lines(root, version))]
+            stamped += [f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ts + 100 + i))}] {m}"
+                        for i, m in enumerate(finish_lines(root, version))]
         (outdir / f"sglang-{version}.log").write_text("\n".join(stamped) + "\n")
         print(f"sglang-{version}.log: {len(stamped)} lines")
 

@@ -73,6 +73,76 @@ INTERVALS = [
 ]
 
 
+def cudagraph_lines(src: Path) -> list[str]:
+    """The cudagraph_mode fallback warnings, each built by its own code in the wheel: the format string
+    of ``logger.warning_once(... "Overriding cudagraph_mode from %s to PIECEWISE ..." ...)``
+    (vllm/config/vllm.py) applied to a mode name, and the f-string ``msg`` of the spec-decode check in
+    vllm/config/compilation.py evaluated with its names bound, plus its ``"; setting cudagraph_mode=PIECEWISE"``."""
+    out = []
+    cfg = src / "vllm/config/vllm.py"
+    for node in ast.walk(ast.parse(cfg.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warning_once" \
+                and node.args and isinstance(node.args[0], ast.Constant) and "Overriding cudagraph_mode from" in str(
+                    node.args[0].value):
+            out.append(("vllm.py", node.lineno, str(node.args[0].value) % "FULL_AND_PIECEWISE"))
+            break
+    comp = src / "vllm/config/compilation.py"
+    for node in ast.walk(ast.parse(comp.read_text())):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.JoinedStr) and any(
+                isinstance(v, ast.Constant) and "with spec-decode for attention backend" in str(v.value)
+                for v in node.value.values):
+            expr = ast.Expression(body=node.value)
+            ns = {"cudagraph_mode": types.SimpleNamespace(name="FULL_AND_PIECEWISE"),
+                  "min_cg_attn_backend": "FlashAttentionBackend",
+                  "min_cg_support": "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE"}
+            msg = eval(compile(ast.fix_missing_locations(expr), str(comp), "eval"), ns)
+            out.append(("compilation.py", node.lineno, msg + "; setting cudagraph_mode=PIECEWISE"))
+            break
+    return [f"(APIServer pid=2790) WARNING 12-04 22:30:5{i} [{f}:{ln}] {m}" for i, (f, ln, m) in enumerate(out)]
+
+
+class Shown:
+    """A config object as its repr shows it (the value is ours, the repr format the engine's dataclass's)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def init_line(src: Path) -> str:
+    """``Initializing a V1 LLM engine (v%s) with config: %s`` (vllm/v1/engine/core.py) with VllmConfig.__str__'s
+    own f-string (vllm/config/vllm.py) evaluated on a stand-in config."""
+    fmt = None
+    for node in ast.walk(ast.parse((src / "vllm/v1/engine/core.py").read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "Initializing a V1 LLM engine" in node.value:
+            fmt = node.value
+            break
+    cfg_str = None
+    for node in ast.walk(ast.parse((src / "vllm/config/vllm.py").read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name == "__str__":
+            ret = next(n for n in ast.walk(node) if isinstance(n, ast.Return))
+            cfg_str = ast.fix_missing_locations(ast.Expression(body=ret.value))  # type: ignore[arg-type]
+            break
+    assert fmt is not None and cfg_str is not None
+    model = types.SimpleNamespace(model="/models/tiny-llama", tokenizer="/models/tiny-llama", skip_tokenizer_init=True,
+                                  tokenizer_mode="auto", revision=None, tokenizer_revision=None, trust_remote_code=False,
+                                  dtype="torch.bfloat16", max_model_len=512, quantization=None, quantization_config=None,
+                                  enforce_eager=True, seed=0, served_model_name="/models/tiny-llama", pooler_config=None)
+    cfg = types.SimpleNamespace(
+        model_config=model, load_config=types.SimpleNamespace(download_dir=None, load_format="dummy"),
+        speculative_config=Shown("SpeculativeConfig(method='eagle3', model='/models/tiny-eagle3', num_spec_tokens=3)"),
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1,
+                                              decode_context_parallel_size=1, dcp_comm_backend="ag_rs",
+                                              disable_custom_all_reduce=False),
+        aux_output_config=None, cache_config=types.SimpleNamespace(cache_dtype="auto", enable_prefix_caching=True),
+        device_config=types.SimpleNamespace(device="cpu"), structured_outputs_config=None, observability_config=None,
+        scheduler_config=types.SimpleNamespace(enable_chunked_prefill=True), compilation_config=None, kernel_config=None)
+    text = eval(compile(cfg_str, "vllm/config/vllm.py:__str__", "eval"), {"self": cfg})
+    return fmt % ("0.32.0", text)
+
+
 def main() -> None:
     src, outdir = Path(sys.argv[1]), Path(sys.argv[2])
     loggers = src / "vllm/v1/metrics/loggers.py"
@@ -132,6 +202,7 @@ def main() -> None:
     for i, (msg, file, line) in enumerate(records):
         stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(t0 + 10 * (i // 2)))
         out.append(f"(EngineCore_DP0 pid=2811) INFO {stamp} [{file}:{line}] {msg}")
+    out = [f"(EngineCore_DP0 pid=2811) INFO 12-04 22:30:40 [core.py:134] {init_line(src)}"] + cudagraph_lines(src) + out
     (outdir / "vllm-v1.log").write_text("\n".join(out) + "\n")
     print(f"vllm-v1.log: {len(out)} lines")
 

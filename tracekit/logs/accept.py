@@ -85,6 +85,17 @@ def infer_sglang_draft_tokens(pairs: Iterable[tuple[float, float]]) -> DraftToke
     return DraftTokens(k=n - 1, source=f"printed accept rate ({meaning})", meaning=meaning)
 
 
+def meaning_given(pairs: Iterable[tuple[float, float]], n: int) -> Meaning | None:
+    """Which meaning the printed (accept len, accept rate) pairs have, num_draft_tokens ``n`` known:
+    the one every pair fits within the 2-decimal rounding (None: neither, both, or no pair)."""
+    useful = [(a, r) for a, r in pairs if r > _HALF_CENT and a > 1 + _HALF_CENT]
+    if not useful or n < 2:
+        return None
+    fits = [m for m in (OLD, NEW)
+            if all((rng := _n_range(a, r, m)) is not None and rng[0] - 1e-9 <= n <= rng[1] + 1e-9 for a, r in useful)]
+    return fits[0] if len(fits) == 1 else None
+
+
 def sglang_draft_tokens(server_args: Mapping[str, str]) -> DraftTokens | None:
     """k from SGLang's server arguments (as printed: ``speculative_num_draft_tokens=4``)."""
     for key, minus in (("speculative_num_draft_tokens", 1), ("speculative_num_steps", 0)):
@@ -138,4 +149,5 @@ def _conditional(rates: pl.Expr) -> pl.Expr:
     return pl.when(rates.list.len() > 0).then(cond).otherwise(None)
 
 
-__all__ = ["NEW", "OLD", "DraftTokens", "Meaning", "infer_sglang_draft_tokens", "sglang_draft_tokens", "unify"]
+__all__ = ["NEW", "OLD", "DraftTokens", "Meaning", "infer_sglang_draft_tokens", "meaning_given", "sglang_draft_tokens",
+           "unify"]

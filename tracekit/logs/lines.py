@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from tracekit.logs.grammars import GRAMMARS, STARTUP, Field, Grammar, Kind
@@ -43,6 +42,15 @@ class HalfMatch:
 
 def value(kind: Kind, raw: str, unit: str, label: str) -> Any:
     """The typed value of one printed field (FieldProblem when it does not parse)."""
+    if not unit:  # the common case first: a plain number
+        try:
+            if kind == "int":
+                return int(raw)
+            if kind == "float":
+                x = float(raw)
+                return None if x != x else x
+        except ValueError:
+            pass
     v = raw.strip()
     if unit and v.endswith(unit):
         v = v[: -len(unit)].strip()
@@ -70,28 +78,54 @@ def value(kind: Kind, raw: str, unit: str, label: str) -> Any:
     return v
 
 
-@cache
+# per grammar, keyed by name (hashing a frozen Grammar hashes all its fields: too slow per line)
+_TABLES: dict[str, dict[str, Field]] = {}
+_LABELS: dict[str, dict[str, str]] = {}
+_REWRITES: dict[str, tuple[tuple[re.Pattern[str], str, str], ...]] = {}
+_KEYED: dict[str, tuple[tuple[Field, re.Pattern[str]], ...]] = {}
+
+
+def _table(g: Grammar) -> dict[str, Field]:
+    t = _TABLES.get(g.name)
+    if t is None:
+        t = _TABLES[g.name] = g.field_by_label()
+    return t
+
+
+def _labels(g: Grammar) -> dict[str, str]:
+    t = _LABELS.get(g.name)
+    if t is None:
+        t = _LABELS[g.name] = {f.column: f.label for f in g.fields}
+    return t
+
+
 def _rewrites(g: Grammar) -> tuple[tuple[re.Pattern[str], str, str], ...]:
-    return tuple((re.compile(rx), label, col) for rx, label, col in g.label_rewrites)
+    t = _REWRITES.get(g.name)
+    if t is None:
+        t = _REWRITES[g.name] = tuple((re.compile(rx), label, col) for rx, label, col in g.label_rewrites)
+    return t
 
 
-@cache
 def _keyed(g: Grammar) -> tuple[tuple[Field, re.Pattern[str]], ...]:
-    return tuple((f, re.compile(rf"'{re.escape(f.label)}': ({_KEYED_VALUE})")) for f in g.fields)
+    t = _KEYED.get(g.name)
+    if t is None:
+        t = _KEYED[g.name] = tuple((f, re.compile(rf"'{re.escape(f.label)}': ({_KEYED_VALUE})")) for f in g.fields)
+    return t
 
 
 def _fields(g: Grammar, body: str, row: dict[str, Any]) -> tuple[list[str], set[str]]:
     """Read a ``label: value, ...`` body into ``row``: (unknown labels, labels seen)."""
-    table = g.field_by_label()
+    table = _table(g)
     if g.strip_end and body.endswith(g.strip_end):
         body = body[: -len(g.strip_end)]
     items: list[str] = []
     for part in body.split(", "):
-        prev = table.get(items[-1].partition(": ")[0]) if items else None
-        if ": " not in part and prev is not None and prev.kind == "rates":
-            items[-1] += ", " + part  # the next value of a list (per-position rates)
-        else:
-            items.append(part)
+        if ": " not in part and items:
+            prev = table.get(items[-1].partition(": ")[0])
+            if prev is not None and prev.kind == "rates":
+                items[-1] += ", " + part  # the next value of a list (per-position rates)
+                continue
+        items.append(part)
     unknown: list[str] = []
     seen: set[str] = set()
     for item in items:
@@ -154,7 +188,7 @@ def match_grammar(g: Grammar, line: str, year: int) -> Match | HalfMatch | None:
                     seen.add(f.label)
     except FieldProblem as exc:
         return HalfMatch(g.name, exc.field_label, exc.problem)
-    labels = {f.column: f.label for f in g.fields}
+    labels = _labels(g)
     for col in g.required:
         if row.get(col) is None:
             return HalfMatch(g.name, labels.get(col, col), "missing (a truncated line, or a format this "

@@ -9,6 +9,7 @@ derived columns (:func:`tracekit.logs.accept.unify`) and renamed over the output
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -26,7 +27,13 @@ import polars as pl
 from tracekit import __version__
 from tracekit.errors import BadTraceError
 from tracekit.logs import prometheus
-from tracekit.logs.accept import DraftTokens, infer_sglang_draft_tokens, sglang_draft_tokens, unify
+from tracekit.logs.accept import (
+    DraftTokens,
+    infer_sglang_draft_tokens,
+    meaning_given,
+    sglang_draft_tokens,
+    unify,
+)
 from tracekit.logs.grammars import GRAMMARS
 from tracekit.logs.lines import HalfMatch, Match, match_line, startup_fact
 from tracekit.logs.patterns import UserPattern
@@ -74,7 +81,8 @@ class FileStats:
             "invalid_utf8_lines": self.invalid_utf8_lines, "overlong_lines": self.overlong_lines,
             "engine_version": self.engine_version, "startup": self.startup, "year_assumed": self.year_assumed,
             "draft_tokens_per_verify": None if self.draft_tokens is None else {
-                "k": self.draft_tokens.k, "source": self.draft_tokens.source},
+                "k": self.draft_tokens.k, "source": self.draft_tokens.source,
+                "sglang_accept_rate_meaning": self.draft_tokens.meaning},
         }
 
 
@@ -307,8 +315,11 @@ def parse_logs(paths: Sequence[str], out: str | os.PathLike[str], patterns: list
         sink.flush()
         k_by_file: dict[int, int] = {}
         for i, st in enumerate(stats):
-            st.draft_tokens = sglang_draft_tokens(st.startup.get("server_args", {})) or \
-                infer_sglang_draft_tokens(st.accept_pairs)
+            given = sglang_draft_tokens(st.startup.get("server_args", {}))
+            if given is not None:
+                meaning = meaning_given(st.accept_pairs, given.k + 1)
+                given = dataclasses.replace(given, meaning=meaning)
+            st.draft_tokens = given or infer_sglang_draft_tokens(st.accept_pairs)
             if st.draft_tokens is not None:
                 k_by_file[i] = st.draft_tokens.k
             if engine_version and st.engine_version is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 _PROC = r"\((?P<proc>[\w.-]+?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s*"
@@ -37,6 +38,7 @@ class Prefix:
     proc: str | None
 
 
+@lru_cache(maxsize=4096)
 def _ns(y: int, mo: int, d: int, hms: str, frac: str | None) -> int | None:
     try:
         h, mi, s = (int(x) for x in hms.split(":"))
