@@ -60,3 +60,11 @@ def host_collectives(events: pl.DataFrame) -> pl.DataFrame:
          .collect())
     keep = g.group_by("key").agg(pl.col("rank").n_unique().alias("_nr")).filter(pl.col("_nr") == n_ranks)
     return g.join(keep.select("key"), on="key", how="semi").sort(["key", "rank"])
+
+
+def alignment_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """The rows clock alignment reads (``align.estimate_offsets``): collective kernels and gloo's
+    collective ranges, every column. A rank's share is small: what travels from a worker to fit the
+    offsets of a run ingested rank by rank (``tracekit.ingest.sharded``)."""
+    return events.filter(((pl.col("kind") == "kernel") & pl.col("coll_seq").is_not_null())
+                         | ((pl.col("kind") == "range") & pl.col("name").str.starts_with(HOST_PREFIX)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -14,8 +15,10 @@ from tracekit.render.text import echo
 
 
 @cli.command()
-@click.argument("traces", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="run.parquet to write.")
+@click.argument("traces", nargs=-1, required=False)
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="run.parquet to write; a directory (DIR/, or any with --rank-files) is written as a sharded run: "
+                   "one rank-NNNNN.parquet per rank.")
 @click.option("--allow-missing-ranks", is_flag=True, help="Ingest even if some ranks of the world have no trace.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="fail: stop at the first unreadable file; skip: ingest the good files, report the rest.")
@@ -25,22 +28,36 @@ from tracekit.render.text import echo
 @click.option("--align", "align_method", type=click.Choice(["auto", "collectives", "none"]), default="auto",
               show_default=True, help="Clock alignment across ranks: fit offsets from collective ends, or none. "
               "auto: collectives when the ranks ran on more than one host.")
+@click.option("--executor", "executor_opt", default="local", show_default=True, metavar="local|dask-local:N|dask://HOST:PORT",
+              help="Where files are parsed and ranks finalized: this process, a Dask LocalCluster of N workers, or a "
+                   "running Dask scheduler (docs/scale.md; pip install 'tracekit[dask]').")
+@click.option("--rank-files", "rank_files", multiple=True, metavar="GLOB",
+              help="This node's rank traces, written as shards into the directory -o (shared by the nodes, each "
+                   "adding its ranks); `tracekit merge DIR` later says which ranks are still missing.")
 @guarded
 def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_error: str,
-           categories_file: str | None, quiet: bool, align_method: str) -> None:
-    """Ingest torch-profiler (Kineto) traces into one run.parquet.
+           categories_file: str | None, quiet: bool, align_method: str, executor_opt: str,
+           rank_files: tuple[str, ...]) -> None:
+    """Ingest torch-profiler (Kineto) traces into one run.parquet (or a sharded run directory).
 
     TRACES are files (.json / .json.gz), globs or directories: SGLang's
     per-rank *-TP-<r>*.trace.json.gz, its merged-*.trace.json.gz, or any
     torch.profiler export_chrome_trace output.
     """
     import time
+    from pathlib import Path
 
-    from tracekit.analyzers.align import align_events
+    from tracekit.executor import parse_executor
+
+    try:
+        spec = parse_executor(executor_opt)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    traces = (*traces, *rank_files)
+    if not traces:
+        raise click.UsageError("name the traces to ingest (TRACES or --rank-files GLOB)")
+    sharded = bool(rank_files) or output.endswith(("/", os.sep)) or Path(output).is_dir()
     from tracekit.finalize.categories import load_rules
-    from tracekit.ingest import ingest_traces
-    from tracekit.ingest.discover import discover
-    from tracekit.store import write_run
 
     rules = load_rules(categories_file) if categories_file else None
     err: Any = None
@@ -52,15 +69,23 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
         err = Console(stderr=True, soft_wrap=True)  # never break file paths
         progress = ByteProgress(err)
     t0 = time.perf_counter()
+    if sharded:
+        # --rank-files: this node's ranks only, nothing to fit the clock against (the merge aligns hosts)
+        _ingest_sharded(traces, Path(output), spec, allow_missing_ranks or bool(rank_files), on_error, progress,
+                        rules, err, strict=not rank_files,
+                        align="none" if rank_files else None if align_method == "auto" else align_method)
+        return
+    from tracekit.ingest.discover import discover
+    from tracekit.store import write_run
+
+    align = None if align_method == "auto" else align_method
     with _claim(output, [*traces, *map(str, discover(traces, []))], runs=False):
         try:
-            run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks,
-                                on_error=on_error,  # type: ignore[arg-type]
-                                progress=progress, rules=rules)
+            events, man = _ingest_run(traces, spec, allow_missing_ranks, on_error, progress, rules, Path(output), err,
+                                      align)
         finally:
             if progress is not None:
                 progress.stop()
-        events, man = align_events(run.events, run.manifest, None if align_method == "auto" else align_method)
         out = write_run(events, output, man)
     if err is not None:
         from tracekit.render.ingest import print_ingest_summary
@@ -76,6 +101,82 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     from tracekit.manifest import typed
 
     if typed(man).missing_ranks:
+        from tracekit.cli_errors import EXIT_PARTIAL
+
+        sys.exit(EXIT_PARTIAL)
+
+
+def _ingest_run(traces: tuple[str, ...], spec: Any, allow_missing_ranks: bool, on_error: Any, progress: Any,
+                rules: Any, output: Any, err: Any, align: str | None) -> tuple[Any, dict[str, Any]]:
+    """(events, manifest) of the run, aligned (``align``; None: auto): ingested in this process (``local``)
+    or through the executor into shards beside ``output`` (a temp directory, removed) read back as one table."""
+    if spec.kind == "local":
+        from tracekit.analyzers.align import align_events
+        from tracekit.ingest import ingest_traces
+
+        run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks, on_error=on_error,
+                            progress=progress, rules=rules)
+        return align_events(run.events, run.manifest, align)
+    import shutil
+    import tempfile
+
+    from tracekit.ingest.sharded import ingest_sharded
+    from tracekit.store import load_run
+
+    stage = tempfile.mkdtemp(prefix=f".{output.name}.shards-", dir=output.parent)
+    try:
+        ex = _open(spec, err)
+        try:
+            res = ingest_sharded(traces, stage, ex, allow_missing_ranks=allow_missing_ranks, on_error=on_error,
+                                 progress=progress, rules=rules, align=align)
+        finally:
+            ex.close()
+        return load_run(stage).events, res.manifest
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _open(spec: Any, err: Any) -> Any:
+    from tracekit.executor import open_executor
+
+    if err is not None and spec.kind != "local":
+        err.print(f"ingest: starting executor {spec}", highlight=False)
+    try:
+        return open_executor(spec)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _ingest_sharded(traces: tuple[str, ...], out: Any, spec: Any, allow_missing_ranks: bool, on_error: Any,
+                    progress: Any, rules: Any, err: Any, *, strict: bool, align: str | None) -> None:
+    """``-o DIR``: the shards written into DIR (created when missing), aligned as ``align`` says, not merged."""
+    from tracekit.errors import OutputError
+    from tracekit.ingest.sharded import SHARD_NAME, ingest_sharded
+    from tracekit.outputs import OutputLock
+
+    if out.exists() and not out.is_dir():
+        raise OutputError("is a file: a sharded run is a directory (name a directory, or a .parquet file for one run)",
+                          path=str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    lock = OutputLock(out).acquire()
+    try:
+        ex = _open(spec, err)
+        try:
+            res = ingest_sharded(traces, out, ex, allow_missing_ranks=allow_missing_ranks, on_error=on_error,
+                                 progress=progress, rules=rules, align=align)
+        finally:
+            ex.close()
+            if progress is not None:
+                progress.stop()
+    finally:
+        lock.release()
+    from tracekit.manifest import typed
+
+    man = typed(res.manifest)
+    click.echo(f"wrote {res.shards} rank shard(s) ({res.rows} events) into {out}/ ({SHARD_NAME.format(rank=0)} ...): "
+               f"a sharded run every command reads; `tracekit merge {out} -o run.parquet` makes one file (and aligns "
+               "ranks of several hosts)")
+    if man.missing_ranks and strict:
         from tracekit.cli_errors import EXIT_PARTIAL
 
         sys.exit(EXIT_PARTIAL)

@@ -280,32 +280,18 @@ def _ingest(
             else:
                 parts.extend(_read_parts(name))
         except BadTraceError as exc:
-            metadata_only = isinstance(exc, EmptyTraceError)
-            # JSON found by walking a directory that is no trace at all (a manifest, bench output)
-            foreign = name not in named and isinstance(exc, NotATraceError)
-            if on_error == "fail" and not (metadata_only or foreign):
+            try:
+                skip_or_raise(exc, name, named, on_error, skipped)
+            except BadTraceError:
                 if pool is not None:
                     pool.shutdown(wait=True, cancel_futures=True)
                 raise
-            skipped.append({"path": name, "reason": exc.message})
         done += sizes[name]
         if progress is not None:
             progress(done, total, name)
     if pool is not None:
         pool.shutdown(wait=True)
-    if not parts:
-        why = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
-        raise TracekitError(f"no input could be ingested ({why})")
-    units = [p.unit for p in parts]
-    try:
-        world, missing = assign_ranks(units, allow_missing_ranks=allow_missing_ranks)
-    except RankError as exc:
-        if not skipped:
-            raise
-        # the skipped file first: it is why the rank is missing
-        first = skipped[0]
-        more = f" (and {len(skipped) - 1} more skipped file(s))" if len(skipped) > 1 else ""
-        raise RankError(f"skipped: {first['reason']}{more}; so {exc.message}", path=first["path"]) from None
+    world, missing = rank_parts(parts, allow_missing_ranks, skipped)
     manifest = _manifest(parts, world, missing, skipped)
     frames = []
     # each part in canonical order, parts by rank: the table is then usually sorted already and
@@ -323,6 +309,35 @@ def _ingest(
     for c in time_resolution(events):
         manifest["ranks"][str(c.rank)]["time_resolution_ns"] = c.resolution_ns
     return Run(events=events, manifest=stamp(manifest), path=None)
+
+
+def skip_or_raise(exc: BadTraceError, name: str, named: set[str], on_error: OnError,
+                  skipped: list[dict[str, str]]) -> None:
+    """A file that is not a readable trace: listed in ``skipped``, or ``exc`` raised when ``on_error``
+    is ``fail`` (metadata-only files, and JSON met while walking a directory that is no trace at all
+    (a manifest, bench output), are always skipped)."""
+    metadata_only = isinstance(exc, EmptyTraceError)
+    foreign = name not in named and isinstance(exc, NotATraceError)
+    if on_error == "fail" and not (metadata_only or foreign):
+        raise exc
+    skipped.append({"path": name, "reason": exc.message})
+
+
+def rank_parts(parts: Sequence[_Part], allow_missing_ranks: bool, skipped: list[dict[str, str]]) -> tuple[int, dict[str, str]]:
+    """Assign every part's rank (``ranks.assign_ranks``): (world size, missing ranks); TracekitError when
+    nothing could be ingested, a RankError that names a skipped file first when one explains it."""
+    if not parts:
+        why = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
+        raise TracekitError(f"no input could be ingested ({why})")
+    try:
+        return assign_ranks([p.unit for p in parts], allow_missing_ranks=allow_missing_ranks)
+    except RankError as exc:
+        if not skipped:
+            raise
+        # the skipped file first: it is why the rank is missing
+        first = skipped[0]
+        more = f" (and {len(skipped) - 1} more skipped file(s))" if len(skipped) > 1 else ""
+        raise RankError(f"skipped: {first['reason']}{more}; so {exc.message}", path=first["path"]) from None
 
 
 def _manifest(parts: list[_Part], world: int, missing: dict[str, str], skipped: list[dict[str, str]]) -> dict[str, Any]:

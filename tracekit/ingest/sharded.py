@@ -1,0 +1,222 @@
+"""Ingest through an executor (``tracekit ingest --executor``): files parsed and ranks finalized as tasks.
+
+Three kinds of task, each a module-level function (``tracekit.executor``):
+
+1. ``scan_file(path)``: read, gunzip, parse one file into its parts (one per rank it holds). The
+   result stays where it was computed (a Dask worker's memory).
+2. ``part_infos(parts)``: the parts without their events (rank hints, metadata, sizes): what travels
+   to the driver, which assigns ranks (``tracekit.ingest.ranks``) and builds the run's manifest from
+   them exactly as the in-process ingest does.
+3. ``finalize_rank(...)``: one rank's parts (the results of 1, resolved on the worker) in canonical
+   order, finalized (``finalize_events``, one rank's table: phase ids numbered per rank, made unique
+   on read as for capture shards). Kept on the worker.
+4. ``clock_rows(table)``: its collective rows (``coll_match.alignment_rows``), gathered: the driver
+   fits the clock offsets from them (``align.align_events``) as ingest does from the whole table.
+5. ``write_rank(...)``: the table shifted by its rank's offset, written atomically as that rank's
+   shard (a run file of its own: temp file + rename, so a worker killed mid-write leaves a temp file,
+   never a half shard). Returns the shard's row count and time resolution.
+
+The shards form a sharded run (a directory of ``rank-00003.parquet``, each with the manifest of its
+rank; ``tracekit.store`` reads the directory as one run). ``ingest_sharded`` writes them into
+``out_dir``; the CLI either keeps that directory (``-o DIR/``) or merges it into one file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import BadTraceError, EmptyTraceError, NotATraceError
+from tracekit.ingest import (
+    _EMPTY,
+    OnError,
+    Progress,
+    _gc_paused,
+    _manifest,
+    _Part,
+    _read_parts,
+    _sort_part,
+    rank_parts,
+    skip_or_raise,
+)
+from tracekit.ingest.discover import discover
+
+SHARD_NAME = "rank-{rank:05d}.parquet"  # store.SHARD_GLOB reads them
+FAULT_ENV = "TRACEKIT_TEST_WORKER_FAULT"  # "RANK:MARKER": the worker-death test (see write_rank)
+_ERRORS: dict[str, type[BadTraceError]] = {c.__name__: c for c in (BadTraceError, EmptyTraceError, NotATraceError)}
+
+
+def scan_file(path: str) -> list[_Part] | tuple[str, str]:
+    """Task 1: the parts of one file, or (error class, message) for a file that is not a readable trace."""
+    try:
+        with _gc_paused():
+            return _read_parts(path)
+    except BadTraceError as exc:
+        return exc.__class__.__name__, exc.message
+
+
+def part_infos(parts: list[_Part] | tuple[str, str]) -> list[_Part] | tuple[str, str]:
+    """Task 2: the parts with their events left behind."""
+    if isinstance(parts, tuple):
+        return parts
+    return [dataclasses.replace(p, events=_EMPTY) for p in parts]
+
+
+def _fault(rank: int, out_path: str) -> None:
+    """The worker-death test: die once, mid-write, on the named rank (a marker file makes it once)."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    r, _, marker = spec.partition(":")
+    if int(r) != rank or os.path.exists(marker):
+        return
+    Path(marker).write_text(str(os.getpid()), encoding="utf-8")
+    from tracekit.outputs import temp_beside
+
+    with open(temp_beside(out_path), "wb") as f:  # a write begun: what a death mid-write leaves
+        f.write(b"PAR1 half a shard")
+    os._exit(17)
+
+
+def finalize_rank(rank: int, files: Sequence[list[_Part]], picks: Sequence[tuple[int, int]],
+                  rules: Sequence[Any] | None) -> pl.DataFrame:
+    """Task 3: rank ``rank``'s table (``files[i][j]`` for each ``(i, j)`` of ``picks``, in that order),
+    finalized. Kept on the worker."""
+    from tracekit.finalize.pipeline import finalize_events
+
+    with _gc_paused():
+        frames = [_sort_part(schema.conform(files[i][j].events.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))))
+                  for i, j in picks]
+        events = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
+        del frames
+        return finalize_events(events, rules=rules)
+
+
+def clock_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """Task 4: the rows the clock fit reads (``coll_match.alignment_rows``): what travels to fit offsets."""
+    from tracekit.analyzers.coll_match import alignment_rows
+
+    rows = alignment_rows(events)
+    first = events.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
+    return rows if alignment_rows(first).height else pl.concat([first, rows], how="vertical")
+
+
+def write_rank(rank: int, events: pl.DataFrame, add_ns: int, out_path: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Task 5: rank ``rank``'s finalized table, ``add_ns`` added to its times (the clock alignment), written
+    atomically as its shard ``out_path`` with ``manifest``; returns its rows and time resolution."""
+    from tracekit.analyzers.align import shift_ranks
+    from tracekit.finalize.pipeline import stamp
+    from tracekit.resolution import time_resolution
+    from tracekit.store import write_run
+
+    with _gc_paused():
+        res = {c.rank: c.resolution_ns for c in time_resolution(events)}  # on the recorded clock, as ingest_traces
+        man = dict(manifest)
+        if rank in res:
+            man["ranks"] = {str(rank): {**man["ranks"][str(rank)], "time_resolution_ns": res[rank]}}
+        _fault(rank, out_path)
+        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, out_path, stamp(man))
+    return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank)}
+
+
+@dataclass(frozen=True)
+class ShardedIngest:
+    """What ``ingest_sharded`` wrote: the shard directory and the run's manifest (not its events)."""
+
+    out_dir: Path
+    manifest: dict[str, Any]
+    rows: int
+    shards: int
+
+
+def _shard_manifest(run_man: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The manifest a rank's shard carries: the run's, with its own rank section and sources only
+    (``store.merge_manifests`` unites them back on read)."""
+    files = set(run_man["ranks"][str(rank)].get("sources", []))
+    srcs = [s for s in run_man.get("sources", []) if rank in s.get("ranks", []) or s.get("path") in files]
+    return {**run_man, "ranks": {str(rank): run_man["ranks"][str(rank)]}, "sources": srcs}
+
+
+def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str], executor: Any, *,
+                   allow_missing_ranks: bool = False, on_error: OnError = "fail", progress: Progress | None = None,
+                   rules: Sequence[Any] | None = None, say: Callable[[str], None] | None = None,
+                   align: str | None = None) -> ShardedIngest:
+    """Ingest ``paths`` into the shard directory ``out_dir`` (created if missing) through ``executor``
+    (see the module docstring). Same rank rules, errors and manifest as ``ingest_traces`` followed by
+    ``align_events(..., align)`` (None: auto), the offsets fitted from the ranks' collective rows."""
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
+    paths = list(paths)
+    skipped: list[dict[str, str]] = []
+    files = discover(paths, skipped if on_error == "skip" else None)
+    named = {str(Path(p)) for p in paths}
+    sizes = {str(f): f.stat().st_size for f in files}
+    total, done = sum(sizes.values()), 0
+    scans = [executor.submit(scan_file, str(f)) for f in files]
+    info_h = [executor.submit(part_infos, s) for s in scans]
+    infos: list[tuple[int, _Part]] = []  # (file index, part without events)
+    for i, (f, h) in enumerate(zip(files, info_h, strict=True)):
+        name = str(f)
+        if progress is not None:
+            progress(done, total, name)
+        got = executor.gather([h])[0]
+        if isinstance(got, tuple):
+            skip_or_raise(_ERRORS.get(got[0], BadTraceError)(got[1], path=name), name, named, on_error, skipped)
+        else:
+            infos.extend((i, p) for p in got)
+        done += sizes[name]
+        if progress is not None:
+            progress(done, total, name)
+    world, missing = rank_parts([p for _, p in infos], allow_missing_ranks, skipped)
+    run_man = _manifest([p for _, p in infos], world, missing, skipped)
+    # which parts (file index, index in its file) make each rank, in file order as ingest_traces keeps them
+    by_rank: dict[int, list[tuple[int, int]]] = {}
+    seen: dict[int, int] = {}
+    for i, p in infos:
+        j = seen.get(i, 0)
+        seen[i] = j + 1
+        by_rank.setdefault(p.unit.rank, []).append((i, j))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {}
+    for r, picks in sorted(by_rank.items()):
+        used = sorted({i for i, _ in picks})
+        local = [(used.index(i), j) for i, j in picks]
+        tables[r] = executor.submit(finalize_rank, r, [scans[i] for i in used], local, rules)
+    # the clock: fitted here from every rank's collective rows (``align`` as ingest_traces' caller does)
+    from tracekit.analyzers.align import align_events
+
+    rows = executor.gather([executor.submit(clock_rows, t) for t in tables.values()])
+    proj = pl.concat(rows, how="vertical") if rows else schema.empty_events()
+    ranks_man = run_man["ranks"]
+    _, run_man = align_events(proj, run_man, align)
+    run_man["ranks"] = ranks_man
+    add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
+    writes = [executor.submit(write_rank, r, t, add.get(r, 0), str(out / SHARD_NAME.format(rank=r)),
+                              _shard_manifest(run_man, r)) for r, t in tables.items()]
+    results = []
+    for n, h in enumerate(writes, 1):
+        results.extend(executor.gather([h]))
+        if say is not None:
+            say(f"ingest: {n}/{len(writes)} rank shard(s) written")
+    executor.release(scans + info_h + list(tables.values()) + writes)
+    for tmp in out.glob(".rank-*.tmp"):  # a worker that died mid-write left its temp file: its task ran again
+        tmp.unlink(missing_ok=True)
+    for res in results:
+        if res["time_resolution_ns"] is not None:
+            run_man["ranks"][str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
+    from tracekit.finalize.pipeline import stamp
+
+    return ShardedIngest(out_dir=out, manifest=stamp(run_man), rows=sum(r["rows"] for r in results),
+                         shards=len(results))
+
+
+__all__ = ["FAULT_ENV", "SHARD_NAME", "ShardedIngest", "clock_rows", "finalize_rank", "ingest_sharded", "part_infos",
+           "scan_file", "write_rank"]
