@@ -127,7 +127,8 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
     merge_shards(shard_dir, out, extra)
     man = read_manifest(out)
     aborted = [r for r, sec in typed(man).ranks.items() if sec.aborted]
-    if missing or w.errors or aborted or cc.keep_logs:  # the merged file holds every shard: keep only the logs
+    # the merged file holds every shard: keep only the logs, whenever a rank failed (the lines above said so)
+    if missing or lines or aborted or cc.keep_logs:
         for r in range(world):
             shard_path(shard_dir, r).unlink(missing_ok=True)
         say(f"rank logs (stdout/stderr of every rank process) kept in {shard_dir}/")

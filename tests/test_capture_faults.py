@@ -199,3 +199,22 @@ def test_rank_killed_before_the_window_names_the_root_cause_first(tmp_path: Path
     logs = sorted(p.name for p in (tmp_path / "run.parquet.d").iterdir())
     assert logs == [f"rank-0000{r}.log" for r in range(4)]
     _clean(tmp_path, cap, shard_dir=True)
+
+
+def test_rank_killed_after_its_window_costs_the_others_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: rank 1 dies in the unprofiled cycles after the window (cycle 4: 1 warm-up + 3 profiled),
+    while rank 0 runs them too and then waits on its dead peer in a collective. Each rank wrote its
+    shard before those cycles: both windows are kept, rank 1 is named as what ended the run."""
+    from tracekit.collectors.capture import FAULT_ENV
+
+    monkeypatch.setenv(FAULT_ENV, "1@4:exit")  # rank 1 alone (RANK@CYCLE), a real process exit at that point
+    cap = Capture(tmp_path, world=2, cycles=3)
+    rc, out = cap.finish()
+    assert rc == 0, "\n".join(cap.err)
+    assert cap.wait_for(r"^rank 1: exited") == "rank 1: exited with code 17 after its profiling window (root cause)"
+    assert "ranks: 2 of 2 captured (world 2); cycles per rank: 3..3 of 3 (after 1 warm-up)" in out.splitlines()
+    run = tmp_path / "run.parquet"
+    assert _verify_cycles(run) == {0: 3, 1: 3}
+    assert "missing_ranks" not in load_run(run).manifest
+    assert "reference timed before the window only" in out  # rank 1 never timed the cycles after it
+    _clean(tmp_path, cap, shard_dir=True)  # the logs are kept

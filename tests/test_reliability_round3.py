@@ -402,3 +402,86 @@ def test_reads_under_a_free_running_writer_are_whole(tmp_path: Path) -> None:
     finally:
         w.kill()
         w.wait(30)
+
+
+# --- locks ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pid", ['"abc"', str(10**30), "-5", "true"])
+def test_a_lock_file_with_a_bad_pid_is_one_line_then_replaced_when_old(tmp_path: Path, pid: str) -> None:
+    import socket
+
+    r0 = gpu_rank(0, world=1).write(tmp_path / "r0.json")
+    out = tmp_path / "o.parquet"
+    lock = tmp_path / "o.parquet.lock"
+    lock.write_text(f'{{"pid": {pid}, "host": "{socket.gethostname()}"}}')
+    code, _, err = _run(["ingest", "-q", str(r0), "-o", str(out)])
+    assert code == 1
+    assert err == (f"tracekit: error: {out}: lock file {lock} holds no live tracekit's record (no valid pid): remove "
+                   "it if no tracekit writes this output (it is replaced by itself once 10 s old)\n")
+    old = lock.stat().st_mtime - 60
+    os.utime(lock, (old, old))
+    code, _, err = _run(["ingest", "-q", str(r0), "-o", str(out)])
+    assert code == 0, err
+    assert load_run(out).ranks == [0] and _leftovers(tmp_path) == []
+
+
+_CAPTURE_UNDER_LOCK = """
+import atexit, sys
+atexit.register(lambda: print("torch imported:", "torch" in sys.modules, file=sys.stderr))
+from tracekit.cli import main
+sys.argv = ["tracekit", "capture", "--device", "cpu", "-o", sys.argv[1]]
+main()
+"""
+
+
+def test_a_second_capture_to_a_locked_output_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    from tracekit.outputs import OutputLock
+
+    out = tmp_path / "run.parquet"
+    with OutputLock(out):  # this process, alive: a live holder
+        r = subprocess.run([sys.executable, "-c", _CAPTURE_UNDER_LOCK, str(out)], capture_output=True, text=True,
+                           timeout=120)
+    assert r.returncode == 1
+    assert r.stderr == (f"tracekit: error: {out}: another tracekit (pid {os.getpid()}) is writing this output (lock file "
+                        f"{out}.lock; remove it only if that process is gone)\ntorch imported: False\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_one_sigterm_is_said_as_one_and_a_silent_rank_is_the_root_cause() -> None:
+    import signal
+
+    from tracekit.collectors.capture import CaptureConfig
+    from tracekit.collectors.launcher import Interrupts, explain
+    from tracekit.collectors.merge import _failures
+    from tracekit.collectors.progress import Watch
+
+    intr = Interrupts()
+    with pytest.raises(KeyboardInterrupt):
+        intr._on(signal.SIGTERM, None)
+    assert intr.how() == "SIGTERM"
+    twice = Interrupts()
+    twice._on(signal.SIGINT, None)
+    with pytest.raises(KeyboardInterrupt):
+        twice._on(signal.SIGINT, None)
+    assert twice.how() == "SIGINT twice"
+    mixed = Interrupts()
+    mixed._on(signal.SIGINT, None)
+    with pytest.raises(KeyboardInterrupt):
+        mixed._on(signal.SIGTERM, None)
+    assert mixed.how() == "SIGINT, then SIGTERM"
+    # SIGSTOP on rank 1 at t=100: rank 0's collective fails at t=160 (not recognised as a collective error),
+    # the launcher kills the silent rank 1 at t=400; rank 1 went silent first: it is the root cause
+    w = Watch()
+    w.window_started = {0, 1}
+    w.last_cycle = {0: 5, 1: 5}
+    w.errors[0] = ("RuntimeError: timed out", False, 160.0)
+    w.died = {0: 161.0, 1: 400.0}
+    w.timed_out[1] = 300.0
+    w.silent_since[1] = 100.0
+
+    class _P:
+        exitcode = -9
+
+    lines = [ln for _, ln in explain(_failures(CaptureConfig(out="x", world=2), w, {0: _P(), 1: _P()}))]
+    assert lines[0] == "rank 1: no progress for 300 s (killed) in the profiling window after 2 of 8 cycles (root cause)"

@@ -37,14 +37,6 @@ def rank_problem(value: object) -> str | None:
     return None
 
 
-def checked_add(a: int, b: int, what: str) -> int:
-    """``a + b`` as an int64, or OverflowError naming ``what`` (Python ints do not wrap; the columns would)."""
-    s = a + b
-    if not -(1 << 63) <= s < (1 << 63):
-        raise OverflowError(f"{what} overflows int64 ns ({a} + {b})")
-    return s
-
-
 __all__ = [
     "MAX_ABS_TIME_NS",
     "MAX_DEVICE",
@@ -52,7 +44,6 @@ __all__ = [
     "MAX_STREAM",
     "MAX_WORLD_SIZE",
     "MIN_DEVICE",
-    "checked_add",
     "rank_problem",
     "world_size_problem",
 ]

@@ -291,7 +291,9 @@ class OutputLock:
                 raise
             self._held = True
             return self
-        raise OutputLockedError(f"cannot take the lock file {self.path}", path=str(self.out))
+        raise OutputLockedError(f"lock file {self.path} holds no live tracekit's record (no valid pid): remove it "
+                                "if no tracekit writes this output (it is replaced by itself once 10 s old)",
+                                path=str(self.out))
 
     def release(self) -> None:
         if not self._held:

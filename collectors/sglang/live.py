@@ -289,13 +289,13 @@ def run_live_capture(
         base = "http://" + base
     cfg = load or LoadConfig()
     out_path = Path(out)
-    info = server_info(base)
-    world = expected_ranks(info, ranks)
     mdir = (Path(manifest_dir) if manifest_dir is not None else rankinfo.manifest_dir()).resolve()
     try:
         rankinfo.private_dir(mdir)  # the servers' control directory: this user's alone (rankinfo.private_dir)
     except rankinfo.ControlDirError as exc:
-        raise TracekitError(str(exc), path=str(mdir)) from None
+        raise TracekitError(str(exc)) from None
+    info = server_info(base)
+    world = expected_ranks(info, ranks)
     tdir = Path(trace_dir) if trace_dir is not None else out_path.with_name(out_path.stem + "-sglang-traces")
     tdir = tdir.resolve()
     if mode != "timing":

@@ -26,7 +26,7 @@ def _flows_opt(value: str) -> tuple[str, ...]:
 
 
 @cli.command("export")
-@click.argument("run_path", metavar="RUN", type=click.Path())
+@click.argument("run_path", metavar="RUN", type=click.Path(readable=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Trace to write: " + ", ".join(f"{' or '.join(f.suffixes[:2])} ({f.title})" for f in EXPORTERS) + ".")
 @click.option("--format", "fmt", type=click.Choice(format_names()), default=None,
@@ -77,7 +77,7 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
 
 
 @cli.command("validate-trace")
-@click.argument("trace", metavar="FILE", type=click.Path())
+@click.argument("trace", metavar="FILE", type=click.Path(readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @guarded
 def validate_trace_cmd(trace: str, as_json: bool) -> None:

@@ -11,8 +11,8 @@ from tracekit.render.text import echo
 
 
 @cli.command("spec")
-@click.argument("run", type=click.Path(dir_okay=True))
-@click.option("--baseline", "baseline", type=click.Path(dir_okay=True), help="A plain-decode run (speculation off) for the decode step time.")
+@click.argument("run", type=click.Path(dir_okay=True, readable=False))
+@click.option("--baseline", "baseline", type=click.Path(dir_okay=True, readable=False), help="A plain-decode run (speculation off) for the decode step time.")
 @click.option("--baseline-tps", type=click.FloatRange(min=0, min_open=True), help="Plain-decode tok/s per sequence instead of a baseline run.")
 @click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence (e.g. 150).")
 @click.option("--rank", type=int, default=None, help="Use this rank's cycles (default: the slowest rank).")
@@ -90,7 +90,7 @@ def spec_cmd(
 
 
 @cli.command("align")
-@click.argument("run", type=click.Path(dir_okay=True))
+@click.argument("run", type=click.Path(dir_okay=True, readable=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Aligned run.parquet to write.")
 @click.option("--align", "method", type=click.Choice(["collectives", "none", "auto"]), default="collectives", show_default=True,
               help="collectives: fit per-rank clock offsets from allreduce ends; auto: collectives only when ranks ran on several hosts.")
@@ -116,7 +116,7 @@ def align_cmd(run: str, output: str, method: str) -> None:
 
 
 @cli.command("upgrade")
-@click.argument("run", type=click.Path(dir_okay=True))
+@click.argument("run", type=click.Path(dir_okay=True, readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the upgraded run here (default: RUN itself, replaced atomically; required for a shard directory).")
 @guarded
@@ -136,8 +136,8 @@ def upgrade_cmd(run: str, output: str | None) -> None:
 
 
 @cli.command("diff")
-@click.argument("old", type=click.Path(dir_okay=True))
-@click.argument("new", type=click.Path(dir_okay=True))
+@click.argument("old", type=click.Path(dir_okay=True, readable=False))
+@click.argument("new", type=click.Path(dir_okay=True, readable=False))
 @click.option("--phase", default="verify", show_default=True, help="Phase name or regex to compare; 'all' compares every phase both runs have.")
 @click.option("--seq-width", type=click.IntRange(min=1), default=None, help="Sequence-length bucket width in tokens (default: about 8 buckets).")
 @click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
@@ -182,7 +182,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
 
 
 @cli.command("ranks")
-@click.argument("run", type=click.Path(dir_okay=True))
+@click.argument("run", type=click.Path(dir_okay=True, readable=False))
 @click.option("--min-skew-us", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="A collective has a last rank only when arrivals spread at least this much.")
 @click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,

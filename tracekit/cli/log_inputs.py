@@ -25,7 +25,7 @@ def user_patterns(patterns: tuple[str, ...], pattern_file: str | None) -> list[o
 
 def log_options(fn: Any) -> Any:
     """``--pattern`` / ``--patterns``: for a log file given where a run is expected (read on the fly)."""
-    fn = click.option("--patterns", "pattern_file", type=click.Path(dir_okay=False),
+    fn = click.option("--patterns", "pattern_file", type=click.Path(dir_okay=False, readable=False),
                       help="Log files: a file of user patterns, one a line.")(fn)
     return click.option("--pattern", "patterns", multiple=True,
                         help="Log files: a user pattern, e.g. 'Target verify: {verify_ms:f} ms/cyc' (repeatable).")(fn)

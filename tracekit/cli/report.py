@@ -12,10 +12,10 @@ from tracekit.render.text import echo
 
 
 @cli.command("report")
-@click.argument("run", type=click.Path(dir_okay=True))
+@click.argument("run", type=click.Path(dir_okay=True, readable=False))
 @click.option("-o", "--output", default="report.html", show_default=True, type=click.Path(dir_okay=False),
               help="HTML file to write (self-contained: opens offline).")
-@click.option("--b-run", type=click.Path(dir_okay=True), default=None, help="Compare with this run: plots side by side and the diff table.")
+@click.option("--b-run", type=click.Path(dir_okay=True, readable=False), default=None, help="Compare with this run: plots side by side and the diff table.")
 @click.option("--png-dir", type=click.Path(file_okay=False), default=None, help="Also write every plot as PNG here (needs Chrome or Chromium).")
 @click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence for the speculation plot.")
 @guarded

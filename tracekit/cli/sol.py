@@ -10,7 +10,7 @@ from tracekit.render.text import echo
 
 
 @cli.command("sol")
-@click.argument("run", required=False, type=click.Path(dir_okay=True))
+@click.argument("run", required=False, type=click.Path(dir_okay=True, readable=False))
 @click.option("--model", "model", default=None, help="Hugging Face config.json (or its checkpoint directory). "
               "Default on a run: the config its manifest records.")
 @click.option("--gpu", default=None, help="GPU table name (tracekit/data/gpus.toml), or SPEC.toml. "

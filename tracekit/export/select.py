@@ -19,6 +19,7 @@ import polars as pl
 
 from tracekit.errors import AnalysisError
 from tracekit.intervals import merge
+from tracekit.limits import MAX_ABS_TIME_NS
 from tracekit.ranklist import parse_rank_list
 from tracekit.schema import GPU_KINDS, RANGE
 
@@ -77,6 +78,8 @@ def parse_time(text: str) -> int:
         raise ValueError(f"not a time: {text!r}") from None
     if val != val.to_integral_value():
         raise ValueError(f"{text!r} is not a whole number of ns")
+    if abs(val) > MAX_ABS_TIME_NS:  # the range of a run's times (tracekit.limits): never an int64 overflow later
+        raise ValueError(f"{text!r} is out of range (at most 2^62 ns, about 146 years)")
     return int(val)
 
 
