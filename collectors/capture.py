@@ -37,6 +37,7 @@ from typing import Any
 
 from tracekit.collectors.nodes import Topology
 from tracekit.collectors.workload.config import WorkloadConfig
+from tracekit.errors import ConfigError
 from tracekit.manifest import INJECTED_ENV
 
 SAFE_ENV = INJECTED_ENV  # what every rank gets (tracekit.manifest: info marks these as set by tracekit)
@@ -108,7 +109,7 @@ def resolve_device(device: str) -> tuple[str, int]:
 
     n = torch.cuda.device_count() if device != "cpu" else 0
     if device == "cuda" and n == 0:
-        raise ValueError("--device cuda asked for, but torch sees no GPU")
+        raise ConfigError("--device cuda asked for, but torch sees no GPU")
     return ("cuda" if n > 0 else "cpu"), n
 
 
@@ -120,7 +121,7 @@ def resolve_profile(profile: str, kind: str) -> str:
     if profile == "auto":
         return "lite" if kind == "cuda" else "full"
     if profile not in PROFILE_MODES:
-        raise ValueError(f"--profile must be one of auto, {', '.join(PROFILE_MODES)}, not {profile!r}")
+        raise ConfigError(f"--profile must be one of auto, {', '.join(PROFILE_MODES)}, not {profile!r}")
     return profile
 
 
@@ -137,8 +138,6 @@ def log_path(shard_dir: Path, rank: int) -> Path:
     """Where a rank process's stdout and stderr go."""
     return shard_dir / f"rank-{rank:05d}.log"
 
-
-FAULT_ENV = "TRACEKIT_TEST_FAULT"  # "CYCLE:exit|hang|raise" in one rank's env (rank_env): the fault tests
 
 
 def _fresh_shard_dir(shard_dir: Path, nodes: Topology) -> None:
@@ -177,15 +176,15 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
     nodes = cc.nodes
     world = cc.world or (nodes.nnodes * (nodes.nproc or ngpu) if kind == "cuda" else nodes.nnodes * (nodes.nproc or 8))
     if world % nodes.nnodes or (nodes.nproc and world != nodes.nnodes * nodes.nproc):
-        raise ValueError(f"--world {world} is not {nodes.nnodes} nodes x "
+        raise ConfigError(f"--world {world} is not {nodes.nnodes} nodes x "
                          f"{nodes.nproc or 'the same number of'} ranks")
     nodes = nodes.with_nproc(world // nodes.nnodes)
     cc = dataclasses.replace(cc, nodes=nodes)
     if kind == "cuda" and nodes.nproc > ngpu:
-        raise ValueError(f"{nodes.nproc} ranks on this host need {nodes.nproc} GPUs, torch sees {ngpu}")
+        raise ConfigError(f"{nodes.nproc} ranks on this host need {nodes.nproc} GPUs, torch sees {ngpu}")
     captured = cc.captured(world)
     if any(r < 0 or r >= world for r in captured):
-        raise ValueError(f"--ranks {captured} outside 0..{world - 1}")
+        raise ConfigError(f"--ranks {captured} outside 0..{world - 1}")
     cc.workload.validate(world)
     cc = dataclasses.replace(cc, profile=resolve_profile(cc.profile, kind))
     out = Path(cc.out)

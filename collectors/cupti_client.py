@@ -41,6 +41,8 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracekit.errors import ConfigError
+
 SOURCE: Final = Path(__file__).with_name("cupti_client.c")
 FLAGS: Final = {"kernels": 1, "copies": 2, "api_some": 4, "api_all": 8, "api_cb": 16}
 MODES: Final[dict[str, int]] = {
@@ -169,7 +171,7 @@ class Client:
 
     def __init__(self, mode: str = "launch") -> None:
         if mode not in MODES:
-            raise ValueError(f"CUPTI client mode must be one of {', '.join(MODES)}, not {mode!r}")
+            raise ConfigError(f"CUPTI client mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
         self.lib: Any = None
         self.libcupti: str | None = None

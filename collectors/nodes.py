@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.errors import ConfigError
+
 LOOPBACK = "127.0.0.1"
 NODE_GLOB = "node-*.json"
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -88,17 +90,17 @@ def parse_master(value: str) -> tuple[str, int]:
     addr, sep, port = value.rpartition(":")
     addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
     if not sep or not addr or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--master must be ADDR:PORT (e.g. 10.0.0.1:29500), not {value!r}")
+        raise ConfigError(f"--master must be ADDR:PORT (e.g. 10.0.0.1:29500), not {value!r}")
     return addr, int(port)
 
 
 def from_options(nnodes: int, node_rank: int, master: str | None, nproc: int | None) -> Topology:
     """The topology of ``--nnodes N --node-rank I --master ADDR:PORT [--nproc-per-node K]``."""
     if not 0 <= node_rank < nnodes:
-        raise ValueError(f"--node-rank {node_rank} outside 0..{nnodes - 1} (--nnodes {nnodes})")
+        raise ConfigError(f"--node-rank {node_rank} outside 0..{nnodes - 1} (--nnodes {nnodes})")
     if master is None:
         if nnodes > 1:
-            raise ValueError("--nnodes above 1 needs --master ADDR:PORT (where node 0's rank 0 hosts the store)")
+            raise ConfigError("--nnodes above 1 needs --master ADDR:PORT (where node 0's rank 0 hosts the store)")
         return Topology(nproc=nproc or 0)
     addr, port = parse_master(master)
     return Topology(nnodes=nnodes, node_rank=node_rank, nproc=nproc or 0, master_addr=addr, master_port=port,
@@ -116,11 +118,11 @@ def from_env(environ: Mapping[str, str] | None = None) -> Topology | None:
     bad = [k for k in ("RANK", "WORLD_SIZE", "MASTER_PORT") if not got[k].strip().isdigit()]
     if bad or not got["MASTER_ADDR"].strip():
         what = ", ".join(f"{k}={got[k]!r}" for k in ENV_KEYS)
-        raise ValueError(f"the launcher environment ({what}) needs whole numbers RANK, WORLD_SIZE, MASTER_PORT "
+        raise ConfigError(f"the launcher environment ({what}) needs whole numbers RANK, WORLD_SIZE, MASTER_PORT "
                          "and a MASTER_ADDR")
     rank, world = int(got["RANK"]), int(got["WORLD_SIZE"])
     if not 0 <= rank < world:
-        raise ValueError(f"RANK={rank} outside 0..{world - 1} (WORLD_SIZE={world})")
+        raise ConfigError(f"RANK={rank} outside 0..{world - 1} (WORLD_SIZE={world})")
     local = env.get("LOCAL_RANK", "0").strip()
     return Topology(nnodes=world, node_rank=rank, nproc=1, master_addr=got["MASTER_ADDR"].strip(),
                     master_port=int(got["MASTER_PORT"]), source="env", device_base=int(local) if local.isdigit() else 0)

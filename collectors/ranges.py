@@ -49,6 +49,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import schema
+from tracekit.errors import ConfigError
 from tracekit.finalize.phases import CUDA_EVENT_ARG, check_facts, format_facts, format_label
 
 # a range's label: its text, or (phase, facts) / (phase, facts, cycle) formatted when the frame is built
@@ -62,7 +63,7 @@ class RangeRecorder:
 
     def __init__(self, cuda_events: bool = False, events_every: int = 1) -> None:
         if events_every < 1:
-            raise ValueError(f"events_every must be >= 1, not {events_every}")
+            raise ConfigError(f"events_every must be >= 1, not {events_every}")
         self.cuda_events = cuda_events
         self.events_every = events_every
         self._opened: dict[str, int] = {}  # phase name -> ranges opened

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.capture import (
-    FAULT_ENV,
     SAFE_ENV,
     CaptureConfig,
     log_path,
@@ -34,29 +33,6 @@ def redirect_output(path: Path) -> None:
         os.dup2(fd, 2)
     finally:
         os.close(fd)
-
-
-
-def _fault(cycle: int) -> None:
-    """The capture fault tests' failure (a rank that exits, hangs or raises at a cycle), set
-    through that rank's environment (``CYCLE:KIND``), or through the launcher's for one rank
-    (``RANK@CYCLE:KIND``); nothing in the capture configuration. Cycles count on past the window
-    into the unprofiled cycles after it (``--after``)."""
-    spec = os.environ.get(FAULT_ENV)
-    if spec is None:
-        return
-    if "@" in spec:
-        who, spec = spec.split("@", 1)
-        if who != os.environ.get("RANK"):
-            return
-    if spec.split(":")[0] != str(cycle):
-        return
-    kind = spec.split(":", 1)[1]
-    if kind == "exit":
-        os._exit(17)
-    if kind == "hang":
-        time.sleep(10**6)
-    raise RuntimeError(f"injected failure at cycle {cycle}")
 
 
 
@@ -153,7 +129,6 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     for c in range(cc.warmup):
         if ctl is not None and not ctl.may_start(rank, c):
             break
-        _fault(c)
         wl.timer.window = BEFORE if c >= skip else None
         wl.run_cycle(c)
         q.put(("beat", rank, c))
@@ -180,7 +155,6 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         for c in range(cc.warmup, total):
             if ctl is not None and not ctl.may_start(rank, c):
                 break  # Ctrl-C: every rank ends its window after the same cycle
-            _fault(c)
             wl.run_cycle(c)
             done += 1
             q.put(("beat", rank, c))
@@ -236,7 +210,6 @@ def _reference_after(wl: Any, first: int, n: int) -> None:
     wl.sync()
     wl.timer.window = AFTER
     for c in range(first, first + n):
-        _fault(c)
         wl.run_cycle(c)
     wl.sync()
     wl.timer.window = None

@@ -36,6 +36,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import schema
+from tracekit.errors import ConfigError
 
 _RELATIVE_LIMIT_NS = 10**17  # ~3 years: anything below is not a Unix-epoch time stamp
 
@@ -174,7 +175,7 @@ def timing_events_every() -> int:
     if not env:
         return TIMING_EVENTS_EVERY
     if not env.isdigit() or int(env) < 1:
-        raise ValueError(f"TRACEKIT_TIMING_EVENTS_EVERY: {env!r} is not a whole number >= 1")
+        raise ConfigError(f"TRACEKIT_TIMING_EVENTS_EVERY: {env!r} is not a whole number >= 1")
     return int(env)
 
 
@@ -183,7 +184,7 @@ def lite_cupti_source() -> str:
 
     src = os.environ.get("TRACEKIT_LITE_CUPTI", "").strip() or LITE_CUPTI
     if src != "torch" and src not in MODES:
-        raise ValueError(f"TRACEKIT_LITE_CUPTI: {src!r} is neither 'torch' nor a CUPTI client mode "
+        raise ConfigError(f"TRACEKIT_LITE_CUPTI: {src!r} is neither 'torch' nor a CUPTI client mode "
                          f"({', '.join(MODES)})")
     return src
 
@@ -206,7 +207,7 @@ class ProfilerSession:
     def __init__(self, rank: int, cuda: bool, *, mode: str = "full", record_shapes: bool = False,
                  with_stack: bool = False) -> None:
         if mode not in PROFILE_MODES:
-            raise ValueError(f"profile mode must be one of {PROFILE_MODES}, not {mode!r}")
+            raise ConfigError(f"profile mode must be one of {PROFILE_MODES}, not {mode!r}")
         self.rank = rank
         self.cuda = cuda
         self.mode = mode
@@ -223,7 +224,7 @@ class ProfilerSession:
         spec = cupti_trim_spec() if self.mode == "lite" and self.cuda else ()
         kinds = tuple(k for k in spec if k not in TRIM_WORDS)
         if bad := [k for k in kinds if k not in cupti.KINDS]:
-            raise ValueError(f"TRACEKIT_CUPTI_TRIM: unknown word(s) {bad} "
+            raise ConfigError(f"TRACEKIT_CUPTI_TRIM: unknown word(s) {bad} "
                              f"(known: {', '.join(TRIM_WORDS)}, {', '.join(cupti.KINDS)})")
         acts: list[Any] = []
         client_mode = lite_cupti_source() if self.mode == "lite" and self.cuda else "torch"

@@ -12,11 +12,12 @@ from typing import Any
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from fault_workload import FaultyWorkload
 
 pytest.importorskip("torch")
 
 from tracekit.cli import cli
-from tracekit.collectors.capture import FAULT_ENV, CaptureConfig, run_capture
+from tracekit.collectors.capture import CaptureConfig, run_capture
 from tracekit.collectors.workload.config import make_config
 from tracekit.collectors.workload.runner import accept_lengths
 from tracekit.store import load_run
@@ -130,8 +131,8 @@ def test_eight_ranks(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
 
 
 def test_killed_rank_loses_only_its_shard(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    cc = CaptureConfig(out=str(tmp_path / "run.parquet"), world=2, cycles=3, warmup=1, device="cpu", workload=_wl(),
-                       timeout_s=90, coll_timeout_s=30, rank_env={1: {FAULT_ENV: "2:exit"}})
+    cc = CaptureConfig(out=str(tmp_path / "run.parquet"), world=2, cycles=3, warmup=1, device="cpu", workload=FaultyWorkload(_wl(), 1, 2, "exit"),
+                       timeout_s=90, coll_timeout_s=30)
     said: list[str] = []
     res = run_capture(cc, progress=said.append)
     # a rank failed: the per-rank logs are kept (shards gone: merged), named, and the failed rank's tail printed
@@ -169,8 +170,8 @@ def test_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
 
 
 def test_hung_rank_is_killed_at_the_deadline_and_named(tmp_path: Path) -> None:
-    cc = CaptureConfig(out=str(tmp_path / "run.parquet"), world=2, cycles=2, warmup=0, device="cpu", workload=_wl(),
-                       timeout_s=16, coll_timeout_s=8, rank_env={1: {FAULT_ENV: "1:hang"}})
+    cc = CaptureConfig(out=str(tmp_path / "run.parquet"), world=2, cycles=2, warmup=0, device="cpu", workload=FaultyWorkload(_wl(), 1, 1, "hang"),
+                       timeout_s=16, coll_timeout_s=8)
     said: list[str] = []
     res = run_capture(cc, progress=said.append)
     # the killed rank's log tail reaches the launcher's output (its profiler note is the last thing it wrote)

@@ -84,6 +84,14 @@ def side_path(exc: TracekitError, a: str, b: str | None, both: str | None = None
     return a
 
 
+class ConfigError(TracekitError, ValueError):
+    """An option, option combination or ``TRACEKIT_*`` setting that cannot work (a capture that
+    cannot run as configured): the user's mistake, refused like a usage error (exit 2). A plain
+    ValueError from collectors is an internal error, never reported as a usage error."""
+
+    exit_code = 2
+
+
 class OutputError(TracekitError):
     """An output path tracekit will not write (missing parent directory, name too long, a directory)."""
 
@@ -107,6 +115,7 @@ class InterruptedCapture(TracekitError):
 __all__ = [
     "AnalysisError",
     "BadTraceError",
+    "ConfigError",
     "EmptyTraceError",
     "InterruptedCapture",
     "NotATraceError",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracekit.collectors.transformers.presets import check_model, check_tp, parse_assistant
+from tracekit.errors import ConfigError
 
 
 @dataclass
@@ -28,17 +29,17 @@ class TransformersConfig:
     engine: str = "transformers"
 
     def validate(self, world: int) -> None:
-        """ValueError with a clear message for a configuration that cannot run on ``world`` ranks."""
+        """ConfigError with a clear message for a configuration that cannot run on ``world`` ranks."""
         check_model(self.model)
         check_tp(self.model, world)
         if self.assistant is not None:
             parse_assistant(self.assistant)
             if self.batch_size != 1:
-                raise ValueError("transformers' assisted generation takes batch size 1 only "
+                raise ConfigError("transformers' assisted generation takes batch size 1 only "
                                  "(use --no-assistant for larger batches)")
         for name in ("draft_tokens", "new_tokens", "prompt_len", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                raise ConfigError(f"{name} must be >= 1")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

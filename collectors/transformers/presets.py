@@ -29,6 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Final
 
+from tracekit.errors import ConfigError
+
 # family -> (config class, model class) names inside transformers
 FAMILIES: Final[dict[str, tuple[str, str]]] = {
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
@@ -84,7 +86,7 @@ class Assistant:
 
 
 def parse_assistant(text: str) -> Assistant:
-    """``early-exit:2`` -> Assistant("early-exit", 2). Raises ValueError with the accepted forms."""
+    """``early-exit:2`` -> Assistant("early-exit", 2). Raises ConfigError with the accepted forms."""
     head, sep, arg = text.partition(":")
     try:
         if head == "same" and not sep:
@@ -100,10 +102,10 @@ def parse_assistant(text: str) -> Assistant:
                 raise ValueError
             return Assistant("noisy", s)
     except ValueError:
-        raise ValueError(f"--assistant {text!r}: expected a positive number after ':'") from None
+        raise ConfigError(f"--assistant {text!r}: expected a positive number after ':'") from None
     if text in PRESETS or os.path.isdir(text):
         return Assistant("model", text)
-    raise ValueError(f"--assistant {text!r}: expected same, early-exit:L, noisy:S, prompt-lookup:N, "
+    raise ConfigError(f"--assistant {text!r}: expected same, early-exit:L, noisy:S, prompt-lookup:N, "
                      f"a preset ({', '.join(PRESETS)}) or a checkpoint directory")
 
 

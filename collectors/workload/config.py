@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.errors import ConfigError
+
 VERIFY_GRAPH_MODES = ("on", "off", "auto", "mixed")
 
 
@@ -48,21 +50,21 @@ class WorkloadConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, world: int) -> None:
-        """Raise ValueError with a clear message when the shapes cannot be split over ``world`` ranks."""
+        """Raise ConfigError with a clear message when the shapes cannot be split over ``world`` ranks."""
         if self.verify_graph not in VERIFY_GRAPH_MODES:
-            raise ValueError(f"verify_graph must be one of {VERIFY_GRAPH_MODES}, not {self.verify_graph!r}")
+            raise ConfigError(f"verify_graph must be one of {VERIFY_GRAPH_MODES}, not {self.verify_graph!r}")
         for name in ("heads", "moe_inter", "dense_inter", "vocab", "draft_vocab"):
             val = getattr(self, name)
             if val % world:
-                raise ValueError(f"{name}={val} is not divisible by the world size {world}")
+                raise ConfigError(f"{name}={val} is not divisible by the world size {world}")
         if self.top_k > self.experts:
-            raise ValueError(f"top_k={self.top_k} exceeds experts={self.experts}")
+            raise ConfigError(f"top_k={self.top_k} exceeds experts={self.experts}")
         if self.draft_steps < 1 or self.batch_size < 1 or self.layers < 1:
-            raise ValueError("draft_steps, batch_size and layers must be >= 1")
+            raise ConfigError("draft_steps, batch_size and layers must be >= 1")
         if not 0 <= self.dense_layers <= self.layers:
-            raise ValueError("dense_layers must lie in [0, layers]")
+            raise ConfigError("dense_layers must lie in [0, layers]")
         if any(not 0.0 <= p <= 1.0 for p in self.accept_probs):
-            raise ValueError("accept probabilities must lie in [0, 1]")
+            raise ConfigError("accept probabilities must lie in [0, 1]")
 
     def max_ctx(self, cycles: int) -> int:
         """KV-cache length that holds ``cycles`` cycles of growth (worst case k+1 per cycle) plus slack."""
@@ -103,7 +105,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 def make_config(preset: str = "tiny", **overrides: Any) -> WorkloadConfig:
     """A config from a preset name plus overrides (None values are ignored)."""
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        raise ConfigError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     values: dict[str, Any] = dict(PRESETS[preset])
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "accept_probs" in values:

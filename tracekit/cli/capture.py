@@ -116,6 +116,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
         run_capture,
     )
     from tracekit.collectors.workload.config import make_config
+    from tracekit.errors import ConfigError
     from tracekit.render.capture import render_capture_summary
 
     wl: Any  # WorkloadConfig | TransformersConfig
@@ -123,7 +124,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
         from tracekit.collectors.nodes import Topology, from_env, from_options
 
         if nnodes is None and (node_rank or master or nproc_per_node):
-            raise ValueError("--node-rank, --master and --nproc-per-node go with --nnodes")
+            raise click.UsageError("--node-rank, --master and --nproc-per-node go with --nnodes")
         nodes = (from_options(nnodes, node_rank, master, nproc_per_node) if nnodes is not None
                  else from_env() or Topology())
         kind, _ = resolve_device(device)
@@ -138,7 +139,7 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
                                      draft_tokens=draft_steps, new_tokens=new_tokens, prompt_len=prompt_len,
                                      batch_size=batch_size)
         elif model or assistant or no_assistant:
-            raise ValueError("--model, --assistant and --no-assistant need --engine transformers")
+            raise click.UsageError("--model, --assistant and --no-assistant need --engine transformers")
         else:
             wl = make_config(preset or ("kimi-k2-tiny" if kind == "cuda" else "tiny"), verify_graph=verify_graph,
                              batch_size=batch_size, draft_steps=draft_steps, ctx_start=ctx_start, layers=layers,
@@ -146,8 +147,8 @@ def capture_cmd(ranks_opt: str, world: int | None, cycles: int, warmup: int, aft
         cc = CaptureConfig(out=out, world=world, ranks=ranks, cycles=cycles, warmup=warmup, after=after, device=device,
                            workload=wl, keep_json=keep_json, timeout_s=timeout_s, profile=profile, nodes=nodes)
         result = run_capture(cc, progress=lambda m: echo(m, err=True), live=sys.stderr.isatty())
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    except ConfigError as exc:  # the user's options; any other error is not a usage error
+        raise click.UsageError(exc.message) from None
     echo(render_capture_summary(result))
     from tracekit.cli_errors import EXIT_INTERRUPTED, EXIT_PARTIAL
 
