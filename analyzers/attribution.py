@@ -2,7 +2,7 @@
 
 Pure functions over polars frames (no printing). ``attribute_instances`` gives
 one row per phase instance (the ``--by cycle`` view); ``by_rank``, ``by_phase``,
-``by_seq`` and ``stragglers`` (``analyzers.attribution_views``) aggregate it. Definitions: DESIGN.md section 4 and docs/attribution.md;
+``by_seq`` and ``stragglers`` (``analyzers.attribution_views``) aggregate it. Definitions: docs/attribution.md;
 the walk itself is ``analyzers.buckets``.
 
 Instance columns: phase, rank, phase_id, cycle, the facts (batch_size,

@@ -13,8 +13,8 @@ Definitions (over collectives matched on every rank, ``coll_match``):
 - **before the arrival**: the segment of r's GPU timeline from the end of its
   previous matched collective to its arrival (collective ends are nearly
   simultaneous on all ranks, so segment lengths differ by the lateness). Each
-  segment splits by the attribution walk (``analyzers.buckets.walk``, DESIGN.md
-  section 4: one definition of a launch gap) into GPU busy (interval union of r's
+  segment splits by the attribution walk (``analyzers.buckets.walk``,
+  docs/attribution.md section 4: one definition of a launch gap) into GPU busy (interval union of r's
   GPU events), launch gaps (the part of an idle gap before the next event's launch
   call returned plus the launch latency: the GPU waited for the host) and other
   idle. For late arrivals the excess over the mean of the other ranks' same

@@ -155,18 +155,17 @@ MODE_NOTES: dict[str, str] = {
 # What lite switches off in CUPTI once its profiler runs (collectors/cupti.py; "lean" = every API record that is
 # neither a launch nor a sync). TRACEKIT_CUPTI_TRIM overrides it: "" = nothing, else a comma list of "lean",
 # "dropped" (the runtime records Kineto drops anyway) and CUPTI activity kinds (cupti.KINDS).
-LITE_TRIM: tuple[str, ...] = ()  # measured: "lean" made lite slower on H200 (docs/capture.md, "Profile-mode cost")
+LITE_TRIM: tuple[str, ...] = ()  # why nothing: docs/capture.md, "Profile-mode cost"
 TRIM_WORDS = ("lean", "dropped")
 
 # Where lite's CUDA records come from on a GPU rank: "torch" (torch.profiler's CUDA activity) or a mode of
 # tracekit's own CUPTI client (collectors/cupti_client.py: kernels, launch, callback, all).
 # TRACEKIT_LITE_CUPTI overrides it. The client falls back to "torch" (and says why) when it cannot run.
-LITE_CUPTI = "callback"  # measured on H200: docs/capture.md, "Profile-mode cost"
+LITE_CUPTI = "callback"  # why: docs/capture.md, "Profile-mode cost"
 
 
-# Timing mode records CUDA events around every N-th instance of each phase (the others: host time only).
-# Measured on H200: two CUDA events cost ~26 us of host time per range there, 1.3-3.4% of a graphed cycle with
-# events on every range (docs/capture.md, "Profile-mode cost"). TRACEKIT_TIMING_EVENTS_EVERY overrides it.
+# Timing mode records CUDA events around every N-th instance of each phase (the others: host time only;
+# why 16: docs/capture.md, "Profile-mode cost"). TRACEKIT_TIMING_EVENTS_EVERY overrides it.
 TIMING_EVENTS_EVERY = 16
 
 

@@ -2,8 +2,8 @@
 
 Per (collective key, rank): the segment of the rank's GPU timeline from the end of its previous
 matched collective to its arrival, split into busy (interval union of the GPU events clipped to
-the segment), launch gaps and other idle. A launch gap is the attribution walk's rule (DESIGN.md
-section 4, docs/attribution.md section 4): in a gap from g0 (end of everything before) to g1 (start
+the segment), launch gaps and other idle. A launch gap is the attribution walk's rule
+(docs/attribution.md section 4): in a gap from g0 (end of everything before) to g1 (start
 of the next event N), the part before min(g1, launch_end(N) + L), with L only for the first GPU
 event of its launch call, nothing when N's launch is unknown. ``old_launch`` is the definition the
 forensic view used before (a whole gap, when N's launch call started after the GPU went idle), kept

@@ -3,7 +3,7 @@
  * Plain CPython C API over the buffer protocol (numpy arrays are passed as buffers; no numpy
  * headers are needed to build). Every function has a pure numpy/Python reference in the
  * package that the tests compare byte for byte; the Python side falls back to it when this
- * module is not built (tracekit/_compiled.py).
+ * module is not built (tracekit/_native.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1068,7 +1068,7 @@ done:
 static PyMethodDef METHODS[] = {
     {"sort_ties", sort_ties, METH_VARARGS, "Sorts the tie runs of the export's slice order (see export/fastlayout.py)."},
     {"launch_join", launch_join, METH_VARARGS, "Launch -> GPU slice edges on (rank, correlation) (see export/fastlayout.py)."},
-    {"first_seen", first_seen, METH_VARARGS, "First-seen ids of row tuples (see export/codes.py)."},
+    {"first_seen", first_seen, METH_VARARGS, "First-seen ids of row tuples (reference: export/fastlayout.py first_seen)."},
     {"col_ranges", col_ranges, METH_VARARGS, "Least and greatest value of each column (see export/fastlayout.py)."},
     {"pack_rows", pack_rows, METH_VARARGS, "Mixed-radix numbers of row tuples (see export/fastlayout.py)."},
     {"assign_lanes_grouped", assign_lanes_grouped, METH_VARARGS, "Greedy lanes per group (see lanes.py)."},

@@ -1,10 +1,8 @@
 """How a tracekit process ends once its work is done, without the interpreter's teardown.
 
-A normal interpreter exit frees every object one by one (the run's table, the layout's arrays,
-dictionaries of names) and unloads every module before the process ends; the operating system
-would take all of it back at once. On the two real ~1 M-event exports that teardown was about
-0.1 CPU s (0.10-0.12, medians) of a ~0.9 s command (``bench/results/process-exit.txt``), so the
-``tracekit`` program ends through ``end_process``:
+A normal interpreter exit frees every object one by one and unloads every module before the
+process ends; the operating system takes all of it back at once (what that costs:
+``bench/results/process-exit.txt``). The ``tracekit`` program ends through ``end_process``:
 
 - ``end_process(code)``: what ``sys.exit(code)`` does (``None`` is 0, an integer is itself, anything
   else is printed to stderr and is 1), the ``atexit`` handlers run and the output buffers flushed

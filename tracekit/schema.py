@@ -1,4 +1,4 @@
-"""The one data model: the event table of run.parquet (DESIGN.md section 3).
+"""The one data model: the event table of run.parquet (docs/schema.md).
 
 One row per event, all ranks, int64 nanoseconds on one aligned timeline.
 Bump SCHEMA_VERSION on any incompatible change and document it in docs/schema.md.
@@ -44,7 +44,7 @@ CATEGORY_CODES: Final = tuple(sorted(CATEGORIES))
 KIND_DTYPE: Final = pl.Enum(list(KIND_CODES))
 CATEGORY_DTYPE: Final = pl.Enum(list(CATEGORY_CODES))
 
-# Phase names tracekit's collectors emit (DESIGN.md section 4).
+# Phase names tracekit's collectors emit (docs/attribution.md section 1).
 PHASES: Final = ("draft", "verify", "draft_extend", "decode", "prefill")
 
 # Column name -> polars dtype, in file order.

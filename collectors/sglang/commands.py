@@ -1,4 +1,4 @@
-"""The SGLang integration's commands, registered on the main CLI by tracekit/cli.py.
+"""The SGLang integration's commands, registered on the main CLI by tracekit/cli/common.py (COMMAND_MODULES).
 
 ``sglang-capture URL`` (also reached as ``tracekit capture --ranks all --sglang URL``),
 ``sglang-launch -- ARGS``, ``sglang-bootstrap DIR``, ``sglang-check``. Importing this

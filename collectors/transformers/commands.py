@@ -1,6 +1,6 @@
 """``tracekit capture --engine transformers``: from the command line's options to a TransformersConfig.
 
-Kept out of tracekit/cli.py so the CLI stays engine-agnostic; nothing here
+Kept out of tracekit/cli/capture.py so the CLI stays engine-agnostic; nothing here
 imports transformers (the ranks do, in engine.py).
 """
 

@@ -16,7 +16,7 @@
 Communication kernels are those whose ``category`` is one of COMM_CATEGORIES
 (categories.py); kernels with no category are recognised by name through the
 same rule table, which covers NCCL and the custom / fused / symmetric-memory
-allreduce and DeepEP kernels listed in DESIGN.md and the SGLang reference.
+allreduce and DeepEP kernels (``tracekit/data/categories.toml``).
 
 ``match_collectives`` pairs the k-th collective of a group across ranks and
 computes, per (group, coll_seq, rank): arrival (= kernel start), the latest

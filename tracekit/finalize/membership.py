@@ -1,6 +1,6 @@
 """Phase instances and membership: which phase instance every event belongs to.
 
-DESIGN.md section 4. ``annotate_phases`` is one pass over the event table:
+docs/attribution.md section 1. ``annotate_phases`` is one pass over the event table:
 
 1. Phase ranges are ``range`` rows whose name maps to a phase
    (``tracekit.finalize.phases.phase_of_span``: tracekit labels and SGLang spans, plus
