@@ -1,20 +1,20 @@
 """Ingest through an executor (``tracekit ingest --executor``): files parsed and ranks finalized as tasks.
 
-Three kinds of task, each a module-level function (``tracekit.executor``):
+Every task is a module-level function (``tracekit.executor``) that reads its input from and writes its
+output to disk (a staging directory beside the output, uncompressed Arrow IPC, memory-mapped when read
+back), so a task holds one file's or one rank's events, nothing is kept in a worker between tasks,
+and a task whose worker died can simply run again:
 
-1. ``scan_file(path)``: read, gunzip, parse one file into its parts (one per rank it holds). The
-   result stays where it was computed (a Dask worker's memory).
-2. ``part_infos(parts)``: the parts without their events (rank hints, metadata, sizes): what travels
-   to the driver, which assigns ranks (``tracekit.ingest.ranks``) and builds the run's manifest from
-   them exactly as the in-process ingest does.
-3. ``finalize_rank(...)``: one rank's parts (the results of 1, resolved on the worker) in canonical
-   order, finalized (``finalize_events``, one rank's table: phase ids numbered per rank, made unique
-   on read as for capture shards). Kept on the worker.
-4. ``clock_rows(table)``: its collective rows (``coll_match.alignment_rows``), gathered: the driver
-   fits the clock offsets from them (``align.align_events``) as ingest does from the whole table.
-5. ``write_rank(...)``: the table shifted by its rank's offset, written atomically as that rank's
-   shard (a run file of its own: temp file + rename, so a worker killed mid-write leaves a temp file,
-   never a half shard). Returns the shard's row count and time resolution.
+1. ``scan_file(path, stage, i)``: read, gunzip, parse one file; each part (a rank it holds) staged as
+   ``file-000i-j.arrow``. Returns the parts without their events (rank hints, metadata, pids,
+   devices): what travels to the driver, which assigns ranks (``tracekit.ingest.ranks``) and builds
+   the run's manifest from them exactly as the in-process ingest does.
+2. ``finalize_rank(...)``: one rank's staged parts in canonical order, finalized (``finalize_events``
+   on one rank's table: phase ids numbered per rank, made unique on read as for capture shards),
+   staged as ``rank-r.arrow``. Returns its collective rows (``coll_match.alignment_rows``: what the
+   driver fits the clock offsets from, ``align.align_events``), row count and time resolution.
+3. ``write_rank(...)``: the staged table shifted by its rank's offset, written atomically as the
+   rank's shard (temp file + rename: a worker killed mid-write leaves a temp file, never a half shard).
 
 The shards form a sharded run (a directory of ``rank-00003.parquet``, each with the manifest of its
 rank; ``tracekit.store`` reads the directory as one run). ``ingest_sharded`` writes them into
@@ -23,8 +23,11 @@ rank; ``tracekit.store`` reads the directory as one run). ``ingest_sharded`` wri
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,20 +56,32 @@ FAULT_ENV = "TRACEKIT_TEST_WORKER_FAULT"  # "RANK:MARKER": the worker-death test
 _ERRORS: dict[str, type[BadTraceError]] = {c.__name__: c for c in (BadTraceError, EmptyTraceError, NotATraceError)}
 
 
-def scan_file(path: str) -> list[_Part] | tuple[str, str]:
-    """Task 1: the parts of one file, or (error class, message) for a file that is not a readable trace."""
+def _stage_part(stage: str, i: int, j: int) -> str:
+    return os.path.join(stage, f"file-{i:06d}-{j}.arrow")
+
+
+def _stage_rank(stage: str, rank: int) -> str:
+    return os.path.join(stage, f"rank-{rank:05d}.arrow")
+
+
+def _stage(df: pl.DataFrame, path: str) -> None:
+    """Write a staged table atomically (a task run twice finds a whole file or none)."""
+    tmp = path + f".{os.getpid()}.part"
+    df.write_ipc(tmp, compression="uncompressed")
+    os.replace(tmp, path)
+
+
+def scan_file(path: str, stage: str, i: int) -> list[_Part] | tuple[str, str]:
+    """Task 1 (see the module docstring): the file's parts without events (each staged), or (error
+    class, message) for a file that is not a readable trace."""
     try:
         with _gc_paused():
-            return _read_parts(path)
+            parts = _read_parts(path)
+            for j, p in enumerate(parts):
+                _stage(p.events, _stage_part(stage, i, j))
+            return [dataclasses.replace(p, events=_EMPTY) for p in parts]
     except BadTraceError as exc:
         return exc.__class__.__name__, exc.message
-
-
-def part_infos(parts: list[_Part] | tuple[str, str]) -> list[_Part] | tuple[str, str]:
-    """Task 2: the parts with their events left behind."""
-    if isinstance(parts, tuple):
-        return parts
-    return [dataclasses.replace(p, events=_EMPTY) for p in parts]
 
 
 def _fault(rank: int, out_path: str) -> None:
@@ -85,45 +100,47 @@ def _fault(rank: int, out_path: str) -> None:
     os._exit(17)
 
 
-def finalize_rank(rank: int, files: Sequence[list[_Part]], picks: Sequence[tuple[int, int]],
-                  rules: Sequence[Any] | None) -> pl.DataFrame:
-    """Task 3: rank ``rank``'s table (``files[i][j]`` for each ``(i, j)`` of ``picks``, in that order),
-    finalized. Kept on the worker."""
+def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules: Sequence[Any] | None) -> dict[str, Any]:
+    """Task 2: rank ``rank`` from its staged parts (file ``i``'s part ``j`` for each ``(i, j)`` of
+    ``picks``, in that order), finalized and staged; returns its clock rows, rows and time resolution."""
+    from tracekit.analyzers.coll_match import alignment_rows
     from tracekit.finalize.pipeline import finalize_events
+    from tracekit.resolution import time_resolution
 
     with _gc_paused():
-        frames = [_sort_part(schema.conform(files[i][j].events.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))))
-                  for i, j in picks]
-        events = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
-        del frames
-        return finalize_events(events, rules=rules)
+        if os.path.exists(_stage_rank(stage, rank)):  # run again (its worker died after staging it)
+            events = pl.read_ipc(_stage_rank(stage, rank))
+        else:
+            frames = [_sort_part(schema.conform(pl.read_ipc(_stage_part(stage, i, j))
+                                                .with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))))
+                      for i, j in picks]
+            events = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
+            del frames
+            events = finalize_events(events, rules=rules)
+            _stage(events, _stage_rank(stage, rank))
+        for i, j in picks:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_stage_part(stage, i, j))
+        res = {c.rank: c.resolution_ns for c in time_resolution(events)}  # on the recorded clock, as ingest_traces
+        rows = alignment_rows(events)
+        first = events.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
+        clock = rows if alignment_rows(first).height else pl.concat([first, rows], how="vertical")
+        return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank), "clock_rows": clock}
 
 
-def clock_rows(events: pl.DataFrame) -> pl.DataFrame:
-    """Task 4: the rows the clock fit reads (``coll_match.alignment_rows``): what travels to fit offsets."""
-    from tracekit.analyzers.coll_match import alignment_rows
-
-    rows = alignment_rows(events)
-    first = events.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
-    return rows if alignment_rows(first).height else pl.concat([first, rows], how="vertical")
-
-
-def write_rank(rank: int, events: pl.DataFrame, add_ns: int, out_path: str, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Task 5: rank ``rank``'s finalized table, ``add_ns`` added to its times (the clock alignment), written
-    atomically as its shard ``out_path`` with ``manifest``; returns its rows and time resolution."""
+def write_rank(rank: int, stage: str, add_ns: int, out_path: str, manifest: dict[str, Any]) -> int:
+    """Task 3: rank ``rank``'s staged table, ``add_ns`` added to its times (the clock alignment), written
+    atomically as its shard ``out_path`` with ``manifest``; returns the bytes written."""
     from tracekit.analyzers.align import shift_ranks
     from tracekit.finalize.pipeline import stamp
-    from tracekit.resolution import time_resolution
     from tracekit.store import write_run
 
     with _gc_paused():
-        res = {c.rank: c.resolution_ns for c in time_resolution(events)}  # on the recorded clock, as ingest_traces
-        man = dict(manifest)
-        if rank in res:
-            man["ranks"] = {str(rank): {**man["ranks"][str(rank)], "time_resolution_ns": res[rank]}}
+        events = pl.read_ipc(_stage_rank(stage, rank))
         _fault(rank, out_path)
-        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, out_path, stamp(man))
-    return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank)}
+        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, out_path, stamp(manifest))
+    os.unlink(_stage_rank(stage, rank))
+    return os.path.getsize(out_path)
 
 
 @dataclass(frozen=True)
@@ -159,64 +176,66 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
     named = {str(Path(p)) for p in paths}
     sizes = {str(f): f.stat().st_size for f in files}
     total, done = sum(sizes.values()), 0
-    scans = [executor.submit(scan_file, str(f)) for f in files]
-    info_h = [executor.submit(part_infos, s) for s in scans]
-    infos: list[tuple[int, _Part]] = []  # (file index, part without events)
-    for i, (f, h) in enumerate(zip(files, info_h, strict=True)):
-        name = str(f)
-        if progress is not None:
-            progress(done, total, name)
-        got = executor.gather([h])[0]
-        if isinstance(got, tuple):
-            skip_or_raise(_ERRORS.get(got[0], BadTraceError)(got[1], path=name), name, named, on_error, skipped)
-        else:
-            infos.extend((i, p) for p in got)
-        done += sizes[name]
-        if progress is not None:
-            progress(done, total, name)
-    world, missing = rank_parts([p for _, p in infos], allow_missing_ranks, skipped)
-    run_man = _manifest([p for _, p in infos], world, missing, skipped)
-    # which parts (file index, index in its file) make each rank, in file order as ingest_traces keeps them
-    by_rank: dict[int, list[tuple[int, int]]] = {}
-    seen: dict[int, int] = {}
-    for i, p in infos:
-        j = seen.get(i, 0)
-        seen[i] = j + 1
-        by_rank.setdefault(p.unit.rank, []).append((i, j))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tables = {}
-    for r, picks in sorted(by_rank.items()):
-        used = sorted({i for i, _ in picks})
-        local = [(used.index(i), j) for i, j in picks]
-        tables[r] = executor.submit(finalize_rank, r, [scans[i] for i in used], local, rules)
-    # the clock: fitted here from every rank's collective rows (``align`` as ingest_traces' caller does)
-    from tracekit.analyzers.align import align_events
+    stage = tempfile.mkdtemp(prefix=".ingest-stage-", dir=out)
+    try:
+        scans = [executor.submit(scan_file, str(f), stage, i) for i, f in enumerate(files)]
+        infos: list[tuple[int, _Part]] = []  # (file index, part without events)
+        for i, (f, h) in enumerate(zip(files, scans, strict=True)):
+            name = str(f)
+            if progress is not None:
+                progress(done, total, name)
+            got = executor.gather([h])[0]
+            if isinstance(got, tuple):
+                skip_or_raise(_ERRORS.get(got[0], BadTraceError)(got[1], path=name), name, named, on_error, skipped)
+            else:
+                infos.extend((i, p) for p in got)
+            done += sizes[name]
+            if progress is not None:
+                progress(done, total, name)
+        executor.release(scans)
+        world, missing = rank_parts([p for _, p in infos], allow_missing_ranks, skipped)
+        run_man = _manifest([p for _, p in infos], world, missing, skipped)
+        # which parts (file index, index in its file) make each rank, in file order as ingest_traces keeps them
+        by_rank: dict[int, list[tuple[int, int]]] = {}
+        seen: dict[int, int] = {}
+        for i, p in infos:
+            j = seen.get(i, 0)
+            seen[i] = j + 1
+            by_rank.setdefault(p.unit.rank, []).append((i, j))
+        fins = [executor.submit(finalize_rank, r, stage, picks, rules) for r, picks in sorted(by_rank.items())]
+        results = []
+        for n, h in enumerate(fins, 1):
+            results.extend(executor.gather([h]))
+            if say is not None:
+                say(f"ingest: {n}/{len(fins)} rank(s) finalized")
+        executor.release(fins)
+        # the clock: fitted here from every rank's collective rows (``align`` as ingest_traces' caller does)
+        from tracekit.analyzers.align import align_events
 
-    rows = executor.gather([executor.submit(clock_rows, t) for t in tables.values()])
-    proj = pl.concat(rows, how="vertical") if rows else schema.empty_events()
-    ranks_man = run_man["ranks"]
-    _, run_man = align_events(proj, run_man, align)
-    run_man["ranks"] = ranks_man
-    add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
-    writes = [executor.submit(write_rank, r, t, add.get(r, 0), str(out / SHARD_NAME.format(rank=r)),
-                              _shard_manifest(run_man, r)) for r, t in tables.items()]
-    results = []
-    for n, h in enumerate(writes, 1):
-        results.extend(executor.gather([h]))
-        if say is not None:
-            say(f"ingest: {n}/{len(writes)} rank shard(s) written")
-    executor.release(scans + info_h + list(tables.values()) + writes)
+        proj = pl.concat([r.pop("clock_rows") for r in results], how="vertical")
+        ranks_man = run_man["ranks"]
+        _, run_man = align_events(proj, run_man, align)
+        run_man["ranks"] = ranks_man
+        for res in results:
+            if res["time_resolution_ns"] is not None:
+                ranks_man[str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
+        add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
+        writes = [executor.submit(write_rank, r, stage, add.get(r, 0), str(out / SHARD_NAME.format(rank=r)),
+                                  _shard_manifest(run_man, r)) for r in sorted(by_rank)]
+        for n, h in enumerate(writes, 1):
+            executor.gather([h])
+            if say is not None:
+                say(f"ingest: {n}/{len(writes)} rank shard(s) written")
+        executor.release(writes)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     for tmp in out.glob(".rank-*.tmp"):  # a worker that died mid-write left its temp file: its task ran again
         tmp.unlink(missing_ok=True)
-    for res in results:
-        if res["time_resolution_ns"] is not None:
-            run_man["ranks"][str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
     from tracekit.finalize.pipeline import stamp
 
     return ShardedIngest(out_dir=out, manifest=stamp(run_man), rows=sum(r["rows"] for r in results),
                          shards=len(results))
 
-
-__all__ = ["FAULT_ENV", "SHARD_NAME", "ShardedIngest", "clock_rows", "finalize_rank", "ingest_sharded", "part_infos",
-           "scan_file", "write_rank"]
+__all__ = ["FAULT_ENV", "SHARD_NAME", "ShardedIngest", "finalize_rank", "ingest_sharded", "scan_file", "write_rank"]
