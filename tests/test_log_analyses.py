@@ -124,3 +124,26 @@ def test_spec_from_metrics_device_timer(tmp_path: Path) -> None:
     assert verify.ns.median == 20_250_000 and draft.ns.median == 5_000_000  # 8.1 s / 400, (1.2 + 0.8) s / 400
     assert rep.economics is not None and rep.economics.cycle_ns == 25_250_000
     assert rep.economics.break_even_tokens == pytest.approx(25_250_000 / (1e9 / 60))
+
+
+def test_report_of_two_logs(tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    out = tmp_path / "r.html"
+    lines = _sglang()
+    (tmp_path / "old.log").write_text("\n".join(lines[:4]) + "\n")
+    (tmp_path / "new.log").write_text("\n".join(lines[3:6]) + "\n")
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "old.log"), "--b-run", str(tmp_path / "new.log"),
+                                   "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    for key in ("log-per_req_tps", "log-gen_throughput", "log-accept_length"):
+        assert f'id="{key}"' in html and f'id="{key}-spec"' in html
+    assert '"document": "log-diff"' in html and '"document": "log-info"' in html
+    assert "only in old" in html  # the diff section names the bins of one log only
+
+
+def test_report_log_against_trace_run_is_a_usage_error(tmp_path: Path) -> None:
+    run = str(Path(__file__).resolve().parent.parent / "samples" / "h200x2-mainjob" / "eager.parquet")
+    res = CliRunner().invoke(cli, ["report", str(SAMPLES / "sglang-0.5.9.log"), "--b-run", run,
+                                   "-o", str(tmp_path / "r.html")])
+    assert res.exit_code == 2 and not (tmp_path / "r.html").exists()

@@ -128,3 +128,29 @@ def _emit(out: Any) -> None:
     else:
         for line in out:
             echo(line)
+
+
+def log_report_cmd(run: str, b_run: str | None, output: str, png_dir: str | None, patterns: tuple[str, ...],
+                   pattern_file: str | None) -> Any:
+    """``tracekit report`` of one or two logs: the ReportResult."""
+    from tracekit.analyzers.logs.curve import curve_width, log_curve
+    from tracekit.analyzers.logs.diff import log_diff
+    from tracekit.analyzers.logs.info import log_info
+    from tracekit.render.log_analyses import diff_json, diff_lines, info_json, info_lines
+    from tracekit.render.report.logs import build_log_report
+
+    sides = [("A", load_log(run, patterns, pattern_file))]
+    if b_run is not None:
+        sides.append(("B", load_log(b_run, patterns, pattern_file)))
+    width = curve_width(*(lg.rows for _t, lg in sides))
+    curves = [(tag, log_curve(lg.rows, lg.path, width)) for tag, lg in sides]
+    infos = [(tag, log_info(lg.rows, lg.manifest, lg.path)) for tag, lg in sides]
+    docs: dict[str, Any] = {tag: {"info": info_json(rep)} for tag, rep in infos}
+    dl = None
+    if b_run is not None:
+        (_, a), (_, b) = sides
+        rep = log_diff(a.rows, a.manifest, b.rows, b.manifest, a.path, b.path, tokens_width=width)
+        dl = diff_lines(rep)
+        docs["diff"] = diff_json(rep)
+    return build_log_report(output, curves, [(f"{tag}: {rep.path}", info_lines(rep)) for tag, rep in infos], dl, docs,
+                            png_dir)

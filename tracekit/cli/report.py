@@ -7,6 +7,7 @@ import sys
 import click
 
 from tracekit.cli.common import _claim, cli
+from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
 
@@ -18,11 +19,29 @@ from tracekit.render.text import echo
 @click.option("--b-run", type=click.Path(dir_okay=True, readable=False), default=None, help="Compare with this run: plots side by side and the diff table.")
 @click.option("--png-dir", type=click.Path(file_okay=False), default=None, help="Also write every plot as PNG here (needs Chrome or Chromium).")
 @click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence for the speculation plot.")
+@log_options
 @guarded
-def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, target_tps: float | None) -> None:
-    """One HTML page of plots of RUN: buckets, time vs sequence length, cycles, skew, gap, speculation, facts."""
-    from tracekit.render.report import build_report
+def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, target_tps: float | None,
+               patterns: tuple[str, ...] = (), pattern_file: str | None = None) -> None:
+    """One HTML page of plots of RUN: buckets, time vs sequence length, cycles, skew, gap, speculation, facts.
+
+    RUN (and --b-run) may be log runs or engine log files: throughput and accept length against
+    tokens per request, what the logs cover, and the binned diff of the two.
+    """
     from tracekit.render.report.summary import report_lines
+
+    run_log = is_log_input(run)
+    if run_log or (b_run is not None and is_log_input(b_run)):
+        if not run_log or (b_run is not None and not is_log_input(b_run)):
+            raise click.UsageError("report of a log against a captured run is not supported: give two logs or two runs")
+        from tracekit.cli.log_inputs import log_report_cmd
+
+        with _claim(output, [run, *([b_run] if b_run else [])]):
+            res = log_report_cmd(run, b_run, output, png_dir, patterns, pattern_file)
+        for line in report_lines(res):
+            echo(line)
+        return
+    from tracekit.render.report import build_report
     from tracekit.render.store import outdated_line
 
     with _claim(output, [run, *([b_run] if b_run else [])]):
