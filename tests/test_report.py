@@ -124,7 +124,8 @@ def test_cpu_run_report(tmp_path: Path) -> None:
     text = _cli("report", str(CPU8), "-o", str(out), "--png-dir", str(png_dir))
     assert "not shown: collective-skew: no collective matched on every rank" in text
     v = browser.check_page(out, tmp_path)
-    _assert_rendered(v, expect_missing={"collective-skew", "diff"})
+    # a CPU run has no GPU: no speed-of-light floors (the page says why)
+    _assert_rendered(v, expect_missing={"collective-skew", "diff", "sol-buckets", "sol-seq"})
     _assert_numbers_equal(v, _attribute(CPU8), "A")
     pngs = sorted(p.name for p in png_dir.iterdir())
     assert pngs == sorted(f"{p['id']}.png" for p in v["plots"])

@@ -40,6 +40,21 @@ class BucketSol:
 
 
 @dataclass(frozen=True)
+class InstanceSol:
+    """One phase instance of a run: its own floor (its batch, tokens, context) beside its profiled GPU window."""
+
+    rank: int
+    cycle: int | None
+    seq_len: int
+    floor_ns: int
+    window_ns: int  # profiled GPU window
+
+    @property
+    def pct(self) -> float | None:
+        return pct_of_sol(self.floor_ns, self.window_ns)
+
+
+@dataclass(frozen=True)
 class PhaseSol:
     phase: str
     floor: PhaseFloor
@@ -50,6 +65,7 @@ class PhaseSol:
     beaten: bool
     buckets: tuple[BucketSol, ...]
     note: str | None = None
+    per_instance: tuple[InstanceSol, ...] = ()  # a run's instances (none in the what-if form)
 
 
 @dataclass(frozen=True)

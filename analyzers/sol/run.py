@@ -29,7 +29,14 @@ from tracekit.analyzers.sol.config import ModelShape, model_shape
 from tracekit.analyzers.sol.floor import PhaseFloor, phase_floor, repeated
 from tracekit.analyzers.sol.gpus import GpuSpec, gpu_spec
 from tracekit.analyzers.sol.model import Layout, Step
-from tracekit.analyzers.sol.report import MODELLED, BucketSol, PhaseSol, SolReport, pct_of_sol
+from tracekit.analyzers.sol.report import (
+    MODELLED,
+    BucketSol,
+    InstanceSol,
+    PhaseSol,
+    SolReport,
+    pct_of_sol,
+)
 from tracekit.buckets import BUCKETS, CATEGORIES, VOCABULARY, Kind
 from tracekit.errors import AnalysisError
 
@@ -244,8 +251,10 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
             measured, clock = _median_int(windows), "profiled GPU window"
         beaten = measured < f.floor_ns or any(w < fl.floor_ns * forwards for w, fl in zip(windows, floors, strict=True))
         note = f"{forwards} draft-model forwards per instance" if forwards > 1 else None
+        per = tuple(InstanceSol(int(row["rank"]), row["cycle"], s.seq_len, fl.floor_ns * forwards, int(w))
+                    for row, s, fl, w in zip(inst.iter_rows(named=True), steps, floors, windows, strict=True))
         phases.append(PhaseSol(ph, f, measured, clock, inst.height, pct_of_sol(f.floor_ns, measured), beaten,
-                               _bucket_sols(f, inst, floors, forwards), note))
+                               _bucket_sols(f, inst, floors, forwards), note, per))
     if rm.target.experts and not distinct:
         notes.append("distinct experts per MoE layer: uniform routing U(T) (the run records no measured count)")
     return SolReport(run, rm.target.name, rm.source, rm.target.architecture, rm.target.quant.description, spec,

@@ -284,5 +284,8 @@ def attribute_json(rep: SolReport | None) -> list[dict[str, Any]] | None:
         return None
     return [{"phase": p.phase, "floor_ns": p.floor.floor_ns, "bound": p.floor.bound, "measured_ns": p.measured_ns,
              "clock": p.clock, "pct_of_sol": p.pct, "floor_beaten": p.beaten or any(b.beaten for b in p.buckets),
-             "buckets": {b.bucket: {"floor_ns": b.floor_ns, "pct_of_sol": b.pct} for b in p.buckets
-                         if b.floor_ns > 0}} for p in rep.phases]
+             "buckets": {b.bucket: {"floor_ns": b.floor_ns, "measured_ns": b.measured_ns, "pct_of_sol": b.pct}
+                         for b in p.buckets},
+             "instances": [{"rank": i.rank, "cycle": i.cycle, "seq_len": i.seq_len, "floor_ns": i.floor_ns,
+                            "window_ns": i.window_ns, "pct_of_sol": i.pct} for i in p.per_instance]}
+            for p in rep.phases]

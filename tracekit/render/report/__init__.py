@@ -60,6 +60,7 @@ def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str
     from .facts import diff_section, run_facts
     from .page import Section, meta_line, page
     from .plots_comm import gap_plot, skew_plot, spec_plot
+    from .plots_sol import floor_plot, pct_seq_plot
     from .plots_time import bucket_plots, composition_plot, seq_plot
 
     a, b, diff = collect(path, b_path=b_path, target_tps=target_tps)
@@ -75,8 +76,11 @@ def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str
                 [skew_plot(s, tag if b is not None else "") for tag, s in sides]),
         Section("gap", "5. Gap, bucket by bucket", gaps),
         Section("spec", "6. Speculation economics", [spec_plot(s, tag if b is not None else "") for tag, s in sides]),
-        Section("facts", "7. The run's facts", [], "\n".join(run_facts(s, tag) for tag, s in sides)),
-        Section("diff", "8. A vs B (diff)", [], diff_section(diff) if b is not None else "",
+        Section("sol", "7. Speed of light (% of SOL: floor estimates, docs/sol.md)",
+                [p for tag, s in sides for p in (floor_plot(s, tag if b is not None else ""),
+                                                 pct_seq_plot(s, tag if b is not None else ""))]),
+        Section("facts", "8. The run's facts", [], "\n".join(run_facts(s, tag) for tag, s in sides)),
+        Section("diff", "9. A vs B (diff)", [], diff_section(diff) if b is not None else "",
                 None if b is not None else "no --b-run given: run tracekit report RUN --b-run OTHER for the side-by-side plots and the diff table"),
     ]
     plots = [p for s in sections for p in s.plots]
