@@ -13,32 +13,7 @@
 
 /* ---- buffers ----------------------------------------------------------------------------- */
 
-typedef struct {
-    Py_buffer view;
-    int ok;
-} Buf;
-
-static int get_buf(PyObject *o, Buf *b, Py_ssize_t itemsize, int writable, const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    b->ok = 0;
-    if (PyObject_GetBuffer(o, &b->view, flags) < 0) return -1;
-    b->ok = 1;
-    if (itemsize && b->view.len % itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not a whole number of %zd-byte items",
-                     what, b->view.len, itemsize);
-        return -1;
-    }
-    if (itemsize && b->view.itemsize != itemsize && b->view.len) {
-        PyErr_Format(PyExc_ValueError, "%s: items of %zd bytes, expected %zd", what, b->view.itemsize, itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static void rel_buf(Buf *b) {
-    if (b->ok) PyBuffer_Release(&b->view);
-    b->ok = 0;
-}
+#include "buf.h" /* Buf, get_buf, rel_buf */
 
 #define N64(b) ((b).view.len / 8)
 #define P64(b) ((int64_t *)(b).view.buf)
@@ -142,8 +117,9 @@ done:
  * with dur > 0 sorted by (end, -index); c_ts: counter samples sorted by ts. */
 static PyObject *merge_records(PyObject *self, PyObject *args) {
     PyObject *o[7];
-    Buf b[7] = {{0}};
+    Buf b[7];
     PyObject *ret = NULL;
+    memset(b, 0, sizeof(b));
     if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
     const char *names[7] = {"start", "dur", "end_idx", "c_ts", "ts_out", "typ_out", "idx_out"};
     for (int k = 0; k < 7; k++)
@@ -488,12 +464,6 @@ done:
 }
 
 /* ---- arg sets ---------------------------------------------------------------------------- */
-
-static int out_varint(Out *o, uint64_t v) {
-    if (reserve(o, 10)) return -1;
-    o->n = put_v(o->p + o->n, v) - o->p;
-    return 0;
-}
 
 /* One DebugAnnotation (field 4 of TrackEvent) of a (name, value) pair; returns the string id
  * it uses (0 for none) or -1 on error. Values: bool, int (int64 or uint64 range), float,
@@ -896,10 +866,11 @@ done:
  * as the GPU slices. One hash table of the launches; the GIL is released. */
 static PyObject *launch_join(PyObject *self, PyObject *args) {
     PyObject *o[6];
-    Buf b[6] = {{0}};
+    Buf b[6];
     const char *names[6] = {"rank", "corr", "launch", "gpu", "src_out", "dst_out"};
     PyObject *ret = NULL;
     int64_t *lrow = NULL, *table = NULL, *lof = NULL, *cnt = NULL;
+    memset(b, 0, sizeof(b));
     if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
     for (int k = 0; k < 6; k++)
         if (get_buf(o[k], &b[k], (k == 2 || k == 3) ? 1 : 8, k >= 4, names[k]) < 0) goto done;

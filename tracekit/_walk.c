@@ -24,6 +24,7 @@
 #endif
 
 #include "arrow_c.h" /* the Arrow C data and stream interfaces */
+#include "buf.h"     /* Buf, get_buf, rel_buf */
 
 /* bucket codes: positions in tracekit.buckets.BUCKETS, given once by configure() (from
  * tracekit.buckets.WALK_CODES) before the first walk_rank: work codes 0..n_work-1 (memory among
@@ -357,28 +358,6 @@ static void codes_of(const Col *c, int t, int64_t n, const Names *nm, int8_t *ou
         last_len = len;
         out[i] = last_code;
     }
-}
-
-typedef struct {
-    Py_buffer view;
-    int ok;
-} Buf;
-
-static int get_buf(PyObject *o, Buf *b, Py_ssize_t itemsize, int writable, const char *what) {
-    b->ok = 0;
-    if (PyObject_GetBuffer(o, &b->view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
-    b->ok = 1;
-    if (b->view.len % itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not a whole number of %zd-byte items", what,
-                     b->view.len, itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static void rel_buf(Buf *b) {
-    if (b->ok) PyBuffer_Release(&b->view);
-    b->ok = 0;
 }
 
 /* codes(stream, names, values, out[, mask, want]): rows where mask != want are given the null
@@ -1679,8 +1658,9 @@ static PyObject *py_take(PyObject *self, PyObject *args) {
     PyObject *cap, *osrc, *ohv, *oho, *oov, *ooo, *ret = NULL;
     long long fill;
     Col c;
-    Buf b[5] = {{0}};
+    Buf b[5];
     (void)self;
+    memset(b, 0, sizeof(b));
     if (!PyArg_ParseTuple(args, "OOOOLOO", &cap, &osrc, &ohv, &oho, &fill, &oov, &ooo)) return NULL;
     memset(&c, 0, sizeof(c));
     if (col_import(cap, &c, "take") < 0) goto done;
