@@ -431,3 +431,18 @@ def test_what_if_cycle_with_a_draft_model_gives_the_sol_break_even() -> None:
     assert be == pytest.approx(1.4, abs=0.1)
     res = CliRunner().invoke(cli, [*base, "--model", str(KIMI), "--draft-model", str(draft_cfg), "--tokens", "1"])
     assert res.exit_code == 2
+
+
+def test_transformers_capture_manifest_config_is_read() -> None:
+    """A transformers capture records its model's whole config (``workload.model.hf_config``): sol reads it;
+    the committed H200 transformers sample (older: the preset's ``model.config``) reads too."""
+    from tracekit.analyzers.sol.run import run_model
+    from tracekit.store import read_manifest
+
+    cfg = json.loads(KIMI.read_text())
+    man = {"ranks": {"0": {"workload": {"name": "transformers", "model": {"name": "kimi", "hf_config": cfg}}}}}
+    rm = run_model(man, None, None, None)
+    assert rm.target.experts == 384 and "config.json" in rm.source
+    old = read_manifest(str(ROOT / "samples" / "h200-transformers" / "spec.parquet"))
+    rm = run_model(old, None, None, None)
+    assert rm.target.family == "deepseek" and rm.target.experts == 64 and rm.target.layers == 8

@@ -2,7 +2,8 @@
 
 What the run gives: the model config (``--model``, or the config its manifest records: the
 built-in workload's ``ranks[r].workload.config``, the transformers engine's
-``ranks[r].workload.model.config``), the GPU (``--gpu``, or the device name in the manifest),
+``ranks[r].workload.model.hf_config``: the model's whole config, or ``model.config`` of its presets in
+older captures), the GPU (``--gpu``, or the device name in the manifest),
 TP = the world size, each phase instance's facts (batch, tokens, context), the measured distinct
 experts per MoE layer where the capture recorded them (the built-in workload:
 ``ranks[r].workload.distinct_experts``), the transfer part of every matched collective (for the
@@ -86,6 +87,9 @@ def run_model(manifest: dict[str, Any], config: dict[str, Any] | None, config_so
         return RunModel(target, draft, "the run's manifest (built-in workload config)", "workload",
                         int(cfg.get("draft_steps", 1)))
     model = w.get("model") if isinstance(w.get("model"), dict) else None
+    if name == "transformers" and model is not None and isinstance(model.get("hf_config"), dict):
+        return RunModel(model_shape(dict(model["hf_config"]), kv_dtype=kv_dtype), None,
+                        f"the run's manifest (transformers model {model.get('name')}: its config.json)", "sglang", 1)
     if name == "transformers" and model is not None and isinstance(model.get("config"), dict):
         cfg = dict(model["config"])
         arch = TRANSFORMERS_FAMILY.get(str(model.get("family")), str(model.get("class", "")))

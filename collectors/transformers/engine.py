@@ -19,6 +19,7 @@ draft with the sharded target itself (its allreduces run in the draft too).
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import statistics
 import tempfile
@@ -171,6 +172,8 @@ class TransformersEngine:
         if self.cfg.model in PRESETS:
             model_desc["family"] = preset_family(self.cfg.model)
             model_desc["config"] = dict(PRESETS[self.cfg.model][1])
+        # the model's whole Hugging Face config, as the speed-of-light model reads it (tracekit sol RUN)
+        model_desc["hf_config"] = json.loads(json.dumps(self.target.config.to_dict(), default=str))
         spec = self.assistant_spec
         return {
             "name": "transformers",
