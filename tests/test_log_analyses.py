@@ -147,3 +147,17 @@ def test_report_log_against_trace_run_is_a_usage_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["report", str(SAMPLES / "sglang-0.5.9.log"), "--b-run", run,
                                    "-o", str(tmp_path / "r.html")])
     assert res.exit_code == 2 and not (tmp_path / "r.html").exists()
+
+
+def test_ingest_takes_log_files(tmp_path: Path) -> None:
+    out = tmp_path / "r.parquet"
+    res = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "vllm-v1.log"), "-o", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    from tracekit.logs.run import read_log_manifest
+
+    man = read_log_manifest(out)
+    assert man is not None and man["sources"][0]["matched"]["vllm.stats"] == 5
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    res = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "vllm-v1.log"), str(trace), "-o", str(tmp_path / "x.parquet")])
+    assert res.exit_code == 2 and "cannot be ingested together" in res.output

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from tracekit.cli.common import _claim, _load, _table_console, cli
-from tracekit.cli.log_inputs import is_log_input, log_options
+from tracekit.cli.log_inputs import is_log_input, log_options, looks_like_log
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
 
@@ -42,7 +42,8 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
 
     TRACES are files (.json / .json.gz), globs or directories: SGLang's
     per-rank *-TP-<r>*.trace.json.gz, its merged-*.trace.json.gz, or any
-    torch.profiler export_chrome_trace output.
+    torch.profiler export_chrome_trace output. Engine logs and /metrics snapshots
+    are written as a log run (`tracekit logs`, which also takes --pattern).
     """
     import time
     from pathlib import Path
@@ -56,6 +57,15 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     traces = (*traces, *rank_files)
     if not traces:
         raise click.UsageError("name the traces to ingest (TRACES or --rank-files GLOB)")
+    logs = [t for t in traces if looks_like_log(t)]
+    if logs:  # engine logs / metrics snapshots: a log run, as `tracekit logs` writes it
+        if len(logs) != len(traces) or rank_files:
+            raise click.UsageError("engine logs and traces cannot be ingested together: `tracekit logs LOG... -o "
+                                   "logs.parquet` for the logs, `tracekit ingest TRACES -o run.parquet` for the traces")
+        from tracekit.cli.log_inputs import run_logs
+
+        run_logs(logs, output, (), None, quiet=quiet)
+        return
     sharded = bool(rank_files) or output.endswith(("/", os.sep)) or Path(output).is_dir()
     from tracekit.finalize.categories import load_rules
 

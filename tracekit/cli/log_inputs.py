@@ -23,12 +23,43 @@ def user_patterns(patterns: tuple[str, ...], pattern_file: str | None) -> list[o
 
 # --- the log-run paths of info / spec / diff / report --------------------------------------------
 
+def run_logs(files: tuple[str, ...] | list[str], output: str, patterns: tuple[str, ...], pattern_file: str | None, *,
+             engine_version: str | None = None, as_json: bool = False, quiet: bool = False) -> None:
+    """``tracekit logs`` (and ``tracekit ingest`` given log files): parse, write, summarize."""
+    from tracekit.cli.common import _claim
+    from tracekit.logs.parse import parse_logs
+    from tracekit.render.logs import summary_lines, to_json
+
+    pats: Any = user_patterns(patterns, pattern_file)
+    progress: Any = None
+    if not quiet and not as_json:
+        from tracekit.render.console import SafeConsole as Console
+        from tracekit.render.ingest import ByteProgress
+
+        progress = ByteProgress(Console(stderr=True, soft_wrap=True))
+    with _claim(output, list(files)):
+        try:
+            res = parse_logs(files, output, pats, engine_version=engine_version, progress=progress)
+        finally:
+            if progress is not None:
+                progress.stop()
+    if as_json:
+        _emit(to_json(res.manifest, res.rows, str(res.path)))
+    elif not quiet:
+        for line in summary_lines(res.manifest, res.rows, str(res.path)):
+            echo(line, err=True)
+
+
 def log_options(fn: Any) -> Any:
     """``--pattern`` / ``--patterns``: for a log file given where a run is expected (read on the fly)."""
     fn = click.option("--patterns", "pattern_file", type=click.Path(dir_okay=False, readable=False),
                       help="Log files: a file of user patterns, one a line.")(fn)
     return click.option("--pattern", "patterns", multiple=True,
                         help="Log files: a user pattern, e.g. 'Target verify: {verify_ms:f} ms/cyc' (repeatable).")(fn)
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".pftrace", ".parquet")
+LOG_SUFFIXES = (".log", ".prom", ".txt", ".out", ".err")
 
 
 def is_log_input(path: str) -> bool:
@@ -47,10 +78,35 @@ def is_log_input(path: str) -> bool:
         return False
     if head.startswith(b"PAR1"):
         return read_log_manifest(p) is not None
+    if p.name.endswith(TRACE_SUFFIXES):
+        return False  # a run or trace by its name, whatever its bytes: its own reader says what is wrong
     text = head.lstrip()
     if text.startswith(b"[") and text[1:].lstrip()[:1] in (b"{", b"]"):
         return False  # a JSON array (a Chrome trace); SGLang lines start with "[2025-..."
     return not text.startswith((b"{", b"\x1f\x8b"))
+
+
+def looks_like_log(path: str) -> bool:
+    """For ``tracekit ingest``, which reads traces: a file that is an engine log or metrics snapshot —
+    no trace suffix, and a log suffix or an engine line / Prometheus text in its first 64 KiB."""
+    from pathlib import Path
+
+    from tracekit.logs.grammars import GRAMMARS, STARTUP
+    from tracekit.logs.prometheus import looks_like_metrics
+
+    p = Path(path)
+    if not p.is_file() or p.name.endswith(TRACE_SUFFIXES) or not is_log_input(path):
+        return False
+    if p.name.endswith(LOG_SUFFIXES):
+        return True
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    text = head.decode("utf-8", errors="replace")
+    return looks_like_metrics(head) or any(k in text for k in (*(g.keyword for g in GRAMMARS),
+                                                                  *(s.keyword for s in STARTUP)))
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from tracekit.cli.common import _claim, cli
+from tracekit.cli.common import cli
 from tracekit.cli_errors import guarded
-from tracekit.render.text import echo
 
 
 @cli.command("logs")
@@ -31,27 +28,6 @@ def logs_cmd(files: tuple[str, ...], output: str, patterns: tuple[str, ...], pat
     info, spec, diff and report. Two or more metrics snapshots (curl URL/metrics > t1.prom) give
     one interval per consecutive pair.
     """
-    from tracekit.cli.log_inputs import user_patterns
-    from tracekit.logs.parse import parse_logs
-    from tracekit.render.logs import summary_lines, to_json
+    from tracekit.cli.log_inputs import run_logs
 
-    pats: Any = user_patterns(patterns, pattern_file)
-    progress: Any = None
-    if not quiet and not as_json:
-        from tracekit.render.console import SafeConsole as Console
-        from tracekit.render.ingest import ByteProgress
-
-        progress = ByteProgress(Console(stderr=True, soft_wrap=True))
-    with _claim(output, list(files)):
-        try:
-            res = parse_logs(files, output, pats, engine_version=engine_version, progress=progress)
-        finally:
-            if progress is not None:
-                progress.stop()
-    if as_json:
-        import json
-
-        echo(json.dumps(to_json(res.manifest, res.rows, str(res.path)), indent=2, default=str))
-    elif not quiet:
-        for line in summary_lines(res.manifest, res.rows, str(res.path)):
-            echo(line, err=True)
+    run_logs(files, output, patterns, pattern_file, engine_version=engine_version, as_json=as_json, quiet=quiet)
