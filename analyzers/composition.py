@@ -3,7 +3,7 @@
 The cycles are ``analyzers.spec.cycles`` (host time: a cycle runs from a ``draft``
 range to the next phase range after its last speculative phase); the parts are its
 draft, verify and draft-extend range time and the rest of the cycle (``between``).
-Median and p90 are observed values (nearest rank: ``quantile(q, "nearest")``), so
+Median and p90 are observed values (nearest rank, ``analyzers.robust.quantile``: the ceil(q n)-th smallest), so
 they stay exact integer ns on the host clock of the rank.
 """
 
@@ -15,6 +15,7 @@ import polars as pl
 
 from tracekit.errors import AnalysisError
 
+from .robust import quantile
 from .spec import PART_COLUMNS, cycles
 
 PARTS: Final = tuple(c.removesuffix("_ns") for c in PART_COLUMNS)  # draft, verify, draft_extend, host_between
@@ -41,10 +42,10 @@ def cycle_composition(events: pl.DataFrame) -> pl.DataFrame:
             cyc.group_by("rank").agg(
                 pl.lit(part).alias("part"),
                 pl.len().alias("cycles"),
-                pl.col(col).quantile(0.5, "nearest").alias("median_ns"),
-                pl.col(col).quantile(0.9, "nearest").alias("p90_ns"),
-                pl.col("cycle_ns").quantile(0.5, "nearest").alias("cycle_median_ns"),
-                pl.col("cycle_ns").quantile(0.9, "nearest").alias("cycle_p90_ns"),
+                quantile(pl.col(col), 0.5).alias("median_ns"),
+                quantile(pl.col(col), 0.9).alias("p90_ns"),
+                quantile(pl.col("cycle_ns"), 0.5).alias("cycle_median_ns"),
+                quantile(pl.col("cycle_ns"), 0.9).alias("cycle_p90_ns"),
             )
         )
     out = pl.concat(rows)

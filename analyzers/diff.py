@@ -13,8 +13,8 @@ instance over all ranks (each instance of each rank counts once), in ns.
   is matched. The matched means weight each matched bucket by the NEW run's
   instance count there (the old run re-weighted to the new run's mix), so
   ``matched_delta_ns`` is the change at equal sequence length and batch size and
-  ``mix_shift_ns = delta_ns - matched_delta_ns`` is what the shift of the
-  sequence-length / batch-size mix (including unmatched buckets) explains.
+  ``mix_shift_ns`` what the shift of the sequence-length / batch-size mix explains (see
+  Statistic below).
 - **Fit**: least squares time = a + b * seq_len (+ c * batch_size when it varies)
   on the old run (on the new run when the old one has a single sequence length);
   ``fit_shift_ns`` = the fitted change from the difference in mean sequence
@@ -37,8 +37,12 @@ instance over all ranks (each instance of each rank counts once), in ns.
   or the mean (``stat="mean"``: the buckets add up). The phase row always carries
   both (``old_mean_ns``/``old_median_ns``, ...); ``delta_ns`` and the bucket
   columns follow ``statistic``. The fit and the kernel families are means. With
-  medians, ``mix_shift_ns`` (overall minus matched delta) is not purely the mix:
-  a weighted average of per-bucket medians is not the overall median.
+  medians or means alike, each run's time is also taken as its buckets' statistics weighted by
+  its own mix (for means: the run's mean exactly); ``mix_shift_ns`` is the change of that minus
+  ``matched_delta_ns``: what the shift of the mix (unmatched buckets included) explains, 0 when
+  both runs have the same mix. ``mix_residual_ns = delta_ns - matched_delta_ns - mix_shift_ns``
+  is the difference between the runs' overall medians and their buckets' weighted medians (0
+  for means).
 
 The diff of a run with itself is exactly zero in every delta (same arithmetic on
 the same numbers).
@@ -142,6 +146,17 @@ def _phase_summary(
     delta = None if old_c is None or new_c is None else new_c - old_c
     m_old, m_new = mw(tcol), mw(f"{tcol}_new")
     m_delta = None if m_old is None or m_new is None else m_new - m_old
+    # like with like: each run's statistic as its buckets' statistics weighted by its own mix (every bucket;
+    # for means the run's mean exactly); the change of that minus the matched change is the mix's share,
+    # 0 when both runs have the same mix
+    def own_mix(run: pl.DataFrame) -> float | None:
+        r = run.filter(pl.col(tcol).is_not_null())
+        tot = float(r.get_column("n").sum()) if r.height else 0.0
+        return None if tot == 0 else float((r.get_column(tcol) * r.get_column("n")).sum()) / tot
+
+    w_old_c, w_new_c = own_mix(o), own_mix(n)
+    mix = (None if m_delta is None or w_old_c is None or w_new_c is None
+           else (w_new_c - w_old_c) - m_delta)
     fit = _fit(old, tcol)
     fit_basis = "old"
     if fit is None:
@@ -200,7 +215,8 @@ def _phase_summary(
         "matched_old_ns": m_old,
         "matched_new_ns": m_new,
         "matched_delta_ns": m_delta,
-        "mix_shift_ns": None if delta is None or m_delta is None else delta - m_delta,
+        "mix_shift_ns": mix,
+        "mix_residual_ns": None if delta is None or m_delta is None or mix is None else delta - m_delta - mix,
         "fit_basis": None if fit is None else fit_basis,
         "fit_slope_ns_per_token": None if fit is None else fit[0],
         "fit_shift_ns": fit_shift,

@@ -15,6 +15,8 @@ Pure polars. One definition of each, shared by GPU and host mode, ``gap`` and ``
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Final
 
 import polars as pl
@@ -29,8 +31,15 @@ OUTLIER_COLUMNS: Final = ("phase", "rank", "phase_id", "cycle", "start_ns", "val
 
 def quantile(expr: pl.Expr, q: float) -> pl.Expr:
     """Nearest-rank q-quantile of ``expr`` (an aggregation: ceil(q * n)-th smallest value)."""
-    idx = ((pl.len() * q).ceil().cast(pl.Int64) - 1).clip(0)
-    return expr.drop_nulls().sort().get(idx)
+    vals = expr.drop_nulls()
+    idx = ((vals.len() * q).ceil().cast(pl.Int64) - 1).clip(0)
+    return vals.sort().slice(idx, 1).first()  # null when every value is null
+
+
+def nearest_rank(values: Sequence[float], q: float) -> float | None:
+    """``quantile``'s rule on plain numbers: the ceil(q * n)-th smallest; None for no values."""
+    v = sorted(values)
+    return None if not v else v[max(math.ceil(q * len(v)) - 1, 0)]
 
 
 def center(expr: pl.Expr, stat: str) -> pl.Expr:

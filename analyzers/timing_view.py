@@ -22,6 +22,8 @@ from tracekit.finalize.phases import CUDA_EVENT_ARG
 from tracekit.manifest import typed
 from tracekit.schema import RANGE
 
+from .robust import quantile
+
 
 def is_timing_run(manifest: dict[str, Any]) -> bool:
     """True when the run was captured in profile mode ``timing``."""
@@ -59,16 +61,16 @@ def timing_instances(events: pl.DataFrame, phase: str | None = None, rank: int |
 
 
 def timing_by_rank(inst: pl.DataFrame) -> pl.DataFrame:
-    """Per (phase, rank): instances, median / p90 host_ns and gpu_ns (integer ns, nearest-rank p90), the facts
+    """Per (phase, rank): instances, median / p90 host_ns and gpu_ns (integer ns, nearest rank: ``robust.quantile``), the facts
     (mean batch size, tokens, seq len, accept len; graphed instances)."""
     return (
         inst.group_by(["phase", "rank"])
         .agg(
             pl.len().alias("instances"),
-            pl.col("host_ns").median().round().cast(pl.Int64()).alias("median_host_ns"),
-            pl.col("host_ns").quantile(0.9, "nearest").cast(pl.Int64()).alias("p90_host_ns"),
-            pl.col("gpu_ns").median().round().cast(pl.Int64()).alias("median_gpu_ns"),
-            pl.col("gpu_ns").quantile(0.9, "nearest").cast(pl.Int64()).alias("p90_gpu_ns"),
+            quantile(pl.col("host_ns"), 0.5).cast(pl.Int64()).alias("median_host_ns"),
+            quantile(pl.col("host_ns"), 0.9).cast(pl.Int64()).alias("p90_host_ns"),
+            quantile(pl.col("gpu_ns"), 0.5).cast(pl.Int64()).alias("median_gpu_ns"),
+            quantile(pl.col("gpu_ns"), 0.9).cast(pl.Int64()).alias("p90_gpu_ns"),
             pl.col("batch_size").mean().alias("mean_batch_size"),
             pl.col("num_tokens").mean().alias("mean_tokens"),
             pl.col("seq_len").mean().alias("mean_seq_len"),

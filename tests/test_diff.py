@@ -83,7 +83,7 @@ def test_matched_comparison_separates_seq_shift_from_real_change() -> None:
     assert k["fused_moe_kernel"]["delta_count_per_instance"] == 0
     assert ph["new_launches_per_instance"] - ph["old_launches_per_instance"] == LAYERS
     lines = render_diff.explanation(DiffReport.from_view(view, pl.DataFrame(schema={"scope": pl.String, "section": pl.String, "key": pl.String, "status": pl.String, "old": pl.String, "new": pl.String})))
-    assert "moe" in lines[2]  # the biggest contribution ranks first
+    assert "MoE" in lines[2]  # the biggest contribution ranks first
 
 
 def test_runs_that_do_not_overlap_in_seq_len() -> None:

@@ -108,6 +108,7 @@ BUILTIN = SAMPLE.parent.parent / "h200x2-builtin"
 def test_real_diff_graphed_vs_eager_verify() -> None:
     """The collectors' 2-rank H200 captures: verify from a CUDA graph vs eager (SGLang's fallback)."""
     from tracekit.analyzers.manifest_diff import manifest_diff
+    from tracekit.analyzers.reports import DiffReport
     from tracekit.render.diff import explanation
 
     old, new = load_run(BUILTIN / "graphed.parquet"), load_run(BUILTIN / "eager.parquet")
@@ -125,8 +126,8 @@ def test_real_diff_graphed_vs_eager_verify() -> None:
     assert top["bucket"] == "launch_overhead" and top["delta_ns"] > 0.5 * ph["delta_ns"]
     md = manifest_diff(old.manifest, new.manifest)
     assert md.filter(pl.col("key") == "workload.config.verify_graph").height == 2  # both ranks
-    lines = explanation(view, md)
-    assert "launch_overhead" in lines[2]
+    lines = explanation(DiffReport.from_view(view, md))
+    assert "launch overhead" in lines[2]
     assert any("workload.config.verify_graph changed on -> off (ranks 0-1)" in x for x in lines)
 
 

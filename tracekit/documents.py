@@ -58,12 +58,12 @@ ATTRIBUTE = DocumentType(
     optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes", "sol", "sol_why"),
 )
 ATTRIBUTE_TIMING = DocumentType(
-    "attribute-timing", 1, "tracekit attribute --json (a run captured with --profile timing)",
+    "attribute-timing", 2, "tracekit attribute --json (a run captured with --profile timing)",
     keys=("run", "mode", "timing_source", "cannot", "by", "units", "phases", "definitions"),
     optional=("cycles", "profile"),
 )
 GAP = DocumentType(
-    "gap", 4, "tracekit gap --json",
+    "gap", 5, "tracekit gap --json",
     keys=("units", "statistic", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
           "warnings", "timing_source", "unprofiled"),
     optional=("by_rank", "mode", "definitions", "sol", "sol_why"),
@@ -78,7 +78,7 @@ SPEC = DocumentType(
           "buckets", "summary", "sol", "sol_why"),
 )
 DIFF = DocumentType(
-    "diff", 5, "tracekit diff --json",
+    "diff", 6, "tracekit diff --json",
     keys=("old", "new", "statistic", "phase", "phases", "presence", "buckets", "buckets_by_phase",
           "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled", "nccl",
           "sol", "sol_why"),

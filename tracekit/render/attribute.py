@@ -214,6 +214,12 @@ def label_line(row: dict[str, Any]) -> str | None:
     )
 
 
+def instance_where(rank: int, cycle: int | None) -> str:
+    """'rank 0 cycle 3', or 'rank 0, no cycle' for an instance outside any cycle (an ingested trace's phase
+    before or without a cycle marker: stored cycle null or negative)."""
+    return f"rank {rank}, no cycle" if cycle is None or cycle < 0 else f"rank {rank} cycle {cycle}"
+
+
 def robust_lines(row: dict[str, Any], out: pl.DataFrame | None, gpu: bool = True) -> list[str]:
     """The median beside the mean, and one line per outlier (at most MAX_OUTLIER_LINES)."""
     n = max(int(row["instances"]), 1)
@@ -227,9 +233,8 @@ def robust_lines(row: dict[str, Any], out: pl.DataFrame | None, gpu: bool = True
     if rows and med and row[col] / n > 1.5 * med:
         lines[0] += "; the mean is pulled up by the outliers below, the median is not"
     for r in sorted(rows, key=lambda r: -r["value_ns"])[:MAX_OUTLIER_LINES]:
-        cyc = "" if r["cycle"] is None else f" cycle {r['cycle']}"
         ratio = "" if r["ratio"] is None else f" = {r['ratio']:.0f}x the median"
-        lines.append(f"  outlier: rank {r['rank']}{cyc}, {dur(r['value_ns'], digits=1)}{ratio} ({dur(r['median_ns'])} on that rank)")
+        lines.append(f"  outlier: {instance_where(r['rank'], r['cycle'])}, {dur(r['value_ns'], digits=1)}{ratio} ({dur(r['median_ns'])} on that rank)")
     if len(rows) > MAX_OUTLIER_LINES:
         lines.append(f"  ... and {len(rows) - MAX_OUTLIER_LINES} more outliers (--json lists them all)")
     return lines

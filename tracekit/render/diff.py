@@ -12,6 +12,7 @@ from rich.table import Table
 
 from tracekit.analyzers.manifest_diff import collapse
 from tracekit.analyzers.reports import DiffReport
+from tracekit.buckets import LABELS
 from tracekit.documents import DIFF
 from tracekit.ranklist import rank_noun
 from tracekit.render import sol as render_sol
@@ -19,6 +20,13 @@ from tracekit.render.nccl import change_lines, mix_line
 from tracekit.render.units import dur
 
 SUB_BUCKETS: Final = ("allreduce_wait", "allreduce_transfer", "queue_delay", "overlapped_comm")
+SUB_LABELS: Final = {"allreduce_wait": "allreduce: waiting for the last rank", "allreduce_transfer": "allreduce: transfer",
+                     "queue_delay": "queue delay (beside)", "overlapped_comm": "overlapped comm (beside)"}
+
+
+def bucket_label(bucket: str) -> str:
+    """A diff bucket in the words of ``tracekit attribute`` (``tracekit.buckets.LABELS``)."""
+    return LABELS.get(bucket) or SUB_LABELS.get(bucket) or bucket
 KERNEL_LINES: Final = 5
 KERNEL_ROWS: Final = 20
 SMALL_SHARE: Final = 0.01  # explanation items under 1% of the phase's delta are summarised
@@ -102,7 +110,16 @@ def explanation(rep: DiffReport) -> list[str]:
         fit = ""
         span = None if ph["fit_seq_min"] is None else ph["fit_seq_max"] - ph["fit_seq_min"]
         shift = None if not seq_known else abs(ph["new_seq_mean"] - ph["old_seq_mean"])
-        if ph["fit_shift_ns"] is not None and span is not None and shift is not None and ph["extrapolated"] and shift > 2 * span:
+        phase_ns = max(abs(ph[f"old_{st}_ns"] or 0.0), abs(ph[f"new_{st}_ns"] or 0.0))
+        too_big = ph["fit_shift_ns"] is not None and ph["extrapolated"] and abs(ph["fit_shift_ns"]) > phase_ns
+        if too_big:  # an extrapolation larger than the phase itself says nothing about the phase
+            fit = (
+                f"a fit over sequence lengths {ph['fit_seq_min']:.0f}-{ph['fit_seq_max']:.0f} ({dur(ph['fit_slope_ns_per_token'])}/token)"
+                f" extrapolated to the other run would put {dur(ph['fit_shift_ns'], True)} on the sequence-length shift,"
+                f" more than the whole phase ({dur(phase_ns)}): it cannot say what the shift costs;"
+                " capture both runs at the same sequence lengths"
+            )
+        elif ph["fit_shift_ns"] is not None and span is not None and shift is not None and ph["extrapolated"] and shift > 2 * span:
             fit = (
                 f"a fit over sequence lengths {ph['fit_seq_min']:.0f}-{ph['fit_seq_max']:.0f} ({dur(ph['fit_slope_ns_per_token'])}/token)"
                 f" cannot say what a shift of {shift:.0f} tokens costs (it would put {dur(ph['fit_shift_ns'], True)} on it):"
@@ -119,6 +136,10 @@ def explanation(rep: DiffReport) -> list[str]:
                 f"  {seq}; at matched sequence length and batch size ({ph['matched_buckets']} buckets of"
                 f" {ph['seq_width']} tokens, {ph['matched_new_share'] * 100:.0f}% of new instances) {p} changed"
                 f" {dur(ph['matched_delta_ns'], True)}; the shift of the mix explains {dur(ph['mix_shift_ns'], True)}"
+                f" (both {st}s of the same buckets)"
+                + ("" if not ph.get("mix_residual_ns") else
+                   f"; the overall {st}s differ from their buckets' weighted {st}s by {dur(ph['mix_residual_ns'], True)}"
+                   " (not the mix: the spread of instances inside the buckets)")
                 + (f"; {fit}" if fit else "")
             )
         elif seq_known and not ph["overlap"]:
@@ -137,7 +158,7 @@ def explanation(rep: DiffReport) -> list[str]:
             d = r["delta_ns"]
             if d is None or d == 0:
                 continue
-            text = f"{dur(d, True)} {r['bucket']} ({dur(r['old_ns'])} -> {dur(r['new_ns'])} per instance, {r['basis']})"
+            text = f"{dur(d, True)} {bucket_label(r['bucket'])} ({dur(r['old_ns'])} -> {dur(r['new_ns'])} per instance, {r['basis']})"
             if r["bucket"] == "allreduce" and sub.get("allreduce_wait", {}).get("delta_ns") is not None:
                 text += (
                     f" of which waiting for the slowest rank {dur(sub['allreduce_wait']['delta_ns'], True)},"
@@ -277,7 +298,7 @@ def render(rep: DiffReport, console: Console) -> None:
         for r in rep.buckets.filter(pl.col("phase") == p).iter_rows(named=True):
             if r["old_ns"] == 0 and r["new_ns"] == 0:
                 continue
-            bt.add_row(r["bucket"], dur(r["old_ns"]), dur(r["new_ns"]), dur(r["delta_ns"], True))
+            bt.add_row(bucket_label(r["bucket"]), dur(r["old_ns"]), dur(r["new_ns"]), dur(r["delta_ns"], True))
         console.print(bt)
         sq = rep.seq_buckets.filter(pl.col("phase") == p)
         if sq.height > 1 or ph["old_seq_mean"] is not None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from tracekit.analyzers.reports import PhaseEstimate
 from tracekit.analyzers.unprofiled import Estimate
 from tracekit.buckets import BUCKETS
-from tracekit.render.attribute import LABELS
+from tracekit.render.attribute import LABELS, instance_where
 from tracekit.render.units import dur
 
 METHOD = ("estimate: the typical instance (median GPU window) with its kernel time as measured; launch overhead, "
@@ -42,7 +42,7 @@ def estimate_json(pe: PhaseEstimate) -> dict[str, Any]:
 
 def estimate_table(pe: PhaseEstimate) -> Table:
     phase, inst, est, timer = pe.phase, pe.instance, pe.estimate, pe.timer
-    where = f"rank {inst['rank']} cycle {inst['cycle']}" if inst.get("cycle") is not None else f"rank {inst['rank']}"
+    where = instance_where(inst["rank"], inst.get("cycle"))
     t = Table(title=f"{phase}: unprofiled ESTIMATE beside the typical instance's measured buckets ({where}, median "
                     f"GPU window; host-bound part x{est.scale:.2f})", title_justify="left")
     t.add_column("bucket", no_wrap=True)

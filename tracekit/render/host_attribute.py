@@ -139,7 +139,7 @@ def host_explanation_lines(rep: GapReport) -> list[str]:
     """The host-mode gap's ranked buckets (``analyzers.host_gap``) in words."""
     stat = rep.stat
     return [
-        f"{r['bucket']}: {'+' if r['delta_ns'] > 0 else ''}{ms(r['delta_ns'])} per instance ({stat})"
+        f"{HOST_LABELS[r['bucket']]}: {'+' if r['delta_ns'] > 0 else ''}{ms(r['delta_ns'])} per instance ({stat})"
         + ("" if r["share"] is None else f" ({100 * r['share']:.0f}% of the host-range gap)")
         for r in rep.host_ranked.iter_rows(named=True)
     ]

@@ -45,6 +45,31 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def speed_words(ratio: float) -> str:
+    """Speculation's tok/s over plain decode's, in words: 'x15.2 the speed of' beyond doubling, else a percentage."""
+    if ratio >= 2.0:
+        return f"{ratio:.1f}x as fast as"
+    gain = ratio - 1.0
+    return f"{abs(gain) * 100:.0f}% {'faster' if gain >= 0 else 'slower'} than"
+
+
+def break_even_line(r: dict[str, Any]) -> str:
+    """Plain decode's step, the break-even tokens/cycle and how the measured tokens/cycle compare. A break-even
+    below 1 token/cycle (a cycle shorter than one decode step: the decode step is not comparable with the cycle,
+    e.g. timed on another clock or batch) is said as such, not as a negative accept length."""
+    be = r["break_even_tokens"]
+    head = f"  plain decode {_ms(r['decode_step_ns'])}/step ({r['decode_tps_per_seq']:.1f} tok/s): "
+    if be < 1.0:
+        return (head + f"the cycle ({_ms(r['cycle_ns'])}) is shorter than one decode step, so speculation beats plain "
+                "decode at any accept length (break-even below the 1 bonus token every cycle emits); check that "
+                "the decode step and the cycle were timed alike (same batch size, same clock)")
+    line = head + f"break-even {be:.2f} tokens/cycle ({be - 1:.2f} accepted draft tokens + bonus)"
+    if r["tokens_per_cycle"] is not None:
+        line += (f"; measured {r['tokens_per_cycle']:.2f}: speculation is {speed_words(r['tokens_per_cycle'] / be)} "
+                 "plain decode")
+    return line
+
+
 def summary_lines(rep: SpecReport) -> list[str]:
     """Plain-language findings, one bucket after another."""
     table = rep.table
@@ -70,16 +95,7 @@ def summary_lines(rep: SpecReport) -> list[str]:
         else:
             lines.append("  accept lengths missing from the trace: pass --accept-len to get tok/s")
         if r["decode_step_ns"] is not None:
-            be = r["break_even_tokens"]
-            line = (
-                f"  plain decode {_ms(r['decode_step_ns'])}/step ({r['decode_tps_per_seq']:.1f} tok/s): "
-                f"break-even {be:.2f} tokens/cycle ({be - 1:.2f} accepted draft tokens + bonus)"
-            )
-            if r["tokens_per_cycle"] is not None:
-                gain = r["tokens_per_cycle"] / be - 1.0
-                word = "faster" if gain >= 0 else "slower"
-                line += f"; measured {r['tokens_per_cycle']:.2f}: speculation is {abs(gain) * 100:.0f}% {word} than plain decode"
-            lines.append(line)
+            lines.append(break_even_line(r))
         else:
             if rep.decode_source == "none":
                 lines.append("  no decode step time (no decode phases, no --baseline): break-even unknown")

@@ -91,11 +91,12 @@ def ranks_doc(events: pl.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def diff_doc(a: RunDocs, a_events: pl.DataFrame, b: RunDocs, b_events: pl.DataFrame) -> dict[str, Any]:
-    """``tracekit diff A B --phase all --json`` (A = the report's run, B = --b-run)."""
+    """``tracekit diff B A --phase all --json``: B (--b-run) is the old run, A (the report's run) the new one, so
+    that every delta on the page is A minus B, as the gap's."""
     from tracekit.analyzers import analyses
     from tracekit.render import diff as render_diff
 
-    return render_diff.to_json(analyses.diff(a_events, a.manifest, b_events, b.manifest, phase=None), a.path, b.path)
+    return render_diff.to_json(analyses.diff(b_events, b.manifest, a_events, a.manifest, phase=None), b.path, a.path)
 
 
 def _phases(doc: Got[dict[str, Any]]) -> set[str]:

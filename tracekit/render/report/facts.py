@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from tracekit.ranklist import ranks_by_reason
+from tracekit.render.diff import bucket_label
 from tracekit.render.units import dur
 
 from .collect import Got, RunDocs
@@ -115,23 +116,26 @@ def run_facts(side: RunDocs, tag: str) -> str:
 
 
 def diff_section(diff: Got[dict[str, Any]]) -> str:
-    """Group 8's table: ``tracekit diff A B --phase all``."""
+    """Group 8's table: ``tracekit diff B A --phase all`` (old = B, new = A: deltas are A minus B, as the gap's)."""
     if diff.value is None:
         return f'<p class="missing">diff: {escape(str(diff.why))}</p>'
     d = diff.value
-    out = [f"<p>old = A ({escape(short_name(d['old']))}), new = B ({escape(short_name(d['new']))})</p>"]
+    st = d.get("statistic") or "median"
+    out = [f"<p><code>tracekit diff B A</code>: old = B ({escape(short_name(d['old']))}), new = A "
+           f"({escape(short_name(d['new']))}); deltas are A minus B; {escape(st)} per instance</p>"]
     out.append(table(
-        ["phase", "time basis", "A instances", "B instances", "A mean", "B mean", "delta", "at matched seq len"],
-        [[p["phase"], p["time_basis"], p["old_instances"], p["new_instances"], _ns(p["old_mean_ns"]), _ns(p["new_mean_ns"]),
-          dur(p["delta_ns"], True), dur(p.get("matched_delta_ns"), True)] for p in d["phases"]], "diff"))
+        ["phase", "time basis", "B instances", "A instances", f"B {st}", f"A {st}", "delta (A - B)", "at matched seq len"],
+        [[p["phase"], p["time_basis"], p["old_instances"], p["new_instances"], _ns(p[f"old_{st}_ns"]),
+          _ns(p[f"new_{st}_ns"]), dur(p["delta_ns"], True), dur(p.get("matched_delta_ns"), True)] for p in d["phases"]],
+        "diff"))
     for ph, buckets in (d.get("buckets_by_phase") or {}).items():
-        out.append(f"<h4>{escape(ph)}: buckets, mean per instance</h4>")
-        out.append(table(["bucket", "A", "B", "delta", "basis"],
-                         [[k, _ns(v["old_ns"]), _ns(v["new_ns"]), dur(v["delta_ns"], True), v["basis"]]
+        out.append(f"<h4>{escape(ph)}: buckets, {escape(st)} per instance</h4>")
+        out.append(table(["bucket", "B", "A", "delta (A - B)", "basis"],
+                         [[bucket_label(k), _ns(v["old_ns"]), _ns(v["new_ns"]), dur(v["delta_ns"], True), v["basis"]]
                           for k, v in buckets.items() if v["old_ns"] or v["new_ns"]], "diff"))
     if d.get("manifest_diff"):
-        out.append("<h4>Manifest differences (A -> B)</h4>")
-        out.append(table(["scope", "section", "key", "status", "A", "B"],
+        out.append("<h4>Manifest differences (B -> A)</h4>")
+        out.append(table(["scope", "section", "key", "status", "B", "A"],
                          [[m["scope"], m["section"], m["key"], m["status"], m["old"], m["new"]] for m in d["manifest_diff"]]))
     if d.get("explanation"):
         out.append("<h4>What changed (diff's own words)</h4><ul>" + "".join(f"<li>{escape(str(x))}</li>" for x in d["explanation"]) + "</ul>")

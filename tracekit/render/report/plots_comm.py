@@ -9,6 +9,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.analyzers.robust import nearest_rank
+
 from .collect import Got, RunDocs
 from .common import BUCKET_COLORS, NS_PER_MS, Plot, base_layout, bucket_label, figure, short_name
 
@@ -45,8 +47,18 @@ def skew_plot(side: RunDocs, tag: str = "") -> Plot:
     who = "no straggler (no rank arrived last by >= 1 µs)" if st is None else (
         f"straggler: rank {st['rank']} — last at {st['last_count']} of {st['collectives']} collectives, "
         f"made the others wait {st['inflicted_wait_ns']:,d} ns in total")
+    # one long wait must not wash out the rest: the colour scale stops at the p99 wait (nearest rank) and the
+    # waits beyond it are named
+    waits = [(w, ranks[i], j) for i, row in enumerate(z) for j, w in enumerate(row) if w is not None]
+    top = nearest_rank([w for w, _, _ in waits], 0.99)
+    beyond = sorted((x for x in waits if top is not None and x[0] > top), reverse=True)
+    if beyond:
+        w, r, j = beyond[0]
+        who += (f"; colour scale clipped at the p99 wait {top:,.1f} µs: {len(beyond)} wait(s) beyond it, the longest "
+                f"{w:,.1f} µs on rank {r} at collective #{j} ({keys[j]})")
     fig = figure([go.Heatmap(
         z=z, x=list(range(len(keys))), y=[f"rank {r}" for r in ranks], customdata=cd, colorscale="Reds",
+        zmin=0, **({"zmax": top} if beyond else {}),
         colorbar={"title": {"text": "wait (µs)"}},
         hovertemplate=("%{y} · collective #%{x} (%{customdata[0]}, %{customdata[2]})<br>waited %{z:.3f} µs"
                        " = %{customdata[1]:,d} ns for the last rank<extra></extra>"),
@@ -55,32 +67,39 @@ def skew_plot(side: RunDocs, tag: str = "") -> Plot:
 
 
 def gap_plot(got: Got[dict[str, Any]], key: str, what: str) -> Plot:
-    """Group 5: ``gap`` as a waterfall from B's mean instance to A's, bucket by bucket."""
+    """Group 5: ``gap`` as a waterfall from B's instance to A's, bucket by bucket, in the gap's statistic. The last
+    bar is A's own value (not a running total); with medians, whose buckets need not add up, one bar says
+    what the buckets leave, so the bars rise exactly the total delta the subtitle gives."""
     import plotly.graph_objects as go
 
-    title = f"Gap waterfall: {what} — mean per instance, bucket by bucket (ms)"
     if got.value is None:
-        return Plot(key, title, None, f"gap: {got.why}")
+        return Plot(key, f"Gap waterfall: {what} (ms)", None, f"gap: {got.why}")
     doc = got.value
+    stat = doc.get("statistic") or "mean"
+    title = f"Gap waterfall: {what} — {stat} per instance, bucket by bucket (ms)"
     host = doc.get("mode") == "host"
     field = "host_ns" if host else "gpu_window_ns"
     a, b = doc["a"], doc["b"]
     an = f"A: {a['phase']} ({short_name(a['run'])})"
     bn = f"B: {b['phase']} ({short_name(b['run'])})"
-    items = [(k, v) for k, v in doc["buckets"].items() if v["delta_ns"] != 0]
-    labels = [bn] + [bucket_label(k, "host" if host else "gpu") for k, _ in items] + [an]
-    vals = [b[field] / NS_PER_MS] + [v["delta_ns"] / NS_PER_MS for _, v in items] + [a[field] / NS_PER_MS]
-    exact = [b[field]] + [v["delta_ns"] for _, v in items] + [a[field]]
+    items = [(bucket_label(k, "host" if host else "gpu"), v["delta_ns"]) for k, v in doc["buckets"].items()
+             if v["delta_ns"] != 0]
+    rest = doc["total_delta_ns"] - sum(d for _, d in items)
+    if abs(rest) >= 0.5:  # medians of buckets do not add up to the median of the window
+        items.append((f"not in one bucket ({stat}s of buckets do not add up)", rest))
+    labels = [bn] + [k for k, _ in items] + [an]
+    vals = [b[field] / NS_PER_MS] + [d / NS_PER_MS for _, d in items] + [a[field] / NS_PER_MS]
+    exact = [b[field]] + [d for _, d in items] + [a[field]]
     fig = figure([go.Waterfall(
-        x=labels, y=vals, measure=["absolute"] + ["relative"] * len(items) + ["total"],
+        x=labels, y=vals, measure=["absolute"] + ["relative"] * len(items) + ["absolute"],
         customdata=exact, connector={"line": {"color": "#999"}},
         increasing={"marker": {"color": BUCKET_COLORS["allreduce"]}},
         decreasing={"marker": {"color": BUCKET_COLORS["gemm"]}},
         totals={"marker": {"color": "#4c78a8"}},
-        hovertemplate="<b>%{x}</b><br>%{y:+.4f} ms<br>%{customdata:,.1f} ns (mean per instance)<extra></extra>",
+        hovertemplate=f"<b>%{{x}}</b><br>%{{y:+.4f}} ms<br>%{{customdata:,.1f}} ns ({stat} per instance)<extra></extra>",
     )], base_layout(f"{title}<br><sup>{'host range' if host else 'GPU window'}: {bn} -> {an}; "
-                    f"total {doc['total_delta_ns']:+,.1f} ns per instance</sup>",
-                    "bucket", "ms per instance (mean)", showlegend=False))
+                    f"total {doc['total_delta_ns']:+,.1f} ns per instance ({stat}; profiled window)</sup>",
+                    "bucket", f"ms per instance ({stat})", showlegend=False))
     return Plot(key, title, fig, notes=[str(x) for x in doc.get("explanations", [])])
 
 

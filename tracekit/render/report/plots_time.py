@@ -71,7 +71,7 @@ def bucket_plots(a: RunDocs, b: RunDocs | None) -> list[Plot]:
     title = f"Where each rank's {what} went, per phase — exclusive buckets, mean per instance (ms)"
     titles = [f"{t}: {ph}" if len(sides) > 1 else ph for t, _, _ in sides for ph in phases]
     fig = make_subplots(rows=len(sides), cols=len(phases), subplot_titles=titles, horizontal_spacing=0.04,
-                        vertical_spacing=0.14)
+                        vertical_spacing=0.14, shared_yaxes="columns")  # A and B of a phase on one scale
     runs = "; ".join(f"{t} = {short_name(p)}" for t, p, _ in sides)
     fig.update_layout(**base_layout(f"{title}<br><sup>{runs}; hover a segment for the exact ns</sup>", "", "",
                                     barmode="stack", height=480 * len(sides)))
