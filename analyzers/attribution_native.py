@@ -46,6 +46,8 @@ RANGE_CODES: Final = 5  # kind code >= this: a range or gpu_range row
 _CATS: Final = tuple(CATEGORIES)
 _CAT_VALUES: Final = np.array([BUCKETS.index(c) for c in _CATS] + [BUCKETS.index("other"), -1], dtype=np.int8)
 _WALK_COLS: Final = ("start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph")
+# walk_rank's coll_out buffers, in the order of coll_buf's rows (the f of the unpacking below)
+_COLL_OUT: Final = ("row", "coll_seq", "start", "dur", "phase_id", "group", "op")
 
 
 def codes(
@@ -206,7 +208,9 @@ def attribute_ranks(
     ih = is_host.astype(np.uint8)
     tid_arr = None if i_tid is None else np.ascontiguousarray(i_tid, dtype=np.int64)
     dense_c = np.ascontiguousarray(dense, dtype=np.int64)
-    outs = (acc.buckets, acc.ws, acc.we, acc.ov, acc.n_ev, acc.qd, acc.graph_l, acc.eager_l, acc.cross)
+    outs = {"buckets": acc.buckets, "window_start": acc.ws, "window_end": acc.we, "overlapped_comm": acc.ov,
+            "events": acc.n_ev, "queue_delay": acc.qd, "graph_launches": acc.graph_l, "eager_launches": acc.eager_l,
+            "cross_thread": acc.cross}
 
     seq_col = events.get_column("coll_seq") if acc.collect else None
     # the collective kernels' (row, coll_seq, start, dur, phase_id, group code, op code: codes of the
@@ -232,18 +236,19 @@ def attribute_ranks(
         part["category"] = cat
         part["group"] = grp_col
         part["coll_op"] = op_col
-        caps = tuple(None if s is None else arrow_stream(s.slice(lo, hi - lo)) for s in part.values())
+        caps = {c: None if s is None else arrow_stream(s.slice(lo, hi - lo)) for c, s in part.items()}
         status, unres, n_coll, groups, ops = w.walk_rank(
-            caps,
-            luts,
-            dense_c,
-            tid_arr,
-            host_start[k_lo:k_hi],
-            ih[k_lo:k_hi],
-            k_lo,
-            launch_latency_ns,
-            tuple(o[k_lo:k_hi] for o in outs),
-            None if seq_col is None else tuple(coll_buf[f, c_off[j] : c_off[j] + c_cap[j]] for f in range(7)),
+            columns=caps,
+            luts=luts,
+            dense=dense_c,
+            i_tid=tid_arr,
+            host_start=host_start[k_lo:k_hi],
+            is_host=ih[k_lo:k_hi],
+            k_lo=k_lo,
+            latency=launch_latency_ns,
+            outs={name: o[k_lo:k_hi] for name, o in outs.items()},
+            coll_out=None if seq_col is None else
+            {name: coll_buf[f, c_off[j] : c_off[j] + c_cap[j]] for f, name in enumerate(_COLL_OUT)},
         )
         return int(status), unres, int(n_coll), lo, groups, ops
 

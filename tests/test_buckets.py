@@ -49,3 +49,20 @@ def test_compiled_walk_refuses_inconsistent_codes() -> None:
         w.configure(nb=12, n_work=8, memory=9, n_event_codes=10, launch=10, idle=11)  # memory not a work code
     with pytest.raises(ValueError, match="inconsistent bucket codes"):
         w.configure(nb=100, n_work=8, memory=7, n_event_codes=10, launch=10, idle=11)  # more codes than it holds
+
+
+@pytest.mark.skipif(_native.walk is None, reason="tracekit._walk not built")
+def test_compiled_walk_takes_named_arguments() -> None:
+    w = _native.walk
+    assert w is not None
+    w.configure(nb=12, n_work=8, memory=7, n_event_codes=10, launch=10, idle=11)
+    args = {"luts": bytes(514), "dense": bytes(8), "i_tid": None, "host_start": b"", "is_host": b"", "k_lo": 0,
+            "latency": 0, "outs": {}, "coll_out": None}
+    with pytest.raises(ValueError, match="columns has no start_ns"):
+        w.walk_rank(columns={}, **args)
+    with pytest.raises(ValueError, match="keys other than the expected ones"):
+        names = ("start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid", "graph", "coll_seq", "kind",
+                 "category", "group", "coll_op")
+        w.walk_rank(columns={**dict.fromkeys(names), "typo": None}, **args)
+    with pytest.raises(TypeError):
+        w.walk_rank({}, *args.values())  # type: ignore[misc]  # no positional tuple any more

@@ -1379,57 +1379,95 @@ done:
     free(W.pts), free(W.sst), free(W.smax);
 }
 
-/* walk_rank(cols, luts, dense, i_tid, host_start, is_host, k_lo, latency, outs, coll_out)
- *   -> (status, unresolved rows, n_coll, groups, ops)
- * cols: capsules (start, dur, phase_id, correlation, stream, tid or None, graph, coll_seq or None,
- * kind, category, group or None, coll_op or None) over the rank's rows (group and coll_op with coll_seq); kind and category as 1-byte codes (uint8 / int8: the
- * physical codes of an Enum, or the output of codes());
+/* walk_rank(columns=, luts=, dense=, i_tid=, host_start=, is_host=, k_lo=, latency=, outs=, coll_out=)
+ *   -> (status, unresolved rows, n_coll, groups, ops); every argument by keyword.
+ * columns: {name: capsule or None} over the rank's rows, the names of COL_NAMES (tid, coll_seq,
+ * group and coll_op may be None; group and coll_op are needed with coll_seq); kind and category as
+ * 1-byte codes (uint8 / int8: the physical codes of an Enum, or the output of codes());
  * luts: 514 int8: code -> kind code (K_*), then code -> bucket code (-1: unresolved), entry 256 of
  * each for a null row; dense: int64 phase id -> instance (last
  * entry -1); i_tid: int64 per instance (all ranks) or None; host_start (int64) / is_host (uint8):
- * the rank's instances [k_lo, k_lo + m); outs: writable int64 buffers over those instances:
- * buckets (m x nb codes), window start, window end, overlapped comm, events, queue delay, graph launches,
- * eager launches, cross-thread events (all zero on entry); coll_out: None, or 7 writable int64 buffers
- * of one length, for the collective kernels (coll_seq not null): row, coll_seq, start, dur, phase_id,
- * group code, op code (status 3 when there are more than they hold); n_coll: how many were written;
- * groups / ops: the strings of the codes (1 + index; a null group is "", a null op "?"). */
-static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
+ * the rank's instances [k_lo, k_lo + m); outs: {name: writable int64 buffer} over those instances,
+ * the names of OUT_NAMES (buckets: m x nb codes; all zero on entry); coll_out: None, or
+ * {name: writable int64 buffer} of one length, the names of COLL_NAMES, for the collective kernels
+ * (coll_seq not null; group / op as codes; status 3 when there are more than they hold); n_coll:
+ * how many were written; groups / ops: the strings of the codes (1 + index; a null group is "", a
+ * null op "?"). */
+enum { COL_START, COL_DUR, COL_PHASE_ID, COL_CORR, COL_STREAM, COL_TID, COL_GRAPH, COL_SEQ, COL_KIND, COL_CAT,
+       COL_GROUP, COL_OP, N_COLS };
+static const char *COL_NAMES[N_COLS] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid",
+                                        "graph",    "coll_seq", "kind",   "category",    "group",  "coll_op"};
+static const char COL_TYPE[N_COLS] = {'l', 'l', 'l', 'l', 'l', 'l', 'b', 'l', 'c', 'c', 's', 's'};
+static const int COL_OPTIONAL[N_COLS] = {0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 1};
+enum { OUT_BUCKETS, OUT_WS, OUT_WE, OUT_OV, OUT_EVENTS, OUT_QD, OUT_GRAPH, OUT_EAGER, OUT_CROSS, N_OUTS };
+static const char *OUT_NAMES[N_OUTS] = {"buckets", "window_start", "window_end", "overlapped_comm", "events",
+                                        "queue_delay", "graph_launches", "eager_launches", "cross_thread"};
+enum { N_COLL = 7 };
+static const char *COLL_NAMES[N_COLL] = {"row", "coll_seq", "start", "dur", "phase_id", "group", "op"};
+
+/* d[names[i]] for every name into got[i] (borrowed; Py_None where absent); an error for a key
+ * that is not one of names, or a required one absent. */
+static int named_args(PyObject *d, const char **names, int n, const int *optional, PyObject **got, const char *what) {
+    Py_ssize_t found = 0;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = PyDict_GetItemString(d, names[i]);
+        if (v) found++;
+        else if (optional && optional[i]) v = Py_None;
+        else {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s has no %s", what, names[i]);
+            return -1;
+        }
+        got[i] = v;
+    }
+    if (found != PyDict_Size(d)) {
+        PyErr_Format(PyExc_ValueError, "walk_rank: %s has keys other than the expected ones", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_walk_rank(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"columns", "luts", "dense", "i_tid", "host_start", "is_host", "k_lo", "latency",
+                             "outs",    "coll_out", NULL};
     PyObject *cols, *oluts, *odense, *oitid, *ohs, *oih, *outs, *ocoll;
+    PyObject *colv[N_COLS], *outv[N_OUTS], *collv[N_COLL];
     long long k_lo, latency;
-    Col c[12];
-    Buf luts = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[9], cb5[7];
+    Col c[N_COLS];
+    Buf luts = {0}, dense = {0}, itid = {0}, hs = {0}, ih = {0}, ob[N_OUTS], cb5[N_COLL];
     Job J;
     PyObject *ret = NULL;
-    static const char *cname[12] = {"start_ns", "dur_ns", "phase_id", "correlation", "stream", "tid",
-                                    "graph",    "coll_seq", "kind",   "category",    "group",  "coll_op"};
     (void)self;
     memset(c, 0, sizeof(c));
     memset(ob, 0, sizeof(ob));
     memset(cb5, 0, sizeof(cb5));
     memset(&J, 0, sizeof(J));
-    if (!PyArg_ParseTuple(args, "O!OOOOOLLO!O", &PyTuple_Type, &cols, &oluts, &odense, &oitid, &ohs, &oih, &k_lo, &latency,
-                          &PyTuple_Type, &outs, &ocoll))
+    if (PyTuple_GET_SIZE(args)) {
+        PyErr_SetString(PyExc_TypeError, "walk_rank takes keyword arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOOLLO!O", kwlist, &PyDict_Type, &cols, &oluts, &odense, &oitid,
+                                     &ohs, &oih, &k_lo, &latency, &PyDict_Type, &outs, &ocoll))
         return NULL;
     if (!BC.ok) {
         PyErr_SetString(PyExc_RuntimeError, "walk_rank: configure() was not called");
         return NULL;
     }
-    if (PyTuple_GET_SIZE(cols) != 12 || PyTuple_GET_SIZE(outs) != 9) {
-        PyErr_SetString(PyExc_ValueError, "walk_rank: 12 columns and 9 outputs expected");
+    if (named_args(cols, COL_NAMES, N_COLS, COL_OPTIONAL, colv, "columns") < 0 ||
+        named_args(outs, OUT_NAMES, N_OUTS, NULL, outv, "outs") < 0)
         return NULL;
-    }
-    for (int i = 0; i < 12; i++) {
-        PyObject *o = PyTuple_GET_ITEM(cols, i);
+    for (int i = 0; i < N_COLS; i++) {
         int ok;
-        if ((i == 5 || i == 7 || i >= 10) && o == Py_None) continue;
-        if (col_import(o, &c[i], cname[i]) < 0) goto done;
-        if (i >= 10) ok = is_string_col(&c[i]);
-        else if (i >= 8) ok = !c[i].is_dict && (c[i].type == C_U8 || c[i].type == C_I8 || c[i].type == C_NULL);
-        else if (i == 6) ok = c[i].type == C_BOOL || c[i].type == C_NULL;
-        else ok = c[i].type == C_I64 || c[i].type == C_NULL;
+        if (colv[i] == Py_None) continue;
+        if (col_import(colv[i], &c[i], COL_NAMES[i]) < 0) goto done;
+        switch (COL_TYPE[i]) {
+        case 's': ok = is_string_col(&c[i]); break;
+        case 'c': ok = !c[i].is_dict && (c[i].type == C_U8 || c[i].type == C_I8 || c[i].type == C_NULL); break;
+        case 'b': ok = c[i].type == C_BOOL || c[i].type == C_NULL; break;
+        default: ok = c[i].type == C_I64 || c[i].type == C_NULL;
+        }
         if (!ok) {
-            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", cname[i],
-                         i >= 10 ? "string" : i >= 8 ? "1-byte code" : i == 6 ? "boolean" : "int64");
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s is not an %s column", COL_NAMES[i],
+                         COL_TYPE[i] == 's' ? "string" : COL_TYPE[i] == 'c' ? "1-byte code" : COL_TYPE[i] == 'b' ? "boolean" : "int64");
             goto done;
         }
         if (c[i].type == C_NULL) c[i].vals = NULL; /* every row null */
@@ -1438,11 +1476,11 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         get_buf(ohs, &hs, 8, 0, "host_start") < 0 || get_buf(oih, &ih, 1, 0, "is_host") < 0)
         goto done;
     if (oitid != Py_None && get_buf(oitid, &itid, 8, 0, "i_tid") < 0) goto done;
-    J.n = c[8].n;
+    J.n = c[COL_KIND].n;
     J.m = hs.view.len / 8;
-    for (int i = 0; i < 12; i++)
-        if (!((i == 5 || i == 7 || i >= 10) && PyTuple_GET_ITEM(cols, i) == Py_None) && c[i].n != J.n) {
-            PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind %lld", cname[i], (long long)c[i].n,
+    for (int i = 0; i < N_COLS; i++)
+        if (colv[i] != Py_None && c[i].n != J.n) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: %s has %lld rows, kind %lld", COL_NAMES[i], (long long)c[i].n,
                          (long long)J.n);
             goto done;
         }
@@ -1450,28 +1488,29 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "walk_rank: inconsistent input lengths");
         goto done;
     }
-    for (int i = 0; i < 9; i++) {
-        if (get_buf(PyTuple_GET_ITEM(outs, i), &ob[i], 8, 1, "out") < 0) goto done;
-        if (ob[i].view.len != (i == 0 ? BC.nb : 1) * J.m * 8) {
-            PyErr_SetString(PyExc_ValueError, "walk_rank: output of the wrong size");
+    for (int i = 0; i < N_OUTS; i++) {
+        if (get_buf(outv[i], &ob[i], 8, 1, OUT_NAMES[i]) < 0) goto done;
+        if (ob[i].view.len != (i == OUT_BUCKETS ? BC.nb : 1) * J.m * 8) {
+            PyErr_Format(PyExc_ValueError, "walk_rank: output %s of the wrong size", OUT_NAMES[i]);
             goto done;
         }
     }
-    J.start = &c[0], J.dur = &c[1], J.pid = &c[2], J.corr = &c[3], J.stream = &c[4], J.tid = &c[5], J.graph = &c[6];
-    J.seq = PyTuple_GET_ITEM(cols, 7) == Py_None ? NULL : &c[7];
+    J.start = &c[COL_START], J.dur = &c[COL_DUR], J.pid = &c[COL_PHASE_ID], J.corr = &c[COL_CORR];
+    J.stream = &c[COL_STREAM], J.tid = &c[COL_TID], J.graph = &c[COL_GRAPH];
+    J.seq = colv[COL_SEQ] == Py_None ? NULL : &c[COL_SEQ];
     if (J.seq) {
-        if (!PyTuple_Check(ocoll) || PyTuple_GET_SIZE(ocoll) != 7 || PyTuple_GET_ITEM(cols, 10) == Py_None ||
-            PyTuple_GET_ITEM(cols, 11) == Py_None) {
+        if (!PyDict_Check(ocoll) || colv[COL_GROUP] == Py_None || colv[COL_OP] == Py_None) {
             PyErr_SetString(PyExc_ValueError, "walk_rank: coll_seq needs group, coll_op and coll_out (7 int64 buffers)");
             goto done;
         }
-        J.group = &c[10], J.op = &c[11];
+        if (named_args(ocoll, COLL_NAMES, N_COLL, NULL, collv, "coll_out") < 0) goto done;
+        J.group = &c[COL_GROUP], J.op = &c[COL_OP];
         if (interner_init(&J.ig, "", 0) < 0 || interner_init(&J.io, "?", 1) < 0) {
             PyErr_NoMemory();
             goto done;
         }
-        for (int f = 0; f < 7; f++) {
-            if (get_buf(PyTuple_GET_ITEM(ocoll, f), &cb5[f], 8, 1, "coll_out") < 0) goto done;
+        for (int f = 0; f < N_COLL; f++) {
+            if (get_buf(collv[f], &cb5[f], 8, 1, COLL_NAMES[f]) < 0) goto done;
             if (cb5[f].view.len != cb5[0].view.len) {
                 PyErr_SetString(PyExc_ValueError, "walk_rank: coll_out buffers of different lengths");
                 goto done;
@@ -1480,14 +1519,14 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
         }
         J.cap_coll = cb5[0].view.len / 8;
     }
-    J.kind = &c[8], J.cat = &c[9];
+    J.kind = &c[COL_KIND], J.cat = &c[COL_CAT];
     J.lut_k = (const int8_t *)luts.view.buf;
     J.lut_c = J.lut_k + 257;
     J.dense = (const int64_t *)dense.view.buf;
     J.n_dense = dense.view.len / 8;
     J.i_tid = itid.ok ? (const int64_t *)itid.view.buf : NULL;
     J.n_itid = itid.ok ? itid.view.len / 8 : 0;
-    if (J.i_tid && PyTuple_GET_ITEM(cols, 5) == Py_None) {
+    if (J.i_tid && colv[COL_TID] == Py_None) {
         PyErr_SetString(PyExc_ValueError, "walk_rank: i_tid without a tid column");
         goto done;
     }
@@ -1495,9 +1534,11 @@ static PyObject *py_walk_rank(PyObject *self, PyObject *args) {
     J.is_host = (const uint8_t *)ih.view.buf;
     J.k_lo = k_lo;
     J.latency = latency;
-    J.buckets = (int64_t *)ob[0].view.buf, J.ws = (int64_t *)ob[1].view.buf, J.we = (int64_t *)ob[2].view.buf;
-    J.ov = (int64_t *)ob[3].view.buf, J.n_ev = (int64_t *)ob[4].view.buf, J.qd = (int64_t *)ob[5].view.buf;
-    J.graph_l = (int64_t *)ob[6].view.buf, J.eager_l = (int64_t *)ob[7].view.buf, J.cross = (int64_t *)ob[8].view.buf;
+    J.buckets = (int64_t *)ob[OUT_BUCKETS].view.buf, J.ws = (int64_t *)ob[OUT_WS].view.buf;
+    J.we = (int64_t *)ob[OUT_WE].view.buf, J.ov = (int64_t *)ob[OUT_OV].view.buf;
+    J.n_ev = (int64_t *)ob[OUT_EVENTS].view.buf, J.qd = (int64_t *)ob[OUT_QD].view.buf;
+    J.graph_l = (int64_t *)ob[OUT_GRAPH].view.buf, J.eager_l = (int64_t *)ob[OUT_EAGER].view.buf;
+    J.cross = (int64_t *)ob[OUT_CROSS].view.buf;
     {
         /* every instance index of dense must be < len(i_tid) */
         if (J.i_tid)
@@ -1535,10 +1576,10 @@ done:
     free(J.unres);
     interner_free(&J.ig);
     interner_free(&J.io);
-    for (int f = 0; f < 7; f++) rel_buf(&cb5[f]);
-    for (int i = 0; i < 12; i++) col_free(&c[i]);
+    for (int f = 0; f < N_COLL; f++) rel_buf(&cb5[f]);
+    for (int i = 0; i < N_COLS; i++) col_free(&c[i]);
     rel_buf(&luts), rel_buf(&dense), rel_buf(&itid), rel_buf(&hs), rel_buf(&ih);
-    for (int i = 0; i < 9; i++) rel_buf(&ob[i]);
+    for (int i = 0; i < N_OUTS; i++) rel_buf(&ob[i]);
     return ret;
 }
 
@@ -1736,7 +1777,8 @@ static PyMethodDef METHODS[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(nb, n_work, memory, n_event_codes, launch, idle): the bucket codes walk_rank uses."},
     {"codes", py_codes, METH_VARARGS, "codes(stream, names, values, out): int8 code per row of a string column."},
-    {"walk_rank", py_walk_rank, METH_VARARGS, "walk_rank(...): the attribution walk of one rank."},
+    {"walk_rank", (PyCFunction)(void (*)(void))py_walk_rank, METH_VARARGS | METH_KEYWORDS,
+     "walk_rank(columns=, ...): the attribution walk of one rank."},
     {"intern", py_intern, METH_VARARGS, "intern(stream, rows, null_as, out) -> distinct strings: dense codes."},
     {"match", py_match, METH_VARARGS, "match(g, op, seqn, rk, start, dur, wait, ok) -> bool: collectives matched by order."},
     {"take", py_take, METH_VARARGS, "take(stream, src, head_vals, head_ok, fill, out_vals, out_ok): an integer column through an index."},

@@ -12,7 +12,8 @@ def take(stream: Any, src: Any, head_vals: Any, head_ok: Any, fill: int, out_val
 def intern(stream: Any, rows: Any, null_as: str | None, out: Any, /) -> list[str]: ...
 def match(g: Any, op: Any, seqn: Any, rk: Any, start: Any, dur: Any, wait: Any, ok: Any, /) -> bool: ...
 def walk_rank(
-    cols: tuple[Any, ...],
+    *,
+    columns: dict[str, Any],
     luts: bytes,
     dense: Any,
     i_tid: Any,
@@ -20,7 +21,6 @@ def walk_rank(
     is_host: Any,
     k_lo: int,
     latency: int,
-    outs: tuple[Any, ...],
-    coll_out: tuple[Any, ...] | None,
-    /,
+    outs: dict[str, Any],
+    coll_out: dict[str, Any] | None,
 ) -> tuple[int, bytes, int, list[str], list[str]]: ...
