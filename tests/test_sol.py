@@ -446,3 +446,19 @@ def test_transformers_capture_manifest_config_is_read() -> None:
     old = read_manifest(str(ROOT / "samples" / "h200-transformers" / "spec.parquet"))
     rm = run_model(old, None, None, None)
     assert rm.target.family == "deepseek" and rm.target.experts == 64 and rm.target.layers == 8
+
+
+def test_sglang_capture_manifest_config_and_server_args(tmp_path: Path) -> None:
+    """A live SGLang capture records the server's config.json (when its model_path is a local directory) and the
+    server args: sol takes the model, TP and DP-attention from them."""
+    from tracekit.analyzers.sol.run import run_model
+    from tracekit.collectors.sglang.live import model_config
+
+    (tmp_path / "config.json").write_text(KIMI.read_text())
+    cfg = model_config(str(tmp_path))
+    assert cfg is not None and cfg["text_config"]["n_routed_experts"] == 384
+    assert model_config(str(tmp_path / "absent")) is None and model_config("moonshotai/Kimi-K2.5") is None
+    man = {"world_size": 8, "capture": {"mode": "sglang-live", "model_config": cfg,
+                                        "server_args": {"tp_size": 8, "enable_dp_attention": True}}}
+    rm = run_model(man, None, None, None)
+    assert rm.engine == "sglang" and "SGLang server" in rm.source and rm.target.layers == 61

@@ -1,7 +1,8 @@
 """Floors beside a run's measured phases: ``tracekit sol RUN``.
 
 What the run gives: the model config (``--model``, or the config its manifest records: the
-built-in workload's ``ranks[r].workload.config``, the transformers engine's
+built-in workload's ``ranks[r].workload.config``, a live SGLang capture's ``capture.model_config`` (the
+server's config.json; its ``server_args`` give TP, DP-attention and EP), the transformers engine's
 ``ranks[r].workload.model.hf_config``: the model's whole config, or ``model.config`` of its presets in
 older captures), the GPU (``--gpu``, or the device name in the manifest),
 TP = the world size, each phase instance's facts (batch, tokens, context), the measured distinct
@@ -71,11 +72,20 @@ def _workload_section(manifest: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _capture(manifest: dict[str, Any]) -> dict[str, Any]:
+    cap = manifest.get("capture")
+    return cap if isinstance(cap, dict) else {}
+
+
 def run_model(manifest: dict[str, Any], config: dict[str, Any] | None, config_source: str | None,
               kv_dtype: str | None) -> RunModel:
     """The target (and, for the built-in workload, the draft) of a run (module doc)."""
     w = _workload_section(manifest) or {}
     name = w.get("name")
+    cap = _capture(manifest)
+    if config is None and isinstance(cap.get("model_config"), dict):
+        return RunModel(model_shape(dict(cap["model_config"]), kv_dtype=kv_dtype), None,
+                        "the run's manifest (the SGLang server's config.json)", "sglang", 1)
     if config is not None:
         return RunModel(model_shape(config, kv_dtype=kv_dtype), None, config_source or "--model",
                         "sglang" if name != "builtin" else "workload", 1)
@@ -206,7 +216,12 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
     if achievable is not None:
         spec = replace(spec, achievable=achievable)
     world = int(manifest.get("world_size") or 1)
-    layout = Layout(tp or world, engine or rm.engine, dp_attention, ep)
+    args = _capture(manifest).get("server_args") or {}
+    dp_attention = dp_attention or bool(args.get("enable_dp_attention"))
+    if ep == 1 and isinstance(args.get("ep_size"), int) and args["ep_size"] > 1:
+        ep = int(args["ep_size"])
+    tp_arg = args.get("tp_size") if isinstance(args.get("tp_size"), int) else None
+    layout = Layout(tp or tp_arg or world, engine or rm.engine, dp_attention, ep)
     if instances is None:
         instances = attribute_report(events, launch_latency_ns=launch_latency_ns or DEFAULT_LAUNCH_LATENCY_NS)[
             "instances"]

@@ -99,6 +99,19 @@ def _request(url: str, body: dict[str, Any] | None = None, timeout: float = 30.0
         return int(exc.code), exc.read() if exc.fp is not None else b""
 
 
+def model_config(model_path: Any) -> dict[str, Any] | None:
+    """The server's ``config.json`` when ``model_path`` is a local checkpoint directory (None otherwise: a hub id
+    whose files this host does not have, or an unreadable file)."""
+    if not isinstance(model_path, str) or not model_path:
+        return None
+    p = Path(model_path) / "config.json"
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def server_info(base: str, timeout: float = 10.0) -> dict[str, Any]:
     """``/server_info`` (or ``/get_server_info``) as a dict; TracekitError when unreachable."""
     last = ""
@@ -376,6 +389,9 @@ def run_live_capture(
         "window": win.id if win is not None else None,
         "server_args": {k: info[k] for k in sorted(info) if k.startswith(("speculative_", "tp_", "pp_", "dp_", "ep_", "cuda_graph", "disable_cuda_graph", "attention_backend", "model_path", "enable_dp_attention"))},
     }
+    mcfg = model_config(info.get("model_path"))
+    if mcfg is not None:  # the model's config.json, for tracekit sol (read where the server's files are)
+        man["capture"]["model_config"] = mcfg
     rank_mans = rankinfo.read_rank_manifests(mdir)
     notes: list[str] = []
     ranks_sec = man.setdefault("ranks", {})
