@@ -172,6 +172,8 @@ def model_shape(config: dict[str, Any], *, kv_dtype: str | None = None) -> Model
     layers = _int(cfg, "num_hidden_layers", "layers")
     vocab = _int(cfg, "vocab_size", "vocab")
     heads = _int(cfg, "num_attention_heads", "heads")
+    if not (h and layers and vocab and heads):
+        raise AnalysisError("model config: hidden size, layers, vocabulary and attention heads must be positive")
     w: list[Weight] = []
 
     def add(name: str, read: str, params: int, count: int, shard: str) -> None:

@@ -292,3 +292,6 @@ def try_sol(events: pl.DataFrame, manifest: dict[str, Any] | None, *, run: str |
         return sol_of_run(events, manifest, run=run or "", instances=instances), None
     except AnalysisError as exc:
         return None, exc.message
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:  # an addition never breaks the analysis
+        return None, f"the speed-of-light model failed on this run ({exc.__class__.__name__}: {exc}); tracekit sol " \
+                     "RUN --debug shows where"
