@@ -485,3 +485,24 @@ def test_one_sigterm_is_said_as_one_and_a_silent_rank_is_the_root_cause() -> Non
 
     lines = [ln for _, ln in explain(_failures(CaptureConfig(out="x", world=2), w, {0: _P(), 1: _P()}))]
     assert lines[0] == "rank 1: no progress for 300 s (killed) in the profiling window after 2 of 8 cycles (root cause)"
+
+
+def test_script_sequences_in_names_and_env_values_cannot_blank_the_report(tmp_path: Path) -> None:
+    import re
+
+    evil = "<!--<script>x</script>&\u2028"
+    run = load_run(H200)
+    first = (run.events.get_column("kind") == "kernel").arg_true()[0]
+    row = pl.int_range(pl.len()) == first
+    ev = run.events.with_columns(pl.when(row).then(pl.lit(evil)).otherwise(pl.col("name")).alias("name"))
+    man = json.loads(json.dumps(run.manifest))
+    man["ranks"]["0"].setdefault("env", {})["TK_EVIL"] = evil
+    bad = write_run(ev, tmp_path / "evil.parquet", man)
+    out = tmp_path / "r.html"
+    code, _, err = _run(["report", str(bad), "-o", str(out)])
+    assert code == 0, err
+    html = out.read_text()
+    blocks = re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', html, re.S)
+    assert blocks and all("<" not in b and ">" not in b and "&" not in b for b in blocks)
+    docs = [json.loads(b) for b in blocks]  # every block is whole JSON: nothing ended an element early
+    assert evil in json.dumps(docs, ensure_ascii=False)  # the data is there, as it was

@@ -91,6 +91,9 @@ def demangle(name: str) -> str:
     return name if node is None else str(node)
 
 
+MAX_PARSED_NAME = 1 << 16  # longer names are not demangled or parsed (real kernel names: a few KB at most)
+
+
 @lru_cache(maxsize=1 << 16)
 def normalize_kernel_name(name: str) -> str:
     """A short, stable grouping key for a kernel name.
@@ -100,6 +103,8 @@ def normalize_kernel_name(name: str) -> str:
     >>> normalize_kernel_name("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
     'ncclDevKernel_AllReduce_Sum_bf16_RING_LL'
     """
+    if len(name) > MAX_PARSED_NAME:  # parsing is per character: a 256 MiB name took minutes and GBs (issue 30)
+        return name.strip()[:MAX_LEN]
     s = _SPACE.sub(" ", demangle(name)).replace("(anonymous namespace)", "anon").strip()
     for _ in range(4):  # wrappers nest at most a few levels
         s = _LEADING.sub("", s).strip()
@@ -124,4 +129,4 @@ def normalize_names(names: pl.Series) -> pl.Series:
     return names.replace_strict(mapping, default=None, return_dtype=pl.String)
 
 
-__all__ = ["MAX_LEN", "demangle", "normalize_kernel_name", "normalize_names"]
+__all__ = ["MAX_LEN", "MAX_PARSED_NAME", "demangle", "normalize_kernel_name", "normalize_names"]

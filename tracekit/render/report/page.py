@@ -51,8 +51,18 @@ class Section:
 
 
 def _json_in_html(obj: Any) -> str:
-    """JSON safe inside a <script> element."""
-    return json.dumps(obj, default=str, allow_nan=False).replace("</", "<\\/")
+    """JSON safe inside a <script> element: ``<``, ``>``, ``&`` and U+2028/2029 as JSON escapes (the same
+    strings once parsed), so no data (``<!--<script>`` in a kernel name) ends the element or puts the
+    HTML parser in its script-data escaped states, which blanked every plot of the page."""
+    return script_safe(json.dumps(obj, default=str, allow_nan=False))
+
+
+def script_safe(json_text: str) -> str:
+    """JSON text escaped for a <script> element (see ``_json_in_html``): every inline JSON of the page."""
+    return json_text.translate(_SCRIPT_SAFE)
+
+
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def height(p: Plot) -> int:
@@ -64,7 +74,7 @@ def height(p: Plot) -> int:
 def _plot_html(p: Plot) -> str:
     if p.figure is None:
         return f'<h3>{escape(p.title)}</h3><p class="missing" data-missing="{escape(p.key)}">not shown: {escape(str(p.why))}</p>'
-    spec = p.figure.to_json(validate=False, pretty=False).replace("</", "<\\/")
+    spec = script_safe(p.figure.to_json(validate=False, pretty=False))
     notes = "".join(f"<li>{escape(n)}</li>" for n in p.notes)
     return (
         f'<div class="tk-plot" id="{escape(p.key)}" style="height:{height(p)}px" data-title="{escape(p.title)}"></div>'
