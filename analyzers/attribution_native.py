@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracekit import _native
+from tracekit import _native, settings
 from tracekit._native import arrow_stream
 from tracekit.buckets import BUCKETS, WALK_CODES
 from tracekit.cores import usable_cores
@@ -154,7 +154,7 @@ def _run_codes(local: I64, counts: npt.NDArray[np.int64], strings: list[list[str
 
 def workers(ranks: int) -> int:
     """Threads for ``ranks`` rank passes: the usable cores (TRACEKIT_ATTRIBUTE_THREADS overrides)."""
-    return max(1, min(ranks, usable_cores("TRACEKIT_ATTRIBUTE_THREADS")))
+    return max(1, min(ranks, usable_cores(settings.current().attribute_threads)))
 
 
 def _configure() -> None:

@@ -41,6 +41,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracekit import settings
 from tracekit.errors import ConfigError
 
 SOURCE: Final = Path(__file__).with_name("cupti_client.c")
@@ -75,7 +76,7 @@ def _site_dirs() -> list[str]:
 
 def find_headers() -> Path | None:
     """A folder holding ``cupti.h``: ``TRACEKIT_CUPTI_INCLUDE``, the CUDA toolkit's, or a pip nvidia package's."""
-    cands = [os.environ.get("TRACEKIT_CUPTI_INCLUDE", ""), "/usr/local/cuda/include",
+    cands = [settings.current().cupti_include or "", "/usr/local/cuda/include",
              "/usr/local/cuda/extras/CUPTI/include", *sorted(glob.glob("/usr/local/cuda-*/include"), reverse=True),
              *sorted(glob.glob("/usr/local/cuda-*/extras/CUPTI/include"), reverse=True)]
     for site in _site_dirs():
@@ -105,7 +106,7 @@ def library_path() -> Path:
     """Where the built library lives: ``TRACEKIT_CUPTI_CLIENT``, else a cache file named by the hash of the
     source and of the CUPTI headers it would be built against (the record layouts it reads come from
     them: another toolkit, or another ``TRACEKIT_CUPTI_INCLUDE``, gets its own build)."""
-    env = os.environ.get("TRACEKIT_CUPTI_CLIENT")
+    env = settings.current().cupti_client
     if env:
         return Path(env)
     h = hashlib.sha256(SOURCE.read_bytes())

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from tracekit import settings
 from tracekit.finalize.phases import format_facts, format_label
 
 log = logging.getLogger("tracekit.collectors.hooks")
@@ -65,10 +66,10 @@ def _torch_profiler_enabled() -> Callable[[], bool]:
 
 def _nvtx_module() -> Any:
     """The nvtx module when an NVTX consumer is (or is asked to be) present, else None."""
-    flag = os.environ.get("TRACEKIT_NVTX")
-    if flag == "0":
+    flag = settings.current().nvtx
+    if flag is False:
         return None
-    if flag != "1" and not os.environ.get("NVTX_INJECTION64_PATH"):
+    if flag is None and not os.environ.get("NVTX_INJECTION64_PATH"):
         return None
     try:
         import nvtx

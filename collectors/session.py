@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit import schema
+from tracekit import schema, settings
 from tracekit.errors import ConfigError
 
 _RELATIVE_LIMIT_NS = 10**17  # ~3 years: anything below is not a Unix-epoch time stamp
@@ -170,18 +170,13 @@ TIMING_EVENTS_EVERY = 16
 
 
 def timing_events_every() -> int:
-    env = os.environ.get("TRACEKIT_TIMING_EVENTS_EVERY", "").strip()
-    if not env:
-        return TIMING_EVENTS_EVERY
-    if not env.isdigit() or int(env) < 1:
-        raise ConfigError(f"TRACEKIT_TIMING_EVENTS_EVERY: {env!r} is not a whole number >= 1")
-    return int(env)
+    return settings.current().timing_events_every or TIMING_EVENTS_EVERY
 
 
 def lite_cupti_source() -> str:
     from tracekit.collectors.cupti_client import MODES
 
-    src = os.environ.get("TRACEKIT_LITE_CUPTI", "").strip() or LITE_CUPTI
+    src = settings.current().lite_cupti or LITE_CUPTI
     if src != "torch" and src not in MODES:
         raise ConfigError(f"TRACEKIT_LITE_CUPTI: {src!r} is neither 'torch' nor a CUPTI client mode "
                          f"({', '.join(MODES)})")
@@ -189,10 +184,8 @@ def lite_cupti_source() -> str:
 
 
 def cupti_trim_spec() -> tuple[str, ...]:
-    env = os.environ.get("TRACEKIT_CUPTI_TRIM")
-    if env is None:
-        return LITE_TRIM
-    return tuple(x.strip() for x in env.split(",") if x.strip())
+    trim = settings.current().cupti_trim
+    return LITE_TRIM if trim is None else trim
 
 
 class ProfilerSession:

@@ -9,13 +9,14 @@ run both and compare the outputs byte for byte.
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 from typing import Any
 
+from tracekit import settings
+
 
 def _load(name: str) -> ModuleType | None:
-    if os.environ.get("TRACEKIT_PURE") == "1":
+    if settings.current().pure:
         return None
     try:
         return importlib.import_module(f"tracekit.{name}")

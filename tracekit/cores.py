@@ -6,13 +6,11 @@ from __future__ import annotations
 import os
 
 
-def usable_cores(override_env: str | None = None) -> int:
-    """The cores this process may run on (its CPU affinity), or the positive integer in the
-    environment variable ``override_env`` when that is set."""
-    if override_env:
-        env = os.environ.get(override_env)
-        if env and env.isdigit() and int(env) > 0:
-            return int(env)
+def usable_cores(override: int | None = None) -> int:
+    """The cores this process may run on (its CPU affinity), or ``override`` when it is set (a
+    ``tracekit.settings`` count: TRACEKIT_INGEST_THREADS, TRACEKIT_ATTRIBUTE_THREADS)."""
+    if override is not None:
+        return override
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -31,6 +31,8 @@ import sys
 import threading
 from typing import NoReturn
 
+from tracekit import settings
+
 NORMAL_EXIT_ENV = "TRACEKIT_NORMAL_EXIT"
 
 
@@ -83,7 +85,7 @@ def status_of(code: object) -> int:
 
 def normal_exit_needed() -> bool:
     """Whether the interpreter's own exit must run (see the module docstring)."""
-    if os.environ.get(NORMAL_EXIT_ENV, "") not in ("", "0"):
+    if settings.current().normal_exit:
         return True
     if sys.getprofile() is not None or sys.gettrace() is not None:
         return True

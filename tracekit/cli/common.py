@@ -80,6 +80,13 @@ def cli(debug: bool) -> None:
     OUTPUT.lock (a second writer of the same output is refused, naming the pid).
     """
     _State.debug = debug
+    from tracekit import settings
+    from tracekit.errors import ConfigError
+
+    try:
+        settings.current()  # the TRACEKIT_* settings, checked once before the command runs
+    except ConfigError as exc:
+        raise click.UsageError(exc.message) from None
 
 
 def _load(path: str, columns: list[str] | None = None) -> Run:

@@ -59,7 +59,9 @@ _EMPTY = pl.DataFrame()
 
 def _cores() -> int:
     """Cores this process may run on (TRACEKIT_INGEST_THREADS overrides)."""
-    return usable_cores("TRACEKIT_INGEST_THREADS")
+    from tracekit import settings
+
+    return usable_cores(settings.current().ingest_threads)
 
 
 def _split_merged(parsed: ParsedTrace, path: str) -> list[tuple[RankHint, str, pl.DataFrame]] | None:

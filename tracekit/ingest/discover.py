@@ -46,11 +46,9 @@ class GzipTooLarge(Exception):
 def inflate_limit(compressed: int) -> int:
     """The most bytes a gzip input of ``compressed`` bytes may inflate to (``TRACEKIT_MAX_GZIP_RATIO``
     overrides the ratio)."""
-    ratio = GZIP_RATIO
-    env = os.environ.get("TRACEKIT_MAX_GZIP_RATIO", "")
-    if env.isdigit() and int(env) > 0:
-        ratio = int(env)
-    return max(ratio * compressed, GZIP_FLOOR)
+    from tracekit import settings
+
+    return max((settings.current().max_gzip_ratio or GZIP_RATIO) * compressed, GZIP_FLOOR)
 
 
 def _inflate_bounded(raw: bytes, limit: int) -> bytes:
