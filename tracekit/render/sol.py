@@ -86,7 +86,7 @@ def _tables(p: PhaseSol) -> tuple[Table, Table]:
     t.add_column("floor", justify="right")
     t.add_column("bound")
     if measured:
-        t.add_column("measured (median)", justify="right")
+        t.add_column("measured (median, profiled)", justify="right")
         t.add_column("% of SOL", justify="right")
     for b in p.buckets:
         row = [SOL_LABELS.get(b.bucket, b.bucket), dur(b.floor_ns), b.bound]
