@@ -36,7 +36,8 @@ instance over all ranks (each instance of each rank counts once), in ns.
   instance does not move it; bucket medians need not add up to the window median),
   or the mean (``stat="mean"``: the buckets add up). The phase row always carries
   both (``old_mean_ns``/``old_median_ns``, ...); ``delta_ns`` and the bucket
-  columns follow ``statistic``. The fit and the kernel families are means. With
+  columns follow ``statistic``, and so does the kernel families' time per instance (count per
+  instance and mean duration stay means). The fit is a least-squares fit (means). With
   medians or means alike, each run's time is also taken as its buckets' statistics weighted by
   its own mix (for means: the run's mean exactly); ``mix_shift_ns`` is the change of that minus
   ``matched_delta_ns``: what the shift of the mix (unmatched buckets included) explains, 0 when
@@ -61,7 +62,7 @@ from tracekit.schema import KERNEL
 
 from .attribution import BUCKET_COLUMNS, attribute_instances, prepare
 from .families import family_column
-from .robust import center
+from .robust import center, weighted_center
 
 EXTRA_TIME: Final = ("allreduce_wait_ns", "allreduce_transfer_ns", "queue_delay_ns", "overlapped_comm_ns")
 TIME_COLUMNS: Final = ("host_ns", "gpu_window_ns", *BUCKET_COLUMNS, *EXTRA_TIME)
@@ -272,15 +273,17 @@ def _phase_summary(
     return row, pl.DataFrame(brows, infer_schema_length=None), seq_rows, w_old, w_new
 
 
-def kernel_families(events: pl.DataFrame, inst: pl.DataFrame, weights: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Per (phase, family): count_per_instance, mean_ns, per_instance_ns as weighted means over
-    the instances (``weights``: phase_id, w; default 1 each), so they follow the same matched
-    basis as the buckets."""
+def kernel_families(events: pl.DataFrame, inst: pl.DataFrame, weights: pl.DataFrame | None = None,
+                    stat: str = "mean") -> pl.DataFrame:
+    """Per (phase, family): count_per_instance and mean_ns (weighted means: what the family is) and
+    per_instance_ns, the family's time per instance in ``stat`` over the instances (one without the family
+    counts 0; ``robust.weighted_center``), the statistic the buckets compare. ``weights``: phase_id, w
+    (default 1 each), so that all follow the same matched basis as the buckets."""
     w = weights if weights is not None else inst.select("phase_id", pl.lit(1.0).alias("w"))
     iw = inst.select("phase_id", pl.col("phase").alias("_p")).join(w, on="phase_id", how="left").with_columns(
         pl.col("w").fill_null(0.0)
     )
-    tot = iw.group_by("_p").agg(pl.col("w").sum().alias("_W"))
+    tot = dict(iw.group_by("_p").agg(pl.col("w").sum()).iter_rows())
     k = events.filter((pl.col("kind") == KERNEL) & pl.col("phase_id").is_not_null()).select("phase_id", "name", "dur_ns")
     k = k.join(iw, on="phase_id", how="inner").filter(pl.col("w") > 0)
     schema = {"phase": pl.String(), "family": pl.String(), "count_per_instance": pl.Float64(), "mean_ns": pl.Float64(),
@@ -288,18 +291,17 @@ def kernel_families(events: pl.DataFrame, inst: pl.DataFrame, weights: pl.DataFr
     if k.is_empty():
         return pl.DataFrame(schema=schema)
     k = k.with_columns(family_column(k.get_column("name")))
-    return (
-        k.group_by(["_p", "family"])
-        .agg(pl.col("w").sum().alias("_cw"), (pl.col("w") * pl.col("dur_ns")).sum().alias("_dw"))
-        .join(tot, on="_p")
-        .select(
-            pl.col("_p").alias("phase"),
-            "family",
-            (pl.col("_cw") / pl.col("_W")).alias("count_per_instance"),
-            (pl.col("_dw") / pl.col("_cw")).alias("mean_ns"),
-            (pl.col("_dw") / pl.col("_W")).alias("per_instance_ns"),
-        )
-    )
+    per = k.group_by(["_p", "family", "phase_id"]).agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("d"),
+                                                       pl.col("w").first())
+    rows = []
+    for (ph, fam), g in per.group_by(["_p", "family"], maintain_order=True):
+        W = float(tot[ph])
+        cw = float((g.get_column("n") * g.get_column("w")).sum())
+        dw = float((g.get_column("d") * g.get_column("w")).sum())
+        rows.append({"phase": ph, "family": fam, "count_per_instance": cw / W, "mean_ns": dw / cw,
+                     "per_instance_ns": weighted_center(list(zip(g.get_column("d").cast(pl.Float64).to_list(),
+                                                                 g.get_column("w").to_list(), strict=True)), W, stat)})
+    return pl.DataFrame(rows, schema=schema)
 
 
 def kernel_diff(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
@@ -359,8 +361,8 @@ def diff_runs(
         wo.append(w_old)
         wn.append(w_new)
     kd = kernel_diff(
-        kernel_families(ev_o, inst_o.filter(pl.col("phase").is_in(phases)), pl.concat(wo)),
-        kernel_families(ev_n, inst_n.filter(pl.col("phase").is_in(phases)), pl.concat(wn)),
+        kernel_families(ev_o, inst_o.filter(pl.col("phase").is_in(phases)), pl.concat(wo), stat),
+        kernel_families(ev_n, inst_n.filter(pl.col("phase").is_in(phases)), pl.concat(wn), stat),
     )
     basis = pl.DataFrame(
         {"phase": [r["phase"] for r in rows],

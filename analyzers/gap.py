@@ -22,7 +22,8 @@ comes from a spec-off run).
 - Statistic (``stat``): ``median`` per instance by default (nearest rank,
   ``analyzers.robust``): one stalled instance does not move it; bucket medians
   need not add up to the window median. ``mean``: the buckets add up to the
-  window exactly. Kernel families are always means per instance.
+  window exactly. Kernel families: count per instance and mean duration are means (what the
+  family is); their time per instance and its delta are in ``stat``, as the buckets'.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from tracekit.schema import GPU_KINDS
 from .attribution import attribute_instances, prepare
 from .attribution_views import BUCKET_COLUMNS, seq_bucket_edges
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS
-from .robust import center
+from .robust import center, weighted_center
 
 SIDE_MEANS: Final = (
     "gpu_window_ns",
@@ -118,20 +119,35 @@ def bucket_table(a: dict[str, Any], b: dict[str, Any]) -> pl.DataFrame:
     )
 
 
-def kernel_table(ev_a: pl.DataFrame, inst_a: pl.DataFrame, ev_b: pl.DataFrame, inst_b: pl.DataFrame) -> pl.DataFrame:
-    """Kernel families: count per instance, mean duration and time per instance on each side."""
+def family_times(events: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
+    """Per (phase_id, family) of the instances ``inst``: the family's GPU time in that instance (``fam_ns``),
+    its event count (``n``), duration sum and category."""
+    ids = inst.get_column("phase_id").implode()
+    g = events.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("phase_id").is_in(ids))
+    g = g.with_columns(normalize_names(g.get_column("name")).alias("family"))
+    return g.group_by(["phase_id", "family"]).agg(
+        pl.col("category").drop_nulls().first().alias("category"), pl.len().alias("n"),
+        pl.col("dur_ns").sum().cast(pl.Float64).alias("fam_ns"))
+
+
+def kernel_table(ev_a: pl.DataFrame, inst_a: pl.DataFrame, ev_b: pl.DataFrame, inst_b: pl.DataFrame,
+                 stat: str = "mean") -> pl.DataFrame:
+    """Kernel families: count per instance and mean duration (means: what the family is), and its time per
+    instance in ``stat`` over the instances (an instance without the family counts 0), the statistic the
+    buckets are compared in."""
 
     def per_side(ev: pl.DataFrame, inst: pl.DataFrame, tag: str) -> pl.DataFrame:
-        ids = inst.get_column("phase_id").implode()
-        g = ev.filter(pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("phase_id").is_in(ids))
+        per = family_times(ev, inst)
         n = inst.height
-        g = g.with_columns(normalize_names(g.get_column("name")).alias("family"))
-        return g.group_by("family").agg(
-            pl.col("category").drop_nulls().first().alias(f"{tag}_category"),
-            (pl.len() / n).alias(f"{tag}_count"),
-            pl.col("dur_ns").mean().alias(f"{tag}_mean_ns"),
-            (pl.col("dur_ns").sum() / n).alias(f"{tag}_per_instance_ns"),
-        )
+        rows = []
+        for (fam,), g in per.group_by(["family"], maintain_order=True):
+            cnt = int(g.get_column("n").sum())
+            tot = float(g.get_column("fam_ns").sum())
+            rows.append({"family": fam, f"{tag}_category": g.get_column("category").drop_nulls().first(),
+                         f"{tag}_count": cnt / n, f"{tag}_mean_ns": tot / cnt if cnt else None,
+                         f"{tag}_per_instance_ns": weighted_center([(v, 1.0) for v in g.get_column("fam_ns")], n, stat)})
+        return pl.DataFrame(rows, schema={"family": pl.String, f"{tag}_category": pl.String, f"{tag}_count": pl.Float64,
+                                          f"{tag}_mean_ns": pl.Float64, f"{tag}_per_instance_ns": pl.Float64})
 
     ka = per_side(ev_a, inst_a, "a")
     kb = per_side(ev_b, inst_b, "b")
@@ -254,7 +270,7 @@ def gap_report(
     sa, sb = side_summary(inst_a, stat), side_summary(inst_b, stat)
     sa["phase"], sb["phase"] = a, b
     buckets = bucket_table(sa, sb)
-    kern = kernel_table(ev_a, inst_a, ev_b, inst_b)
+    kern = kernel_table(ev_a, inst_a, ev_b, inst_b, stat)
     per_rank = pl.concat(
         [
             inst_a.group_by("rank").agg(pl.lit("a").alias("side"), pl.len().alias("instances"),

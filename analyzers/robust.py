@@ -42,6 +42,26 @@ def nearest_rank(values: Sequence[float], q: float) -> float | None:
     return None if not v else v[max(math.ceil(q * len(v)) - 1, 0)]
 
 
+def weighted_center(values: Sequence[tuple[float, float]], total_weight: float, stat: str) -> float | None:
+    """``center`` over weighted instances given as (value, weight) pairs, the instances not listed being 0
+    with the rest of ``total_weight`` (a kernel family absent from an instance takes no time in it).
+    ``median``: the nearest-rank rule with weights (the smallest value whose cumulative weight reaches half
+    the total; with unit weights the ceil(n/2)-th smallest); ``mean``: the weighted mean."""
+    if total_weight <= 0:
+        return None
+    if stat == "mean":
+        return sum(v * w for v, w in values) / total_weight
+    if stat != "median":
+        raise ValueError(f"stat must be one of {STATS}, not {stat!r}")
+    zero = total_weight - sum(w for _, w in values)
+    cum, half = 0.0, 0.5 * total_weight * (1 - 1e-12)
+    for v, w in sorted([(0.0, zero), *values]) if zero > 0 else sorted(values):
+        cum += w
+        if cum >= half:
+            return v
+    return None
+
+
 def center(expr: pl.Expr, stat: str) -> pl.Expr:
     """Per-instance statistic for comparisons: ``median`` (nearest rank, robust to stalls) or
     ``mean`` (adds up across buckets, moved by a single stalled instance)."""

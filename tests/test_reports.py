@@ -226,3 +226,26 @@ def test_skew_heat_map_is_clipped_at_p99_and_names_the_outlier() -> None:
     fig = skew_plot(side).figure
     assert fig is not None and fig.data[0].zmax == 7.0
     assert "347,000.0 µs on rank 0 at collective #200" in fig.layout.title.text
+
+
+def test_kernel_families_are_compared_in_the_buckets_statistic() -> None:
+    """gap and diff once gave bucket deltas as medians and kernel-family deltas as means (+696.8 µs allreduce
+    beside +7.01 ms of its NCCL kernel): both now speak the statistic of the comparison."""
+    import polars as pl
+
+    from tracekit.analyzers.robust import nearest_rank
+
+    run = tracekit.Run(str(EAGER))
+    gap = run.gap()
+    fam = gap.kernels.filter(pl.col("family").str.starts_with("ncclDevKernel_AllReduce_Sum_bf16")).row(0, named=True)
+    inst = run.attribute("verify").instances
+    ev = run.events.filter(pl.col("phase_id").is_in(inst.get_column("phase_id").implode())
+                           & pl.col("name").str.contains("AllReduce_Sum_bf16"))
+    per = ev.group_by("phase_id").agg(pl.col("dur_ns").sum()).get_column("dur_ns").to_list()
+    assert fam["a_per_instance_ns"] == nearest_rank(per + [0] * (inst.height - len(per)), 0.5)
+    bucket = gap.buckets.filter(pl.col("bucket") == "allreduce").row(0, named=True)
+    assert abs(fam["delta_ns"] - bucket["delta_ns"]) < 0.1 * bucket["delta_ns"]  # one answer to "was it allreduce?"
+    assert "median time per instance +1.41 ms" in " ".join(_text("gap", str(EAGER)).split())
+    diff = tracekit.Run(str(GRAPHED)).diff(run)
+    k = diff.kernels.filter(pl.col("family").str.starts_with("ncclDevKernel_AllReduce_Sum_bf16")).row(0, named=True)
+    assert k["delta_per_instance_ns"] < 2e6  # the mean was +7.01 ms, moved by one stalled instance

@@ -183,12 +183,12 @@ def explanation(rep: DiffReport) -> list[str]:
             if d == 0:
                 continue
             if r["status"] == "appeared":
-                text = f"kernel {r['family']} appeared: {r['new_count_per_instance']:.1f} per instance, {dur(r['new_mean_ns'])} each ({dur(d, True)} per instance)"
+                text = f"kernel {r['family']} appeared: {r['new_count_per_instance']:.1f} per instance, {dur(r['new_mean_ns'])} each ({dur(d, True)} per instance, {st})"
             elif r["status"] == "vanished":
-                text = f"kernel {r['family']} vanished: was {r['old_count_per_instance']:.1f} per instance, {dur(r['old_mean_ns'])} each ({dur(d, True)} per instance)"
+                text = f"kernel {r['family']} vanished: was {r['old_count_per_instance']:.1f} per instance, {dur(r['old_mean_ns'])} each ({dur(d, True)} per instance, {st})"
             else:
                 text = (
-                    f"kernel {r['family']}: {dur(d, True)} per instance (mean {dur(r['old_mean_ns'])} -> {dur(r['new_mean_ns'])},"
+                    f"kernel {r['family']}: {dur(d, True)} per instance ({st}; each launch {dur(r['old_mean_ns'])} -> {dur(r['new_mean_ns'])} on average,"
                     f" {r['old_count_per_instance']:.1f} -> {r['new_count_per_instance']:.1f} per instance)"
                 )
             ranked.append((abs(d), text))
@@ -310,7 +310,7 @@ def render(rep: DiffReport, console: Console) -> None:
                            str(r["old_n"]), str(r["new_n"]), dur(r["old_ns"]), dur(r["new_ns"]), dur(r["delta_ns"], True))
             console.print(st)
         kt = Table(title=f"{p}: kernel families, largest change per instance first", title_justify="left")
-        for c in ("family", "status", "count/inst old", "new", "mean old", "mean new", "per inst delta"):
+        for c in ("family", "status", "count/inst old", "new", "mean old", "mean new", f"per inst delta ({stat})"):
             kt.add_column(c, justify="left" if c in ("family", "status") else "right")
         for r in rep.kernels.filter(pl.col("phase") == p).head(KERNEL_ROWS).iter_rows(named=True):
             kt.add_row(

@@ -46,13 +46,17 @@ def side_names(rep: GapReport, tagged: bool = False) -> tuple[str, str]:
     return (f"A:{an}", f"B:{bn}") if tagged else ("A", "B")
 
 
-def _family(r: dict[str, Any], names: tuple[str, str]) -> str:
+def _family(r: dict[str, Any], names: tuple[str, str], stat: str) -> str:
+    """A kernel family's evidence: launches per instance x mean duration on each side (what the family is), and
+    its time per instance in the gap's statistic (the one the bucket delta is in)."""
     fam = r["family"][:50]
     if r["only"] == "a":
-        return f"{fam} only in {names[0]} ({r['a_count']:.1f}/instance, {dur(r['a_mean_ns'])} each)"
-    if r["only"] == "b":
-        return f"{fam} only in {names[1]} ({r['b_count']:.1f}/instance, {dur(r['b_mean_ns'])} each)"
-    return f"{fam} {r['a_count']:.1f} x {dur(r['a_mean_ns'])} vs {r['b_count']:.1f} x {dur(r['b_mean_ns'])} per instance"
+        what = f"{fam} only in {names[0]} ({r['a_count']:.1f}/instance, {dur(r['a_mean_ns'])} each"
+    elif r["only"] == "b":
+        what = f"{fam} only in {names[1]} ({r['b_count']:.1f}/instance, {dur(r['b_mean_ns'])} each"
+    else:
+        what = f"{fam} {r['a_count']:.1f} x {dur(r['a_mean_ns'])} vs {r['b_count']:.1f} x {dur(r['b_mean_ns'])} per instance ("
+    return what + ("" if what.endswith("(") else "; ") + f"{stat} time per instance {dur(r['delta_ns'], signed=True)})"
 
 
 def explanation_lines(rep: GapReport) -> list[str]:
@@ -74,7 +78,7 @@ def explanation_lines(rep: GapReport) -> list[str]:
         elif e.bucket == "idle":
             why = "the GPU waited on dependencies, syncs or copies with work already issued"
         else:
-            why = "; ".join(_family(r, (an, bn)) for r in e.families)
+            why = "; ".join(_family(r, (an, bn), rep.stat) for r in e.families)
             if e.wait_share_a is not None and e.wait_share_b is not None:
                 why += (f"; waiting for the last rank: {100 * e.wait_share_a:.0f}% of allreduce time in {an} "
                         f"vs {100 * e.wait_share_b:.0f}%")
@@ -204,7 +208,7 @@ def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
     )
     k = rep.kernels.head(12)
     if k.height:
-        kt = Table(title="kernel families with the largest time difference (per instance)")
+        kt = Table(title=f"kernel families with the largest time difference (n x mean per instance; delta: {rep.stat} time per instance)")
         for c in ("family", "category", f"{an} n×mean", f"{bn} n×mean", "delta", "only in"):
             kt.add_column(c, justify="left" if c in ("family", "category") else "right")
         for r in k.iter_rows(named=True):
