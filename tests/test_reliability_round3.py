@@ -30,7 +30,7 @@ H200 = SAMPLES / "h200x2-forensics" / "run.parquet"
 
 def _run(args: list[str]) -> tuple[int, str, str]:
     res = CliRunner(env={"COLUMNS": "200"}).invoke(cli, args)
-    err = "".join(ln for ln in res.stderr.splitlines(keepends=True) if "finalized again on read" not in ln)
+    err = "".join(ln for ln in res.stderr.splitlines(keepends=True) if "`tracekit upgrade" not in ln)
     return res.exit_code, res.stdout, err
 
 
