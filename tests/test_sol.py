@@ -462,3 +462,24 @@ def test_sglang_capture_manifest_config_and_server_args(tmp_path: Path) -> None:
                                         "server_args": {"tp_size": 8, "enable_dp_attention": True}}}
     rm = run_model(man, None, None, None)
     assert rm.engine == "sglang" and "SGLang server" in rm.source and rm.target.layers == 61
+
+
+def test_dp_attention_and_expert_parallel_sharding() -> None:
+    """DP-attention: attention weights whole on every rank, each rank holds the latent KV of its own requests;
+    EP: each rank reads U/EP whole experts, the same bytes as TP's 1/TP of U experts."""
+    from tracekit.analyzers.sol.model import work
+
+    shape = model_shape(load_config(str(KIMI)))
+    step = Step("d", 16, 1, 4096)
+    tp = work(shape, Layout(8), step)
+    dp = work(shape, Layout(8, dp_attention=True), step)
+    ep = work(shape, Layout(8, ep=8), step)
+    H, L = 7168, 61
+    whole_attn = L * (H * 1536 + 1536 * 64 * 192 + H * 576 + 512 * 64 * 256 + 64 * 128 * H) * 2
+    assert dp.bytes["attention_weights"] == pytest.approx(whole_attn)
+    assert tp.bytes["attention_weights"] < whole_attn / 3  # q_a and kv_a replicated, the rest 1/8
+    per_token_kv = 576 * 2 * L
+    assert tp.bytes["kv_cache"] == pytest.approx(16 * 4097 * per_token_kv)  # every request's latent on every rank
+    assert dp.bytes["kv_cache"] == pytest.approx(2 * 4097 * per_token_kv)  # 16 requests over 8 DP ranks
+    assert ep.bytes["routed_experts"] == pytest.approx(tp.bytes["routed_experts"])
+    assert tp.distinct_experts == pytest.approx(expected_distinct_experts(384, 8, 16))
