@@ -49,6 +49,7 @@ MEASURED_BY: Final = {
     "launch_idle": tuple(b.name for b in VOCABULARY if b.kind is Kind.GAP and b.name in BUCKETS),
     "other": tuple(b for b in BUCKETS if b not in MODELLED and b in CATEGORIES),
 }
+GEMM_GROUP: Final = ("moe", "gemm")  # checked together against their floors (_bucket_sols)
 TRANSFORMERS_FAMILY: Final = {"deepseek_v3": "DeepseekV3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                               "mixtral": "MixtralForCausalLM", "llama": "LlamaForCausalLM"}
 
@@ -177,11 +178,16 @@ def _median_int(values: list[int]) -> int:
     return round(statistics.median(values))
 
 
+def _group_floor(f: PhaseFloor, group: tuple[str, ...]) -> int:
+    return sum(b.floor_ns for b in f.buckets if b.bucket in group)
+
+
 def _bucket_sols(f: PhaseFloor, inst: pl.DataFrame, floors: list[PhaseFloor], forwards: int) -> tuple[BucketSol, ...]:
     """Per bucket: the floor of the median step (``f``, all forwards), the median per instance of the bucket's
     exclusive time, and whether any instance beat its own floor. Exposed allreduce can legitimately fall
     below the chain's floor where compute overlaps it: the allreduce check reads the kernels' transfer time
-    (kernel time minus the wait for the last rank) instead."""
+    (kernel time minus the wait for the last rank) instead. MoE and dense GEMM are checked together
+    (``GEMM_GROUP``): which of the two an engine's router and shared experts run in depends on its fusions."""
     out = []
     for b, cols in MEASURED_BY.items():
         per = inst.select(pl.sum_horizontal([pl.col(f"{c}_ns") for c in cols])).to_series().to_list()
@@ -190,9 +196,12 @@ def _bucket_sols(f: PhaseFloor, inst: pl.DataFrame, floors: list[PhaseFloor], fo
         if bf is None:
             out.append(BucketSol(b, 0, "not modelled", measured, None, False))
             continue
-        check = inst.get_column("allreduce_transfer_ns").to_list() if b == "allreduce" else per
-        beaten = any(v < (fl.bucket(b).floor_ns * forwards)  # type: ignore[union-attr]
-                     for v, fl in zip(check, floors, strict=True))
+        group = GEMM_GROUP if b in GEMM_GROUP else (b,)
+        if b == "allreduce":
+            check = inst.get_column("allreduce_transfer_ns").to_list()
+        else:
+            check = inst.select(pl.sum_horizontal([pl.col(f"{c}_ns") for c in group])).to_series().to_list()
+        beaten = any(v < _group_floor(fl, group) * forwards for v, fl in zip(check, floors, strict=True))
         out.append(BucketSol(b, bf.floor_ns, bf.bound, measured, pct_of_sol(bf.floor_ns, measured), beaten))
     return tuple(out)
 
