@@ -8,16 +8,18 @@ runs the numpy reference paths (``tracekit._native``); CI checks it was built.
 from setuptools import Extension, setup
 
 # The headers the modules share (the Arrow C data/stream interface structs for _kineto.c and
-# _walk.c; the buffer helpers for _core.c and _walk.c): dependencies (a module rebuilds when one
+# _walk.c; the buffer helpers for _core.c and _walk.c; the string interner for _kineto.c and
+# _walk.c): dependencies (a module rebuilds when one
 # changes) and, through depends, part of the sdist. Warnings are errors: CI builds with them.
 ARROW_C = ["tracekit/arrow_c.h"]
 BUF = ["tracekit/buf.h"]
+INTERN = ["tracekit/intern.h"]
 FLAGS = ["-O2", "-std=c99", "-Wall", "-Werror"]
 
 setup(
     ext_modules=[
         Extension("tracekit._core", ["tracekit/_core.c"], depends=BUF, extra_compile_args=FLAGS, optional=True),
-        Extension("tracekit._kineto", ["tracekit/_kineto.c"], depends=ARROW_C, extra_compile_args=FLAGS, optional=True),
-        Extension("tracekit._walk", ["tracekit/_walk.c"], depends=ARROW_C + BUF, extra_compile_args=FLAGS, optional=True),
+        Extension("tracekit._kineto", ["tracekit/_kineto.c"], depends=ARROW_C + INTERN, extra_compile_args=FLAGS, optional=True),
+        Extension("tracekit._walk", ["tracekit/_walk.c"], depends=ARROW_C + BUF + INTERN, extra_compile_args=FLAGS, optional=True),
     ]
 )

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include "arrow_c.h"
+#include "intern.h" /* StrTable: the scanner's string table */
 
 typedef struct {
     void *p;
@@ -57,92 +58,14 @@ static inline int vpush8(Vec *v, uint8_t x) {
 /* ---- string table -------------------------------------------------------------------------- */
 
 typedef struct {
-    const char *s; /* into the input, or into the arena (then arena != 0 and s is an offset) */
-    Py_ssize_t len;
-    uint64_t h;
-    int arena;
-    Py_ssize_t off;
-} Str;
-
-typedef struct {
-    Str *items;
-    Py_ssize_t n, cap;
-    int64_t *slots; /* index + 1, 0 = empty */
-    Py_ssize_t nslots;
+    StrTable st; /* the distinct strings; decoded escapes are kept by offset into the arena */
     char *arena;
     Py_ssize_t arena_n, arena_cap;
 } Table;
 
-/* 8 bytes at p as one little-endian word (memcpy: any alignment) */
-static inline uint64_t load64(const char *p) {
-    uint64_t w;
-    memcpy(&w, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    w = __builtin_bswap64(w);
-#endif
-    return w;
-}
-
-/* a word at a time (the codes depend on first appearance only, never on the hash) */
-static inline uint64_t hash_bytes(const char *s, Py_ssize_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        h = (h ^ load64(s + i)) * 0xBF58476D1CE4E5B9ULL;
-        h ^= h >> 31;
-    }
-    if (i < n) {
-        uint64_t w = 0;
-        for (Py_ssize_t k = 0; i + k < n; k++) w |= (uint64_t)(uint8_t)s[i + k] << (8 * k);
-        h = (h ^ w) * 0x94D049BB133111EBULL;
-    }
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ULL;
-    return h ^ (h >> 32);
-}
-
-static const char *str_ptr(const Table *t, const Str *x) { return x->arena ? t->arena + x->off : x->s; }
-
-static int table_grow(Table *t) {
-    Py_ssize_t ns = t->nslots ? 2 * t->nslots : 4096;
-    int64_t *slots = (int64_t *)calloc((size_t)ns, sizeof(int64_t));
-    if (!slots) return -1;
-    for (Py_ssize_t i = 0; i < t->n; i++) {
-        Py_ssize_t j = (Py_ssize_t)(t->items[i].h & (uint64_t)(ns - 1));
-        while (slots[j]) j = (j + 1) & (ns - 1);
-        slots[j] = i + 1;
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->nslots = ns;
-    return 0;
-}
-
 /* code of the string s[0:n] (is_arena: s is at arena offset off) */
-static int64_t intern(Table *t, const char *s, Py_ssize_t n, int is_arena, Py_ssize_t off) {
-    if (2 * (t->n + 1) > t->nslots && table_grow(t)) return -1;
-    uint64_t h = hash_bytes(s, n);
-    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(t->nslots - 1));
-    while (t->slots[j]) {
-        Str *x = &t->items[t->slots[j] - 1];
-        if (x->h == h && x->len == n && memcmp(str_ptr(t, x), s, (size_t)n) == 0) return t->slots[j] - 1;
-        j = (j + 1) & (t->nslots - 1);
-    }
-    if (t->n == t->cap) {
-        Py_ssize_t cap = t->cap ? 2 * t->cap : 1024;
-        Str *it = (Str *)realloc(t->items, (size_t)cap * sizeof(Str));
-        if (!it) return -1;
-        t->items = it;
-        t->cap = cap;
-    }
-    Str *x = &t->items[t->n];
-    x->s = is_arena ? NULL : s;
-    x->len = n;
-    x->h = h;
-    x->arena = is_arena;
-    x->off = off;
-    t->slots[j] = t->n + 1;
-    return t->n++;
+static inline int64_t intern(Table *t, const char *s, Py_ssize_t n, int is_arena, Py_ssize_t off) {
+    return strtable_intern(&t->st, s, n, is_arena ? off : -1);
 }
 
 /* ---- scanner ------------------------------------------------------------------------------- */
@@ -312,7 +235,7 @@ static int string_esc(Sc *s, int want, int64_t *code, int *esc) {
     Py_ssize_t off = t->arena_n, len = o - (t->arena + t->arena_n);
     int64_t c = intern(t, t->arena + off, len, 1, off);
     if (c < 0) return FAIL;
-    if (c == t->n - 1 && t->items[c].arena && t->items[c].off == off) t->arena_n += len; /* new: keep its bytes */
+    if (c == t->st.n - 1 && t->st.items[c].off == off) t->arena_n += len; /* new: keep its bytes */
     *code = c;
     return 0;
 }
@@ -699,6 +622,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer buf;
     if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
     Table tab = {0};
+    tab.st.min_slots = 4096;
+    tab.st.base = &tab.arena;
     Cols c;
     Vec spans = {0};
     spans.item = 8;
@@ -735,10 +660,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 Py_DECREF(item);
             }
         }
-        PyObject *strs = PyList_New(tab.n);
+        PyObject *strs = PyList_New((Py_ssize_t)tab.st.n);
         if (!strs) { Py_DECREF(sp); goto done; }
-        for (Py_ssize_t i = 0; i < tab.n; i++) {
-            PyObject *u = PyUnicode_DecodeUTF8(str_ptr(&tab, &tab.items[i]), tab.items[i].len, "strict");
+        for (Py_ssize_t i = 0; i < tab.st.n; i++) {
+            PyObject *u = PyUnicode_DecodeUTF8(istr_ptr(&tab.st, &tab.st.items[i]), (Py_ssize_t)tab.st.items[i].len, "strict");
             if (!u) { Py_DECREF(strs); Py_DECREF(sp); goto done; }
             PyList_SET_ITEM(strs, i, u);
         }
@@ -754,8 +679,7 @@ done:
     for (int k = 0; k < N_U8; k++) free(c.u8[k].p);
     for (int k = 0; k < N_COLL; k++) free(c.coll[k].p);
     free(spans.p);
-    free(tab.items);
-    free(tab.slots);
+    strtable_free(&tab.st);
     free(tab.arena);
     PyBuffer_Release(&buf);
     return ret;

@@ -25,6 +25,7 @@
 
 #include "arrow_c.h" /* the Arrow C data and stream interfaces */
 #include "buf.h"     /* Buf, get_buf, rel_buf */
+#include "intern.h"  /* StrTable: the column interner's table */
 
 /* bucket codes: positions in tracekit.buckets.BUCKETS, given once by configure() (from
  * tracekit.buckets.WALK_CODES) before the first walk_rank: work codes 0..n_work-1 (memory among
@@ -462,13 +463,8 @@ done:
  * equal views are common and an equal view is the same string (no byte hashed). */
 #define VIEW_CACHE 4096
 typedef struct {
-    const char *p;
-    int64_t len;
-} Str;
-
-typedef struct {
-    Str *dist;
-    int64_t n, cap, *tab, tcap, last;
+    StrTable st; /* the distinct strings (pointers into the column's buffers); code = index + 1 */
+    int64_t last;
     uint64_t l0, l1;
     int have_last;
     uint64_t *vc; /* VIEW_CACHE entries of (view word 0, view word 1, code; 0 = empty) */
@@ -476,29 +472,16 @@ typedef struct {
     int64_t null_len;
 } Interner;
 
-static uint64_t fnv(const char *p, int64_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-    return h;
-}
-
 static int interner_init(Interner *I, const char *null_as, int64_t null_len) {
     memset(I, 0, sizeof(*I));
     I->null_as = null_as;
     I->null_len = null_len;
-    I->tcap = 64;
-    I->tab = (int64_t *)malloc((size_t)I->tcap * 8);
-    if (!I->tab) return -1;
-    for (int64_t i = 0; i < I->tcap; i++) I->tab[i] = -1;
     return 0;
 }
 
 static void interner_free(Interner *I) {
-    free(I->tab);
-    free(I->dist);
+    strtable_free(&I->st);
     free(I->vc);
-    I->tab = NULL;
-    I->dist = NULL;
     I->vc = NULL;
 }
 
@@ -541,47 +524,16 @@ static int64_t intern_row(Interner *I, const Col *c, int64_t j) {
 
 /* the code of the string (p, len): 1 + its index in order of first appearance; -1: no memory */
 static int64_t intern_str(Interner *I, const char *p, int64_t len) {
-    uint64_t h = fnv(p, len);
-    for (;;) {
-        int64_t slot = (int64_t)(h & (uint64_t)(I->tcap - 1)), d = I->tab[slot];
-        if (d < 0) { /* a new string */
-            if (I->n == I->cap) {
-                int64_t c2 = I->cap ? 2 * I->cap : 16;
-                Str *d2 = (Str *)realloc(I->dist, (size_t)c2 * sizeof(Str));
-                if (!d2) return -1;
-                I->dist = d2;
-                I->cap = c2;
-            }
-            I->dist[I->n].p = p;
-            I->dist[I->n].len = len;
-            I->tab[slot] = I->n;
-            I->last = ++I->n;
-            if (2 * I->n > I->tcap) { /* grow and rehash */
-                int64_t tcap = 2 * I->tcap, *t2 = (int64_t *)malloc((size_t)tcap * 8);
-                if (!t2) return -1;
-                for (int64_t q = 0; q < tcap; q++) t2[q] = -1;
-                for (int64_t q = 0; q < I->n; q++) {
-                    uint64_t h2 = fnv(I->dist[q].p, I->dist[q].len);
-                    while (t2[h2 & (uint64_t)(tcap - 1)] >= 0) h2++;
-                    t2[h2 & (uint64_t)(tcap - 1)] = q;
-                }
-                free(I->tab);
-                I->tab = t2;
-                I->tcap = tcap;
-            }
-            return I->last;
-        }
-        if (I->dist[d].len == len && memcmp(I->dist[d].p, p, (size_t)len) == 0) return I->last = d + 1;
-        h++;
-    }
+    int64_t k = strtable_intern(&I->st, p, len, -1);
+    return k < 0 ? -1 : (I->last = k + 1);
 }
 
 /* the distinct strings of an interner, in code order (a new list; needs the GIL) */
 static PyObject *interner_list(const Interner *I) {
-    PyObject *lst = PyList_New((Py_ssize_t)I->n);
+    PyObject *lst = PyList_New((Py_ssize_t)I->st.n);
     if (!lst) return NULL;
-    for (int64_t q = 0; q < I->n; q++) {
-        PyObject *u = PyUnicode_DecodeUTF8(I->dist[q].p, (Py_ssize_t)I->dist[q].len, "surrogateescape");
+    for (int64_t q = 0; q < I->st.n; q++) {
+        PyObject *u = PyUnicode_DecodeUTF8(I->st.items[q].p, (Py_ssize_t)I->st.items[q].len, "surrogateescape");
         if (!u) {
             Py_DECREF(lst);
             return NULL;
