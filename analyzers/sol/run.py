@@ -261,7 +261,8 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
             d = distinct.get((int(row["rank"]), ph, int(row["cycle"] if row["cycle"] is not None else -1)))
             steps.append(Step(ph, b, t, int(row["seq_len"] or 0), d, "measured (router outputs, per instance)"
                               if d is not None else "uniform routing U(T)"))
-        floors = [phase_floor(shape, layout, s, spec, ring) for s in steps]
+        memo: dict[Step, PhaseFloor] = {}  # instances of one phase mostly share their step: one floor each
+        floors = [memo[s] if s in memo else memo.setdefault(s, phase_floor(shape, layout, s, spec, ring)) for s in steps]
         measured_d = [s.distinct_experts for s in steps if s.distinct_experts is not None]
         med = Step(ph, _median_int([s.batch for s in steps]), _median_int([s.tokens for s in steps]),
                    _median_int([s.seq_len for s in steps]),
