@@ -18,6 +18,7 @@ import polars as pl
 from .buckets import BUCKETS, DEFAULT_LAUNCH_LATENCY_NS
 from .reports import (
     AttributionReport,
+    ChangeEstimate,
     DiffReport,
     GapReport,
     Mode,
@@ -77,6 +78,20 @@ def _estimates(by_rank: pl.DataFrame, by_phase: pl.DataFrame, instances: pl.Data
     return tuple(e for p, rk in keys if (e := phase_estimate(instances, p, rk, manifest)) is not None)
 
 
+def change_estimate(a_buckets: Mapping[str, float | None], a_wait: float | None, a_timer: PhaseTimer | None,
+                    b_buckets: Mapping[str, float | None], b_wait: float | None,
+                    b_timer: PhaseTimer | None) -> ChangeEstimate | None:
+    """Both sides of a change scaled to their unprofiled timers (``ChangeEstimate``); None unless both have a
+    timer on the same clock."""
+    if a_timer is None or b_timer is None or a_timer.clock != b_timer.clock:
+        return None
+
+    def one(bk: Mapping[str, float | None], wait: float | None, timer: PhaseTimer) -> Estimate:
+        return estimate_buckets({b: float(bk.get(b) or 0.0) for b in BUCKETS}, float(wait or 0.0), timer.unprofiled_ns)
+
+    return ChangeEstimate(one(a_buckets, a_wait, a_timer), one(b_buckets, b_wait, b_timer))
+
+
 def attribute(events: pl.DataFrame, manifest: Manifest, phase: str | None = None, rank: int | None = None, *,
               launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS) -> AttributionReport:
     """``tracekit attribute``: the run's mode decided once (``detect_mode``), its analyzer, the clock facts."""
@@ -131,9 +146,15 @@ def gap(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFr
 
     g = gap_report(a_events, b_events, a=a, b=b, rank=rank, launch_latency_ns=launch_latency_ns, stat=stat)
     splits, why = _gap_sol(a_events, a_manifest, b_events, bm, a, b, g["buckets"], float(g["total_delta_ns"]))
-    return GapReport(mode, stat, g["a"], g["b"], g["buckets"], g["total_delta_ns"], g["seq_check"], timing,
-                     explanations=tuple(g["explanations"]), kernels=g["kernels"], seq=g["seq"], by_rank=g["by_rank"],
-                     ranks=sel, sol=splits, sol_why=why)
+    rl = None if sel is None else list(sel)
+    sa, sb = g["a"], g["b"]
+    est = change_estimate({k: sa[f"{k}_ns"] for k in BUCKETS}, sa["allreduce_wait_ns"],
+                          phase_timers(None if a_manifest is None else dict(a_manifest), rl).get(a),
+                          {k: sb[f"{k}_ns"] for k in BUCKETS}, sb["allreduce_wait_ns"],
+                          phase_timers(None if bm is None else dict(bm), rl).get(b))
+    return GapReport(mode, stat, sa, sb, g["buckets"], g["total_delta_ns"], g["seq_check"], timing,
+                     explanations=tuple(g["explanations"]), estimate=est, kernels=g["kernels"], seq=g["seq"],
+                     by_rank=g["by_rank"], ranks=sel, sol=splits, sol_why=why)
 
 
 def _gap_sol(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFrame | None,
@@ -198,7 +219,24 @@ def diff(old_events: pl.DataFrame, old_manifest: Manifest, new_events: pl.DataFr
     sol_new, why_new = try_sol(new_events, nm) if sol_old is not None else (None, None)
     rep = DiffReport.from_view(view, manifest_diff(om, nm), timing, stat, (sol_old, sol_new, why or why_new))
     mix_old, mix_new = nccl_mix(old_events), nccl_mix(new_events)
-    return replace(rep, nccl_old=mix_old, nccl_new=mix_new, nccl_changes=tuple(mix_changes(mix_old, mix_new)))
+    return replace(rep, nccl_old=mix_old, nccl_new=mix_new, nccl_changes=tuple(mix_changes(mix_old, mix_new)),
+                   estimates=_diff_estimates(view["buckets"], om, nm))
+
+
+def _diff_estimates(buckets: pl.DataFrame, old_manifest: dict[str, Any],
+                    new_manifest: dict[str, Any]) -> dict[str, ChangeEstimate]:
+    """Per compared phase: the unprofiled estimate of its bucket change (a = new, b = old), where both runs
+    have the phase's timer."""
+    t_old, t_new = phase_timers(old_manifest), phase_timers(new_manifest)
+    out: dict[str, ChangeEstimate] = {}
+    for p in buckets.get_column("phase").unique(maintain_order=True).to_list():
+        rows = {r["bucket"]: r for r in buckets.filter(pl.col("phase") == p).iter_rows(named=True)}
+        wait = rows.get("allreduce_wait", {})
+        est = change_estimate({k: rows.get(k, {}).get("new_ns") for k in BUCKETS}, wait.get("new_ns"), t_new.get(p),
+                              {k: rows.get(k, {}).get("old_ns") for k in BUCKETS}, wait.get("old_ns"), t_old.get(p))
+        if est is not None:
+            out[p] = est
+    return out
 
 
 def ranks(events: pl.DataFrame, manifest: Manifest, *, min_skew_ns: int = MIN_SKEW_NS,

@@ -62,6 +62,24 @@ class PhaseEstimate:
 
 
 @dataclass(frozen=True)
+class ChangeEstimate:
+    """The unprofiled estimate beside a profiled decomposition of a change (``gap`` A vs B, ``diff`` old vs
+    new): each side's buckets (in the comparison's statistic) scaled to that side's unprofiled timer by
+    ``analyzers.unprofiled.estimate_buckets``; ``delta_ns[b]`` = a minus b (gap) or new minus old (diff)."""
+
+    a: Estimate
+    b: Estimate
+
+    @property
+    def delta_ns(self) -> dict[str, int]:
+        return {k: self.a.buckets_ns[k] - self.b.buckets_ns[k] for k in self.a.buckets_ns}
+
+    @property
+    def window_delta_ns(self) -> int:
+        return self.a.window_ns - self.b.window_ns
+
+
+@dataclass(frozen=True)
 class AttributionReport:
     """``tracekit attribute``: where each phase's time went (GPU buckets, host buckets, or timing-mode times).
 
@@ -112,6 +130,7 @@ class GapReport:
     timing: Mapping[str, Any]
     explanations: tuple[Explanation, ...] = ()
     host_ranked: pl.DataFrame | None = None
+    estimate: ChangeEstimate | None = None  # GPU mode, both phases with an unprofiled timer
     kernels: pl.DataFrame = field(default_factory=pl.DataFrame)  # GPU mode (empty in host mode)
     seq: pl.DataFrame = field(default_factory=pl.DataFrame)  # GPU mode
     by_rank: pl.DataFrame = field(default_factory=pl.DataFrame)  # GPU mode
@@ -160,6 +179,7 @@ class DiffReport:
     sol_old: SolReport | None = None  # the floor of each run's phases (analyzers/sol)
     sol_new: SolReport | None = None
     sol_why: str | None = None
+    estimates: Mapping[str, ChangeEstimate] = field(default_factory=dict)  # per phase: a = new, b = old
 
     @classmethod
     def from_view(cls, view: Mapping[str, pl.DataFrame], manifest_diff: pl.DataFrame,
@@ -181,5 +201,5 @@ class RanksReport:
     state: pl.DataFrame
 
 
-__all__ = ["AttributionReport", "DiffReport", "GapReport", "Mode", "PhaseEstimate", "RanksReport", "SpecReport",
+__all__ = ["AttributionReport", "ChangeEstimate", "DiffReport", "GapReport", "Mode", "PhaseEstimate", "RanksReport", "SpecReport",
            "detect_mode"]

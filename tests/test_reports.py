@@ -249,3 +249,21 @@ def test_kernel_families_are_compared_in_the_buckets_statistic() -> None:
     diff = tracekit.Run(str(GRAPHED)).diff(run)
     k = diff.kernels.filter(pl.col("family").str.starts_with("ncclDevKernel_AllReduce_Sum_bf16")).row(0, named=True)
     assert k["delta_per_instance_ns"] < 2e6  # the mean was +7.01 ms, moved by one stalled instance
+
+
+def test_every_decomposition_of_a_change_has_its_unprofiled_estimate() -> None:
+    """"Of the 9 ms, how much is allreduce" on both clocks: gap and diff give the profiled bucket deltas and their
+    unprofiled estimate, which adds up to the capture timers' change (once only attribute had one)."""
+    eager, graphed = tracekit.Run(str(EAGER)), tracekit.Run(str(GRAPHED))
+    gap = eager.gap()
+    assert gap.estimate is not None and gap.estimate.window_delta_ns == round(gap.timing["delta_ns"])
+    assert sum(gap.estimate.delta_ns.values()) == gap.estimate.window_delta_ns
+    doc = _cli_json("gap", str(EAGER))
+    assert doc["unprofiled_estimate"]["estimate"] is True
+    assert doc["unprofiled_estimate"]["delta_ns"]["launch_overhead"] == gap.estimate.delta_ns["launch_overhead"]
+    diff = graphed.diff(eager)
+    est = diff.estimates["verify"]
+    assert est.window_delta_ns == -round(diff.timing["verify"]["delta_ns"])  # timing: a = old; estimate: a = new
+    assert _cli_json("diff", str(GRAPHED), str(EAGER))["unprofiled_estimate"]["verify"]["window_delta_ns"] == 12_266_944
+    for args in (("gap", str(EAGER)), ("diff", str(GRAPHED), str(EAGER))):
+        assert "delta (unprofiled ESTIMATE)" in _text(*args)

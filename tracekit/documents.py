@@ -66,7 +66,7 @@ GAP = DocumentType(
     "gap", 5, "tracekit gap --json",
     keys=("units", "statistic", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
           "warnings", "timing_source", "unprofiled"),
-    optional=("by_rank", "mode", "definitions", "sol", "sol_why"),
+    optional=("by_rank", "mode", "definitions", "sol", "sol_why", "unprofiled_estimate"),
 )
 RANKS = DocumentType(
     "ranks", 2, "tracekit ranks --json",
@@ -80,8 +80,8 @@ SPEC = DocumentType(
 DIFF = DocumentType(
     "diff", 6, "tracekit diff --json",
     keys=("old", "new", "statistic", "phase", "phases", "presence", "buckets", "buckets_by_phase",
-          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled", "nccl",
-          "sol", "sol_why"),
+          "seq_buckets", "kernels", "manifest_diff", "explanation", "timing_source", "unprofiled",
+          "unprofiled_estimate", "nccl", "sol", "sol_why"),
 )
 VALIDATE_TRACE = DocumentType(
     "validate-trace", 1, "tracekit validate-trace --json",

@@ -218,6 +218,8 @@ def explanation(rep: DiffReport) -> list[str]:
 
 
 def to_json(rep: DiffReport, old: str, new: str) -> dict[str, Any]:
+    from tracekit.render.estimate import change_json
+
     """The stable ``--json`` document: ``phases``, ``buckets`` (bucket -> {old_ns, new_ns,
     delta_ns, basis} for the first phase compared), ``buckets_by_phase``, ``seq_buckets``,
     ``kernels``, ``manifest_diff`` and ``explanation``; ``timing_source`` ("unprofiled" when every compared
@@ -251,6 +253,7 @@ def to_json(rep: DiffReport, old: str, new: str) -> dict[str, Any]:
         "timing_source": "unprofiled" if rep.timing and all(t["timing_source"] == "unprofiled" for t in rep.timing.values())
         else "profiled",
         "unprofiled": {p: dict(t) for p, t in rep.timing.items()},
+        "unprofiled_estimate": {p: change_json(e) for p, e in rep.estimates.items()},
         "nccl": nccl_doc(rep),
         "sol": render_sol.diff_json(rep.sol_old, rep.sol_new),
         "sol_why": rep.sol_why,
@@ -320,6 +323,13 @@ def render(rep: DiffReport, console: Console) -> None:
                 dur(r["old_mean_ns"]), dur(r["new_mean_ns"]), dur(r["delta_per_instance_ns"], True),
             )
         console.print(kt)
+        est = rep.estimates.get(p)
+        if est is not None:
+            from tracekit.render.estimate import CHANGE_METHOD, change_table
+
+            prof = {str(r["bucket"]): r["delta_ns"] for r in rep.buckets.filter(pl.col("phase") == p).iter_rows(named=True)}
+            console.print(change_table(f"{p}, old -> new ({stat} per instance)", prof, est, ph["delta_ns"]))
+            console.print(f"  {CHANGE_METHOD}", soft_wrap=True, highlight=False, markup=False)
     for line in explanation(rep):
         console.print(line, highlight=False, markup=False)
     nccl = nccl_doc(rep)

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from tracekit.analyzers.reports import PhaseEstimate
+from tracekit.analyzers.reports import ChangeEstimate, PhaseEstimate
 from tracekit.analyzers.unprofiled import Estimate
 from tracekit.buckets import BUCKETS
 from tracekit.render.attribute import LABELS, instance_where
@@ -64,3 +64,32 @@ def estimate_lines(est: Estimate) -> list[str]:
         lines.append(f"  the measured kernel work alone exceeds the unprofiled time by {dur(est.kernels_exceed_ns)}: "
                      "host-bound buckets set to 0 and the estimate is longer than the unprofiled time")
     return lines
+
+
+CHANGE_METHOD = ("estimate: each side's buckets (in the comparison's statistic) with kernel time as measured and "
+                 "launch overhead, GPU idle and the allreduce time waiting for another rank scaled by one factor "
+                 "so that they add up to that side's unprofiled time (capture timer median); docs/attribution.md "
+                 "section 10")
+
+
+def change_json(est: ChangeEstimate) -> dict[str, Any]:
+    """A change's unprofiled estimate in a document (gap: a = A, b = B; diff: a = new, b = old)."""
+    return {"estimate": True, "method": CHANGE_METHOD, "a_buckets_ns": est.a.buckets_ns,
+            "b_buckets_ns": est.b.buckets_ns, "delta_ns": est.delta_ns, "a_window_ns": est.a.window_ns,
+            "b_window_ns": est.b.window_ns, "window_delta_ns": est.window_delta_ns}
+
+
+def change_table(title: str, profiled: dict[str, float | None], est: ChangeEstimate, total: float | None) -> Table:
+    """The change by bucket on both clocks: the profiled delta beside its unprofiled ESTIMATE."""
+    t = Table(title=f"{title}: the change by bucket, profiled beside the unprofiled ESTIMATE", title_justify="left")
+    t.add_column("bucket", no_wrap=True)
+    t.add_column("delta (profiled)", justify="right")
+    t.add_column("delta (unprofiled ESTIMATE)", justify="right")
+    delta = est.delta_ns
+    for b in BUCKETS:
+        p = profiled.get(b)
+        if not p and not delta[b]:
+            continue
+        t.add_row(LABELS[b], dur(p, signed=True), dur(delta[b], signed=True))
+    t.add_row("window / unprofiled time", dur(total, signed=True), dur(est.window_delta_ns, signed=True), style="bold")
+    return t

@@ -130,6 +130,10 @@ def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool 
     timing = dict(rep.timing)
     doc["timing_source"] = timing["timing_source"]
     doc["unprofiled"] = timing
+    if rep.estimate is not None:
+        from tracekit.render.estimate import change_json
+
+        doc["unprofiled_estimate"] = change_json(rep.estimate)
     if by_rank:
         doc["by_rank"] = rep.by_rank.to_dicts()
     if rep.mode.value == "gpu":
@@ -255,6 +259,12 @@ def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
                   "(profiled window); explained by:")
     for line in explanation_lines(rep):
         console.print(f"  {line}", soft_wrap=True)
+    if rep.estimate is not None:
+        from tracekit.render.estimate import CHANGE_METHOD, change_table
+
+        prof = {str(r["bucket"]): r["delta_ns"] for r in rep.buckets.iter_rows(named=True)}
+        console.print(change_table(f"{an} vs {bn} ({stat} per instance)", prof, rep.estimate, rep.total_delta_ns))
+        console.print(f"  {CHANGE_METHOD}", soft_wrap=True, highlight=False, markup=False)
     for w in warning_lines(rep):
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"), soft_wrap=True)
     from tracekit.render import sol as render_sol
