@@ -37,11 +37,12 @@ def _rows(tmp_path: Path, *names: str, patterns: tuple[str, ...] = ()) -> tuple[
     ("sglang-0.5.2.log", "0.4.x-0.5.2 ('Decode batch.')", True, True),
     ("sglang-0.5.9.log", "0.5.3+ ('Decode batch,')", True, True),
     ("sglang-0.5.12.log", "0.5.3+ ('Decode batch,')", True, True),
+    ("sglang-0.5.23.log", "0.5.3+ ('Decode batch,')", True, True),
 ])
 def test_sglang_decode_per_version(tmp_path: Path, name: str, version: str, has_accept: bool, graph: bool | None) -> None:
     df, man = _rows(tmp_path, name)
     src = man["sources"][0]  # type: ignore[index]
-    prefill = {} if name == "sglang-0.5.12.log" else {"sglang.prefill": 2}  # 0.5.12: decode lines only
+    prefill = {} if name in ("sglang-0.5.12.log", "sglang-0.5.23.log") else {"sglang.prefill": 2}  # decode only
     finish = {"sglang.finish": 2} if name == "sglang-0.5.9.log" else {}  # and its server_args line
     assert src["matched"] == {"sglang.decode": 6, **prefill, **finish}
     assert src["half_matched"] == 0 and src["unmatched"] == 0
@@ -183,6 +184,14 @@ def test_vllm_v1_lines(tmp_path: Path) -> None:
     assert spec["accept_rate"] == pytest.approx(150 / 315)
     assert spec["accept_pos_cond"] == pytest.approx([0.667, 0.476 / 0.667, 0.286 / 0.476])
     assert spec["draft_tokens_per_verify"] == 3
+
+
+def test_sglang_0_5_23_device_timer_fields(tmp_path: Path) -> None:
+    """0.5.23's report_decode_stats with SGLANG_ENABLE_METRICS_DEVICE_TIMER: fwd occupancy per interval."""
+    df, man = _rows(tmp_path, "sglang-0.5.23.log")
+    assert man["sources"][0]["unknown_fields"] == {}  # type: ignore[index]
+    assert df["fwd_occupancy_pct"].to_list() == pytest.approx([62.0, 71.0, 70.0, 83.0, 95.0, 97.0])
+    assert man["sources"][0]["draft_tokens_per_verify"]["sglang_accept_rate_meaning"] == NEW  # type: ignore[index]
 
 
 def test_sglang_finish_and_server_args(tmp_path: Path) -> None:

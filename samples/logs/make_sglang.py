@@ -187,6 +187,7 @@ VERSIONS = {
 }
 DECODE_FN = {"0.5.12": "report_decode_stats"}
 SERVER_ARGS = ("0.5.9",)
+REPORTER_VERSIONS = ("0.5.23",)
 POOL: Any = None
 
 
@@ -313,6 +314,56 @@ def server_args_line(root: Path, version: str) -> str:
     return f"{server_args=}"
 
 
+def reporter_lines(root: Path, version: str) -> list[str]:
+    """0.5.16+: SchedulerMetricsReporter.report_decode_stats (srt/managers/scheduler_components/metrics_reporter.py)
+    with SGLANG_ENABLE_METRICS_DEVICE_TIMER on (its forward_occupancy_log_string and
+    _ForwardOccupancyLogWindow.log_string), the pool's own PoolStats.get_decode_usage_msg_parts."""
+    import enum
+    import types
+
+    base = root / f"sg{version}" / "sglang/srt/managers/scheduler_components"
+    mode = enum.Enum("RaggedVerifyMode", "OFF CAP_ACCEPT")
+    fake = types.ModuleType("sglang.srt.speculative.ragged_verify")
+    fake.RaggedVerifyMode = mode  # type: ignore[attr-defined]
+    fake.read_ragged_verify_mode = lambda: mode.OFF  # type: ignore[attr-defined]
+    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    sys.modules["sglang.srt.speculative.ragged_verify"] = fake
+    pool_parts = load(base / "pool_stats_observer.py", "PoolStats", "get_decode_usage_msg_parts", {})
+    window_log = load(base / "metrics_reporter.py", "_ForwardOccupancyLogWindow", "log_string", {})
+    occupancy = load(base / "metrics_reporter.py", "SchedulerMetricsReporter", "forward_occupancy_log_string",
+                     {"time": time})
+    env = {"time": time, "RECORD_STEP_TIME": False, "LOG_FORWARD_ITERS": False, "ENABLE_METRICS_DEVICE_TIMER": True,
+           "get_spec": lambda: SimpleNamespace(speculative_num_draft_tokens=4, speculative_num_steps=3),
+           "get_disagg": lambda: SimpleNamespace(language_only=False, encoder_transfer_backend="zmq_to_scheduler"),
+           "DisaggregationMode": SimpleNamespace(DECODE="decode", PREFILL="prefill", NULL=None)}
+    report = load(base / "metrics_reporter.py", "SchedulerMetricsReporter", "report_decode_stats", env)
+    out = []
+    for (run, used, acc, ct, gen, graph), busy in zip(STEPS, (0.62, 0.71, 0.70, 0.83, 0.95, 0.97), strict=True):
+        pool = SimpleNamespace(is_hybrid_swa=False, is_hybrid_ssm=False, is_hisparse=False, full_num_used=used,
+                               full_token_usage=used / 100000, is_hybrid=False)
+        sched = SimpleNamespace(
+            running_batch=None, spec_algorithm=Spec(True), disaggregation_mode=None, waiting_queue=[],
+            forward_ct=0, draft_worker=None,
+            pool_stats_observer=SimpleNamespace(get_pool_stats=lambda pool=pool: SimpleNamespace(
+                get_decode_usage_msg_parts=lambda pool=pool: pool_parts(pool))))
+        now = time.monotonic_ns()
+        window = SimpleNamespace(start_ns=now - 1_000_000_000, gpu_seconds=busy, idle_ns=0)
+        window.log_string = lambda now_ns, ongoing_idle_ns=0, window=window: window_log(window, now_ns, ongoing_idle_ns)
+        r = SimpleNamespace(
+            scheduler=sched, current_scheduler_metrics_enabled=False, forward_ct_decode=0, decode_log_interval=40,
+            is_stats_logging_rank=True, last_decode_stats_tic=time.perf_counter() - 1.0, num_generated_tokens=gen,
+            step_time_dict=defaultdict(list), spec_num_accept_tokens=acc, spec_num_correct_drafts=acc - ct,
+            spec_num_forward_ct=ct, spec_num_cap_tokens=0, spec_num_block_accept_tokens=0,
+            spec_total_num_accept_tokens=0, spec_total_num_forward_ct=0, _graph_backend_label="cuda graph",
+            enable_mfu_metrics=False, forward_pass_device_timer=Auto(), _scheduler_time_accounting=None,
+            _forward_occupancy_log_window=window)
+        r.forward_occupancy_log_string = lambda r=r: occupancy(r)
+        batch = SimpleNamespace(reqs=[object()] * run, forward_iter=None)
+        out.append(capture(report, r, graph, batch, gen))
+    return out
+
+
 def main() -> None:
     root, outdir = Path(sys.argv[1]), Path(sys.argv[2])
     for version, (rel, cls) in VERSIONS.items():
@@ -345,6 +396,13 @@ def main() -> None:
                         for i, m in enumerate(startup_lines(root, version))]
             stamped += [f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ts + 100 + i))}] {m}"
                         for i, m in enumerate(finish_lines(root, version))]
+        (outdir / f"sglang-{version}.log").write_text("\n".join(stamped) + "\n")
+        print(f"sglang-{version}.log: {len(stamped)} lines")
+    for version in REPORTER_VERSIONS:
+        ts = 1756720800
+        lines = reporter_lines(root, version)
+        stamped = [f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ts + 10 * i))} TP0] {m}"
+                   for i, m in enumerate(lines)]
         (outdir / f"sglang-{version}.log").write_text("\n".join(stamped) + "\n")
         print(f"sglang-{version}.log: {len(stamped)} lines")
 
