@@ -483,3 +483,20 @@ def test_dp_attention_and_expert_parallel_sharding() -> None:
     assert dp.bytes["kv_cache"] == pytest.approx(2 * 4097 * per_token_kv)  # 16 requests over 8 DP ranks
     assert ep.bytes["routed_experts"] == pytest.approx(tp.bytes["routed_experts"])
     assert tp.distinct_experts == pytest.approx(expected_distinct_experts(384, 8, 16))
+
+
+def test_draft_model_on_a_run_gives_its_draft_phases_floors(tmp_path: Path) -> None:
+    """An engine's run records no draft model: --draft-model gives its draft and draft_extend phases a floor
+    (a draft phase: one-token forwards, as many as its tokens per sequence)."""
+    from tracekit.analyzers.sol.run import sol_of_run
+    from tracekit.store import load_run
+
+    r = load_run(str(ROOT / "samples" / "h200-transformers" / "spec.parquet"))
+    base = sol_of_run(r.events, r.manifest, run="x")
+    assert base.phase("draft") is None and any("draft" in n for n in base.notes)
+    draft = json.loads((ROOT / "samples" / "sol" / "kimi-k2.5-eagle3-draft.config.json").read_text())
+    draft.update(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=16,
+                 head_dim=64, vocab_size=16384)
+    rep = sol_of_run(r.events, r.manifest, run="x", draft_config=draft)
+    d = rep.phase("draft")
+    assert d is not None and d.floor.floor_ns > 0 and d.floor.step.tokens == 1

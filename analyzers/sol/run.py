@@ -62,7 +62,8 @@ class RunModel:
     draft: ModelShape | None
     source: str  # where the config came from
     engine: str  # sharding rules
-    draft_forwards: int  # built-in workload: draft model forwards per draft instance
+    draft_forwards: int  # draft model forwards per draft instance (built-in workload: draft_steps; SGLang:
+    # speculative_num_steps; else 1, unless the phase's tokens per sequence say more: sol_of_run)
 
 
 def _workload_section(manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -207,6 +208,7 @@ def _bucket_sols(f: PhaseFloor, inst: pl.DataFrame, floors: list[PhaseFloor], fo
 
 
 def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, config: dict[str, Any] | None = None,
+               draft_config: dict[str, Any] | None = None,
                config_source: str | None = None, gpu: str | None = None, tp: int | None = None,
                engine: str | None = None, dp_attention: bool = False, ep: int = 1, kv_dtype: str | None = None,
                achievable: float | None = None, allreduce_ns: float | None = None,
@@ -218,6 +220,11 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
     from tracekit.analyzers.unprofiled import phase_timers
 
     rm = run_model(manifest, config, config_source, kv_dtype)
+    if draft_config is not None:  # --draft-model: the engine's draft; a draft phase is its speculative steps
+        steps_arg = _capture(manifest).get("server_args", {}).get("speculative_num_steps")
+        rm = replace(rm, draft=model_shape(draft_config, kv_dtype=kv_dtype),
+                     draft_forwards=int(steps_arg) if isinstance(steps_arg, int) and steps_arg > 0 else rm.draft_forwards,
+                     source=rm.source + "; draft: --draft-model")
     dev = device_name(manifest)
     if gpu is None and dev is None:
         raise AnalysisError("the run's manifest names no GPU (a CPU run?): pass --gpu NAME or --gpu SPEC.toml")
@@ -254,6 +261,9 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
             notes.append(f"{ph}: no floor: the run does not record its draft model's config")
             continue
         forwards = rm.draft_forwards if ph == "draft" else 1
+        if ph == "draft" and rm.engine != "workload" and forwards == 1:  # one token per sequence per draft step
+            per_seq = [(r["num_tokens"] or 0) / max(int(r["batch_size"] or 1), 1) for r in inst.iter_rows(named=True)]
+            forwards = max(1, round(statistics.median(per_seq))) if per_seq else 1
         steps = []
         for row in inst.iter_rows(named=True):
             b = int(row["batch_size"] or 1)

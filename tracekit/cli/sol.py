@@ -32,9 +32,9 @@ from tracekit.render.text import echo
               help="Fixed time per allreduce instead of the ring model (e.g. a measured NCCL figure).")
 @click.option("--distinct-experts", type=click.FloatRange(0), default=None,
               help="What-if: distinct routed experts per MoE layer instead of U(T).")
-@click.option("--draft-model", default=None, help="What-if: the draft model's config.json: one --tokens T gives a "
+@click.option("--draft-model", default=None, help="The draft model's config.json. What-if: one --tokens T gives a "
               "speculative cycle (T - 1 draft steps, verify of T tokens, draft extend) and a decode step, and the SOL "
-              "break-even.")
+              "break-even. On a run: floors for its draft and draft_extend phases.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @click.option("--calibrate", is_flag=True, help="Measure this machine's GPU (copy bandwidth, bf16 / fp8 GEMM rate, "
               "CUDA events) and write a --gpu SPEC.toml to -o.")
@@ -68,9 +68,8 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         _calibrate(output)
         return
     if run is not None:
-        if tokens or seq_len is not None or distinct_experts is not None or draft_model is not None:
-            raise click.UsageError("--tokens, --seq-len, --distinct-experts and --draft-model are for the what-if form "
-                                   "(no RUN)")
+        if tokens or seq_len is not None or distinct_experts is not None:
+            raise click.UsageError("--tokens, --seq-len and --distinct-experts are for the what-if form (no RUN)")
         from tracekit.analyzers.sol.run import sol_of_run
         from tracekit.cli.common import _load, _note_partial
         from tracekit.errors import TracekitError
@@ -80,6 +79,7 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         cfg = load_config(model) if model is not None else None
         try:
             rep = sol_of_run(r.events, r.manifest, run=run, config=cfg, config_source=model, gpu=gpu, tp=tp,
+                             draft_config=None if draft_model is None else load_config(draft_model),
                              engine=engine, dp_attention=dp_attention, ep=ep, kv_dtype=kv_dtype, achievable=achievable,
                              allreduce_ns=None if allreduce_us is None else allreduce_us * 1000)
         except TracekitError as exc:
