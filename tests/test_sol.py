@@ -500,3 +500,20 @@ def test_draft_model_on_a_run_gives_its_draft_phases_floors(tmp_path: Path) -> N
     rep = sol_of_run(r.events, r.manifest, run="x", draft_config=draft)
     d = rep.phase("draft")
     assert d is not None and d.floor.floor_ns > 0 and d.floor.step.tokens == 1
+
+
+@pytest.mark.parametrize("path", ["h200-lite/lite-on.parquet", "h200-lite/full-off.parquet",
+                                  "h200-transformers/spec.parquet", "h200-transformers/base.parquet",
+                                  "h200x2-forensics/run.parquet"])
+def test_other_committed_h200_captures_never_beat_their_floor(path: str) -> None:
+    """Every committed H200 capture of the built-in workload (lite and full profiles, one GPU; two GPUs) and of
+    the transformers engine (deepseek-v3-small on one H200): no phase and no bucket of any instance below its
+    floor, on the table's H200."""
+    from tracekit.analyzers.sol.run import sol_of_run
+    from tracekit.store import load_run
+
+    r = load_run(str(ROOT / "samples" / path))
+    rep = sol_of_run(r.events, r.manifest, run=path)
+    assert rep.gpu.name == "H200" and rep.phases
+    assert not rep.beaten
+    assert all(p.pct is not None and 0 < p.pct < 100 for p in rep.phases)
