@@ -267,3 +267,14 @@ def test_every_decomposition_of_a_change_has_its_unprofiled_estimate() -> None:
     assert _cli_json("diff", str(GRAPHED), str(EAGER))["unprofiled_estimate"]["verify"]["window_delta_ns"] == 12_266_944
     for args in (("gap", str(EAGER)), ("diff", str(GRAPHED), str(EAGER))):
         assert "delta (unprofiled ESTIMATE)" in _text(*args)
+
+
+def test_one_glossary_of_a_phases_times() -> None:
+    """Six verify figures for one run, each named once: the glossary table of attribute says which is which."""
+    text = _text("attribute", str(EAGER))
+    assert text.count("Times of each phase") == 1 and "[U] unprofiled timer" in text
+    flat = " ".join(text.split())
+    assert "where the GPU window [W] went" in flat and "unprofiled [U]" in flat and "profiled [P]" in flat
+    row = next(line for line in text.splitlines() if line.startswith("│ verify"))
+    for figure in ("15.324 ms", "28.528 ms", "25.582 ms", "37.936 ms"):  # [U], [P], [W] median, [W] mean
+        assert figure in row

@@ -103,11 +103,38 @@ def straggler_line(s: dict[str, Any]) -> str:
     )
 
 
+TIMES_GLOSSARY: Final = (
+    "[U] unprofiled timer: the capture's timer around the phase with no profiler running (median per instance on "
+    "each rank, median over ranks; spec uses one rank's); [P] profiled timer: the same timer inside the profiled "
+    "window; [W] GPU window: first GPU event start to last GPU event end of an instance in the profiled trace "
+    "(median, p90, mean over every rank's instances; the bucket tables split its mean, gap and diff its median); "
+    "[H] host range: the phase's range on the CPU in the profiled trace (mean)"
+)
+
+
+def times_table(report: AttributionReport) -> Table:
+    """The glossary of a phase's times, printed once above the tables: each figure a phase has, by clock."""
+    assert report.by_phase is not None
+    t = Table(title="Times of each phase, per instance (glossary below; the tables name the one they show)",
+              title_justify="left", caption=TIMES_GLOSSARY, caption_justify="left")
+    for c in ("phase", "[U] unprofiled", "[P] profiled timer", "[W] median", "[W] p90", "[W] mean", "[H] mean"):
+        t.add_column(c, justify="left" if c == "phase" else "right")
+    rows = {r["phase"]: r for r in report.by_phase.iter_rows(named=True)}
+    for ph in phase_order(rows):
+        r, tm = rows[ph], report.timers.get(ph)
+        n = max(int(r["instances"]), 1)
+        t.add_row(ph, "n/a" if tm is None else f"{dur(tm.unprofiled_ns, digits=3)} ({tm.clock})",
+                  dur(None if tm is None else tm.window_ns, digits=3), dur(r.get("median_gpu_window_ns"), digits=3),
+                  dur(r.get("p90_gpu_window_ns"), digits=3), dur(r["gpu_window_ns"] / n, digits=3),
+                  dur(r["host_ns"] / n, digits=3))
+    return t
+
+
 def dilation_line(phase: str, d: Mapping[str, Any]) -> str:
     """The attribute tables' dilation line of one phase (an entry of ``dilation``)."""
     from tracekit.render.capture import reference_note
 
-    return (f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled, {dur(d['profiled_ns'])} profiled "
+    return (f"  profiler dilation: {phase} {dur(d['unprofiled_ns'])} unprofiled [U], {dur(d['profiled_ns'])} profiled [P] "
             f"(x{d['ratio']:.2f}; {reference_note(d.get('before_ns'), d.get('after_ns'), d['profiled_ns'])}; "
             "capture timers: median per instance, median over ranks)")
 
@@ -186,7 +213,7 @@ def seq_table(seq: pl.DataFrame, phase: str, title: str, total: tuple[str, str],
 
 def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Table:
     n = max(int(ph_row["instances"]), 1)
-    t, cells = share_table(f"{phase}: where the GPU window went (mean per instance over all ranks; % of window)",
+    t, cells = share_table(f"{phase}: where the GPU window [W] went (mean per instance over all ranks; % of window)",
                            "% of window", ph_row, ranks, BUCKETS, LABELS, "gpu_window_ns", "GPU window")
     blank = ["" for _ in cells(lambda r: None)]
     if ph_row.get("median_gpu_window_ns") is not None:
@@ -343,6 +370,9 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
     for line in clock_notes(report):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
+    if tables.gpu and bp:
+        console.print(times_table(report))
+        console.print()
     for phase in phase_order(bp):
         row = bp[phase]
         if by == "cycle":
