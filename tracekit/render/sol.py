@@ -31,7 +31,7 @@ DEFINITIONS: Final = {
 
 
 def _pct(p: float | None) -> str:
-    return "n/a" if p is None else f"{p:.0f}%"
+    return "n/a" if p is None else f"{p:.1f}%" if p < 10 else f"{p:.0f}%"
 
 
 def _gb(b: float) -> str:
@@ -56,11 +56,12 @@ def header_lines(rep: SolReport) -> list[str]:
 def phase_lines(p: PhaseSol) -> list[str]:
     f = p.floor
     s = f.step
+    comm = (f" + {f.allreduce_count} allreduces x {dur(f.allreduce_ns / f.allreduce_count)} ({f.allreduce_bytes:,} B "
+            f"each, {f.allreduce_bound}) + logits all-gather {dur(f.gather_ns)}") if f.allreduce_count else \
+        " (one rank: no collectives)"
     head = (f"{p.phase}: batch {s.batch} x {s.tokens} token{'s' if s.tokens != 1 else ''} at context {s.seq_len}: "
             f"floor {ms(f.floor_ns, 2)} = max(HBM {ms(f.memory_ns, 2)} for {_gb(f.total_bytes)}/GPU, FLOPs "
-            f"{ms(f.compute_ns, 2)}) + {f.allreduce_count} allreduces x {dur(f.allreduce_ns / max(f.allreduce_count, 1))}"
-            f" ({f.allreduce_bytes:,} B each, {f.allreduce_bound}) + logits all-gather {dur(f.gather_ns)};"
-            f" bound by {f.bound}")
+            f"{ms(f.compute_ns, 2)}){comm}; bound by {f.bound}")
     out = [head]
     if p.measured_ns is not None:
         out.append(f"  measured {ms(p.measured_ns, 2)} ({p.clock}, median of {p.instances} instances): "
