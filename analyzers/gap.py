@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracekit.buckets import CATEGORIES
 from tracekit.errors import AnalysisError
 from tracekit.finalize.names import normalize_names
 from tracekit.schema import GPU_KINDS
@@ -233,7 +234,7 @@ def explanations(buckets: pl.DataFrame, kern: pl.DataFrame, a: dict[str, Any], b
         if d == 0 or (total > 0 and abs(d) < min_share * total):
             continue
         fam: tuple[dict[str, Any], ...] = ()
-        if bucket not in ("launch_overhead", "idle"):
+        if bucket in CATEGORIES:  # a bucket of kernels (not a gap): its kernel families
             k = kern.filter((pl.col("category") == bucket) & ((pl.col("delta_ns") * d) > 0)).head(families)
             fam = tuple(k.to_dicts())
         wa, wb = (_wait_share(a), _wait_share(b)) if bucket == "allreduce" else (None, None)

@@ -24,10 +24,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tracekit.buckets import BUCKETS
+from tracekit.buckets import BUCKETS, GAP_BUCKETS
 from tracekit.manifest import typed
 
-HOST_BOUND: Final = ("launch_overhead", "idle")  # + the waiting part of exposed allreduce
+HOST_BOUND: Final = GAP_BUCKETS  # launch overhead, idle; + the waiting part of exposed allreduce
 WINDOWS: Final = ("profiled", "timed")
 
 

@@ -21,6 +21,7 @@ def test_derived_lists_keep_the_stored_order() -> None:
         "attention", "moe", "gemm", "allreduce", "comm", "norm", "elementwise", "sampling", "memory", "other")
     assert schema.CATEGORY_DTYPE.__class__(sorted(schema.CATEGORIES)) == schema.CATEGORY_DTYPE
     assert categories.COMM_CATEGORIES == ("allreduce", "comm")
+    assert buckets.GAP_BUCKETS == ("launch_overhead", "idle")
 
 
 def test_labels_come_from_the_table() -> None:

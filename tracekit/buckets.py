@@ -69,6 +69,7 @@ HOST_BUCKETS: Final = tuple(b.name for b in _BY_CODE if b.host_label is not None
 CATEGORIES: Final = tuple(b.name for b in VOCABULARY if b.category)
 COMPUTE_BUCKETS: Final = tuple(b.name for b in _BY_CODE if b.kind is Kind.COMPUTE)
 COMM_CATEGORIES: Final = tuple(b.name for b in VOCABULARY if b.kind is Kind.COMM)
+GAP_BUCKETS: Final = tuple(b for b in BUCKETS if b not in CATEGORIES)  # GPU time with no work: launch overhead, idle
 LABELS: Final[dict[str, str]] = {b.name: b.label for b in _BY_CODE if b.label is not None}
 HOST_LABELS: Final[dict[str, str]] = {b.name: b.host_label for b in _BY_CODE if b.host_label is not None}
 
@@ -106,6 +107,7 @@ __all__ = [
     "CATEGORIES",
     "COMM_CATEGORIES",
     "COMPUTE_BUCKETS",
+    "GAP_BUCKETS",
     "HOST_BUCKETS",
     "HOST_LABELS",
     "LABELS",
