@@ -27,6 +27,7 @@ from .reports import (
     SpecReport,
     detect_mode,
 )
+from .robust import nearest_rank
 from .sol.report import SolSplit
 from .stragglers import MIN_SKEW_NS
 from .unprofiled import (
@@ -245,7 +246,12 @@ def ranks(events: pl.DataFrame, manifest: Manifest, *, min_skew_ns: int = MIN_SK
     from .stragglers import rank_state, stragglers
 
     v = stragglers(events, min_skew_ns, launch_latency_ns=launch_latency_ns)
-    return RanksReport(v["ranks"], v["kernels"], v["collectives"], v["late"], rank_state(dict(manifest)))
+    coll = v["collectives"]
+    skew = [int(x) for x in coll.get_column("skew_ns").drop_nulls()]
+    med = nearest_rank(skew, 0.5)
+    return RanksReport(v["ranks"], v["kernels"], coll, v["late"], rank_state(dict(manifest)),
+                       with_last_rank=coll.filter(pl.col("last_rank").is_not_null()).height,
+                       skew_median_ns=None if med is None else int(med), skew_max_ns=max(skew) if skew else None)
 
 
 __all__ = ["attribute", "diff", "gap", "instance_estimate", "phase_estimate", "ranks", "spec", "typical_instance"]

@@ -199,6 +199,9 @@ class RanksReport:
     collectives: pl.DataFrame
     late: pl.DataFrame
     state: pl.DataFrame
+    with_last_rank: int = 0  # collectives whose arrivals spread at least min_skew_ns
+    skew_median_ns: int | None = None  # arrival spread over the matched collectives: nearest-rank median
+    skew_max_ns: int | None = None
 
 
 __all__ = ["AttributionReport", "ChangeEstimate", "DiffReport", "GapReport", "Mode", "PhaseEstimate", "RanksReport", "SpecReport",

@@ -69,7 +69,7 @@ GAP = DocumentType(
     optional=("by_rank", "mode", "definitions", "sol", "sol_why", "unprofiled_estimate"),
 )
 RANKS = DocumentType(
-    "ranks", 2, "tracekit ranks --json",
+    "ranks", 3, "tracekit ranks --json",
     keys=("ranks", "kernels", "collectives", "state", "summary"),
 )
 SPEC = DocumentType(

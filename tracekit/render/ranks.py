@@ -70,11 +70,9 @@ def summary_lines(rep: RanksReport) -> list[str]:
     n = coll.height
     if n == 0:
         return ["no collective matched on every rank: no straggler view (single rank, or no communication kernels)"]
-    late = coll.filter(pl.col("last_rank").is_not_null())
-    skew = coll.get_column("skew_ns")
     lines = [
-        f"{n} collectives matched on all {ranks.height} ranks; {late.height} had an arrival spread >= 1 µs"
-        f" (spread median {ms(unit=False, ns=skew.median())} ms, max {ms(unit=False, ns=skew.max())} ms)."  # type: ignore[arg-type]
+        f"{n} collectives matched on all {ranks.height} ranks; {rep.with_last_rank} had an arrival spread >= 1 µs"
+        f" (spread median {ms(unit=False, ns=rep.skew_median_ns)} ms, max {ms(unit=False, ns=rep.skew_max_ns)} ms)."
     ]
     order = ranks.sort(["inflicted_wait_ns", "rank"], descending=[True, False])
     kernels = rep.kernels
@@ -121,9 +119,9 @@ def to_json(rep: RanksReport) -> dict[str, Any]:
         "kernels": rep.kernels.to_dicts(),
         "collectives": {
             "matched": coll.height,
-            "with_last_rank": coll.filter(pl.col("last_rank").is_not_null()).height,
-            "skew_ns_median": None if coll.is_empty() else coll.get_column("skew_ns").median(),
-            "skew_ns_max": None if coll.is_empty() else coll.get_column("skew_ns").max(),
+            "with_last_rank": rep.with_last_rank,
+            "skew_ns_median": rep.skew_median_ns,
+            "skew_ns_max": rep.skew_max_ns,
         },
         "state": {str(k): v for k, v in state_by_rank(state).items()},
         "summary": summary_lines(rep),
