@@ -506,3 +506,22 @@ def test_script_sequences_in_names_and_env_values_cannot_blank_the_report(tmp_pa
     assert blocks and all("<" not in b and ">" not in b and "&" not in b for b in blocks)
     docs = [json.loads(b) for b in blocks]  # every block is whole JSON: nothing ended an element early
     assert evil in json.dumps(docs, ensure_ascii=False)  # the data is there, as it was
+
+
+def test_ctrl_c_stops_an_ingest_and_leaves_no_lock_or_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (KeyboardInterrupt in the main thread) while a file is read: exit 130, the lock and any
+    temp file gone, the input unchanged."""
+    import tracekit.ingest as ingest_mod
+
+    r0 = gpu_rank(0).write(tmp_path / "r0.json")
+    r1 = gpu_rank(1).write(tmp_path / "r1.json")
+    before = _digest(r0)
+
+    def interrupted(*_: Any, **__: Any) -> Any:
+        assert (tmp_path / "o.parquet.lock").exists()  # the lock is held while the inputs are read
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest_mod, "_read_parts", interrupted)
+    code, out, err = _run(["ingest", str(r0), str(r1), "-o", str(tmp_path / "o.parquet")])
+    assert code == 130 and out == "" and err == "tracekit: interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r0.json", "r1.json"] and _digest(r0) == before
