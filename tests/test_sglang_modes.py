@@ -213,6 +213,40 @@ def test_agent_counts_cycles_and_stops_when_idle(tmp_path: Path) -> None:
         assert not t.is_alive()
 
 
+def test_a_lite_stop_seen_after_a_pause_still_drains_one_cycle(tmp_path: Path) -> None:
+    """The flaky lite capture (issue 30): a scheduler that paused (as while it exports its trace: no
+    cycle boundary for more than a second) and whose watcher then reads the stop must still record
+    the next cycle, whose facts carry the last profiled cycle's accept lengths (SGLang v2). Before,
+    the watcher took the pause for idleness and ended the window at once. Deterministic: the pause is
+    set on the agent's clock, the watcher's poll is called as its thread would."""
+    from tracekit.collectors.hooks import emit_facts, phase
+
+    rec = _Rec()
+    agent = window.Agent(rec, tmp_path)
+    lite = window.open_window(tmp_path, "lite", None)
+    rec.cycle += 1
+    agent.tick()
+    assert lite.wait_acks(1, 60) == []
+    with phase("verify", cycle=rec.cycle, bs=2):
+        pass
+    agent._last_tick -= 5_000_000_000  # the pause: no boundary for 5 s
+    lite.stop()
+    with agent._lock:
+        agent._poll(boundary=False)  # the watcher reads the stop during the pause
+    assert agent._active is not None  # not ended: the next cycle is the drained one
+    rec.cycle += 1
+    agent.tick()  # the scheduler resumes: the drained cycle, which hands over the last cycle's facts
+    emit_facts("verify", rec.cycle - 1, accept=2.0)
+    assert agent._active is not None
+    rec.cycle += 1
+    agent.tick()
+    assert lite.wait_ranges(1, 60) == []
+    info = json.loads((tmp_path / lite.id / "ranges-TP-0.json").read_text())
+    assert info["why"] == "stopped by the capture"
+    names = pl.read_parquet(tmp_path / lite.id / "ranges-TP-0.parquet").get_column("name").to_list()
+    assert any("accept=2" in n for n in names), names
+
+
 def test_agent_ignores_a_stale_window_and_stops_at_the_deadline(tmp_path: Path) -> None:
     """A capture killed with its window open must not leave the server recording: no rank starts a
     window past its deadline, and a recording window stops itself there."""

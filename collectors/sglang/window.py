@@ -21,7 +21,8 @@ Protocol (capture side ``open_window`` / ``WindowHandle``; server side ``Agent``
    instead and records nothing, and the capture refuses the window naming both pids.
 3. It stops when ``state`` becomes ``"stop"`` (lite: after one more cycle, whose ranges the capture
    cuts away, so that SGLang v2's accept lengths of the last profiled cycle, handed over in the
-   next one, are recorded; at once for an idle scheduler), or another id appears, or the file is removed,
+   next one, are recorded; for a scheduler that runs no more cycles, ``Agent.idle_ns`` after the stop
+   was seen), or another id appears, or the file is removed,
    or, with ``cycles``, at the cycle boundary after that many cycles, or at the deadline or
    after ``MAX_ROWS`` ranges (a capture that died with its window open; a window past its
    deadline is never started); then writes
@@ -211,7 +212,8 @@ class Agent:
                 self._finish("control file removed", boundary)
             return
         act = self._active
-        if act is not None and act["drain"] is not None and not boundary:  # idle: the drained cycle never comes
+        if (act is not None and act["drain"] is not None and not boundary
+                and time.monotonic_ns() - act["drain_since"] >= self.idle_ns()):  # idle: the drained cycle never came
             self._finish("stopped by the capture", boundary)
             act = None
         if act is not None and (time.time_ns() > act["deadline"] or len(self._recorder) >= MAX_ROWS):
@@ -226,10 +228,16 @@ class Agent:
         self._seen = key
         wid, state = str(doc.get("id")), doc.get("state")
         if self._active is not None and (wid != self._active["id"] or state != "open"):
-            if boundary and wid == self._active["id"] and self._active["mode"] == "lite":
+            if wid == self._active["id"] and self._active["mode"] == "lite":
                 # one more cycle: SGLang v2 hands the last profiled cycle's accept lengths over in the next
-                # one (the capture cuts that cycle's ranges away with the profiler's span, keeps the facts)
-                self._active["drain"] = self.rec.cycle + 1
+                # one (the capture cuts that cycle's ranges away with the profiler's span, keeps the facts).
+                # Seen by the watcher (no boundary for a while: an idle scheduler, or one that paused, as
+                # while it exports its trace), the next cycle to run is the drained one; an idle scheduler's
+                # window ends idle_ns after the stop was seen (never from the last boundary before the pause:
+                # that lost the last cycle's accept lengths on a loaded machine)
+                if self._active["drain"] is None:
+                    self._active["drain"] = self.rec.cycle + (1 if boundary else 2)
+                    self._active["drain_since"] = time.monotonic_ns()
             else:
                 self._finish("stopped by the capture" if wid == self._active["id"] else "a new window replaced it",
                              boundary)
@@ -267,7 +275,7 @@ class Agent:
             self._recorder = RangeRecorder(cuda_events=False)
         self._active = {"id": str(doc["id"]), "mode": mode, "cycles": cycles if isinstance(cycles, int) else None,
                         "first_cycle": self.rec.cycle, "start_unix_ns": time.time_ns(),
-                        "deadline": int(doc["deadline_unix_ns"]), "drain": None}
+                        "deadline": int(doc["deadline_unix_ns"]), "drain": None, "drain_since": 0}
         self._cycle_ns = []
         rank = self._rank()
         ack = {"rank": rank, "pid": os.getpid(), "mode": mode, "cuda_events": self._recorder.cuda_events,
