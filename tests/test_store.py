@@ -173,6 +173,10 @@ def test_shard_directory_is_as_finalized_as_its_least_finalized_shard(tmp_path: 
     write_run(_raw_phase_run(1), d / "rank-00001.parquet", new_manifest(ranks={"1": {}}))  # its finalize failed
     assert "finalize_version" not in read_manifest(d)
     assert load_run(d).outdated is not None
+    from tracekit.render.store import outdated_line
+
+    note = load_run(d).outdated
+    assert note is not None and f"`tracekit merge {d} -o run.parquet`" in outdated_line(note)
     out = merge_shards(d, tmp_path / "run.parquet")  # the merge is the writer: it finalizes
     assert read_manifest(out)["finalize_version"] == FINALIZE_VERSION and load_run(out).outdated is None
     kernels = load_run(out).events.filter(pl.col("kind") == "kernel")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from tracekit.finalize.version import changes_since
@@ -12,13 +13,15 @@ if TYPE_CHECKING:
 
 
 def outdated_line(note: Outdated) -> str:
-    """One line: the run was written by an older finalize chain and is read as stored."""
+    """One line: the run was written by an older finalize chain and is read as stored (a shard
+    directory whose shards are not all finalized: ``merge`` finalizes it)."""
     if note.from_version is None:
         was, lacks = "no finalize version recorded", ""
     else:
         was, lacks = f"finalize version {note.from_version} of {note.to_version}", f", without {'; '.join(changes_since(note.from_version))}"
-    return (f"tracekit: {note.path}: written by an older tracekit ({was}): answers use its stored annotations{lacks}; "
-            f"`tracekit upgrade {note.path}` finalizes it again, once")
+    fix = (f"`tracekit merge {note.path} -o run.parquet` finalizes and merges its shards" if os.path.isdir(note.path)
+           else f"`tracekit upgrade {note.path}` finalizes it again, once")
+    return f"tracekit: {note.path}: written by an older tracekit ({was}): answers use its stored annotations{lacks}; {fix}"
 
 
 def upgrade_line(up: Upgrade) -> str:
