@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from tracekit.analyzers.logs.diff import log_diff, nice_width
+from tracekit.analyzers.logs.diff import log_diff
 from tracekit.analyzers.logs.spec import log_spec
 from tracekit.cli.common import cli
 from tracekit.documents import document_type
@@ -88,10 +88,6 @@ def test_diff_user_pattern_times_per_bin(tmp_path: Path) -> None:
     verify = next(m for m in common.metrics if m.metric == "verify_ms")
     assert verify.old.n == 2 and verify.new.n == 3
     assert verify.old.median == pytest.approx(19.98) and verify.new.median == pytest.approx(19.98)
-
-
-def test_nice_width() -> None:
-    assert nice_width(0, 1000) == 128 and nice_width(100, 110) == 16
 
 
 @pytest.mark.parametrize(("args", "doc"), [

@@ -2,7 +2,7 @@
 
 Every stats interval with a token count is a point (tokens per request, throughput per request,
 throughput of all requests, accept length, batch, graph use); per tokens-per-request bin (the
-width ``diff`` uses for the same pair of logs) the median and p90 of each (nearest rank).
+width ``diff`` uses for the same logs: ``analyzers.logs.diff.tokens_bin_width``) the median and p90 of each (nearest rank).
 """
 
 from __future__ import annotations
@@ -59,12 +59,4 @@ def log_curve(rows: pl.DataFrame, path: str, tokens_width: int) -> LogCurve:
                     left_out=ivs.height - usable.height)
 
 
-def curve_width(*frames: pl.DataFrame) -> int:
-    """The tokens-per-request bin width for these logs (``diff``'s rule)."""
-    from tracekit.analyzers.logs.diff import NICE_WIDTHS, nice_width
-
-    toks = pl.concat([intervals(f).get_column("tokens_per_req").drop_nulls() for f in frames])
-    return nice_width(float(toks.min()), float(toks.max())) if toks.len() else NICE_WIDTHS[0]  # type: ignore[arg-type]
-
-
-__all__ = ["BinStats", "LogCurve", "Point", "curve_width", "log_curve"]
+__all__ = ["BinStats", "LogCurve", "Point", "log_curve"]

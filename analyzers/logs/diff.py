@@ -1,7 +1,8 @@
 """``tracekit diff OLD NEW`` on two log runs: compared at matched operating points only.
 
 A bin is (batch size ``#running-req``, tokens per request ``#token / #running-req`` in bins of
-``tokens_width`` tokens, graph use). Per bin present in both logs: throughput (all requests and
+``tokens_width`` tokens — by default ``analyzers/diff.py``'s ``nice_width``, the sequence-length bucket
+rule of the trace ``diff``: 1/2/5 x 10^n, about 8 bins over both logs —, graph use). Per bin present in both logs: throughput (all requests and
 per request), accept length and every user-pattern field, old vs new, with one statistic
 (``median`` or ``mean`` over the bin's intervals; the others beside it). Bins found in one log
 only are listed, never compared; two logs without a common bin give no comparison at all
@@ -19,12 +20,11 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracekit.analyzers.diff import nice_width
 from tracekit.analyzers.logs.stats import Summary, summarize
 from tracekit.analyzers.logs.views import intervals, user_fields, user_rows
 from tracekit.analyzers.robust import STATS
 
-NICE_WIDTHS: Final = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
-TARGET_BINS: Final = 8
 INTERVAL_METRICS: Final = ("gen_throughput", "per_req_tps", "accept_length")
 
 
@@ -68,9 +68,11 @@ class LogDiff:
     timing_source: str  # the clock of the user-pattern times: "engine log"
 
 
-def nice_width(lo: float, hi: float) -> int:
-    raw = (hi - lo) / TARGET_BINS
-    return next((w for w in NICE_WIDTHS if w >= raw), NICE_WIDTHS[-1])
+def tokens_bin_width(*rows: pl.DataFrame) -> int:
+    """The default tokens-per-request bin width for these log runs (``nice_width`` over the busy
+    intervals' tokens per request of all of them)."""
+    toks = pl.concat([_usable(intervals(r))[0].get_column("tokens_per_req") for r in rows])
+    return nice_width(float(toks.min()), float(toks.max())) if toks.len() else 1  # type: ignore[arg-type]
 
 
 def _binned(df: pl.DataFrame, width: int) -> pl.DataFrame:
@@ -97,8 +99,7 @@ def log_diff(old_rows: pl.DataFrame, old_man: Mapping[str, Any], new_rows: pl.Da
         raise ValueError(f"stat must be one of {STATS}")
     a, left_a = _usable(intervals(old_rows))
     b, left_b = _usable(intervals(new_rows))
-    both = pl.concat([a.get_column("tokens_per_req"), b.get_column("tokens_per_req")])
-    width = tokens_width or (nice_width(float(both.min()), float(both.max())) if both.len() else NICE_WIDTHS[0])  # type: ignore[arg-type]
+    width = tokens_width or tokens_bin_width(old_rows, new_rows)
     fa = [n for n, _k in user_fields(old_man)]
     fb = [n for n, _k in user_fields(new_man)]
     fields = [f for f in fa if f in fb]
@@ -150,4 +151,4 @@ def _delta(metric: str, old: Summary, new: Summary, stat: str) -> MetricDelta:
     return MetricDelta(metric, old, new, delta, ratio)
 
 
-__all__ = ["INTERVAL_METRICS", "Bin", "BinDiff", "LogDiff", "MetricDelta", "log_diff", "nice_width"]
+__all__ = ["INTERVAL_METRICS", "Bin", "BinDiff", "LogDiff", "MetricDelta", "log_diff", "tokens_bin_width"]

@@ -66,15 +66,11 @@ def is_log_input(path: str) -> bool:
     """A log run (``tracekit logs`` output) or a text file that is neither Parquet nor a JSON trace."""
     from pathlib import Path
 
-    from tracekit.logs.run import read_log_manifest
+    from tracekit.logs.run import head_bytes, read_log_manifest
 
     p = Path(path)
-    if not p.is_file():
-        return False
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(256)
-    except OSError:
+    head = head_bytes(p, 256)
+    if head is None:
         return False
     if head.startswith(b"PAR1"):
         return read_log_manifest(p) is not None
@@ -93,17 +89,14 @@ def looks_like_log(path: str) -> bool:
 
     from tracekit.logs.grammars import GRAMMARS, STARTUP
     from tracekit.logs.prometheus import looks_like_metrics
+    from tracekit.logs.run import head_bytes
 
     p = Path(path)
     if not p.is_file() or p.name.endswith(TRACE_SUFFIXES) or not is_log_input(path):
         return False
     if p.name.endswith(LOG_SUFFIXES):
         return True
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(1 << 16)
-    except OSError:
-        return False
+    head = head_bytes(p, 1 << 16) or b""
     text = head.decode("utf-8", errors="replace")
     return looks_like_metrics(head) or any(k in text for k in (*(g.keyword for g in GRAMMARS),
                                                                   *(s.keyword for s in STARTUP)))
@@ -189,8 +182,8 @@ def _emit(out: Any) -> None:
 def log_report_cmd(run: str, b_run: str | None, output: str, png_dir: str | None, patterns: tuple[str, ...],
                    pattern_file: str | None) -> Any:
     """``tracekit report`` of one or two logs: the ReportResult."""
-    from tracekit.analyzers.logs.curve import curve_width, log_curve
-    from tracekit.analyzers.logs.diff import log_diff
+    from tracekit.analyzers.logs.curve import log_curve
+    from tracekit.analyzers.logs.diff import log_diff, tokens_bin_width
     from tracekit.analyzers.logs.info import log_info
     from tracekit.render.log_analyses import diff_json, diff_lines, info_json, info_lines
     from tracekit.render.report.logs import build_log_report
@@ -198,7 +191,7 @@ def log_report_cmd(run: str, b_run: str | None, output: str, png_dir: str | None
     sides = [("A", load_log(run, patterns, pattern_file))]
     if b_run is not None:
         sides.append(("B", load_log(b_run, patterns, pattern_file)))
-    width = curve_width(*(lg.rows for _t, lg in sides))
+    width = tokens_bin_width(*(lg.rows for _t, lg in sides))
     curves = [(tag, log_curve(lg.rows, lg.path, width)) for tag, lg in sides]
     infos = [(tag, log_info(lg.rows, lg.manifest, lg.path)) for tag, lg in sides]
     docs: dict[str, Any] = {tag: {"info": info_json(rep)} for tag, rep in infos}

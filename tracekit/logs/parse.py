@@ -39,7 +39,7 @@ from tracekit.logs.accept import (
 from tracekit.logs.grammars import GRAMMARS
 from tracekit.logs.lines import HalfMatch, Match, match_line, startup_fact
 from tracekit.logs.patterns import UserPattern
-from tracekit.logs.run import LOG_SCHEMA_VERSION, MANIFEST_KEY, parsed_schema
+from tracekit.logs.run import LOG_SCHEMA_VERSION, MANIFEST_KEY, head_bytes, parsed_schema
 
 MAX_LINE: Final = 1 << 20  # bytes; a longer line is skipped (counted, its start shown)
 CHUNK_ROWS: Final = 1 << 16
@@ -301,9 +301,7 @@ def parse_logs(paths: Sequence[str], out: str | os.PathLike[str], patterns: list
         for i, p in enumerate(files):
             st = FileStats(path=str(p), size=p.stat().st_size)
             stats.append(st)
-            with open(p, "rb") as fh:
-                head = fh.read(4096)
-            if prometheus.looks_like_metrics(head):
+            if prometheus.looks_like_metrics(head_bytes(p, 4096) or b""):
                 st.kind = "metrics"
                 metric_paths.append(p)
                 metric_idx.append(i)

@@ -72,16 +72,24 @@ def reserved_columns() -> set[str]:
     return {*BASE_COLUMNS, *column_kinds(), *METRIC_COLUMNS, *DERIVED_COLUMNS}
 
 
-def read_log_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The manifest of a log run, or None when ``path`` is not one (any other file)."""
+def head_bytes(path: str | os.PathLike[str], n: int) -> bytes | None:
+    """The first ``n`` bytes of a regular file; None for anything else or an unreadable file."""
     p = Path(path)
     if not p.is_file():
         return None
     try:
         with open(p, "rb") as fh:
-            head = fh.read(4)
-        if head != b"PAR1":
-            return None
+            return fh.read(n)
+    except OSError:
+        return None
+
+
+def read_log_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The manifest of a log run, or None when ``path`` is not one (any other file)."""
+    p = Path(path)
+    if head_bytes(p, 4) != b"PAR1":
+        return None
+    try:
         meta = pl.read_parquet_metadata(p)
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
@@ -111,5 +119,5 @@ def read_log_rows(path: str | os.PathLike[str]) -> pl.DataFrame:
         raise RunError(f"cannot read the log run ({exc.__class__.__name__}: {first})", path=str(path)) from None
 
 
-__all__ = ["BASE_COLUMNS", "DERIVED_COLUMNS", "LOG_SCHEMA_VERSION", "MANIFEST_KEY", "METRIC_COLUMNS", "RECORDS",
+__all__ = ["BASE_COLUMNS", "DERIVED_COLUMNS", "LOG_SCHEMA_VERSION", "MANIFEST_KEY", "METRIC_COLUMNS", "RECORDS", "head_bytes",
            "is_log_run", "parsed_schema", "read_log_manifest", "read_log_rows", "reserved_columns"]
