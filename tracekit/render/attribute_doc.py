@@ -13,13 +13,12 @@ from tracekit.analyzers.reports import AttributionReport, Mode
 def document(report: AttributionReport, by: str, run: str | None) -> dict[str, Any]:
     """The ``tracekit attribute --json`` document of ``report``."""
     from tracekit.render import attribute_json
-    from tracekit.render import host_attribute as render_host
     from tracekit.render import timing as render_timing
     from tracekit.render.capture import profile_line
 
     if report.mode is Mode.TIMING:
         return render_timing.to_json(report, by, run)
-    doc = (render_host.host_to_json if report.mode is Mode.HOST else attribute_json.to_json)(report, by, run)
+    doc = attribute_json.to_json(report, by, run)
     doc["profile"] = profile_line(dict(report.manifest))
     return doc
 

@@ -7,9 +7,9 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracekit.analyzers.reports import AttributionReport
+from tracekit.analyzers.reports import AttributionReport, Mode
 from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO
-from tracekit.buckets import BUCKETS
+from tracekit.buckets import BUCKETS, HOST_BUCKETS
 from tracekit.documents import ATTRIBUTE
 from tracekit.render.units import dur
 
@@ -177,29 +177,36 @@ def document_head(run: str | None, mode: str, by: str, buckets: tuple[str, ...])
 
 
 def to_json(report: AttributionReport, by: str, run: str | None = None) -> dict[str, Any]:
-    """The stable ``--json`` document of a GPU-mode report."""
-    assert report.by_phase is not None and report.by_seq is not None and report.stragglers is not None
-    out = outlier_items(report.outliers, "gpu_window_ns")
+    """The stable ``--json`` document of a GPU- or host-mode report (host mode: the same keys, ``mode: host``,
+    host buckets summing to host_ns, gpu_window_ns 0, no stragglers, issues or estimates)."""
+    assert report.by_phase is not None and report.by_seq is not None
+    host = report.mode is Mode.HOST
+    if host:
+        from tracekit.render.host_attribute import HOST_DEFINITIONS, HOST_ZERO
+    buckets, zero = (tuple(HOST_BUCKETS), HOST_ZERO) if host else (BUCKETS, {})
+    out = outlier_items(report.outliers, "host_ns" if host else "gpu_window_ns")
     doc: dict[str, Any] = {
-        **document_head(run, "gpu", by, BUCKETS),
-        "phases": [phase_item(r, outliers=out) for r in report.by_rank.iter_rows(named=True)],
-        "all_ranks": [phase_item({**r, "rank": None}, outliers=out) for r in report.by_phase.iter_rows(named=True)],
-        "stragglers": report.stragglers.to_dicts(),
+        **document_head(run, report.mode.value, by, buckets),
+        "phases": [phase_item({**r, **zero}, buckets, out) for r in report.by_rank.iter_rows(named=True)],
+        "all_ranks": [phase_item({**r, **zero, "rank": None}, buckets, out) for r in report.by_phase.iter_rows(named=True)],
+        "stragglers": [] if report.stragglers is None else report.stragglers.to_dicts(),
         "issues": list(report.issues),
         "whole_trace": report.whole_trace,
-        "definitions": DEFINITIONS,
+        "definitions": HOST_DEFINITIONS if host else DEFINITIONS,
     }
     notes = ([WHOLE_TRACE_LINE] if doc["whole_trace"] else []) + clock_notes(report)
     if notes:
         doc["notes"] = notes
     if by == "cycle":
-        doc["cycles"] = [cycle_item(r) for r in report.instances.iter_rows(named=True)]
+        doc["cycles"] = [cycle_item({**r, **zero}, buckets) for r in report.instances.iter_rows(named=True)]
     if by == "seq":
         doc["seq"] = [
-            {"seq_lo": opt_int(r["seq_lo"]), "seq_hi": opt_int(r["seq_hi"]), **phase_item({**r, "rank": None})}
+            {"seq_lo": opt_int(r["seq_lo"]), "seq_hi": opt_int(r["seq_hi"]), **phase_item({**r, **zero, "rank": None}, buckets)}
             for r in report.by_seq.iter_rows(named=True)
         ]
     doc["dilation"] = dict(report.dilation)
+    if host:
+        return ATTRIBUTE.make(doc)
     from tracekit.render.estimate import estimate_json
 
     doc["unprofiled_estimate"] = [{"phase": e.phase, "rank": e.rank, **estimate_json(e)} for e in report.estimates]

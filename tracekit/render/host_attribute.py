@@ -16,22 +16,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracekit.analyzers.reports import AttributionReport, GapReport
+from tracekit.analyzers.reports import GapReport
 from tracekit.buckets import HOST_BUCKETS, HOST_LABELS
-from tracekit.documents import ATTRIBUTE, GAP
+from tracekit.documents import GAP
 from tracekit.render.attribute import (
     CycleColumns,
     ModeTables,
     seq_table,
     share_table,
-)
-from tracekit.render.attribute_json import (
-    clock_notes,
-    cycle_item,
-    document_head,
-    opt_int,
-    outlier_items,
-    phase_item,
 )
 from tracekit.render.gap import (
     STAT_NOTE,
@@ -56,7 +48,7 @@ HOST_DEFINITIONS: Final = {
     "ops": "CPU op rows on the phase's thread inside the range, summed over instances",
     "outer_ops": "outermost ops that own time, summed over instances",
 }
-_HOST_ZERO: Final[dict[str, Any]] = {
+HOST_ZERO: Final[dict[str, Any]] = {
     "queue_delay_ns": 0, "overlapped_comm_ns": 0, "between_ns": 0, "launches": 0, "eager_launches": 0,
     "graph_launches": 0, "gpu_events": 0, "allreduce_kernel_ns": 0, "allreduce_wait_ns": None,
     "allreduce_transfer_ns": None, "unmatched_instances": 1,
@@ -68,34 +60,6 @@ def host_mode_line(ranks: list[int] | None, what: str = "phase time is attribute
     which = "this run" if ranks is None else f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
     return (f"host mode: {which} has no GPU events (CPU run), so {what} on the host: "
             "the CPU ops on each phase's thread, outermost op wins")
-
-
-def host_to_json(report: AttributionReport, by: str, run: str | None = None) -> dict[str, Any]:
-    """The ``--json`` document in host mode: the GPU document's keys, ``mode: host``,
-    buckets_ns summing to host_ns, gpu_window_ns 0."""
-    assert report.by_phase is not None and report.by_seq is not None
-    hb = tuple(HOST_BUCKETS)
-    out = outlier_items(report.outliers, "host_ns")
-    doc: dict[str, Any] = {
-        **document_head(run, "host", by, hb),
-        "phases": [phase_item({**r, **_HOST_ZERO}, hb, out) for r in report.by_rank.iter_rows(named=True)],
-        "all_ranks": [phase_item({**r, **_HOST_ZERO, "rank": None}, hb, out) for r in report.by_phase.iter_rows(named=True)],
-        "stragglers": [],
-        "issues": [],
-        "whole_trace": False,
-        "definitions": HOST_DEFINITIONS,
-    }
-    if notes := clock_notes(report):
-        doc["notes"] = notes
-    if by == "cycle":
-        doc["cycles"] = [cycle_item({**r, **_HOST_ZERO}, hb) for r in report.instances.iter_rows(named=True)]
-    if by == "seq":
-        doc["seq"] = [
-            {"seq_lo": opt_int(r["seq_lo"]), "seq_hi": opt_int(r["seq_hi"]), **phase_item({**r, **_HOST_ZERO, "rank": None}, hb)}
-            for r in report.by_seq.iter_rows(named=True)
-        ]
-    doc["dilation"] = dict(report.dilation)
-    return ATTRIBUTE.make(doc)
 
 
 def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
@@ -213,6 +177,5 @@ __all__ = [
     "host_gap_json",
     "host_mode_line",
     "host_summary",
-    "host_to_json",
     "render_host_gap",
 ]
