@@ -10,6 +10,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tracekit.logs.accept import NEW, OLD, infer_sglang_draft_tokens
 from tracekit.logs.grammars import GRAMMARS, STARTUP
@@ -253,3 +255,38 @@ def test_startup_example_is_real_and_documented(kind: str) -> None:
     fact = startup_fact(line)
     assert fact is not None and fact[1] == kind
     assert line[:150] in (SAMPLES.parent.parent / "docs" / "logs.md").read_text()
+
+
+def _real_lines() -> list[str]:
+    out: list[str] = []
+    for f in sorted(SAMPLES.glob("*.log")):
+        out += [ln for ln in f.read_text().splitlines() if len(ln) < 2000]
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_real_lines_never_raise(data: st.DataObject) -> None:
+    """Real lines cut, with fields swapped, bytes replaced or text inserted: a row, a half match
+    naming a field, or nothing — never an exception."""
+    line = data.draw(st.sampled_from(_real_lines()))
+    op = data.draw(st.sampled_from(["cut", "swap", "replace", "insert"]))
+    if op == "cut":
+        line = line[: data.draw(st.integers(0, len(line)))]
+    elif op == "swap":
+        parts = line.split(", ")
+        i, j = data.draw(st.integers(0, len(parts) - 1)), data.draw(st.integers(0, len(parts) - 1))
+        parts[i], parts[j] = parts[j], parts[i]
+        line = ", ".join(parts)
+    elif op == "replace":
+        i = data.draw(st.integers(0, max(len(line) - 1, 0)))
+        line = line[:i] + data.draw(st.text(max_size=3)) + line[i + 1:]
+    else:
+        i = data.draw(st.integers(0, len(line)))
+        line = line[:i] + data.draw(st.text(max_size=20)) + line[i:]
+    for r in match_line(line, [compile_pattern("Target verify: {verify_ms:f} ms/cyc")], 2025):
+        assert isinstance(r, Match | HalfMatch)
+        if isinstance(r, HalfMatch):
+            assert r.field and r.problem
+    fact = startup_fact(line)
+    assert fact is None or isinstance(fact[2], dict)
