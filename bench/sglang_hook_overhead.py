@@ -57,8 +57,8 @@ def hook_all(mod: ModuleType, version: str) -> object:
 
 
 def per_call(n: int) -> tuple[float, float]:
+    from tracekit.collectors.hookspec import HookSpec
     from tracekit.collectors.sglang import runtime
-    from tracekit.collectors.sglang.hooktable import HookSpec
 
     class Plain:
         def verify(self, batch: object) -> bool:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors.engines import EngineConfig
 from tracekit.collectors.nodes import Topology
 from tracekit.collectors.workload.config import WorkloadConfig
 from tracekit.errors import ConfigError
@@ -52,9 +53,8 @@ class CaptureConfig:
     warmup: int = 4
     after: int = 4  # unprofiled cycles timed after the window: the reference's second block (timing.REFERENCE_POOL)
     device: str = "auto"  # auto | cuda | cpu
-    # WorkloadConfig (the built-in workload) or an engine config whose ``build(rank, world, device, cycles)``
-    # returns an object with the built-in Workload's interface (collectors/transformers/config.py)
-    workload: Any = field(default_factory=WorkloadConfig)
+    # the engine's configuration (collectors/engines.py: EngineConfig; WorkloadConfig is the built-in workload's)
+    workload: EngineConfig = field(default_factory=WorkloadConfig)
     keep_json: str | None = None  # directory for raw per-rank Kineto JSON (.json.gz)
     timeout_s: float = 300.0  # a rank that reports no progress for this long is killed (> coll_timeout_s)
     startup_timeout_s: float = 900.0  # the same, before a rank's first cycle (imports, NCCL init, graph capture)
@@ -82,7 +82,7 @@ class CaptureConfig:
             "startup_timeout_s": self.startup_timeout_s,
             "nvml_interval_s": self.nvml_interval_s,
             "profile_mode": self.profile,
-            "workload": getattr(self.workload, "engine", "builtin"),
+            "workload": self.workload.engine,
             **({"nodes": {k: v for k, v in self.nodes.to_dict().items() if k not in ("node_rank", "first_rank")}}
                if self.nodes.multi else {}),
         }

@@ -220,11 +220,19 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
         say(f"capture: node {nodes.node_rank} of {nodes.nnodes} ({socket.gethostname()}): ranks "
             f"{format_rank_list(local)}; process group at {nodes.master_addr}:{port}; shards to {shard_dir}/")
         write_node(shard_dir, nodes.node_rank, "started", node_info(nodes))
-    procs = {r: ctx.Process(target=rank_main, args=(r, world, kind, cc, port, str(shard_dir), q, ctl),
-                            name=f"tracekit-rank{r}") for r in local}
+    driver = getattr(cc.workload, "driver", None)
+    if driver:  # an engine that runs every rank in its own processes, from one driver (collectors/engines.py)
+        from tracekit.collectors.engines import load_ref
+
+        fn = load_ref(driver)
+        one = ctx.Process(target=fn, args=(world, kind, cc, str(shard_dir), q, ctl), name="tracekit-driver")
+        procs = dict.fromkeys(local, one)  # the driver answers for every rank: its death is theirs
+    else:
+        procs = {r: ctx.Process(target=rank_main, args=(r, world, kind, cc, port, str(shard_dir), q, ctl),
+                                name=f"tracekit-rank{r}") for r in local}
     intr = Interrupts()
     with sigint_ignored():
-        for p in procs.values():
+        for p in {id(p): p for p in procs.values()}.values():
             p.start()
     intr.install()
     try:

@@ -29,7 +29,7 @@ import polars as pl
 from tracekit import __version__, schema
 from tracekit.manifest import RankManifest, rank_section_dict
 
-ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_", "PYTORCH_", "NVSHMEM_", "TRACEKIT_", "GLOO_")
+ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_", "VLLM_", "PYTORCH_", "NVSHMEM_", "TRACEKIT_", "GLOO_")
 ENV_NAMES = ("OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LD_PRELOAD")
 
 # NVML clock event (throttle) reason bits -> names (nvml.h, nvmlClocksEventReason*)
@@ -47,7 +47,7 @@ _THROTTLE_BITS = {
 
 
 def env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Every NCCL_*, CUDA_*, TORCH_*, SGLANG_*, PYTORCH_* (and a few more) variable, sorted."""
+    """Every NCCL_*, CUDA_*, TORCH_*, SGLANG_*, VLLM_*, PYTORCH_* (and a few more) variable, sorted."""
     env = os.environ if environ is None else environ
     return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
 

@@ -16,6 +16,16 @@ from typing import Any
 
 from tracekit.collectors.capture import CaptureConfig
 from tracekit.collectors.launcher import DONE_GRACE_S, Say
+from tracekit.collectors.messages import (
+    WINDOW,
+    WINDOW_DONE,
+    Beat,
+    Done,
+    Failed,
+    Message,
+    Stage,
+    Status,
+)
 from tracekit.ranklist import format_rank_list
 
 TICK_S = 3.0  # terminal progress period
@@ -129,9 +139,9 @@ def watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any,
         except queue.Empty:
             continue
         _take(msg, w, prog, say)
-        last[msg[1]] = time.monotonic()
-        if msg[0] == "beat" and isinstance(msg[2], int):
-            cycling.add(msg[1])
+        last[msg.rank] = time.monotonic()
+        if isinstance(msg, Beat) and msg.cycle is not None:
+            cycling.add(msg.rank)
     for p in procs.values():
         p.join(timeout=10)
     while True:  # late messages
@@ -143,22 +153,22 @@ def watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any,
     return w
 
 
-def _take(msg: tuple[Any, ...], w: Watch, prog: Any, say: Callable[[str], None]) -> None:
-    r = msg[1]
-    if msg[0] == "beat":
-        if isinstance(msg[2], int):
-            w.last_cycle[r] = msg[2]
-            prog.cycle(r, msg[2])
-    elif msg[0] == "stage":
-        if msg[2] == "window done":
-            w.window_done.add(r)
-        if msg[2] == "window":
-            w.window_started.add(r)
-        prog.stage(r, msg[2], msg[3])
-    elif msg[0] == "error":
-        w.errors.setdefault(r, (msg[2], bool(msg[3]), time.monotonic()))
-    elif msg[0] == "done":
-        w.finished[r] = time.monotonic()
-        prog.stage(r, "done", "shards written")
-    else:
-        say(f"rank {r}: {msg[2]}")
+def _take(msg: Message, w: Watch, prog: Any, say: Callable[[str], None]) -> None:
+    r = msg.rank
+    match msg:
+        case Beat(cycle=int(c)):
+            w.last_cycle[r] = c
+            prog.cycle(r, c)
+        case Stage(key=key, text=text):
+            if key == WINDOW_DONE:
+                w.window_done.add(r)
+            if key == WINDOW:
+                w.window_started.add(r)
+            prog.stage(r, key, text)
+        case Failed(error=error, collective=coll):
+            w.errors.setdefault(r, (error, coll, time.monotonic()))
+        case Done():
+            w.finished[r] = time.monotonic()
+            prog.stage(r, "done", "shards written")
+        case Status(text=text):
+            say(f"rank {r}: {text}")

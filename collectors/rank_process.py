@@ -21,6 +21,7 @@ from tracekit.collectors.capture import (
     shard_path,
     window_label,
 )
+from tracekit.collectors.messages import WINDOW, WINDOW_DONE, Beat, Done, Failed, Stage, Status
 from tracekit.process_exit import exit_now, flush_stdio
 
 
@@ -71,7 +72,7 @@ def rank_main(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, sh
         coll = False
         with contextlib.suppress(Exception):
             coll = _from_collective(exc)
-        q.put(("error", rank, short_error(f"{exc.__class__.__name__}: {exc}"), coll))
+        q.put(Failed(rank, short_error(f"{exc.__class__.__name__}: {exc}"), coll))
         code = 1
     finally:
         try:
@@ -95,7 +96,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         {"MASTER_ADDR": cc.nodes.master_addr, "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world),
          "LOCAL_RANK": str(local)}
     )
-    q.put(("beat", rank, "started"))
+    q.put(Beat(rank))
     from datetime import timedelta
 
     import torch
@@ -104,7 +105,6 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     from tracekit.collectors.manifest import NvmlSampler, rank_section
     from tracekit.collectors.session import ProfilerSession
     from tracekit.collectors.timing import BEFORE, REFERENCE_POOL
-    from tracekit.collectors.workload.runner import Workload
 
 
     cuda = kind == "cuda"
@@ -118,20 +118,19 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         "nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=cc.coll_timeout_s),
         device_id=device if cuda else None,
     )
-    q.put(("stage", rank, "pg", "process group up"))
+    q.put(Stage(rank, "pg", "process group up"))
     total = cc.warmup + cc.cycles
     size = total + cc.after
-    build = getattr(cc.workload, "build", None)  # another engine (transformers) builds its own
-    wl = build(rank, world, device, size) if build is not None else Workload(cc.workload, rank, world, device, size)
+    wl = cc.workload.build(rank, world, device, size)  # collectors/engines.py: EngineConfig.build
     wl.capture_graphs()
-    q.put(("stage", rank, "ready", f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
+    q.put(Stage(rank, "ready", f"workload ready (graphs: {','.join(sorted(wl.graphs)) or 'none'}; moe: {wl.moe_impl})"))
     skip = min(2, max(cc.warmup - 1, 0))
     for c in range(cc.warmup):
         if ctl is not None and not ctl.may_start(rank, c):
             break
         wl.timer.window = BEFORE if c >= skip else None
         wl.run_cycle(c)
-        q.put(("beat", rank, c))
+        q.put(Beat(rank, c))
     wl.sync()
     wl.timer.window = None
     me = rank in cc.captured(world)
@@ -150,14 +149,14 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     wl.timer.window = window_label(cc.profile)
     aborted: str | None = None
     done = 0
-    q.put(("stage", rank, "window", "profiling window started"))
+    q.put(Stage(rank, WINDOW, "profiling window started"))
     try:
         for c in range(cc.warmup, total):
             if ctl is not None and not ctl.may_start(rank, c):
                 break  # Ctrl-C: every rank ends its window after the same cycle
             wl.run_cycle(c)
             done += 1
-            q.put(("beat", rank, c))
+            q.put(Beat(rank, c))
         wl.sync()
     except Exception as exc:
         from tracekit.collectors.launcher import short_error
@@ -171,9 +170,9 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         session.stop()
     counters = sampler.stop() if sampler is not None else None
     end = rank_section(rank, world, dev_index, "end")
-    q.put(("stage", rank, "window done", f"window done: {done}/{cc.cycles} cycles"))
+    q.put(Stage(rank, WINDOW_DONE, f"window done: {done}/{cc.cycles} cycles"))
     if aborted:
-        q.put(("status", rank, f"window ended early after {done}/{cc.cycles} cycles: {aborted[:200]}"))
+        q.put(Status(rank, f"window ended early after {done}/{cc.cycles} cycles: {aborted[:200]}"))
     # the shard is written before anything that needs a peer again (the unprofiled cycles after the
     # window run collectives): a rank that dies there costs the others only their after-block
     shard = None
@@ -188,13 +187,13 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
             from tracekit.collectors.launcher import short_error
 
             after_failed = short_error(f"{exc.__class__.__name__}: {exc}")
-            q.put(("status", rank, f"the unprofiled cycles after the window failed ({after_failed[:200]}); its shard "
+            q.put(Status(rank, f"the unprofiled cycles after the window failed ({after_failed[:200]}); its shard "
                                    "keeps the window, the dilation's reference is the warm-up block alone"))
         else:
             if shard is not None and cc.after:
                 shard.write(wl.timer.stats(pool=REFERENCE_POOL))  # the reference with its second block
     if shard is not None:
-        q.put(("done", rank, shard.rows))
+        q.put(Done(rank, shard.rows))
     if aborted is None and after_failed is None:  # every rank has written its shard before any exits (rank 0 hosts the TCPStore)
         dist.barrier()
         if dist.get_backend() != "nccl":

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tracekit.collectors.hookspec import HookSpec
 from tracekit.collectors.sglang import autoload, launch, plugin, runtime
-from tracekit.collectors.sglang.hooktable import HookSpec
 
 HERE = Path(__file__).parent
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import sglang_wheels
 
+from tracekit.collectors.contract import find_class, find_method, parameters
 from tracekit.collectors.sglang import plugin
-from tracekit.collectors.sglang.contract import check_source, find_class, find_method, parameters
+from tracekit.collectors.sglang.contract import check_source
 from tracekit.collectors.sglang.hooktable import SUPPORTED_VERSIONS, specs_for
 
 

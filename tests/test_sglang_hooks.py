@@ -19,8 +19,9 @@ torch = pytest.importorskip("torch")
 import sglang_shapes as S  # noqa: E402
 import sglang_wheels  # noqa: E402
 
+from tracekit.collectors.hookspec import HookSpec  # noqa: E402
 from tracekit.collectors.sglang import plugin, runtime  # noqa: E402
-from tracekit.collectors.sglang.hooktable import HookSpec, specs_for  # noqa: E402
+from tracekit.collectors.sglang.hooktable import specs_for  # noqa: E402
 from tracekit.finalize.phases import parse_label  # noqa: E402
 
 HERE = Path(__file__).parent

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import transformers_wheels
 
+from tracekit.collectors.contract import call_sites
 from tracekit.collectors.transformers import runtime
-from tracekit.collectors.transformers.contract import call_sites, check_source
+from tracekit.collectors.transformers.contract import check_source
 from tracekit.collectors.transformers.hooktable import (
     EXPERTS_SWITCH,
     SUPPORTED_VERSIONS,

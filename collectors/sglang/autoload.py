@@ -22,8 +22,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tracekit.collectors.hookspec import HookSpec
 from tracekit.collectors.sglang import rankinfo, runtime
-from tracekit.collectors.sglang.hooktable import HookSpec, installed_version, specs_for
+from tracekit.collectors.sglang.hooktable import installed_version, specs_for
 
 ENV = "TRACEKIT_SGLANG"
 PTH_NAME = "tracekit-sglang.pth"

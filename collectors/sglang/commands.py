@@ -7,6 +7,9 @@ module imports click only; torch and sglang are imported inside the commands.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import click
 
 from tracekit.cli_errors import guarded
@@ -45,6 +48,33 @@ def sglang_capture_cmd(url: str, out: str, requests: int, input_len: int, output
     sglang_capture(url, out, requests=requests, input_len=input_len, output_len=output_len, concurrency=concurrency,
                     cycles=cycles, world=world, trace_dir=trace_dir, manifest_dir=manifest_dir, timeout_s=timeout_s,
                     allow_no_hooks=allow_no_hooks, profile=profile)
+
+
+# The capture command's SGLang group (collectors/engines.py); defaults of the shared load options are
+# SGLang's when not given (vLLM on a CPU box takes smaller ones).
+LOAD_DEFAULTS = {"requests": 64, "input_len": 512, "output_len": 256, "concurrency": 8}
+CAPTURE_OPTIONS = [
+    click.Option(["--sglang", "sglang_url"], default=None, metavar="URL",
+                 help="Capture a live SGLang server (http://HOST:PORT) instead of the built-in workload; see sglang-capture."),
+    click.Option(["--requests"], type=click.IntRange(1), default=None,
+                 help="Requests to send [default: 64 with --sglang]."),
+    click.Option(["--input-len"], type=click.IntRange(1), default=None,
+                 help="Prompt tokens per request [default: 512 with --sglang]."),
+    click.Option(["--output-len"], type=click.IntRange(1), default=None,
+                 help="New tokens per request [default: 256 with --sglang]."),
+    click.Option(["--concurrency"], type=click.IntRange(1), default=None,
+                 help="Requests in flight [default: 8 with --sglang]."),
+]
+
+
+def capture_live(opts: Mapping[str, Any]) -> None:
+    """``tracekit capture --ranks all --sglang URL`` (collectors/engines.py's live entry)."""
+    if opts["ranks_opt"] != "all":
+        raise click.UsageError("--sglang captures every rank: use --ranks all (and --world N to name the rank count)")
+    load = {k: opts.get(k) or v for k, v in LOAD_DEFAULTS.items()}
+    sglang_capture(opts["sglang_url"], opts["out"], **load, cycles=opts["cycles"], world=opts.get("world"),
+                   trace_dir=None, manifest_dir=None, timeout_s=opts["timeout_s"], allow_no_hooks=False,
+                   profile=opts["profile"])
 
 
 def sglang_capture(url: str, out: str, *, requests: int, input_len: int, output_len: int, concurrency: int,

@@ -18,11 +18,10 @@ Roles:
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Final
 
-Version = tuple[int, int, int]
+from tracekit.collectors.hookspec import HookSpec, Version, as_version, select
+from tracekit.collectors.hookspec import installed_version as _installed
 
 _V1: Final = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
 _V2: Final = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
@@ -33,23 +32,6 @@ _MR: Final = "sglang.srt.model_executor.model_runner.ModelRunner"
 # boundaries between them are the since/until of each HOOKS entry below (docs/sglang.md).
 # Versions whose real source the contract tests read.
 SUPPORTED_VERSIONS: Final = ("0.5.2", "0.5.9", "0.5.12", "0.5.23")
-
-
-@dataclass(frozen=True)
-class HookSpec:
-    target: str  # module.Class.method
-    role: str  # cycle | draft | verify | draft_extend | forward | accept
-    params: tuple[str, ...]  # parameter names the hook reads (after self)
-    since: Version = (0, 0, 0)
-    until: Version | None = None  # exclusive
-    worker: str = ""  # "v1" | "v2" | "" (both)
-
-    @property
-    def module(self) -> str:
-        return self.target.rsplit(".", 2)[0]
-
-    def applies(self, version: Version) -> bool:
-        return version >= self.since and (self.until is None or version < self.until)
 
 
 HOOKS: Final[tuple[HookSpec, ...]] = (
@@ -91,33 +73,17 @@ FIELDS: Final[tuple[tuple[str, tuple[str, ...], Version, Version | None], ...]] 
     ("sglang.srt.speculative.eagle_info.EagleVerifyOutput", ("num_correct_drafts_per_req_cpu",), (0, 5, 12), (0, 5, 15)),
 )
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def parse_version(text: str) -> Version:
-    """``"0.5.12.post1"`` -> ``(0, 5, 12)``. Raises ValueError on garbage."""
-    m = _VERSION_RE.match(text.strip())
-    if not m:
-        raise ValueError(f"not a version: {text!r}")
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
-
 
 def specs_for(version: Version | str) -> list[HookSpec]:
     """The hook rows that exist in ``version``."""
-    v = parse_version(version) if isinstance(version, str) else version
-    return [h for h in HOOKS if h.applies(v)]
+    return select(HOOKS, version)
 
 
 def fields_for(version: Version | str) -> list[tuple[str, tuple[str, ...]]]:
-    v = parse_version(version) if isinstance(version, str) else version
+    v = as_version(version)
     return [(cls, attrs) for cls, attrs, lo, hi in FIELDS if v >= lo and (hi is None or v < hi)]
 
 
 def installed_version() -> str | None:
     """The installed sglang distribution's version, or None (no import of sglang)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
+    return _installed("sglang")

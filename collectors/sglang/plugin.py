@@ -20,8 +20,9 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tracekit.collectors.hookspec import HookSpec
 from tracekit.collectors.sglang import rankinfo, runtime
-from tracekit.collectors.sglang.hooktable import HookSpec, installed_version, specs_for
+from tracekit.collectors.sglang.hooktable import installed_version, specs_for
 
 SCHEDULER_ENTRY = "run_scheduler_process"
 

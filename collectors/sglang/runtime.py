@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors import hooks
+from tracekit.collectors.hookspec import HookSpec
 from tracekit.collectors.sglang import facts as F
-from tracekit.collectors.sglang.hooktable import HookSpec, installed_version, specs_for
+from tracekit.collectors.sglang.hooktable import installed_version, specs_for
 
 log = logging.getLogger("tracekit.sglang")
 

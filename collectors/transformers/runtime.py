@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors.hooks import emit_facts, phase
+from tracekit.collectors.hookspec import HookSpec
 from tracekit.collectors.timing import CYCLE
-from tracekit.collectors.transformers.hooktable import HookSpec, cache_kwarg, specs_for
+from tracekit.collectors.transformers.hooktable import cache_kwarg, specs_for
 
 
 class HookPointMissing(RuntimeError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from tracekit.errors import ConfigError
 
@@ -48,6 +48,13 @@ class WorkloadConfig:
     dtype: str = "auto"  # auto: bfloat16 on GPU, float32 on CPU
     preset: str = "tiny"
     extra: dict[str, Any] = field(default_factory=dict)
+    engine: ClassVar[str] = "builtin"  # collectors/engines.py
+
+    def build(self, rank: int, world: int, device: Any, cycles_total: int) -> Any:
+        """This rank's workload (collectors/workload/runner.py; imports torch)."""
+        from tracekit.collectors.workload.runner import Workload
+
+        return Workload(self, rank, world, device, cycles_total)
 
     def validate(self, world: int) -> None:
         """Raise ConfigError with a clear message when the shapes cannot be split over ``world`` ranks."""
