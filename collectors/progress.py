@@ -150,6 +150,10 @@ def watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any,
         except (queue.Empty, OSError, ValueError):
             break
         _take(msg, w, prog, say)
+    for r in procs:  # ranks that ended in the last poll with the others: dead, not forgotten
+        if r not in w.finished and r not in w.died:
+            w.died[r] = time.monotonic()
+            prog.rank_gone(r)
     return w
 
 

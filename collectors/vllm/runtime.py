@@ -88,20 +88,22 @@ STATE = State()
 
 
 def _classify(so: Any) -> _Step | None:
-    """The phase of a step from vLLM's SchedulerOutput (host dicts)."""
-    total = int(getattr(so, "total_num_scheduled_tokens", 0) or 0)
-    if total <= 0:
+    """The phase of a step: vLLM's own split of the scheduler's output into context and generation
+    requests (``compute_iteration_details``, what its step annotations say) and tracekit's one
+    vLLM step -> phase mapping (tracekit.finalize.phases.VllmStep: any context request makes it a
+    ``prefill``, generation requests of more than one token each a ``verify``, else ``decode``)."""
+    from vllm.v1.utils import compute_iteration_details
+
+    from tracekit.finalize.phases import VllmStep
+
+    d = compute_iteration_details(so)
+    step = VllmStep(d.num_ctx_requests, d.num_ctx_tokens, d.num_generation_requests, d.num_generation_tokens)
+    name = step.phase
+    if name is None:
         return None
-    per_req: dict[str, int] = dict(getattr(so, "num_scheduled_tokens", {}) or {})
-    spec: dict[str, list[int]] = dict(getattr(so, "scheduled_spec_decode_tokens", {}) or {})
-    drafts = sum(len(v) for v in spec.values())
-    if drafts:
-        name = "verify"
-    elif per_req and all(n == 1 for n in per_req.values()) and not getattr(so, "scheduled_new_reqs", None):
-        name = "decode"
-    else:
-        name = "prefill"
-    return _Step(STATE.cycle, name, len(per_req), total, drafts)
+    drafts = sum(len(v) for v in (getattr(so, "scheduled_spec_decode_tokens", None) or {}).values())
+    facts = step.facts()
+    return _Step(STATE.cycle, name, int(facts["batch_size"]), int(facts["num_tokens"]), drafts)
 
 
 def flush() -> None:
