@@ -71,6 +71,7 @@ def test_draft_and_verify_on_both_ranks(captured: Callable[[str], Path], name: s
         calls = sec["workload"]["window_hooks"]["calls"]
         assert calls.get("draft", 0) >= 1 and calls.get("verify", 0) >= 1, calls
         assert sec["env"]["TRACEKIT_VLLM"] == "1"  # the environment the vLLM worker itself saw
+        assert sec["workload"]["hooks_installed_by"] == "plugin"  # vllm.general_plugins, in the worker
         assert sec["pid"] != run.manifest["ranks"]["0" if r == "1" else "1"]["pid"]  # two worker processes
     res = _tracekit("attribute", str(path), "--json")
     assert res.returncode == 0, res.stderr

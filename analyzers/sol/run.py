@@ -4,7 +4,7 @@ What the run gives: the model config (``--model``, or the config its manifest re
 built-in workload's ``ranks[r].workload.config``, a live SGLang capture's ``capture.model_config`` (the
 server's config.json; its ``server_args`` give TP, DP-attention and EP), the transformers engine's
 ``ranks[r].workload.model.hf_config``: the model's whole config, or ``model.config`` of its presets in
-older captures), the GPU (``--gpu``, or the device name in the manifest),
+older captures; the vLLM engine's ``hf_config`` at the same place), the GPU (``--gpu``, or the device name in the manifest),
 TP = the world size, each phase instance's facts (batch, tokens, context), the measured distinct
 experts per MoE layer where the capture recorded them (the built-in workload:
 ``ranks[r].workload.distinct_experts``), the transfer part of every matched collective (for the
@@ -99,9 +99,9 @@ def run_model(manifest: dict[str, Any], config: dict[str, Any] | None, config_so
         return RunModel(target, draft, "the run's manifest (built-in workload config)", "workload",
                         int(cfg.get("draft_steps", 1)))
     model = w.get("model") if isinstance(w.get("model"), dict) else None
-    if name == "transformers" and model is not None and isinstance(model.get("hf_config"), dict):
+    if name in ("transformers", "vllm") and model is not None and isinstance(model.get("hf_config"), dict):
         return RunModel(model_shape(dict(model["hf_config"]), kv_dtype=kv_dtype), None,
-                        f"the run's manifest (transformers model {model.get('name')}: its config.json)", "sglang", 1)
+                        f"the run's manifest ({name} model {model.get('name')}: its config.json)", "sglang", 1)
     if name == "transformers" and model is not None and isinstance(model.get("config"), dict):
         cfg = dict(model["config"])
         arch = TRANSFORMERS_FAMILY.get(str(model.get("family")), str(model.get("class", "")))
@@ -109,7 +109,7 @@ def run_model(manifest: dict[str, Any], config: dict[str, Any] | None, config_so
         cfg.setdefault("torch_dtype", str(w.get("dtype", "bfloat16")))
         return RunModel(model_shape(cfg, kv_dtype=kv_dtype), None,
                         f"the run's manifest (transformers model {model.get('name')})", "sglang", 1)
-    raise AnalysisError("the run records no model config (only built-in and transformers captures do): "
+    raise AnalysisError("the run records no model config (only built-in, transformers and vllm captures do): "
                         "pass --model CONFIG.json")
 
 

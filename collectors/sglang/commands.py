@@ -57,13 +57,13 @@ CAPTURE_OPTIONS = [
     click.Option(["--sglang", "sglang_url"], default=None, metavar="URL",
                  help="Capture a live SGLang server (http://HOST:PORT) instead of the built-in workload; see sglang-capture."),
     click.Option(["--requests"], type=click.IntRange(1), default=None,
-                 help="Requests to send [default: 64 with --sglang]."),
+                 help="Requests to send [default: 64 with --sglang; --engine vllm: as many as the steps need]."),
     click.Option(["--input-len"], type=click.IntRange(1), default=None,
-                 help="Prompt tokens per request [default: 512 with --sglang]."),
+                 help="Prompt tokens per request [default: 512 with --sglang, 32 with --engine vllm]."),
     click.Option(["--output-len"], type=click.IntRange(1), default=None,
-                 help="New tokens per request [default: 256 with --sglang]."),
+                 help="New tokens per request [default: 256 with --sglang, 64 with --engine vllm]."),
     click.Option(["--concurrency"], type=click.IntRange(1), default=None,
-                 help="Requests in flight [default: 8 with --sglang]."),
+                 help="Requests in flight [default: 8 with --sglang, 4 with --engine vllm]."),
 ]
 
 

@@ -122,7 +122,6 @@ def driver_main(world: int, kind: str, cc: CaptureConfig, shard_dir: str, q: Any
 
 
 def _drive(world: int, kind: str, cc: CaptureConfig, shard_dir: Path, q: Any, ctl: Any) -> None:
-    from tracekit.collectors.rank_process import _fault
     from tracekit.collectors.timing import AFTER, BEFORE
     from tracekit.collectors.vllm.plugin import ENV
     from tracekit.collectors.vllm.presets import PRESETS, materialize, parse_spec
@@ -165,7 +164,6 @@ def _drive(world: int, kind: str, cc: CaptureConfig, shard_dir: Path, q: Any, ct
     reqs = Requests(engine, cfg, vocab)
 
     def step(c: int) -> bool:
-        _fault(c)
         if not reqs.step():
             return False
         every(lambda r: Beat(r, c))
@@ -210,7 +208,11 @@ def _drive(world: int, kind: str, cc: CaptureConfig, shard_dir: Path, q: Any, ct
             if not step(c):
                 break
         llm.collective_rpc("tracekit_timer", args=(None,))
-    engine_info = {"vllm_version": vllm.__version__, "speculative_config": speculative, "tensor_parallel_size": world,
+    import json
+
+    hf_config = json.loads((Path(model) / "config.json").read_text())  # what tracekit sol RUN reads
+    engine_info = {"name": "vllm", "model": {"name": cfg.model, "hf_config": hf_config},
+                   "vllm_version": vllm.__version__, "speculative_config": speculative, "tensor_parallel_size": world,
                    "requests_sent": reqs.sent,
                    "engine_metrics": {"source": "LLM.get_metrics() in the driver process, before and after the window",
                                       "window": metrics_delta(before, after_m), "before": before, "after": after_m},

@@ -22,6 +22,6 @@ def register() -> None:
     try:
         from tracekit.collectors.vllm import runtime
 
-        runtime.install()
+        runtime.install(by="plugin")
     except Exception as exc:  # never break vLLM's start
         print(f"tracekit: vLLM hooks not installed: {exc.__class__.__name__}: {exc}", file=sys.stderr)

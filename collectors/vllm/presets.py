@@ -8,7 +8,9 @@ A preset is a ``config.json`` written into a directory; vLLM loads it with
   eagle3``) is a 1-layer ``LlamaForCausalLMEagle3`` reading aux hidden states of layers 1, 3, 5
   (the default aux layers of so small a target do not fit the head's input projection).
 - ``deepseek-v3-tiny``: DeepSeek-V3 (MLA attention, 8 routed experts top-2 plus a shared one,
-  first layer dense) with one MTP layer (``num_nextn_predict_layers=1``), for ``--spec mtp``.
+  first layer dense) with one MTP layer (``num_nextn_predict_layers=1``), for ``--spec mtp``. Its
+  MLA cache width kv_lora_rank + qk_rope_head_dim = 256 + 64 = 320 is one vLLM's MLA accepts
+  (320, 512, 576; 64 + 16 was refused: "Head dimension 80 is not supported by MLA").
 
 Random EAGLE-3 or MTP heads accept almost nothing; ``--spec ngram`` on the greedy random target
 (which falls into a repeating continuation) gives real, non-trivial accept lengths.
@@ -44,8 +46,8 @@ DEEPSEEK_V3_TINY: Final[dict[str, Any]] = {
     "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
     "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0,
-    "norm_topk_prob": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "kv_lora_rank": 64,
-    "q_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "vocab_size": 2048,
+    "norm_topk_prob": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "kv_lora_rank": 256,
+    "q_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 64, "v_head_dim": 32, "vocab_size": 2048,
     "hidden_act": "silu", "num_nextn_predict_layers": 1, "rope_scaling": None,
 }
 

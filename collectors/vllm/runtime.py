@@ -78,6 +78,7 @@ class State:
     calls: dict[str, int] = field(default_factory=dict)
     graphed: dict[str, int] = field(default_factory=dict)  # phase -> instances run from a CUDA graph
     installed: list[str] = field(default_factory=list)
+    installed_by: str = ""  # who installed the hooks first: "plugin" (vllm.general_plugins) or "worker extension"
     errors: list[str] = field(default_factory=list)
 
     def note(self, name: str) -> None:
@@ -216,9 +217,11 @@ def _wrap(spec: HookSpec, fn: Callable[..., Any], wrapper: Callable[..., Any]) -
 
 
 def install(specs: Iterable[HookSpec] | None = None,
-            resolve: Callable[[str], Any] = pkgutil.resolve_name) -> list[str]:
-    """Wrap every row's method on its class (idempotent); returns the targets hooked."""
+            resolve: Callable[[str], Any] = pkgutil.resolve_name, by: str = "") -> list[str]:
+    """Wrap every row's method on its class (idempotent); returns the targets hooked. ``by``: who asks."""
     rows = list(specs) if specs is not None else specs_for(installed_version() or "0.0.0")
+    if by and not STATE.installed_by:
+        STATE.installed_by = by
     for spec in rows:
         wrapper = WRAPPERS.get(spec.role)
         if wrapper is None or spec.target in STATE.installed:

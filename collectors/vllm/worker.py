@@ -64,10 +64,11 @@ class TracekitWorker:
     def tracekit_setup(self) -> dict[str, Any]:
         from tracekit.collectors.timing import PhaseTimer
 
-        hooks = runtime.install()  # the plugin did it already when TRACEKIT_VLLM=1 (a second call is a no-op)
+        hooks = runtime.install(by="worker extension")  # the plugin did it already when TRACEKIT_VLLM=1 (a no-op)
         runtime.STATE.timer = PhaseTimer(self._tk_cuda())
         self._tk = {}
-        return {"rank": self._tk_rank(), "pid": os.getpid(), "hooks": hooks, "errors": list(runtime.STATE.errors)}
+        return {"rank": self._tk_rank(), "pid": os.getpid(), "hooks": hooks, "errors": list(runtime.STATE.errors),
+                "installed_by": runtime.STATE.installed_by}
 
     def tracekit_timer(self, window: str | None) -> None:
         """Time the phases of the next steps under ``window`` (None: stop timing)."""
@@ -120,6 +121,7 @@ class TracekitWorker:
             return 0
         cc, rank = _config(spec), self._tk_rank()
         info = {**cc.workload.to_dict(), **engine, "hooks": list(runtime.STATE.installed),
+                "hooks_installed_by": runtime.STATE.installed_by,
                 "hook_errors": list(runtime.STATE.errors), "window_hooks": self._tk_counts}
         shard = _Shard(rank, spec["world"], cc, _Described(runtime.STATE.timer, info), self._tk["session"], None, None,
                        self._tk["start"], self._tk["end"], done, aborted, getattr(self, "device", "cpu"),
