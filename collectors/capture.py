@@ -40,6 +40,8 @@ from tracekit.collectors.nodes import Topology
 from tracekit.collectors.workload.config import WorkloadConfig
 from tracekit.errors import ConfigError
 from tracekit.manifest import INJECTED_ENV
+from tracekit.settings import Settings
+from tracekit.settings import current as current_settings
 
 SAFE_ENV = INJECTED_ENV  # what every rank gets (tracekit.manifest: info marks these as set by tracekit)
 
@@ -64,6 +66,8 @@ class CaptureConfig:
     keep_logs: bool = False  # keep <out>.d/rank-*.log even when every rank succeeded
     profile: str = "auto"  # full | lite | timing | auto (resolve_profile: lite on GPU, full on CPU)
     nodes: Topology = field(default_factory=Topology)  # this launcher's place in a multi-host job (nodes.py)
+    # the TRACEKIT_* settings, built once where the capture is configured and handed to every rank
+    settings: Settings = field(default_factory=current_settings)
 
     def captured(self, world: int) -> list[int]:
         return list(range(world)) if self.ranks is None else sorted(set(self.ranks))

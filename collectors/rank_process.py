@@ -136,7 +136,7 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
     me = rank in cc.captured(world)
     dev_index = local if cuda else None
     start = rank_section(rank, world, dev_index, "start")
-    session = ProfilerSession(rank, cuda, mode=cc.profile) if me else None
+    session = ProfilerSession(rank, cuda, mode=cc.profile, config=cc.settings) if me else None
     sampler = NvmlSampler(local, rank, cc.nvml_interval_s) if (me and cuda and cc.nvml_interval_s > 0) else None
     if sampler is not None:
         sampler.start()

@@ -169,22 +169,22 @@ LITE_CUPTI = "callback"  # why: docs/capture.md, "Profile-mode cost"
 TIMING_EVENTS_EVERY = 16
 
 
-def timing_events_every() -> int:
-    return settings.current().timing_events_every or TIMING_EVENTS_EVERY
+def timing_events_every(s: settings.Settings | None = None) -> int:
+    return (s or settings.current()).timing_events_every or TIMING_EVENTS_EVERY
 
 
-def lite_cupti_source() -> str:
+def lite_cupti_source(s: settings.Settings | None = None) -> str:
     from tracekit.collectors.cupti_client import MODES
 
-    src = settings.current().lite_cupti or LITE_CUPTI
+    src = (s or settings.current()).lite_cupti or LITE_CUPTI
     if src != "torch" and src not in MODES:
         raise ConfigError(f"TRACEKIT_LITE_CUPTI: {src!r} is neither 'torch' nor a CUPTI client mode "
                          f"({', '.join(MODES)})")
     return src
 
 
-def cupti_trim_spec() -> tuple[str, ...]:
-    trim = settings.current().cupti_trim
+def cupti_trim_spec(s: settings.Settings | None = None) -> tuple[str, ...]:
+    trim = (s or settings.current()).cupti_trim
     return LITE_TRIM if trim is None else trim
 
 
@@ -197,12 +197,13 @@ class ProfilerSession:
     """
 
     def __init__(self, rank: int, cuda: bool, *, mode: str = "full", record_shapes: bool = False,
-                 with_stack: bool = False) -> None:
+                 with_stack: bool = False, config: settings.Settings | None = None) -> None:
         if mode not in PROFILE_MODES:
             raise ConfigError(f"profile mode must be one of {PROFILE_MODES}, not {mode!r}")
         self.rank = rank
         self.cuda = cuda
         self.mode = mode
+        self.settings = config or settings.current()  # the capture's (CaptureConfig.settings), else this process's
         self.record_shapes = record_shapes
         self.with_stack = with_stack
         self.prof: Any = None
@@ -213,13 +214,13 @@ class ProfilerSession:
     def start(self) -> None:
         from tracekit.collectors import cupti
 
-        spec = cupti_trim_spec() if self.mode == "lite" and self.cuda else ()
+        spec = cupti_trim_spec(self.settings) if self.mode == "lite" and self.cuda else ()
         kinds = tuple(k for k in spec if k not in TRIM_WORDS)
         if bad := [k for k in kinds if k not in cupti.KINDS]:
             raise ConfigError(f"TRACEKIT_CUPTI_TRIM: unknown word(s) {bad} "
                              f"(known: {', '.join(TRIM_WORDS)}, {', '.join(cupti.KINDS)})")
         acts: list[Any] = []
-        client_mode = lite_cupti_source() if self.mode == "lite" and self.cuda else "torch"
+        client_mode = lite_cupti_source(self.settings) if self.mode == "lite" and self.cuda else "torch"
         if client_mode != "torch":
             from tracekit.collectors.cupti_client import Client, ClientUnavailable
 
@@ -239,7 +240,7 @@ class ProfilerSession:
             from tracekit.collectors.ranges import RangeRecorder
 
             timed = self.cuda and self.mode == "timing"
-            self.recorder = RangeRecorder(cuda_events=timed, events_every=timing_events_every() if timed else 1)
+            self.recorder = RangeRecorder(cuda_events=timed, events_every=timing_events_every(self.settings) if timed else 1)
             if timed:
                 self.info["cuda_events_every"] = self.recorder.events_every
             start_recording(self.recorder, record_function=False)

@@ -48,3 +48,16 @@ def test_docs_list_every_switch() -> None:
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "settings.md").read_text()
     assert all(f"| `{name}` | {what} |" in doc for name, what in SWITCHES.items())
+
+
+def test_capture_hands_its_settings_to_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from tracekit.collectors.capture import CaptureConfig
+    from tracekit.collectors.session import ProfilerSession, timing_events_every
+
+    monkeypatch.setenv("TRACEKIT_TIMING_EVENTS_EVERY", "4")
+    cc = CaptureConfig()  # configured where the capture starts: the environment then
+    monkeypatch.setenv("TRACEKIT_TIMING_EVENTS_EVERY", "9")  # what a rank's own environment might say
+    assert cc.settings.timing_events_every == 4
+    s = ProfilerSession(0, cuda=False, mode="timing", config=cc.settings)
+    assert timing_events_every(s.settings) == 4 and timing_events_every() == 9
