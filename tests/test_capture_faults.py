@@ -25,15 +25,18 @@ pytest.importorskip("torch")
 
 from tracekit.store import load_run
 
+FAULT_CLI = Path(__file__).resolve().parent / "fault_cli.py"
 SMALL = ["--device", "cpu", "--warmup", "1", "--batch-size", "2", "--ctx", "32", "--layers", "1"]
 
 
 class Capture:
     """A ``tracekit capture`` process in its own session, its stderr followed line by line."""
 
-    def __init__(self, cwd: Path, world: int, cycles: int, out: str = "run.parquet") -> None:
+    def __init__(self, cwd: Path, world: int, cycles: int, out: str = "run.parquet", fault: str | None = None) -> None:
+        # fault "RANK@CYCLE:KIND": that rank fails at that cycle (tests/fault_cli.py; nothing in tracekit)
+        cmd = [sys.executable, "-m", "tracekit"] if fault is None else [sys.executable, str(FAULT_CLI), fault]
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "tracekit", "capture", *SMALL, "--world", str(world), "--cycles", str(cycles), "-o", out],
+            [*cmd, "capture", *SMALL, "--world", str(world), "--cycles", str(cycles), "-o", out],
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         self.err: list[str] = []
@@ -201,14 +204,11 @@ def test_rank_killed_before_the_window_names_the_root_cause_first(tmp_path: Path
     _clean(tmp_path, cap, shard_dir=True)
 
 
-def test_rank_killed_after_its_window_costs_the_others_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rank_killed_after_its_window_costs_the_others_nothing(tmp_path: Path) -> None:
     """Issue 30: rank 1 dies in the unprofiled cycles after the window (cycle 4: 1 warm-up + 3 profiled),
     while rank 0 runs them too and then waits on its dead peer in a collective. Each rank wrote its
     shard before those cycles: both windows are kept, rank 1 is named as what ended the run."""
-    from tracekit.collectors.capture import FAULT_ENV
-
-    monkeypatch.setenv(FAULT_ENV, "1@4:exit")  # rank 1 alone (RANK@CYCLE), a real process exit at that point
-    cap = Capture(tmp_path, world=2, cycles=3)
+    cap = Capture(tmp_path, world=2, cycles=3, fault="1@4:exit")  # rank 1 alone, a real process exit at that point
     rc, out = cap.finish()
     assert rc == 0, "\n".join(cap.err)
     assert cap.wait_for(r"^rank 1: exited") == "rank 1: exited with code 17 after its profiling window (root cause)"

@@ -147,7 +147,7 @@ def test_diff_says_when_the_nccl_kernels_changed(tmp_path: Path) -> None:
 def test_info_shows_the_nccl_mix_and_every_variable_each_rank_saw() -> None:
     res = CliRunner().invoke(cli, ["info", str(MAINJOB), "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)  # stderr: the sample predates the finalize version (refinalized on read)
+    doc = json.loads(res.stdout)
     assert {(r["rank"], r["collective"], r["dtype"], r["setting"], r["count"]) for r in doc["nccl"]} >= {
         (0, "AllReduce", "bf16", "RING/LL", 460), (1, "AllGather", None, "RING/LL", 60)}
     env = doc["environment"]
