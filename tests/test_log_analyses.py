@@ -157,3 +157,30 @@ def test_ingest_takes_log_files(tmp_path: Path) -> None:
     trace.write_text('{"traceEvents": []}')
     res = CliRunner().invoke(cli, ["ingest", str(SAMPLES / "vllm-v1.log"), str(trace), "-o", str(tmp_path / "x.parquet")])
     assert res.exit_code == 2 and "cannot be ingested together" in res.output
+
+
+def test_gap_on_logs_engine_clock(tmp_path: Path) -> None:
+    """A from one log, B from another (the seed's old log against a newer one), then verify vs
+    draft from the metrics' device timer."""
+    seed = _seed()
+    (tmp_path / "old.log").write_text("\n".join(seed[:2]) + "\n")  # 20.00, 19.98
+    (tmp_path / "new.log").write_text("\n".join(seed[2:]) + "\n")  # 19.98, 19.98, 19.96
+    res = CliRunner().invoke(cli, ["gap", str(tmp_path / "new.log"), "--a", "verify", "--b", "verify", "--b-run",
+                                   str(tmp_path / "old.log"), "--pattern", SEED, "--stat", "mean", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["document"] == "log-gap" and document_type(doc).problems(doc) == []
+    assert doc["timing_source"] == "engine log"
+    assert doc["delta_ns"] == pytest.approx((19.98 + 19.98 + 19.96) / 3 * 1e6 - (20.00 + 19.98) / 2 * 1e6)
+    files = [str(SAMPLES / f"sglang-metrics-{i}.prom") for i in (1, 2)]
+    res = parse_logs(files, tmp_path / "m.parquet", [])
+    from tracekit.analyzers.logs.gap import log_gap
+
+    rows = pl.read_parquet(res.path)
+    rep = log_gap(rows, res.manifest, "m", "verify", rows, res.manifest, "m", "draft")
+    assert rep.delta_ns == 20_250_000 - 5_000_000 and rep.timing_source == "engine metrics"
+
+
+def test_gap_on_a_log_without_times_is_one_line(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["gap", str(SAMPLES / "sglang-0.5.9.log")])
+    assert res.exit_code == 1 and "gives no time for 'verify'" in res.output

@@ -109,6 +109,10 @@ LOG_SPEC = DocumentType(
     keys=("path", "statistic", "intervals", "accept_length", "accept_rate", "draft_tokens_per_verify",
           "gen_throughput", "per_req_tps", "running_req", "timings", "timing_source", "economics", "notes", "units"),
 )
+LOG_GAP = DocumentType(
+    "log-gap", 1, "tracekit gap LOG --json (a log run or log file)",
+    keys=("a_path", "b_path", "a", "b", "statistic", "delta_ns", "ratio", "timing_source", "units"),
+)
 LOG_DIFF = DocumentType(
     "log-diff", 1, "tracekit diff OLD NEW --json (log runs or log files)",
     keys=("old", "new", "statistic", "tokens_width", "no_common_bin", "common", "only_old", "only_new", "left_out",
@@ -116,7 +120,7 @@ LOG_DIFF = DocumentType(
 )
 
 DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE, SOL,
-                                       LOGS, LOG_INFO, LOG_SPEC, LOG_DIFF)
+                                       LOGS, LOG_INFO, LOG_SPEC, LOG_GAP, LOG_DIFF)
 
 
 def document_type(doc: Mapping[str, Any]) -> DocumentType:
@@ -124,6 +128,6 @@ def document_type(doc: Mapping[str, Any]) -> DocumentType:
     return {d.name: d for d in DOCUMENTS}[str(doc.get("document"))]
 
 
-__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "LOGS", "LOG_DIFF", "LOG_INFO", "LOG_SPEC", "RANKS", "SOL", "SPEC",
+__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "LOGS", "LOG_DIFF", "LOG_GAP", "LOG_INFO", "LOG_SPEC", "RANKS", "SOL", "SPEC",
            "VALIDATE_TRACE",
            "DocumentType", "document_type"]

@@ -58,15 +58,30 @@ def ns_factor(field: str) -> int:
     raise AnalysisError(f"field {field!r} has no unit suffix (_ns, _us, _ms, _s): name it e.g. {field}_ms in the pattern")
 
 
-def _field_timing(rows: pl.DataFrame, fields: list[str], phase: str, field: str | None) -> Timing | None:
-    name = field or DEFAULT_FIELDS[phase]
-    if name not in fields:
-        if field is not None:
-            raise AnalysisError(f"no user-pattern field {field!r} in this log run (fields: {', '.join(fields) or 'none'})")
-        return None
-    f = ns_factor(name)
-    vals = user_rows(rows, [name]).get_column(name).cast(pl.Float64)
-    return Timing(phase, f"engine log (pattern field {name})", summarize((vals * f).round(0)))
+_METRIC_PHASES: Final = {"verify": ("verify_ns", '"target_verify"'), "draft": ("draft_ns", '"draft" + "draft_extend"')}
+
+
+def phase_timing(rows: pl.DataFrame, manifest: Mapping[str, Any], phase: str, field: str | None = None) -> Timing | None:
+    """The engine's own time of ``phase`` in a log run: the user-pattern field ``field`` (default
+    ``<phase>_ms``, any unit suffix), else the metrics' device timer (verify, draft); None when the
+    log has neither. A named ``field`` the log lacks is an AnalysisError."""
+    fields = [n for n, _k in user_fields(manifest)]
+    name = field
+    if name is None:
+        name = DEFAULT_FIELDS.get(phase) if DEFAULT_FIELDS.get(phase) in fields else next(
+            (f for f in fields if f.startswith(f"{phase}_") and any(f.endswith(u) for u in UNITS)), None)
+    if name is not None and name in fields:
+        vals = user_rows(rows, [name]).get_column(name).cast(pl.Float64)
+        return Timing(phase, f"engine log (pattern field {name})", summarize((vals * ns_factor(name)).round(0)))
+    if field is not None:
+        raise AnalysisError(f"no user-pattern field {field!r} in this log run (fields: {', '.join(fields) or 'none'})")
+    if phase in _METRIC_PHASES:
+        col, cats = _METRIC_PHASES[phase]
+        v = intervals(rows).get_column(col)
+        if v.drop_nulls().len():
+            return Timing(phase, f"engine metrics (sglang:forward_execution_seconds_total{{category={cats}}} / "
+                          "sglang:spec_verify_calls_total, CUDA-event device time)", summarize(v))
+    return None
 
 
 def log_spec(rows: pl.DataFrame, manifest: Mapping[str, Any], path: str, *, stat: str = "median",
@@ -75,18 +90,12 @@ def log_spec(rows: pl.DataFrame, manifest: Mapping[str, Any], path: str, *, stat
     ivs = intervals(rows)
     if ivs.height == 0 and rows.filter(pl.col("record") == "user").height == 0:
         raise AnalysisError("the log run has no stats intervals and no user-pattern rows: nothing to compute")
-    fields = [n for n, _k in user_fields(manifest)]
     notes: list[str] = []
     timings: list[Timing] = []
     for phase, fld in (("verify", verify_field), ("draft", draft_field), ("decode", decode_field)):
-        t = _field_timing(rows, fields, phase, fld)
+        t = phase_timing(rows, manifest, phase, fld)
         if t is not None:
             timings.append(t)
-    for phase, col, cats in (("verify", "verify_ns", '"target_verify"'), ("draft", "draft_ns", '"draft" + "draft_extend"')):
-        v = ivs.get_column(col)
-        if not any(t.phase == phase for t in timings) and v.drop_nulls().len():
-            timings.append(Timing(phase, f"engine metrics (sglang:forward_execution_seconds_total{{category={cats}}} / "
-                                  "sglang:spec_verify_calls_total, CUDA-event device time)", summarize(v)))
     if baseline_tps is not None and not any(t.phase == "decode" for t in timings):
         timings.append(Timing("decode", f"--baseline-tps {baseline_tps:g} (plain decode tok/s per sequence)",
                               Summary(1, step_ns_from_tps(baseline_tps), step_ns_from_tps(baseline_tps),
@@ -124,4 +133,4 @@ def log_spec(rows: pl.DataFrame, manifest: Mapping[str, Any], path: str, *, stat
     )
 
 
-__all__ = ["DEFAULT_FIELDS", "UNITS", "LogSpec", "Timing", "log_spec", "ns_factor"]
+__all__ = ["DEFAULT_FIELDS", "UNITS", "LogSpec", "Timing", "log_spec", "ns_factor", "phase_timing"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tracekit.cli.common import _load, _note_partial, cli
+from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
 from tracekit.render.text import echo
@@ -58,10 +59,25 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
 @click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
               help="Compare medians per instance (robust to stalls) or means (the buckets add up).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@log_options
 @guarded
 def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: str, launch_latency_us: float, stat: str,
-            as_json: bool) -> None:
-    """Why phase A (verify, extend mode) costs more than phase B (decode): bucket by bucket, kernel by kernel."""
+            as_json: bool, patterns: tuple[str, ...] = (), pattern_file: str | None = None) -> None:
+    """Why phase A (verify, extend mode) costs more than phase B (decode): bucket by bucket, kernel by kernel.
+
+    RUN (and --b-run) may be log runs or engine log files: A's and B's times from the engine's
+    own clock (user-pattern fields such as verify_ms, or the metrics' device timer).
+    """
+    run_log = is_log_input(run)
+    if run_log or (b_run is not None and is_log_input(b_run)):
+        if not run_log or (b_run is not None and not is_log_input(b_run)):
+            raise click.UsageError("gap of a log against a captured run is not supported: give two logs or two runs")
+        if rank is not None or by != "all":
+            raise click.UsageError("--rank and --by are for trace runs, not logs")
+        from tracekit.cli.log_inputs import log_gap_cmd
+
+        log_gap_cmd(run, a, b, b_run, patterns, pattern_file, as_json, stat=stat)
+        return
     import json
 
     from tracekit.analyzers import analyses

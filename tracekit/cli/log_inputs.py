@@ -158,6 +158,21 @@ def log_spec_cmd(path: str, patterns: tuple[str, ...], pattern_file: str | None,
     _emit(spec_json(rep) if as_json else spec_lines(rep))
 
 
+def log_gap_cmd(run: str, a: str, b: str, b_run: str | None, patterns: tuple[str, ...], pattern_file: str | None,
+                as_json: bool, *, stat: str) -> None:
+    from tracekit.analyzers.logs.gap import log_gap
+    from tracekit.errors import AnalysisError, side_path
+    from tracekit.render.log_analyses import gap_json, gap_lines
+
+    la = load_log(run, patterns, pattern_file)
+    lb = load_log(b_run, patterns, pattern_file) if b_run is not None else la
+    try:
+        rep = log_gap(la.rows, la.manifest, la.path, a, lb.rows, lb.manifest, lb.path, b, stat=stat)
+    except AnalysisError as exc:
+        raise exc.located(path=side_path(exc, run, b_run)) from None
+    _emit(gap_json(rep) if as_json else gap_lines(rep))
+
+
 def log_diff_cmd(old: str, new: str, patterns: tuple[str, ...], pattern_file: str | None, as_json: bool, *,
                  stat: str, tokens_width: int | None) -> None:
     from tracekit.analyzers.logs.diff import log_diff

@@ -8,10 +8,11 @@ import datetime as dt
 from typing import Any
 
 from tracekit.analyzers.logs.diff import Bin, LogDiff
+from tracekit.analyzers.logs.gap import LogGap
 from tracekit.analyzers.logs.info import LogInfo
 from tracekit.analyzers.logs.spec import LogSpec
 from tracekit.analyzers.logs.stats import Summary
-from tracekit.documents import LOG_DIFF, LOG_INFO, LOG_SPEC
+from tracekit.documents import LOG_DIFF, LOG_GAP, LOG_INFO, LOG_SPEC
 from tracekit.render.units import ms
 
 METRIC_LABELS = {"gen_throughput": "throughput, all requests (tok/s)", "per_req_tps": "throughput per request (tok/s)",
@@ -130,6 +131,28 @@ def spec_json(rep: LogSpec) -> dict[str, Any]:
     })
 
 
+# --- gap ------------------------------------------------------------------------------------------
+
+def gap_lines(rep: LogGap) -> list[str]:
+    st = rep.statistic
+    b_where = "" if rep.b_path == rep.a_path else f" of {rep.b_path}"
+    out = [f"{rep.a_path}: {rep.a.phase} vs {rep.b.phase}{b_where} (timing_source: {rep.timing_source}, unprofiled; "
+           f"statistic: {st})",
+           f"  A {rep.a.phase} [{rep.a.source}]: {_summ_ns(rep.a.ns)}",
+           f"  B {rep.b.phase} [{rep.b.source}]: {_summ_ns(rep.b.ns)}"]
+    if rep.delta_ns is not None:
+        ratio = "" if rep.ratio is None else f" (x{rep.ratio:.2f})"
+        out.append(f"A costs {ms(rep.delta_ns)} {'more' if rep.delta_ns >= 0 else 'less'} than B ({st}){ratio}; "
+                   "not at matched batch / tokens per request: `tracekit diff` compares per bin")
+    return out
+
+
+def gap_json(rep: LogGap) -> dict[str, Any]:
+    return LOG_GAP.make({"a_path": rep.a_path, "b_path": rep.b_path, "a": _jsonable(rep.a), "b": _jsonable(rep.b),
+                         "statistic": rep.statistic, "delta_ns": rep.delta_ns, "ratio": rep.ratio,
+                         "timing_source": rep.timing_source, "units": "ns (engine clock)"})
+
+
 # --- diff -----------------------------------------------------------------------------------------
 
 def bin_label(b: Bin) -> str:
@@ -174,4 +197,5 @@ def diff_json(rep: LogDiff) -> dict[str, Any]:
     })
 
 
-__all__ = ["bin_label", "diff_json", "diff_lines", "info_json", "info_lines", "spec_json", "spec_lines"]
+__all__ = ["bin_label", "diff_json", "diff_lines", "gap_json", "gap_lines", "info_json", "info_lines", "spec_json",
+           "spec_lines"]
