@@ -173,23 +173,27 @@ def test_size_warning(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert any("--phase verify --cycles" in w for w in res.warnings)
 
 
-def test_run_without_membership_is_annotated(tmp_path: Path) -> None:
-    """A run of an older tracekit (no finalize_version, rows without phase/phase_id) still gets phase
-    tracks: reading it finalizes it again (tracekit.store.load_run)."""
+def test_run_without_membership_is_annotated_once_upgraded(tmp_path: Path) -> None:
+    """A run of an older tracekit (no finalize_version, rows without phase/phase_id) is exported as
+    stored (readers never finalize: no phase tracks); ``tracekit upgrade`` finalizes it, and its
+    export has them."""
     ev = make_events(2, 2, 6).with_columns(
         pl.lit(None, pl.String).alias("phase"), pl.lit(None, pl.Int64).alias("phase_id"))
+    from tracekit.finalize.upgrade import upgrade_run
     from tracekit.store import write_run
 
     p = write_run(ev, tmp_path / "bare.parquet", make_manifest(2))
-    export_run(p, tmp_path / "b.pftrace")
-    chk = validate_trace(tmp_path / "b.pftrace", collect=True)
-    assert chk.ok, chk.problems
-    assert len([s for s in chk.slices if s.track == "phases (host)"]) == 2 * 2 * 3
+    for run, out in ((p, "b.pftrace"), (upgrade_run(p, tmp_path / "up.parquet").output, "u.pftrace")):
+        export_run(run, tmp_path / out)
+        chk = validate_trace(tmp_path / out, collect=True)
+        assert chk.ok, chk.problems
+        phases = len([s for s in chk.slices if s.track == "phases (host)"])
+        assert phases == (0 if out == "b.pftrace" else 2 * 2 * 3)
 
 
 def test_phase_ids_numbered_per_rank(tmp_path: Path) -> None:
-    """Old runs merged from shards can number phase instances per rank: reading the run finalizes it
-    again (ids unique in the run, tracekit.finalize.membership.unique_phase_ids), so phase tracks stay
+    """Old runs merged from shards can number phase instances per rank: reading the run makes the ids
+    unique in the run (tracekit.finalize.version.unique_phase_ids), so phase tracks stay
     per rank and every GPU window carries its attribution buckets."""
     ev = make_events(2, 3, 6)
     first = ev.group_by("rank").agg(pl.col("phase_id").min().alias("_m"))
