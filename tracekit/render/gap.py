@@ -103,13 +103,23 @@ def warning_lines(rep: GapReport, see_rows: bool = True) -> list[str]:
 
 
 def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
-    """The stable ``--json`` document (times in ns, ``statistic`` per instance: median or mean)."""
+    """The stable ``--json`` document (times in ns, ``statistic`` per instance: median or mean); host mode: the
+    same keys, ``mode: host``, host-range buckets, no kernels or sequence rows, ``definitions``."""
     stat = rep.stat
+    host = rep.mode is Mode.HOST
+    if host:
+        from tracekit.render.host_attribute import HOST_DEFINITIONS, host_explanation_lines
+
+    def side(x: Mapping[str, Any], run: str | None) -> dict[str, Any]:
+        return {**side_json(x, run), "gpu_window_ns": 0} if host else side_json(x, run)
+
+    total = "host_range" if host else "gpu_window"
     doc: dict[str, Any] = {
         "units": f"ns, {stat} per phase instance (each instance of each selected rank counts once)",
         "statistic": stat,
-        "a": side_json(rep.a, a_run),
-        "b": side_json(rep.b, b_run),
+        **({"mode": "host"} if host else {}),
+        "a": side(rep.a, a_run),
+        "b": side(rep.b, b_run),
         "buckets": {
             r["bucket"]: {
                 "a_ns": r["a_ns"],
@@ -119,13 +129,14 @@ def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool 
                 "share_of_gap": r["share"],
             }
             for r in rep.buckets.iter_rows(named=True)
-            if r["bucket"] != "gpu_window"
+            if r["bucket"] != total
         },
         "total_delta_ns": rep.total_delta_ns,
-        "explanations": explanation_lines(rep),
+        "explanations": host_explanation_lines(rep) if host else explanation_lines(rep),
         "kernels": rep.kernels.to_dicts(),
         "seq": rep.seq.to_dicts(),
-        "warnings": warning_lines(rep),
+        "warnings": warning_lines(rep, see_rows=not host),
+        **({"definitions": HOST_DEFINITIONS} if host else {}),
     }
     timing = dict(rep.timing)
     doc["timing_source"] = timing["timing_source"]
@@ -134,9 +145,9 @@ def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool 
         from tracekit.render.estimate import change_json
 
         doc["unprofiled_estimate"] = change_json(rep.estimate)
-    if by_rank:
+    if by_rank and not host:
         doc["by_rank"] = rep.by_rank.to_dicts()
-    if rep.mode.value == "gpu":
+    if not host:
         from tracekit.render import sol as render_sol
 
         doc["sol"] = render_sol.gap_json(rep.sol)
@@ -171,10 +182,6 @@ def bucket_table(rep: GapReport, title: str, heads: tuple[str, str, str, str, st
 
 def document(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
     """The ``tracekit gap --json`` document of ``rep`` in its mode."""
-    if rep.mode is Mode.HOST:
-        from tracekit.render.host_attribute import host_gap_json
-
-        return host_gap_json(rep, a_run, b_run)
     return to_json(rep, a_run, b_run, by_rank)
 
 

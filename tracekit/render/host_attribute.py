@@ -18,7 +18,6 @@ from rich.text import Text
 
 from tracekit.analyzers.reports import GapReport
 from tracekit.buckets import HOST_BUCKETS, HOST_LABELS
-from tracekit.documents import GAP
 from tracekit.render.attribute import (
     CycleColumns,
     ModeTables,
@@ -109,35 +108,6 @@ def host_explanation_lines(rep: GapReport) -> list[str]:
     ]
 
 
-def host_gap_json(rep: GapReport, a_run: str | None, b_run: str | None) -> dict[str, Any]:
-    """``tracekit gap --json`` in host mode: the GPU document's keys, ``mode: host``, host-range buckets."""
-    def side(x: Mapping[str, Any], run: str | None) -> dict[str, Any]:
-        return {**x, "run": run, "gpu_window_ns": 0}
-
-    stat = rep.stat
-    return GAP.make({
-        "units": f"ns, {stat} per phase instance (each instance of each selected rank counts once)",
-        "statistic": stat,
-        "mode": "host",
-        "a": side(rep.a, a_run),
-        "b": side(rep.b, b_run),
-        "buckets": {
-            r["bucket"]: {"a_ns": r["a_ns"], "b_ns": r["b_ns"], "delta_ns": r["delta_ns"],
-                          "delta_per_token_ns": r["delta_per_token_ns"], "share_of_gap": r["share"]}
-            for r in rep.buckets.iter_rows(named=True)
-            if r["bucket"] != "host_range"
-        },
-        "total_delta_ns": rep.total_delta_ns,
-        "explanations": host_explanation_lines(rep),
-        "kernels": [],
-        "seq": [],
-        "warnings": warning_lines(rep, see_rows=False),
-        "definitions": HOST_DEFINITIONS,
-        "timing_source": rep.timing["timing_source"],
-        "unprofiled": dict(rep.timing),
-    })
-
-
 def render_host_gap(rep: GapReport, console: Console) -> None:
     """Print the host-mode gap table (means per instance) and its ranked explanations."""
     a, b = rep.a, rep.b
@@ -174,7 +144,6 @@ __all__ = [
     "HOST_HEADER",
     "HOST_LABELS",
     "host_explanation_lines",
-    "host_gap_json",
     "host_mode_line",
     "host_summary",
     "render_host_gap",
