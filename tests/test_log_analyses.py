@@ -103,11 +103,23 @@ def test_cli_documents_on_log_files(args: list[str], doc: str) -> None:
     assert d["document"] == doc and document_type(d).problems(d) == []
 
 
-def test_cli_log_vs_trace_run_is_a_usage_error() -> None:
+def test_diff_log_against_captured_run() -> None:
+    """The 0.5.9 sample's batch-16 eager interval (20000 / 16 tokens per request) and the real 2x H200
+    capture's verify instances (batch 16, seq_len ~1040, eager) share a 1000-token bin: accept length
+    compared (the run's accept_len + 1), verify times on their own clocks, not subtracted."""
     log = str(SAMPLES / "sglang-0.5.9.log")
     run = str(Path(__file__).resolve().parent.parent / "samples" / "h200x2-mainjob" / "eager.parquet")
-    res = CliRunner().invoke(cli, ["diff", log, run])
-    assert res.exit_code == 2
+    res = CliRunner().invoke(cli, ["diff", log, run, "--tokens-width", "1000", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["document"] == "log-trace-diff" and document_type(doc).problems(doc) == []
+    (common,) = doc["common"]
+    assert common["bin"] == {"batch": 16, "tokens_lo": 1000, "tokens_hi": 2000, "graph": False}
+    assert common["accept_length"]["old"]["median"] == pytest.approx(2.34)  # the log is the old side
+    assert common["n_trace"] == common["trace_verify_ns"]["n"] and common["log_verify_ns"] is None
+    assert doc["trace_clock"].startswith("profiled window") and "delta" not in common["trace_verify_ns"]
+    res = CliRunner().invoke(cli, ["diff", run, log, "--json"])  # default bins: 1033-1042 vs 1250 apart
+    assert res.exit_code == 0 and json.loads(res.stdout)["no_common_bin"] is True
 
 
 def test_spec_from_metrics_device_timer(tmp_path: Path) -> None:

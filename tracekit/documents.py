@@ -113,6 +113,11 @@ LOG_GAP = DocumentType(
     "log-gap", 1, "tracekit gap LOG --json (a log run or log file)",
     keys=("a_path", "b_path", "a", "b", "statistic", "delta_ns", "ratio", "timing_source", "units"),
 )
+LOG_TRACE_DIFF = DocumentType(
+    "log-trace-diff", 1, "tracekit diff LOG RUN --json (an engine log against a captured run)",
+    keys=("old", "new", "log_side", "statistic", "tokens_width", "no_common_bin", "common", "only_log", "only_trace",
+          "log_clock", "trace_clock", "left_out"),
+)
 LOG_DIFF = DocumentType(
     "log-diff", 1, "tracekit diff OLD NEW --json (log runs or log files)",
     keys=("old", "new", "statistic", "tokens_width", "no_common_bin", "common", "only_old", "only_new", "left_out",
@@ -120,7 +125,8 @@ LOG_DIFF = DocumentType(
 )
 
 DOCUMENTS: tuple[DocumentType, ...] = (INFO, ATTRIBUTE, ATTRIBUTE_TIMING, GAP, RANKS, SPEC, DIFF, VALIDATE_TRACE, SOL,
-                                       LOGS, LOG_INFO, LOG_SPEC, LOG_GAP, LOG_DIFF)
+                                       LOGS, LOG_INFO, LOG_SPEC, LOG_GAP, LOG_DIFF,
+                                       LOG_TRACE_DIFF)
 
 
 def document_type(doc: Mapping[str, Any]) -> DocumentType:
@@ -128,6 +134,7 @@ def document_type(doc: Mapping[str, Any]) -> DocumentType:
     return {d.name: d for d in DOCUMENTS}[str(doc.get("document"))]
 
 
-__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "LOGS", "LOG_DIFF", "LOG_GAP", "LOG_INFO", "LOG_SPEC", "RANKS", "SOL", "SPEC",
+__all__ = ["ATTRIBUTE", "ATTRIBUTE_TIMING", "DIFF", "DOCUMENTS", "GAP", "INFO", "LOGS", "LOG_DIFF", "LOG_GAP", "LOG_INFO", "LOG_SPEC",
+           "LOG_TRACE_DIFF", "RANKS", "SOL", "SPEC",
            "VALIDATE_TRACE",
            "DocumentType", "document_type"]

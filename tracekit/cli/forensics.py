@@ -151,8 +151,9 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
              patterns: tuple[str, ...] = (), pattern_file: str | None = None, tokens_width: int | None = None) -> None:
     """What changed between two runs: time at matched sequence length, buckets, kernels, manifests.
 
-    OLD and NEW may be log runs or engine log files: compared per bin of batch size, tokens per
-    request and graph use; bins found in one log only are listed, not compared.
+    OLD and NEW may be log runs or engine log files (or one log and one captured run): compared per
+    bin of batch size, tokens per request and graph use; bins found in one only are listed, not
+    compared.
     """
     old_log, new_log = is_log_input(old), is_log_input(new)
     if old_log and new_log:
@@ -160,8 +161,11 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
 
         log_diff_cmd(old, new, patterns, pattern_file, as_json, stat=stat, tokens_width=tokens_width)
         return
-    if old_log or new_log:
-        raise click.UsageError("diff of a log against a captured run is not supported: give two logs or two runs")
+    if old_log or new_log:  # an engine log against a captured run
+        from tracekit.cli.log_inputs import log_trace_diff_cmd
+
+        log_trace_diff_cmd(old, new, old_log, patterns, pattern_file, as_json, stat=stat, tokens_width=tokens_width)
+        return
 
     from tracekit.analyzers import analyses
     from tracekit.errors import AnalysisError, side_path

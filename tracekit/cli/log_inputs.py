@@ -184,6 +184,24 @@ def log_diff_cmd(old: str, new: str, patterns: tuple[str, ...], pattern_file: st
     _emit(diff_json(rep) if as_json else diff_lines(rep))
 
 
+def log_trace_diff_cmd(old: str, new: str, log_is_old: bool, patterns: tuple[str, ...], pattern_file: str | None,
+                       as_json: bool, *, stat: str, tokens_width: int | None) -> None:
+    from tracekit.analyzers.logs.trace_diff import log_vs_trace
+    from tracekit.cli.common import _load
+    from tracekit.errors import AnalysisError
+    from tracekit.render.log_analyses import trace_diff_json, trace_diff_lines
+
+    log_path, run_path = (old, new) if log_is_old else (new, old)
+    lg = load_log(log_path, patterns, pattern_file)
+    run = _load(run_path)
+    try:
+        rep = log_vs_trace(lg.rows, lg.manifest, log_path, run.events, run_path, log_is_old=log_is_old, stat=stat,
+                           tokens_width=tokens_width)
+    except AnalysisError as exc:
+        raise exc.located(path=run_path) from None
+    _emit(trace_diff_json(rep) if as_json else trace_diff_lines(rep))
+
+
 def _emit(out: Any) -> None:
     if isinstance(out, dict):
         import json

@@ -12,7 +12,8 @@ from tracekit.analyzers.logs.gap import LogGap
 from tracekit.analyzers.logs.info import LogInfo
 from tracekit.analyzers.logs.spec import LogSpec
 from tracekit.analyzers.logs.stats import Summary
-from tracekit.documents import LOG_DIFF, LOG_GAP, LOG_INFO, LOG_SPEC
+from tracekit.analyzers.logs.trace_diff import LogTraceDiff
+from tracekit.documents import LOG_DIFF, LOG_GAP, LOG_INFO, LOG_SPEC, LOG_TRACE_DIFF
 from tracekit.render.units import ms
 
 METRIC_LABELS = {"gen_throughput": "throughput, all requests (tok/s)", "per_req_tps": "throughput per request (tok/s)",
@@ -197,5 +198,54 @@ def diff_json(rep: LogDiff) -> dict[str, Any]:
     })
 
 
-__all__ = ["bin_label", "diff_json", "diff_lines", "gap_json", "gap_lines", "info_json", "info_lines", "spec_json",
-           "spec_lines"]
+def trace_diff_lines(rep: LogTraceDiff) -> list[str]:
+    st = rep.statistic
+    out = [f"diff {rep.old} -> {rep.new} (the {rep.log_side} side is the engine log): at matched batch, tokens per "
+           f"request (bins of {rep.tokens_width}) and graph use; statistic: {st} per bin",
+           f"  clocks: log verify time [{rep.log_clock or 'none in the log'}]; run verify time [{rep.trace_clock}]: "
+           "two clocks, shown side by side, never subtracted"]
+    if rep.no_common_bin:
+        out.append("no common bin: the log and the run never ran at the same batch, tokens per request and graph use - "
+                   "nothing is compared")
+    for d in rep.common:
+        m = d.accept_length
+        delta = "" if m.delta is None else f", {m.delta:+.3f}"
+        out.append(f"{bin_label(d.bin)}: {d.n_log:,} log intervals, {d.n_trace:,} run verify instances")
+        out.append(f"  accept length (tokens/verify, bonus incl.): {_num(m.old.stat(st), 3)} -> {_num(m.new.stat(st), 3)}"
+                   f"{delta}; p90 {_num(m.old.p90, 3)} -> {_num(m.new.p90, 3)}")
+        log_t = "n/a (no verify time in the log)" if d.log_verify_ns is None else _summ_ns(d.log_verify_ns)
+        out.append(f"  verify time, log (engine clock): {log_t}")
+        out.append(f"  verify time, run (profiled window): {_summ_ns(d.trace_verify_ns)}")
+    for side, bins in (("the log", rep.only_log), ("the run", rep.only_trace)):
+        if bins:
+            out.append(f"only in {side} ({len(bins)} bins, not compared): "
+                       + "; ".join(f"{bin_label(b)} ({n:,})" for b, n in bins))
+    for why, n in rep.left_out.items():
+        out.append(f"left out of the log: {n:,} {why}")
+    return out
+
+
+def trace_diff_json(rep: LogTraceDiff) -> dict[str, Any]:
+    return LOG_TRACE_DIFF.make({
+        "old": rep.old, "new": rep.new, "log_side": rep.log_side, "statistic": rep.statistic,
+        "tokens_width": rep.tokens_width, "no_common_bin": rep.no_common_bin,
+        "common": [_jsonable(d) for d in rep.common],
+        "only_log": [{"bin": _jsonable(b), "intervals": n} for b, n in rep.only_log],
+        "only_trace": [{"bin": _jsonable(b), "instances": n} for b, n in rep.only_trace],
+        "log_clock": rep.log_clock, "trace_clock": rep.trace_clock, "left_out": rep.left_out,
+    })
+
+
+__all__ = [
+    "bin_label",
+    "diff_json",
+    "diff_lines",
+    "gap_json",
+    "gap_lines",
+    "info_json",
+    "info_lines",
+    "spec_json",
+    "spec_lines",
+    "trace_diff_json",
+    "trace_diff_lines",
+]
