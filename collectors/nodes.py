@@ -186,7 +186,7 @@ def read_nodes(shard_dir: Path, state: str) -> dict[int, dict[str, Any]]:
     """node -> the content of its ``state`` file, for every node that wrote one (unreadable ones skipped)."""
     out: dict[int, dict[str, Any]] = {}
     for p in shard_dir.glob(f"node-*.{state}.json"):
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, RecursionError):
             node = int(p.name.split(".")[0].split("-")[1])
             data = json.loads(p.read_text(encoding="utf-8"))
             if isinstance(data, dict):

@@ -115,7 +115,7 @@ def load_config(path: str) -> dict[str, Any]:
         data = json.loads(p.read_text())
     except FileNotFoundError:
         raise AnalysisError(f"model config {p} does not exist", path=str(p)) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise AnalysisError(f"model config is not readable JSON: {exc}", path=str(p)) from None
     if not isinstance(data, dict):
         raise AnalysisError("model config is not a JSON object", path=str(p))

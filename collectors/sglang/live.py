@@ -107,7 +107,7 @@ def model_config(model_path: Any) -> dict[str, Any] | None:
     p = Path(model_path) / "config.json"
     try:
         data = json.loads(p.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -124,7 +124,7 @@ def server_info(base: str, timeout: float = 10.0) -> dict[str, Any]:
         if status == 200:
             try:
                 info = json.loads(body)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise TracekitError(f"{route} did not return JSON (is this an SGLang server?)", path=base) from None
             if isinstance(info, dict):
                 return info
@@ -176,7 +176,7 @@ class _Load:
                 if ok:
                     meta = json.loads(raw).get("meta_info", {})
                     toks = meta.get("completion_tokens", 0) if isinstance(meta, dict) else 0
-            except (urllib.error.URLError, OSError, TimeoutError, json.JSONDecodeError) as exc:
+            except (urllib.error.URLError, OSError, TimeoutError, json.JSONDecodeError, RecursionError) as exc:
                 ok, err, toks = False, f"{exc.__class__.__name__}: {exc}", 0
             with self._lock:
                 if ok:
@@ -207,7 +207,7 @@ def _complete(path: Path) -> bool:
         if path.name.endswith(".gz"):
             raw = gzip.decompress(raw)
         doc = json.loads(raw)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return False
     return isinstance(doc, dict) and "traceEvents" in doc
 

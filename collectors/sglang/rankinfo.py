@@ -154,7 +154,7 @@ def read_rank_manifests(directory: Path, since_unix_ns: int = 0) -> dict[int, di
             continue
         try:
             man = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, json.JSONDecodeError, RecursionError):
             continue
         if not isinstance(man, dict):
             continue

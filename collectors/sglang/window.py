@@ -109,7 +109,7 @@ def _claim(path: Path, data: bytes) -> bool:
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -326,7 +326,7 @@ def _load_json(p: Path) -> Any:
         opener = gzip.open if magic == b"\x1f\x8b" else open
         with opener(p, "rt", encoding="utf-8") as fh:
             return json.load(fh, parse_float=Decimal)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise BadTraceError(f"not a readable JSON trace ({exc.__class__.__name__}: {exc})", path=str(p)) from None
 
 

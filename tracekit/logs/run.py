@@ -19,7 +19,6 @@ under ``tracekit``: the two are never mistaken for each other). Columns (docs/lo
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, Final
 import polars as pl
 
 from tracekit.errors import RunError
+from tracekit.inputs import decode_json
 from tracekit.logs.grammars import KIND_DTYPES, Kind, column_kinds
 
 LOG_SCHEMA_VERSION: Final = 1
@@ -96,10 +96,7 @@ def read_log_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     raw = meta.get(MANIFEST_KEY)
     if raw is None:
         return None
-    try:
-        man = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RunError(f"log-run manifest is not valid JSON: {exc}", path=str(p)) from None
+    man = decode_json(raw, what="log-run manifest", path=str(p), error=RunError)
     if not isinstance(man, dict) or man.get("schema_version") != LOG_SCHEMA_VERSION:
         got = man.get("schema_version") if isinstance(man, dict) else None
         raise RunError(f"log run schema version {got} is not supported (this tracekit reads "
