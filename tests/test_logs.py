@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -290,3 +291,25 @@ def test_mutated_real_lines_never_raise(data: st.DataObject) -> None:
             assert r.field and r.problem
     fact = startup_fact(line)
     assert fact is None or isinstance(fact[2], dict)
+
+
+def test_sglang_rank_prefix_from_its_own_code(tmp_path: Path) -> None:
+    """The scheduler's logger prefix built by SGLang 0.5.9's own lines (run_scheduler_process) for
+    DP attention + TP + EP + PP, in SGLang's logging format: the tags become columns."""
+    import textwrap
+
+    import sglang_wheels
+
+    src = (sglang_wheels.source("0.5.9") / "sglang" / "srt" / "managers" / "scheduler.py").read_text()
+    start = src.index('    prefix = ""\n')
+    end = src.index('        prefix += f" EP{moe_ep_rank}"\n') + len('        prefix += f" EP{moe_ep_rank}"\n')
+    ns = {"os": __import__("os"), "dp_rank": 1, "pp_rank": 0, "attn_cp_rank": 0, "moe_dp_rank": 0, "tp_rank": 5,
+          "moe_ep_rank": 7, "server_args": SimpleNamespace(pp_size=2, attn_cp_size=1, moe_dp_size=1, tp_size=8,
+                                                            ep_size=8)}
+    exec(textwrap.dedent(src[start:end]), ns)
+    prefix = ns["prefix"]
+    message = (SAMPLES / "sglang-0.5.9.log").read_text().splitlines()[1].split("] ", 1)[1]
+    line = f"[2025-09-01 10:00:10{prefix}] {message}"  # configure_logger: "[%(asctime)s{prefix}] %(message)s"
+    (r,) = match_line(line, [], 2025)
+    assert isinstance(r, Match)
+    assert (r.row["dp"], r.row["pp"], r.row["tp"], r.row["ep"]) == (1, 0, 5, 7) and r.row["time_ns"] is not None

@@ -71,15 +71,20 @@ class LogDiff:
 def tokens_bin_width(*rows: pl.DataFrame) -> int:
     """The default tokens-per-request bin width for these log runs (``nice_width`` over the busy
     intervals' tokens per request of all of them)."""
-    toks = pl.concat([_usable(intervals(r))[0].get_column("tokens_per_req") for r in rows])
+    return width_for(pl.concat([usable_intervals(intervals(r))[0].get_column("tokens_per_req") for r in rows]))
+
+
+def width_for(tokens_per_req: pl.Series) -> int:
+    """The bin width for these tokens-per-request values (``nice_width`` over their range; 1 when none)."""
+    toks = tokens_per_req.drop_nulls()
     return nice_width(float(toks.min()), float(toks.max())) if toks.len() else 1  # type: ignore[arg-type]
 
 
-def _binned(df: pl.DataFrame, width: int) -> pl.DataFrame:
+def binned(df: pl.DataFrame, width: int) -> pl.DataFrame:
     return df.with_columns((pl.col("tokens_per_req") // width).cast(pl.Int64).alias("_tbin"))
 
 
-def _usable(ivs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+def usable_intervals(ivs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     log = ivs.filter(pl.col("source") == "log")
     idle = log.filter(pl.col("running_req").fill_null(0) == 0)
     busy = log.filter(pl.col("running_req").fill_null(0) > 0)
@@ -89,7 +94,7 @@ def _usable(ivs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     return busy.filter(pl.col("tokens_per_req").is_not_null()), {k: v for k, v in out.items() if v}
 
 
-def _key(batch: int, tbin: int, graph: bool | None, width: int) -> Bin:
+def bin_of(batch: int, tbin: int, graph: bool | None, width: int) -> Bin:
     return Bin(batch=batch, tokens_lo=tbin * width, tokens_hi=(tbin + 1) * width, graph=graph)
 
 
@@ -97,15 +102,15 @@ def log_diff(old_rows: pl.DataFrame, old_man: Mapping[str, Any], new_rows: pl.Da
              old: str, new: str, *, stat: str = "median", tokens_width: int | None = None) -> LogDiff:
     if stat not in STATS:
         raise ValueError(f"stat must be one of {STATS}")
-    a, left_a = _usable(intervals(old_rows))
-    b, left_b = _usable(intervals(new_rows))
+    a, left_a = usable_intervals(intervals(old_rows))
+    b, left_b = usable_intervals(intervals(new_rows))
     width = tokens_width or tokens_bin_width(old_rows, new_rows)
     fa = [n for n, _k in user_fields(old_man)]
     fb = [n for n, _k in user_fields(new_man)]
     fields = [f for f in fa if f in fb]
-    ua = _binned(user_rows(old_rows, fields), width) if fields else None
-    ub = _binned(user_rows(new_rows, fields), width) if fields else None
-    a, b = _binned(a, width), _binned(b, width)
+    ua = binned(user_rows(old_rows, fields), width) if fields else None
+    ub = binned(user_rows(new_rows, fields), width) if fields else None
+    a, b = binned(a, width), binned(b, width)
     keys = ["running_req", "_tbin", "graph"]
     ca = {tuple(r[:3]): r[3] for r in a.group_by(keys).len().iter_rows()}
     cb = {tuple(r[:3]): r[3] for r in b.group_by(keys).len().iter_rows()}
@@ -115,12 +120,12 @@ def log_diff(old_rows: pl.DataFrame, old_man: Mapping[str, Any], new_rows: pl.Da
         sel = (pl.col("running_req") == key[0]) & (pl.col("_tbin") == key[1]) & \
             (pl.col("graph").is_null() if key[2] is None else pl.col("graph") == key[2])
         sa, sb = a.filter(sel), b.filter(sel)
-        metrics = [_delta(m, summarize(sa.get_column(m)), summarize(sb.get_column(m)), stat) for m in INTERVAL_METRICS]
+        metrics = [metric_delta(m, summarize(sa.get_column(m)), summarize(sb.get_column(m)), stat) for m in INTERVAL_METRICS]
         if ua is not None and ub is not None:
             for f in fields:
-                metrics.append(_delta(f, summarize(ua.filter(sel).get_column(f)), summarize(ub.filter(sel).get_column(f)),
+                metrics.append(metric_delta(f, summarize(ua.filter(sel).get_column(f)), summarize(ub.filter(sel).get_column(f)),
                                       stat))
-        diffs.append(BinDiff(bin=_key(int(key[0]), int(key[1]), key[2], width), n_old=ca[key], n_new=cb[key],
+        diffs.append(BinDiff(bin=bin_of(int(key[0]), int(key[1]), key[2], width), n_old=ca[key], n_new=cb[key],
                              metrics=tuple(m for m in metrics if m.old.n or m.new.n)))
     if ua is not None:
         n = ua.filter(pl.col("running_req").is_null()).height
@@ -132,23 +137,24 @@ def log_diff(old_rows: pl.DataFrame, old_man: Mapping[str, Any], new_rows: pl.Da
             left_b["user-pattern rows before any stats line"] = n
     return LogDiff(
         old=old, new=new, statistic=stat, tokens_width=width, common=tuple(diffs),
-        only_old=tuple((_key(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(ca.items(), key=_order) if k not in cb),
-        only_new=tuple((_key(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(cb.items(), key=_order) if k not in ca),
+        only_old=tuple((bin_of(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(ca.items(), key=bin_order) if k not in cb),
+        only_new=tuple((bin_of(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(cb.items(), key=bin_order) if k not in ca),
         no_common_bin=not diffs, left_out={"old": left_a, "new": left_b}, user_fields=tuple(fields),
         timing_source="engine log",
     )
 
 
-def _order(kv: tuple[tuple[Any, ...], int]) -> tuple[int, int, int]:
+def bin_order(kv: tuple[tuple[Any, ...], int]) -> tuple[int, int, int]:
     k = kv[0]
     return int(k[0]), int(k[1]), -1 if k[2] is None else int(k[2])
 
 
-def _delta(metric: str, old: Summary, new: Summary, stat: str) -> MetricDelta:
+def metric_delta(metric: str, old: Summary, new: Summary, stat: str) -> MetricDelta:
     o, n = old.stat(stat), new.stat(stat)
     delta = None if o is None or n is None else n - o
     ratio = None if o is None or n is None or o == 0 or math.isnan(o) else n / o
     return MetricDelta(metric, old, new, delta, ratio)
 
 
-__all__ = ["INTERVAL_METRICS", "Bin", "BinDiff", "LogDiff", "MetricDelta", "log_diff", "tokens_bin_width"]
+__all__ = ["INTERVAL_METRICS", "Bin", "BinDiff", "LogDiff", "MetricDelta", "bin_of", "bin_order", "binned", "log_diff",
+           "metric_delta", "tokens_bin_width", "usable_intervals", "width_for"]

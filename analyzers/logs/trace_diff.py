@@ -23,7 +23,16 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracekit.analyzers.logs.diff import Bin, MetricDelta, _binned, _delta, _key, _order, _usable
+from tracekit.analyzers.logs.diff import (
+    Bin,
+    MetricDelta,
+    bin_of,
+    bin_order,
+    binned,
+    metric_delta,
+    usable_intervals,
+    width_for,
+)
 from tracekit.analyzers.logs.spec import phase_timing
 from tracekit.analyzers.logs.stats import Summary, summarize
 from tracekit.analyzers.logs.views import intervals, user_rows
@@ -72,23 +81,20 @@ def trace_points(events: pl.DataFrame) -> pl.DataFrame:
 
 def log_vs_trace(rows: pl.DataFrame, manifest: Mapping[str, Any], log_path: str, events: pl.DataFrame,
                  run_path: str, *, log_is_old: bool, stat: str = "median", tokens_width: int | None = None) -> LogTraceDiff:
-    from tracekit.analyzers.diff import nice_width
-
-    log_iv, left = _usable(intervals(rows))
+    log_iv, left = usable_intervals(intervals(rows))
     tr = trace_points(events).filter(pl.col("tokens_per_req").is_not_null() & (pl.col("running_req") > 0))
-    toks = pl.concat([log_iv.get_column("tokens_per_req"), tr.get_column("tokens_per_req")])
-    width = tokens_width or (nice_width(float(toks.min()), float(toks.max())) if toks.len() else 1)  # type: ignore[arg-type]
+    width = tokens_width or width_for(pl.concat([log_iv.get_column("tokens_per_req"), tr.get_column("tokens_per_req")]))
     timing = phase_timing(rows, manifest, "verify")
     field = None
     if timing is not None and timing.source.startswith("engine log (pattern field "):
         field = timing.source.removeprefix("engine log (pattern field ").removesuffix(")")
-    users = _binned(user_rows(rows, [field]), width) if field is not None else None
-    a, b = _binned(log_iv, width), _binned(tr, width)
+    users = binned(user_rows(rows, [field]), width) if field is not None else None
+    a, b = binned(log_iv, width), binned(tr, width)
     keys = ["running_req", "_tbin", "graph"]
     ca = {tuple(r[:3]): r[3] for r in a.group_by(keys).len().iter_rows()}
     cb = {tuple(r[:3]): r[3] for r in b.group_by(keys).len().iter_rows()}
     common = []
-    for key in sorted(set(ca) & set(cb), key=lambda k: _order((k, 0))):
+    for key in sorted(set(ca) & set(cb), key=lambda k: bin_order((k, 0))):
         sel = (pl.col("running_req") == key[0]) & (pl.col("_tbin") == key[1]) & \
             (pl.col("graph").is_null() if key[2] is None else pl.col("graph") == key[2])
         la, lb = summarize(a.filter(sel).get_column("accept_length")), summarize(b.filter(sel).get_column("accept_length"))
@@ -100,14 +106,14 @@ def log_vs_trace(rows: pl.DataFrame, manifest: Mapping[str, Any], log_path: str,
             log_t = summarize(a.filter(sel).get_column("verify_ns"))
         else:
             log_t = None
-        common.append(TraceBinDiff(_key(int(key[0]), int(key[1]), key[2], width), ca[key], cb[key],
-                                   _delta("accept_length", old, new, stat), log_t,
+        common.append(TraceBinDiff(bin_of(int(key[0]), int(key[1]), key[2], width), ca[key], cb[key],
+                                   metric_delta("accept_length", old, new, stat), log_t,
                                    summarize(b.filter(sel).get_column("verify_ns"))))
     return LogTraceDiff(
         old=log_path if log_is_old else run_path, new=run_path if log_is_old else log_path,
         log_side="old" if log_is_old else "new", statistic=stat, tokens_width=width, common=tuple(common),
-        only_log=tuple((_key(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(ca.items(), key=_order) if k not in cb),
-        only_trace=tuple((_key(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(cb.items(), key=_order) if k not in ca),
+        only_log=tuple((bin_of(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(ca.items(), key=bin_order) if k not in cb),
+        only_trace=tuple((bin_of(int(k[0]), int(k[1]), k[2], width), n) for k, n in sorted(cb.items(), key=bin_order) if k not in ca),
         no_common_bin=not common, log_clock=None if timing is None else timing.source, trace_clock=TRACE_CLOCK,
         left_out=left)
 

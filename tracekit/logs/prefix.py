@@ -1,8 +1,10 @@
 """The logging prefixes of the engines: time and rank tags of a line (what precedes its message).
 
 - SGLang (``configure_logger``, sglang/srt/utils/common.py): ``[%(asctime)s{.ms}{prefix}] `` with
-  ``datefmt="%Y-%m-%d %H:%M:%S"`` and prefix `` TPn`` / `` DPd TPn EPe`` (``PPp`` with pipeline
-  parallelism); under Ray a ``(Name pid=N, ip=...)`` before it.
+  ``datefmt="%Y-%m-%d %H:%M:%S"`` and the scheduler's prefix (``run_scheduler_process``,
+  managers/scheduler.py: `` DPd``, `` PPp``, `` ATTN_CPc``, `` MOE_DPm``, `` TPt``, `` EPe``, each
+  only when that parallelism is on); under Ray a ``(Name pid=N, ip=...)`` before it. DP / TP / EP /
+  PP become columns; ATTN_CP and MOE_DP are read past.
 - vLLM (vllm/logger.py ``_FORMAT``): ``(process pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] ``
   (``(EngineCore_DP0 pid=2811)``; older versions without the process part and with ``file.py:line]``).
 
@@ -21,11 +23,11 @@ from typing import Final
 
 _PROC = r"\((?P<proc>[\w.-]+?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s*"
 SGLANG: Final = re.compile(r"(?:" + _PROC + r")?\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,6}))?"
-                           r"(?P<tags>(?: [A-Z]{2}\d+)*)\]")
+                           r"(?P<tags>(?: [A-Z][A-Z_]*\d+)*)\]")
 VLLM: Final = re.compile(r"(?:" + _PROC + r")?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
                          r"(?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,6}))? "
                          r"\[?(?P<file>[\w./-]+):(?P<lineno>\d+)\]")
-_TAG: Final = re.compile(r"([A-Z]{2})(\d+)")
+_TAG: Final = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 _PROC_DP: Final = re.compile(r"_DP(\d+)$")
 
 TAGS: Final = ("dp", "tp", "ep", "pp")
