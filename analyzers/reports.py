@@ -180,14 +180,19 @@ class DiffReport:
     sol_new: SolReport | None = None
     sol_why: str | None = None
     estimates: Mapping[str, ChangeEstimate] = field(default_factory=dict)  # per phase: a = new, b = old
+    # ``manifest_diff`` collapsed across ranks (``analyzers.manifest_diff.collapse``), most telling first
+    manifest_changes: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     @classmethod
     def from_view(cls, view: Mapping[str, pl.DataFrame], manifest_diff: pl.DataFrame,
                   timing: Mapping[str, Mapping[str, Any]] | None = None, stat: str = "median",
                   sol: tuple[SolReport | None, SolReport | None, str | None] = (None, None, None)) -> DiffReport:
         """The report of ``analyzers.diff.diff_runs``' frames and ``analyzers.manifest_diff``'s table."""
+        from .manifest_diff import collapse
+
         return cls(view["presence"], view["phases"], view["buckets"], view["seq_buckets"], view["kernels"],
-                   manifest_diff, timing or {}, stat, sol_old=sol[0], sol_new=sol[1], sol_why=sol[2])
+                   manifest_diff, timing or {}, stat, sol_old=sol[0], sol_new=sol[1], sol_why=sol[2],
+                   manifest_changes=collapse(manifest_diff))
 
 
 @dataclass(frozen=True)

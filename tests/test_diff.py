@@ -181,7 +181,7 @@ def test_manifest_diff_rank_by_rank() -> None:
     c = collapse(d)
     proto = c.filter((pl.col("key") == "env.NCCL_PROTO") & (pl.col("status") == "only_old")).row(0, named=True)
     assert proto["scopes"] == ["0", "1", "2"]
-    lines = render_diff.manifest_lines(d)
+    lines = render_diff.manifest_lines(c)
     assert "env: env.NCCL_PROTO = LL in the old run, absent in the new (ranks 0-2)" in lines
     assert render_diff.ranks_text(["2", "0", "1"]) == "ranks 0-2"
     assert "rank 4: present only in the new run" in lines

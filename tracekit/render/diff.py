@@ -10,7 +10,6 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.analyzers.manifest_diff import collapse
 from tracekit.analyzers.reports import DiffReport
 from tracekit.buckets import LABELS
 from tracekit.documents import DIFF
@@ -51,10 +50,10 @@ def _val(v: str | None) -> str:
     return x if isinstance(x, str) else v
 
 
-def manifest_lines(md: pl.DataFrame) -> list[str]:
-    """One line per collapsed manifest difference, most important sections first."""
+def manifest_lines(changes: pl.DataFrame) -> list[str]:
+    """One line per collapsed manifest difference (``DiffReport.manifest_changes``), most important first."""
     lines = []
-    for r in collapse(md).iter_rows(named=True):
+    for r in changes.iter_rows(named=True):
         r["old"], r["new"] = _short(r["old"]), _short(r["new"])
         where = ranks_text(r["scopes"])
         key = r["key"]
@@ -208,7 +207,7 @@ def explanation(rep: DiffReport) -> list[str]:
             missing = pres.filter(~pl.col(col)).get_column("phase").to_list()
             if missing:
                 lines.append(f"not in the {which} run (not compared): {', '.join(missing)}")
-    ml = manifest_lines(rep.manifest_diff)
+    ml = manifest_lines(rep.manifest_changes)
     if ml:
         lines.append(f"manifest differences ({len(ml)}), most telling first:")
         lines += [f"  - {m}" for m in ml]
