@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,11 +271,14 @@ def split_args(body: str, limit: int = 400) -> dict[str, str]:
     return out
 
 
-def startup_fact(line: str) -> tuple[str, str, dict[str, Any]] | None:
-    """(engine, kind, facts) of a start-up line (:data:`tracekit.logs.grammars.STARTUP`), or None."""
+def startup_fact(line: str, known: Container[str] = ()) -> tuple[str, str, dict[str, Any]] | None:
+    """(engine, kind, facts) of a start-up line (:data:`tracekit.logs.grammars.STARTUP`), or None;
+    a kind in ``known`` (already found in this file: the first one counts) is matched, not read."""
     for st in STARTUP:
         if st.keyword not in line:
             continue
+        if st.kind in known:
+            return st.engine, st.kind, {}
         m = st.regex.search(line)
         if m is None:
             continue

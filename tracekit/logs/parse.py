@@ -185,7 +185,7 @@ def _file_rows(path: Path, index: int, st: FileStats, patterns: list[UserPattern
             line = _decode(raw, st).rstrip("\r\n")
             results = match_line(line, patterns, year)
             if not results:
-                fact = startup_fact(line)
+                fact = startup_fact(line, st.startup)
                 if fact is not None:
                     engine, kind, facts = fact
                     st.startup.setdefault(kind, facts)
