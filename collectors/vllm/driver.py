@@ -218,8 +218,7 @@ def _drive(world: int, kind: str, cc: CaptureConfig, shard_dir: Path, q: Any, ct
                                       "window": metrics_delta(before, after_m), "before": before, "after": after_m},
                    "workers": [{"rank": s["rank"], **s["counts"]} for s in stopped]}
     events = llm.collective_rpc("tracekit_write", args=(spec, done, aborted, engine_info))
-    for info, n in zip(infos, events, strict=True):
-        if n:
-            q.put(Done(int(info["rank"]), int(n)))
+    for info, n in zip(infos, events, strict=True):  # a rank outside --ranks writes nothing: done with 0 rows
+        q.put(Done(int(info["rank"]), int(n)))
     with contextlib.suppress(Exception):
         llm.llm_engine.engine_core.shutdown()
