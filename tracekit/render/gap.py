@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tracekit.analyzers.reports import GapReport, Mode
+from tracekit.buckets import HOST_LABELS, LABELS
 from tracekit.documents import GAP
-from tracekit.render.attribute import LABELS
 from tracekit.render.units import dur
 
 
@@ -35,6 +35,7 @@ STAT_NOTE: Final = {
     "mean": "means per instance (the buckets add up to the window; one stalled instance moves them; "
             "--stat median for medians)",
 }
+HOST_STAT_NOTE: Final = {k: v.replace("window", "host range") for k, v in STAT_NOTE.items()}
 
 
 def side_names(rep: GapReport, tagged: bool = False) -> tuple[str, str]:
@@ -197,20 +198,36 @@ def render_report(rep: GapReport, console: Console, by_rank: bool = False) -> No
     render(rep, console, by_rank)
 
 
-def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
-    a, b = rep.a, rep.b
+def render_head(rep: GapReport, console: Console) -> None:
+    """The sides, the statistic and the bucket table of a gap (GPU window, or host range in host mode)."""
+    host = rep.mode is Mode.HOST
     an, bn = side_names(rep, tagged=True)
 
     def desc(x: Mapping[str, Any]) -> str:
         tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
         seq = "unknown" if x["mean_seq_len"] is None else f"{x['mean_seq_len']:,.0f}"
-        return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens, seq len {seq}"
+        return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens" + ("" if host else f", seq len {seq}")
 
     stat = rep.stat
-    console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
-    console.print(f"compared by {STAT_NOTE[stat]}", soft_wrap=True)
-    console.print(bucket_table(rep, f"{an} vs {bn}: GPU window per instance ({stat} over instances of all selected ranks)",
-                               (an, bn, "delta", "delta/token", "share of gap"), LABELS, ("gpu_window", "GPU window")))
+    console.print(f"A = {an}: {desc(rep.a)}; B = {bn}: {desc(rep.b)}", soft_wrap=True)
+    console.print(f"compared by {(HOST_STAT_NOTE if host else STAT_NOTE)[stat]}", soft_wrap=True)
+    if host:
+        from tracekit.render.host_attribute import HOST_HEADER
+
+        console.print(bucket_table(
+            rep, f"{an} vs {bn}: {HOST_HEADER}; {stat} per instance over all selected ranks",
+            (f"{an} per instance", f"{bn} per instance", "delta per instance", "delta per token", "share of gap"),
+            HOST_LABELS, ("host_range", "host range (= sum)")))
+    else:
+        console.print(bucket_table(rep, f"{an} vs {bn}: GPU window per instance ({stat} over instances of all selected ranks)",
+                                   (an, bn, "delta", "delta/token", "share of gap"), LABELS, ("gpu_window", "GPU window")))
+
+
+def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
+    a, b = rep.a, rep.b
+    an, bn = side_names(rep, tagged=True)
+    stat = rep.stat
+    render_head(rep, console)
     console.print(
         f"  launches per instance: {an} {a['eager_launches']:,.1f} eager + {a['graph_launches']:,.1f} graph "
         f"({int(a['graphed_instances'])}/{a['instances']} graphed); {bn} {b['eager_launches']:,.1f} eager + "

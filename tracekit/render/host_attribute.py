@@ -8,7 +8,6 @@ unless the column says otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final
 
 import polars as pl
@@ -25,8 +24,7 @@ from tracekit.render.attribute import (
     share_table,
 )
 from tracekit.render.gap import (
-    STAT_NOTE,
-    bucket_table,
+    render_head,
     side_names,
     warning_lines,
 )
@@ -109,21 +107,11 @@ def host_explanation_lines(rep: GapReport) -> list[str]:
 
 
 def render_host_gap(rep: GapReport, console: Console) -> None:
-    """Print the host-mode gap table (means per instance) and its ranked explanations."""
+    """Print the host-mode gap table and its ranked explanations."""
     a, b = rep.a, rep.b
     an, bn = side_names(rep, tagged=True)
-
-    def desc(x: Mapping[str, Any]) -> str:
-        tok = "unknown" if x["mean_tokens"] is None else f"{x['mean_tokens']:.1f}"
-        return f"{x['instances']} instances on {x['ranks']} rank(s), {tok} tokens"
-
     stat = rep.stat
-    console.print(f"A = {an}: {desc(a)}; B = {bn}: {desc(b)}", soft_wrap=True)
-    console.print(f"compared by {STAT_NOTE[stat].replace('window', 'host range')}", soft_wrap=True)
-    console.print(bucket_table(
-        rep, f"{an} vs {bn}: {HOST_HEADER}; {stat} per instance over all selected ranks",
-        (f"{an} per instance", f"{bn} per instance", "delta per instance", "delta per token", "share of gap"),
-        HOST_LABELS, ("host_range", "host range (= sum)")))
+    render_head(rep, console)
     total = rep.total_delta_ns
     more = "more" if total >= 0 else "less"
     console.print(f"{an} takes {dur(abs(total))} per instance ({stat}) {more} host time than {bn}; by bucket:")
