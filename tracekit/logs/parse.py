@@ -36,9 +36,10 @@ from tracekit.logs.accept import (
     sglang_draft_tokens,
     unify,
 )
-from tracekit.logs.grammars import GRAMMARS
+from tracekit.logs.grammars import FRAME_LINES, GRAMMARS
 from tracekit.logs.lines import HalfMatch, Match, match_line, startup_fact
 from tracekit.logs.patterns import UserPattern
+from tracekit.logs.prefix import parse_prefix
 from tracekit.logs.run import LOG_SCHEMA_VERSION, MANIFEST_KEY, head_bytes, parsed_schema
 
 MAX_LINE: Final = 1 << 20  # bytes; a longer line is skipped (counted, its start shown)
@@ -61,6 +62,8 @@ class FileStats:
     lines: int = 0
     matched: Counter[str] = field(default_factory=Counter)
     unmatched: int = 0
+    frame_lines: int = 0  # blank lines and the frame of multi-line records (grammars.FRAME_LINES)
+    last_time_ns: int | None = None  # the last line time seen: the time of a multi-line record's unprefixed rows
     unmatched_examples: list[dict[str, Any]] = field(default_factory=list)
     half: int = 0
     half_examples: list[dict[str, Any]] = field(default_factory=list)
@@ -76,7 +79,7 @@ class FileStats:
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path, "size": self.size, "sha256": self.sha256, "kind": self.kind, "lines": self.lines,
-            "matched": dict(self.matched), "unmatched": self.unmatched,
+            "matched": dict(self.matched), "unmatched": self.unmatched, "frame_lines": self.frame_lines,
             "unmatched_examples": self.unmatched_examples, "half_matched": self.half,
             "half_match_examples": self.half_examples,
             "unknown_fields": {g: dict(c) for g, c in self.unknown_fields.items()},
@@ -192,8 +195,14 @@ def _file_rows(path: Path, index: int, st: FileStats, patterns: list[UserPattern
                     if kind == "engine_config" and st.engine_version is None:
                         st.engine_version = f"{engine} {facts['version']}"
                     continue
+                if not line.strip() or any(rx.search(line) for rx in FRAME_LINES):
+                    st.frame_lines += 1
+                    t = parse_prefix(line, year).time_ns  # a record's first line: its rows' time
+                    if t is not None:
+                        st.last_time_ns = t
+                    continue
                 st.unmatched += 1
-                if len(st.unmatched_examples) < EXAMPLES and line.strip():
+                if len(st.unmatched_examples) < EXAMPLES:
                     st.unmatched_examples.append({"line": st.lines, "text": line[:200]})
                 continue
             for r in results:
@@ -228,6 +237,10 @@ class _Hashing:
 def _add(m: Match, index: int, st: FileStats, sink: _Sink, intervals: _Intervals) -> None:
     g = next((g for g in GRAMMARS if g.name == m.grammar), None)
     row = m.row
+    if row.get("time_ns") is None and g is not None and g.record == "graph_stats":
+        row["time_ns"] = st.last_time_ns  # a table row: the time of its record's first line
+    elif row.get("time_ns") is not None:
+        st.last_time_ns = row["time_ns"]
     row["file"] = index
     row["line"] = st.lines
     row["grammar"] = m.grammar
@@ -248,7 +261,8 @@ def _add(m: Match, index: int, st: FileStats, sink: _Sink, intervals: _Intervals
     a, r = row.get("sglang_accept_len"), row.get("sglang_accept_rate")
     if a is not None and r is not None and len(st.accept_pairs) < _PAIRS_MAX:
         st.accept_pairs.add((a, r))
-    intervals(row)
+    if row["record"] != "graph_stats":  # a table's rows share one time: no interval between them
+        intervals(row)
     sink.add(row)
 
 

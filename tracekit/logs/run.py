@@ -8,7 +8,8 @@ under ``tracekit``: the two are never mistaken for each other). Columns (docs/lo
   timestamp, server wall clock read as UTC, ns since the epoch; null when the line has none),
   ``interval_ns`` (since the previous row of the same file, record and rank tags);
 - what: ``engine``, ``grammar``, ``version`` (the grammar's version family the line matched),
-  ``record`` (decode, prefill, finish, engine_stats, spec_stats, graph_mode, metrics_interval, user);
+  ``record`` (decode, prefill, finish, engine_stats, spec_stats, graph_mode, graph_stats,
+  metrics_interval, user);
 - tags: ``proc``, ``pid``, ``dp``, ``tp``, ``ep``, ``pp``, ``engine_index``, ``iter``;
 - every grammar field as a typed column (:func:`tracekit.logs.grammars.column_kinds`), metrics
   columns (:data:`METRIC_COLUMNS`) and the user patterns' fields;
@@ -53,7 +54,8 @@ DERIVED_COLUMNS: Final[dict[str, str]] = {
     "interval_ns": "Int64", "tokens_per_req": "Float64", "draft_tokens_per_verify": "Int64",
     "accept_length": "Float64", "accept_rate": "Float64", "accept_pos_cond": "List(Float64)",
 }
-RECORDS: Final = ("decode", "prefill", "finish", "engine_stats", "spec_stats", "graph_mode", "metrics_interval", "user")
+RECORDS: Final = ("decode", "prefill", "finish", "engine_stats", "spec_stats", "graph_mode", "graph_stats",
+                  "metrics_interval", "user")
 
 
 def parsed_schema(user: Mapping[str, Kind]) -> pl.Schema:
