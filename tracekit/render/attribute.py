@@ -112,6 +112,10 @@ TIMES_GLOSSARY: Final = (
 )
 
 
+TIMES_KEY: Final = ("times: [U] unprofiled timer, [P] profiled timer, [W] GPU window, [H] host range "
+                    "(`tracekit attribute` prints each phase's, with the glossary)")
+
+
 def times_table(report: AttributionReport) -> Table:
     """The glossary of a phase's times, printed once above the tables: each figure a phase has, by clock."""
     assert report.by_phase is not None

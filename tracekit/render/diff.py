@@ -271,7 +271,7 @@ def render(rep: DiffReport, console: Console) -> None:
         p = ph["phase"]
         tm = rep.timing.get(p)
         if tm and tm["timing_source"] == "unprofiled":
-            console.print(f"{p} unprofiled (capture timers, {tm['clock']}, median per instance): old {dur(tm['a_ns'])} -> "
+            console.print(f"{p} unprofiled [U] (capture timers, {tm['clock']}, median per instance): old {dur(tm['a_ns'])} -> "
                           f"new {dur(tm['b_ns'])} ({dur(tm['b_ns'] - tm['a_ns'], True)}); the tables below are profiled",
                           soft_wrap=True, highlight=False)
         elif tm:
@@ -331,6 +331,9 @@ def render(rep: DiffReport, console: Console) -> None:
             console.print(f"  {CHANGE_METHOD}", soft_wrap=True, highlight=False, markup=False)
     for line in explanation(rep):
         console.print(line, highlight=False, markup=False)
+    from tracekit.render.attribute import TIMES_KEY
+
+    console.print(TIMES_KEY, soft_wrap=True, highlight=False, markup=False)
     nccl = nccl_doc(rep)
     if nccl["old"] or nccl["new"]:
         changed = change_lines(nccl["changes"])

@@ -274,13 +274,13 @@ def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
     tm = rep.timing
     if tm.get("timing_source") == "unprofiled":
         d = tm["delta_ns"]
-        console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {an} {dur(tm['a_ns'])}, "
+        console.print(f"unprofiled [U] (capture timers, {tm['clock']}, median per instance): {an} {dur(tm['a_ns'])}, "
                       f"{bn} {dur(tm['b_ns'])}: {an} costs {('+' if d > 0 else '')}{dur(d)} more. The buckets above "
                       "are profiled (the profiler dilates host-bound time):", soft_wrap=True)
     elif tm:
         console.print(f"times are profiled only ({tm.get('why')})", soft_wrap=True)
     console.print(f"{an} costs {('+' if total > 0 else '')}{dur(total)} per instance ({stat}) more than {bn} on the GPU "
-                  "(profiled window); explained by:")
+                  "(profiled window [W]); explained by:")
     for line in explanation_lines(rep):
         console.print(f"  {line}", soft_wrap=True)
     if rep.estimate is not None:
@@ -291,6 +291,9 @@ def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
         console.print(f"  {CHANGE_METHOD}", soft_wrap=True, highlight=False, markup=False)
     for w in warning_lines(rep):
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"), soft_wrap=True)
+    from tracekit.render.attribute import TIMES_KEY
+
+    console.print(TIMES_KEY, soft_wrap=True, highlight=False, markup=False)
     from tracekit.render import sol as render_sol
 
     for line in render_sol.gap_lines(rep.sol, an, bn, stat) or [x for x in [render_sol.why_line(rep.sol_why)] if x]:

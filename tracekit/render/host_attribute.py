@@ -122,7 +122,7 @@ def render_host_gap(rep: GapReport, console: Console) -> None:
     tm = dict(rep.timing)
     if tm["timing_source"] == "unprofiled":
         d = tm["delta_ns"]
-        console.print(f"unprofiled (capture timers, {tm['clock']}, median per instance): {a['phase']} {ms(tm['a_ns'])}, "
+        console.print(f"unprofiled [U] (capture timers, {tm['clock']}, median per instance): {a['phase']} {ms(tm['a_ns'])}, "
                       f"{b['phase']} {ms(tm['b_ns'])} ({'+' if d >= 0 else ''}{ms(d)}); the table above is profiled",
                       soft_wrap=True)
 
