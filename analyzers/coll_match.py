@@ -62,9 +62,14 @@ def host_collectives(events: pl.DataFrame) -> pl.DataFrame:
     return g.join(keep.select("key"), on="key", how="semi").sort(["key", "rank"])
 
 
+# the columns match_collectives and host_collectives read
+ALIGN_COLUMNS = ("rank", "kind", "name", "group", "coll_seq", "coll_op", "phase", "phase_id", "start_ns", "dur_ns")
+
+
 def alignment_rows(events: pl.DataFrame) -> pl.DataFrame:
-    """The rows clock alignment reads (``align.estimate_offsets``): collective kernels and gloo's
-    collective ranges, every column. A rank's share is small: what travels from a worker to fit the
-    offsets of a run ingested rank by rank (``tracekit.ingest.sharded``)."""
+    """The rows and columns clock alignment reads (``align.estimate_offsets``): collective kernels and
+    gloo's collective ranges. A rank's share is small: what travels from a worker to fit the offsets of
+    a run ingested rank by rank (``tracekit.ingest.sharded``)."""
     return events.filter(((pl.col("kind") == "kernel") & pl.col("coll_seq").is_not_null())
-                         | ((pl.col("kind") == "range") & pl.col("name").str.starts_with(HOST_PREFIX)))
+                         | ((pl.col("kind") == "range") & pl.col("name").str.starts_with(HOST_PREFIX))
+                         ).select(ALIGN_COLUMNS)

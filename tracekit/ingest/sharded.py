@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import os
 import shutil
 import tempfile
@@ -124,7 +125,10 @@ def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules
         res = {c.rank: c.resolution_ns for c in time_resolution(events)}  # on the recorded clock, as ingest_traces
         rows = alignment_rows(events)
         first = events.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
-        clock = rows if alignment_rows(first).height else pl.concat([first, rows], how="vertical")
+        clock = rows if alignment_rows(first).height else pl.concat([first.select(rows.columns), rows], how="vertical")
+        # a copy of its own: a filtered frame's strings still point into the whole table's buffers,
+        # which would stay alive as long as the result does (measured: ~4 MB per rank of bench/scale.py)
+        clock = pl.read_ipc(io.BytesIO(clock.write_ipc(None).getvalue()))
         return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank), "clock_rows": clock}
 
 
