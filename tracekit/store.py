@@ -168,12 +168,14 @@ class _RunFile:
     manifest: Manifest
 
 
-def _read_file(path: Path) -> _RunFile:
-    with open_input(path, RunError) as fh:
-        try:
-            data = fh.read()
-        except OSError as exc:
-            raise RunError(f"cannot read ({exc.strerror or exc})", path=str(path)) from None
+def _read_file(path: Path, data: bytes | None = None) -> _RunFile:
+    """One run file, read once (``data``: its bytes, already fetched from a URL)."""
+    if data is None:
+        with open_input(path, RunError) as fh:
+            try:
+                data = fh.read()
+            except OSError as exc:
+                raise RunError(f"cannot read ({exc.strerror or exc})", path=str(path)) from None
     try:
         # the file's key-value metadata (polars reads the footer only; no pyarrow import at start-up)
         meta = pl.read_parquet_metadata(io.BytesIO(data))
@@ -266,7 +268,18 @@ def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
 
 
 def _open_run(path: str | os.PathLike[str]) -> list[_RunFile]:
-    """Every file of a run (the file, or a shard directory's shards), each read once."""
+    """Every file of a run (the file, or a shard directory's shards, or the shards under a URL prefix:
+    ``tracekit.urls``), each read once."""
+    from tracekit.urls import is_url
+
+    if is_url(path):
+        from tracekit.urls import read_bytes, shard_urls
+
+        url = os.fspath(path)
+        urls = shard_urls(url, SHARD_GLOB) if not url.endswith(".parquet") else [url]
+        if not urls:
+            raise RunError("no rank-*.parquet shards under this prefix", path=url)
+        return [_read_file(Path(u), read_bytes(u)) for u in urls]
     p = Path(path)
     try:
         is_dir = p.is_dir()

@@ -66,7 +66,10 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
 
         run_logs(logs, output, (), None, quiet=quiet)
         return
-    sharded = bool(rank_files) or output.endswith(("/", os.sep)) or Path(output).is_dir()
+    from tracekit.urls import is_url
+
+    # a directory, or a URL prefix (object storage: a run there is always sharded)
+    sharded = bool(rank_files) or is_url(output) or output.endswith(("/", os.sep)) or Path(output).is_dir()
     from tracekit.finalize.categories import load_rules
 
     rules = load_rules(categories_file) if categories_file else None
@@ -81,7 +84,7 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
     t0 = time.perf_counter()
     if sharded:
         # --rank-files: this node's ranks only, nothing to fit the clock against (the merge aligns hosts)
-        _ingest_sharded(traces, Path(output), spec, allow_missing_ranks or bool(rank_files), on_error, progress,
+        _ingest_sharded(traces, output, spec, allow_missing_ranks or bool(rank_files), on_error, progress,
                         rules, err, strict=not rank_files,
                         align="none" if rank_files else None if align_method == "auto" else align_method)
         return
@@ -159,16 +162,24 @@ def _open(spec: Any, err: Any) -> Any:
 
 def _ingest_sharded(traces: tuple[str, ...], out: Any, spec: Any, allow_missing_ranks: bool, on_error: Any,
                     progress: Any, rules: Any, err: Any, *, strict: bool, align: str | None) -> None:
-    """``-o DIR``: the shards written into DIR (created when missing), aligned as ``align`` says, not merged."""
+    """``-o DIR`` (or a URL prefix): the shards written there (a directory is created when missing), aligned
+    as ``align`` says, not merged."""
+    from contextlib import nullcontext
+    from pathlib import Path
+
     from tracekit.errors import OutputError
     from tracekit.ingest.sharded import SHARD_NAME, ingest_sharded
     from tracekit.outputs import OutputLock
+    from tracekit.urls import is_url
 
-    if out.exists() and not out.is_dir():
-        raise OutputError("is a file: a sharded run is a directory (name a directory, or a .parquet file for one run)",
-                          path=str(out))
-    out.mkdir(parents=True, exist_ok=True)
-    lock = OutputLock(out).acquire()
+    if not is_url(out):
+        out = Path(out)
+        if out.exists() and not out.is_dir():
+            raise OutputError("is a file: a sharded run is a directory (name a directory, or a .parquet file for one "
+                              "run)", path=str(out))
+        out.mkdir(parents=True, exist_ok=True)
+    # an object store has no lock files: one writer per prefix is the user's to keep
+    lock: Any = nullcontext() if is_url(out) else OutputLock(out).acquire()
     try:
         ex = _open(spec, err)
         try:
@@ -179,11 +190,13 @@ def _ingest_sharded(traces: tuple[str, ...], out: Any, spec: Any, allow_missing_
             if progress is not None:
                 progress.stop()
     finally:
-        lock.release()
+        if not is_url(out):
+            lock.release()
     from tracekit.manifest import typed
 
     man = typed(res.manifest)
-    click.echo(f"wrote {res.shards} rank shard(s) ({res.rows} events) into {out}/ ({SHARD_NAME.format(rank=0)} ...): "
+    click.echo(f"wrote {res.shards} rank shard(s) ({res.rows} events) into {str(out).rstrip('/')}/ "
+               f"({SHARD_NAME.format(rank=0)} ...): "
                f"a sharded run every command reads; `tracekit merge {out} -o run.parquet` makes one file (and aligns "
                "ranks of several hosts)")
     if man.missing_ranks and strict:

@@ -138,20 +138,27 @@ def write_rank(rank: int, stage: str, add_ns: int, out_path: str, manifest: dict
     from tracekit.analyzers.align import shift_ranks
     from tracekit.finalize.pipeline import stamp
     from tracekit.store import write_run
+    from tracekit.urls import is_url, put_file
 
+    url = out_path if is_url(out_path) else None
+    local = os.path.join(stage, os.path.basename(out_path)) if url else out_path  # an object: written, then PUT
     with _gc_paused():
         events = pl.read_ipc(_stage_rank(stage, rank))
-        _fault(rank, out_path)
-        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, out_path, stamp(manifest))
+        _fault(rank, local)
+        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, local, stamp(manifest))
+    size = os.path.getsize(local)
+    if url is not None:
+        put_file(local, url)
+        os.unlink(local)
     os.unlink(_stage_rank(stage, rank))
-    return os.path.getsize(out_path)
+    return size
 
 
 @dataclass(frozen=True)
 class ShardedIngest:
-    """What ``ingest_sharded`` wrote: the shard directory and the run's manifest (not its events)."""
+    """What ``ingest_sharded`` wrote: the shard directory (or URL prefix) and the run's manifest (not its events)."""
 
-    out_dir: Path
+    out_dir: Path | str
     manifest: dict[str, Any]
     rows: int
     shards: int
@@ -180,9 +187,14 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
     named = {str(Path(p)) for p in paths}
     sizes = {str(f): f.stat().st_size for f in files}
     total, done = sum(sizes.values()), 0
+    from tracekit.urls import is_url, join
+
+    url = os.fspath(out_dir) if is_url(out_dir) else None
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=".ingest-stage-", dir=out)
+    if url is None:
+        out.mkdir(parents=True, exist_ok=True)
+    # beside the shards (a shared directory the workers see); for a URL, this host's temp directory
+    stage = tempfile.mkdtemp(prefix=".ingest-stage-", dir=None if url else out)
     try:
         scans = [executor.submit(scan_file, str(f), stage, i) for i, f in enumerate(files)]
         infos: list[tuple[int, _Part]] = []  # (file index, part without events)
@@ -226,7 +238,8 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
             if res["time_resolution_ns"] is not None:
                 ranks_man[str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
         add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
-        writes = [executor.submit(write_rank, r, stage, add.get(r, 0), str(out / SHARD_NAME.format(rank=r)),
+        writes = [executor.submit(write_rank, r, stage, add.get(r, 0),
+                                  join(url, SHARD_NAME.format(rank=r)) if url else str(out / SHARD_NAME.format(rank=r)),
                                   _shard_manifest(run_man, r)) for r in sorted(by_rank)]
         for n, h in enumerate(writes, 1):
             executor.gather([h])
@@ -235,11 +248,11 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
         executor.release(writes)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    for tmp in out.glob(".rank-*.tmp"):  # a worker that died mid-write left its temp file: its task ran again
+    for tmp in ([] if url else out.glob(".rank-*.tmp")):  # a worker that died mid-write left its temp file
         tmp.unlink(missing_ok=True)
     from tracekit.finalize.pipeline import stamp
 
-    return ShardedIngest(out_dir=out, manifest=stamp(run_man), rows=sum(r["rows"] for r in results),
+    return ShardedIngest(out_dir=url or out, manifest=stamp(run_man), rows=sum(r["rows"] for r in results),
                          shards=len(results))
 
 __all__ = ["FAULT_ENV", "SHARD_NAME", "ShardedIngest", "finalize_rank", "ingest_sharded", "scan_file", "write_rank"]
