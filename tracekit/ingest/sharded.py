@@ -203,6 +203,7 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
             if progress is not None:
                 progress(done, total, name)
             got = executor.gather([h])[0]
+            executor.release([h])  # a worker keeps a result until released: one at a time, as gathered
             if isinstance(got, tuple):
                 skip_or_raise(_ERRORS.get(got[0], BadTraceError)(got[1], path=name), name, named, on_error, skipped)
             else:
@@ -210,7 +211,6 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
             done += sizes[name]
             if progress is not None:
                 progress(done, total, name)
-        executor.release(scans)
         world, missing = rank_parts([p for _, p in infos], allow_missing_ranks, skipped)
         run_man = _manifest([p for _, p in infos], world, missing, skipped)
         # which parts (file index, index in its file) make each rank, in file order as ingest_traces keeps them
@@ -224,9 +224,9 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
         results = []
         for n, h in enumerate(fins, 1):
             results.extend(executor.gather([h]))
+            executor.release([h])
             if say is not None:
                 say(f"ingest: {n}/{len(fins)} rank(s) finalized")
-        executor.release(fins)
         # the clock: fitted here from every rank's collective rows (``align`` as ingest_traces' caller does)
         from tracekit.analyzers.align import align_events
 
@@ -243,9 +243,9 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
                                   _shard_manifest(run_man, r)) for r in sorted(by_rank)]
         for n, h in enumerate(writes, 1):
             executor.gather([h])
+            executor.release([h])
             if say is not None:
                 say(f"ingest: {n}/{len(writes)} rank shard(s) written")
-        executor.release(writes)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     for tmp in ([] if url else out.glob(".rank-*.tmp")):  # a worker that died mid-write left its temp file
