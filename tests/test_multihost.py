@@ -6,7 +6,8 @@ runs ``tracekit capture --nnodes 2 --node-rank I --master ADDR:PORT`` in its own
 shifted by +3.7 s with Debian's libfaketime (LD_PRELOAD: ``time.time_ns`` and the profiler's
 clock read the shifted clock). Node 0 merges; the merged run must be aligned by its collectives:
 the fitted offset of node 1's ranks equals the injected one within the residual the fit measured
-(the collective-end jitter), and after alignment every collective's ranks overlap in time.
+(the collective-end jitter), and after alignment every collective's ranks overlap in time (within that
+jitter), where before it none did.
 
 Needs root, ``ip``, ``unshare`` and libfaketime (``apt-get install -y faketime libfaketime``;
 .ci/run installs them); skipped with the reason otherwise.
@@ -27,6 +28,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from tracekit.analyzers.align import raw_times
 from tracekit.analyzers.coll_match import host_collectives
 from tracekit.manifest import typed
 from tracekit.store import load_run
@@ -131,10 +133,16 @@ def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str
         assert abs(int(clock["offsets_ns"][r]) + SHIFT_NS) <= jitter, clock
     for r in ("0", "1"):
         assert abs(int(clock["offsets_ns"][r])) <= jitter, clock
-    # after alignment every collective's ranks overlap (the latest arrival before the earliest end)
+    # after alignment every collective's ranks overlap (the latest arrival before the earliest end) to within
+    # the jitter the fit measured: on a loaded box a gloo range's end is stamped when its thread runs again,
+    # and the last rank to arrive may hold the collective for less than that (a barrier's last rank: µs)
     coll = host_collectives(run.events)
     span = coll.group_by("key").agg(pl.col("start_ns").max().alias("last_in"), pl.col("end_ns").min().alias("first_out"),
                                     pl.len().alias("n"))
     assert span.height > 10 and (span.get_column("n") == 4).all()
-    late = span.filter(pl.col("last_in") > pl.col("first_out"))
-    assert late.is_empty(), late
+    late = span.filter(pl.col("last_in") > pl.col("first_out") + jitter)
+    assert late.is_empty(), (late, jitter)
+    # unaligned, node 1's ranks arrive 3.7 s after every other rank has left: no collective overlaps
+    raw = host_collectives(raw_times(run.events, run.manifest))
+    gap = raw.group_by("key").agg((pl.col("start_ns").max() - pl.col("end_ns").min()).alias("gap"))
+    assert (gap.get_column("gap") > SHIFT_NS // 2).all()
