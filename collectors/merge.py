@@ -87,9 +87,9 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
     node_extra: dict[str, Any] = {}
     if nodes.multi:
         from tracekit.collectors.nodes import (
-            NODE_WAIT_S,
             missing_from_nodes,
             node_info,
+            node_wait_s,
             read_nodes,
             wait_nodes,
             write_node,
@@ -105,8 +105,9 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
                 f"them into {out} (or: tracekit merge {shard_dir} -o {out})")
             return CaptureResult(out=out, world=world, captured=captured, missing=missing, events=rows,
                                  size_bytes=size, manifest={}, merged_by=0, local_ranks=sorted(procs))
-        wait_nodes(shard_dir, nodes, NODE_WAIT_S, say)
-        missing.update(missing_from_nodes(nodes, shard_dir, set(), NODE_WAIT_S))
+        wait = node_wait_s()
+        wait_nodes(shard_dir, nodes, wait, say)
+        missing.update(missing_from_nodes(nodes, shard_dir, set(), wait))
         node_extra["nodes"] = {str(n): {k: v for k, v in info.items() if k in ("host", "pid", "ranks", "taken_unix_ns")}
                                for n, info in sorted(read_nodes(shard_dir, "started").items())}
     if len(missing) == len(captured):

@@ -205,6 +205,16 @@ def node_info(topo: Topology, **more: Any) -> dict[str, Any]:
 NODE_WAIT_S = 60.0
 
 
+def node_wait_s() -> float:
+    """NODE_WAIT_S, or ``TRACEKIT_NODE_WAIT_S`` (seconds) when set: a cluster whose shared file system
+    shows files later, or a test that kills a node."""
+    env = os.environ.get("TRACEKIT_NODE_WAIT_S", "").strip()
+    try:
+        return float(env) if env and float(env) >= 0 else NODE_WAIT_S
+    except ValueError:
+        raise ValueError(f"TRACEKIT_NODE_WAIT_S: {env!r} is not a number of seconds") from None
+
+
 def wait_nodes(shard_dir: Path, topo: Topology, timeout_s: float, say: Callable[[str], None],
                stop: Callable[[], bool] | None = None) -> dict[int, dict[str, Any]]:
     """On node 0: wait until every node's end file is in ``shard_dir`` or ``timeout_s`` passed (or
@@ -250,6 +260,20 @@ def missing_from_nodes(topo: Topology, shard_dir: Path, have: set[int], timeout_
     return out
 
 
-__all__ = ["NODE_WAIT_S", "Topology", "from_env", "from_options", "gloo_interface", "interface_of",
-           "local_address", "missing_from_nodes", "node_info", "node_path", "parse_master", "read_nodes",
-           "wait_nodes", "write_node"]
+__all__ = [
+    "NODE_WAIT_S",
+    "Topology",
+    "from_env",
+    "from_options",
+    "gloo_interface",
+    "interface_of",
+    "local_address",
+    "missing_from_nodes",
+    "node_info",
+    "node_path",
+    "node_wait_s",
+    "parse_master",
+    "read_nodes",
+    "wait_nodes",
+    "write_node",
+]

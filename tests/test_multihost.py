@@ -83,8 +83,9 @@ def hosts() -> Iterator[tuple[str, str, str]]:
             subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=30)
 
 
-def _node(ns: str, host: str, rank: int, master: str, out: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "tracekit", "capture", *SMALL, "--nnodes", "2", "--node-rank", str(rank),
+def _node(ns: str, host: str, rank: int, master: str, out: Path, env: dict[str, str],
+          small: list[str] = SMALL) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "tracekit", "capture", *small, "--nnodes", "2", "--node-rank", str(rank),
            "--master", master, "-o", str(out)]
     # its own UTS namespace: the host name each rank records (two hosts have two names)
     shell = f"hostname {host} && exec " + " ".join(cmd)
@@ -146,3 +147,40 @@ def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str
     raw = host_collectives(raw_times(run.events, run.manifest))
     gap = raw.group_by("key").agg((pl.col("start_ns").max() - pl.col("end_ns").min()).alias("gap"))
     assert (gap.get_column("gap") > SHIFT_NS // 2).all()
+
+
+def test_a_dead_host_loses_only_its_ranks(tmp_path: Path, hosts: tuple[str, str, str]) -> None:
+    """Node 1 (launcher and ranks) is killed in its profiling window: node 0's ranks lose their peers,
+    write what they recorded, node 0 merges them and names node 1's host for ranks 2 and 3 (exit 3)."""
+    ns0, ns1, addr0 = hosts
+    out = tmp_path / "run.parquet"
+    master = f"{addr0}:{PORT}"
+    env = {**os.environ, "TRACEKIT_NODE_WAIT_S": "5"}
+    long = [*SMALL[:SMALL.index("--cycles")], "--cycles", "400", *SMALL[SMALL.index("--cycles") + 2:]]
+    p0 = _node(ns0, "tk-node0", 0, master, out, env, long)
+    p1 = _node(ns1, "tk-node1", 1, master, out, env, long)
+    try:
+        assert p1.stderr is not None
+        seen = []
+        for line in p1.stderr:  # node 1's progress lines, until its window runs (EOF: it ended first)
+            seen.append(line)
+            if "profiling window started" in line:
+                break
+        assert any("profiling window started" in ln for ln in seen), "".join(seen)
+        p1.kill()  # SIGKILL to its launcher: its ranks die with it (PR_SET_PDEATHSIG)
+        p1.wait(60)
+        out0, err0 = p0.communicate(timeout=300)  # a last guard
+    finally:
+        for p in (p0, p1):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert p0.returncode == 3, f"node 0:\n{err0}\n{out0}"
+    run = load_run(out)
+    man = typed(run.manifest)
+    assert sorted(man.ranks) == ["0", "1"] and sorted(man.missing_ranks) == ["2", "3"]
+    for r in ("2", "3"):
+        assert man.missing_ranks[r].startswith("node 1 (host tk-node1) started its ranks but did not report their end "
+                                               "within 5 s"), man.missing_ranks
+    assert all(sec.aborted and "lost its peer" in sec.aborted for sec in man.ranks.values()), man.ranks
+    assert "missing ranks 2-3: node 1 (host tk-node1)" in out0, out0
