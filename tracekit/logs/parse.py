@@ -5,7 +5,7 @@ is skipped in pieces, counted and reported, never held whole. Bytes that are not
 replaced (the line is still read; the count is reported). Rows go to Parquet part files every
 :data:`CHUNK_ROWS` rows; the output is assembled from the parts one part at a time, each with its
 derived columns (:func:`tracekit.logs.accept.unify`), appended as row groups (a streaming sink of
-all parts with the derived columns held them all: 4.6 GB peak RSS for a 1 GB log, 0.34 GB this
+all parts with the derived columns held them all: 4.6 GB peak RSS for a 1 GB log, 0.37 GB this
 way: bench/results/logs.txt), and renamed over the output when complete.
 """
 
