@@ -115,17 +115,17 @@ def preset_family(name: str) -> str:
 
 def check_model(model: str) -> None:
     if model not in PRESETS and not os.path.isdir(model):
-        raise ValueError(f"--model {model!r}: not a preset ({', '.join(PRESETS)}) nor a checkpoint directory")
+        raise ConfigError(f"--model {model!r}: not a preset ({', '.join(PRESETS)}) nor a checkpoint directory")
 
 
 def check_tp(model: str, world: int) -> None:
-    """ValueError when a preset's sizes cannot be split by transformers' plan over ``world`` ranks."""
+    """ConfigError when a preset's sizes cannot be split by transformers' plan over ``world`` ranks."""
     if model not in PRESETS or world == 1:
         return
     family, args = PRESETS[model]
     for key in TP_DIVISORS[family]:
         if args[key] % world:
-            raise ValueError(f"--model {model}: {key}={args[key]} is not divisible by the world size {world}")
+            raise ConfigError(f"--model {model}: {key}={args[key]} is not divisible by the world size {world}")
 
 
 def build_config(name: str) -> Any:
