@@ -50,6 +50,17 @@ def test_spec_from_log_and_user_pattern(tmp_path: Path) -> None:
     assert e.needed_tokens == pytest.approx(150 * 0.01998)
 
 
+def test_info_graph_use_of_a_vllm_log(tmp_path: Path) -> None:
+    """vllm-v1.log: two fallback warnings set PIECEWISE; the --cudagraph-metrics table counts 72 graphed
+    (FULL) batches and 12 eager (NONE) ones (make_vllm.py fed 30 + 24 + 18 and 12)."""
+    from tracekit.analyzers.logs.info import log_info
+
+    res = parse_logs([str(SAMPLES / "vllm-v1.log")], tmp_path / "v.parquet", [])
+    (f,) = log_info(pl.read_parquet(res.path), res.manifest, "v").files
+    assert f.graph_modes == {"PIECEWISE": 2} and f.graph_batches == {"FULL": 72, "NONE": 12}
+    assert f.engine_version == "vllm 0.32.0" and f.ranks["dp"] == [0]
+
+
 def test_spec_without_times_says_so(tmp_path: Path) -> None:
     rows, man = _run(tmp_path, "a", _sglang())
     rep = log_spec(rows, man, "a")

@@ -101,7 +101,7 @@ LOGS = DocumentType(
 )
 
 LOG_INFO = DocumentType(
-    "log-info", 1, "tracekit info LOG --json (a log run or log file)",
+    "log-info", 2, "tracekit info LOG --json (a log run or log file)",
     keys=("path", "clock", "patterns", "files"),
 )
 LOG_SPEC = DocumentType(

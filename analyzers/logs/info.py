@@ -27,6 +27,8 @@ class FileInfo:
     intervals: int
     interval_ns: Summary
     graph_intervals: dict[str, int]  # "True" / "False" / "unknown" -> intervals
+    graph_modes: dict[str, int]  # vLLM cudagraph_mode set by a fallback warning -> lines
+    graph_batches: dict[str, int]  # vLLM --cudagraph-metrics: runtime mode -> batches
     running_req: Summary
     tokens_per_req: Summary
     ranks: dict[str, list[int]]  # dp / tp values seen
@@ -72,6 +74,11 @@ def log_info(rows: pl.DataFrame, manifest: Mapping[str, Any], path: str) -> LogI
             last_ns=None if times.len() == 0 else int(times.max()),  # type: ignore[arg-type]
             intervals=iv.height, interval_ns=summarize(iv.get_column("interval_ns")),
             graph_intervals={"unknown" if g is None else str(g): n for g, n in graph.iter_rows()},
+            graph_modes={str(m): int(n) for m, n in mine.filter(pl.col("record") == "graph_mode")
+                         .group_by("graph_mode").len().sort("graph_mode").iter_rows()},
+            graph_batches={str(m): int(n) for m, n in mine.filter(pl.col("record") == "graph_stats")
+                           .group_by("graph_runtime_mode").agg(pl.col("graph_batches").sum())
+                           .sort("graph_runtime_mode").iter_rows()},
             running_req=summarize(iv.get_column("running_req")),
             tokens_per_req=summarize(iv.get_column("tokens_per_req")),
             ranks={t: sorted(int(x) for x in mine.get_column(t).drop_nulls().unique()) for t in ("dp", "tp")},

@@ -66,6 +66,13 @@ def info_lines(rep: LogInfo) -> list[str]:
             out.append(f"  graph use per interval: {graph}")
             out.append(f"  batch (#running-req): {_summ(f.running_req, 1)}")
             out.append(f"  tokens per request (#token / #running-req): {_summ(f.tokens_per_req, 0)}")
+        if f.graph_modes:
+            out.append("  cudagraph_mode set by the engine's fallback warnings: "
+                       + ", ".join(f"{m} ({n:,} lines)" for m, n in f.graph_modes.items()))
+        if f.graph_batches:
+            total = sum(f.graph_batches.values())
+            out.append("  batches per CUDA-graph runtime mode (--cudagraph-metrics): "
+                       + ", ".join(f"{m} {n:,} ({n / total:.0%})" for m, n in f.graph_batches.items()))
         ranks = ", ".join(f"{k.upper()} {v}" for k, v in f.ranks.items() if v)
         if ranks:
             out.append(f"  ranks printing: {ranks}")
