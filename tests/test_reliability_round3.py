@@ -525,3 +525,22 @@ def test_ctrl_c_stops_an_ingest_and_leaves_no_lock_or_temp_file(tmp_path: Path, 
     code, out, err = _run(["ingest", str(r0), str(r1), "-o", str(tmp_path / "o.parquet")])
     assert code == 130 and out == "" and err == "tracekit: interrupted\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r0.json", "r1.json"] and _digest(r0) == before
+
+
+def test_a_name_over_the_limit_is_one_line_in_a_run_and_left_out_at_ingest(tmp_path: Path) -> None:
+    """A run holding one huge kernel name made info take gigabytes (issue 30): names over 1 MiB are one line
+    when a run is read (memory: the decoded column, nothing more) and left out, said, at ingest."""
+    run = load_run(H200)
+    first = (run.events.get_column("kind") == "kernel").arg_true()[0]
+    big = "k" * (32 << 20)
+    ev = run.events.with_columns(pl.when(pl.int_range(pl.len()) == first).then(pl.lit(big)).otherwise(pl.col("name"))
+                                 .alias("name"))
+    bad = write_run(ev, tmp_path / "big.parquet", run.manifest)
+    code, out, err, rss = _proc(["info", str(bad)], tmp_path)
+    assert code == 1 and out == ""
+    _one_error(err, bad, "1 event(s) with a name longer than 1 MiB (first: rank 0, kernel, 33,554,432 bytes)")
+    assert rss < 800, rss
+    p = _trace(tmp_path, "long.json", lambda d: _kernels(d)[0].__setitem__("name", "n" * (2 << 20)))
+    code, _, err = _run(["ingest", "-q", str(p), "-o", str(tmp_path / "o.parquet")])
+    assert code == 0
+    assert ": name longer than 1 MiB (first: kernel 'nnnn" in err, err

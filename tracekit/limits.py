@@ -17,6 +17,7 @@ MAX_DEVICE: Final = (1 << 15) - 1
 MAX_STREAM: Final = (1 << 63) - 1  # CUDA stream ids are opaque (int64 in the schema); not negative
 MAX_ABS_TIME_NS: Final = 1 << 62  # |start_ns| (about 146 years): start + dur never overflows int64
 MAX_DUR_NS: Final = 1 << 62  # an event's duration in ns (0 .. this)
+MAX_NAME_BYTES: Final = 1 << 20  # an event's name in bytes (the samples' longest: 1,270 bytes)
 
 
 def world_size_problem(value: object) -> str | None:
@@ -41,6 +42,7 @@ __all__ = [
     "MAX_ABS_TIME_NS",
     "MAX_DEVICE",
     "MAX_DUR_NS",
+    "MAX_NAME_BYTES",
     "MAX_STREAM",
     "MAX_WORLD_SIZE",
     "MIN_DEVICE",

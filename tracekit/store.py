@@ -42,7 +42,7 @@ import polars as pl
 from tracekit import __version__
 from tracekit.errors import RunError
 from tracekit.inputs import decode_json, open_input
-from tracekit.limits import rank_problem, world_size_problem
+from tracekit.limits import MAX_NAME_BYTES, rank_problem, world_size_problem
 from tracekit.manifest import RunManifest, typed
 from tracekit.outputs import atomic_write, publish
 from tracekit.schema import (
@@ -350,8 +350,15 @@ def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str]) -> pl.DataFrame:
 
 
 def _check_times(df: pl.DataFrame, path: str) -> None:
-    """Every event of a run has a start and a duration (not negative): a run that breaks this is
-    one RunError (count, first example), never a span of 10^13 ms or a negative busy time."""
+    """Every event of a run has a start and a duration (not negative) and a name within
+    ``limits.MAX_NAME_BYTES``: a run that breaks this is one RunError (count, first example), never a
+    span of 10^13 ms, a negative busy time or gigabytes spent listing one name."""
+    if "name" in df.columns:
+        long = df.filter(pl.col("name").str.len_bytes() > MAX_NAME_BYTES)
+        if long.height:
+            first = long.row(0, named=True)
+            raise RunError(f"{long.height} event(s) with a name longer than {MAX_NAME_BYTES >> 20} MiB (first: rank "
+                           f"{first.get('rank')}, {first.get('kind')}, {len(first['name'].encode()):,} bytes)", path=path)
     for col, bad in (("start_ns", pl.col("start_ns").is_null()),
                      ("dur_ns", pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0))):
         if col not in df.columns:

@@ -16,7 +16,14 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.limits import MAX_ABS_TIME_NS, MAX_DEVICE, MAX_DUR_NS, MAX_STREAM, MIN_DEVICE
+from tracekit.limits import (
+    MAX_ABS_TIME_NS,
+    MAX_DEVICE,
+    MAX_DUR_NS,
+    MAX_NAME_BYTES,
+    MAX_STREAM,
+    MIN_DEVICE,
+)
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
@@ -55,6 +62,7 @@ def _rules() -> list[tuple[str, pl.Expr]]:
         (f"device out of range ({MIN_DEVICE} .. {MAX_DEVICE})",
          (pl.col("device") < MIN_DEVICE) | (pl.col("device") > MAX_DEVICE)),
         (f"stream out of range (0 .. {MAX_STREAM})", pl.col("stream") < 0),
+        (f"name longer than {MAX_NAME_BYTES >> 20} MiB", pl.col("name").str.len_bytes() > MAX_NAME_BYTES),
     ]
 
 
@@ -76,7 +84,9 @@ def screen_events(ev: pl.DataFrame, source: str) -> tuple[pl.DataFrame, list[Dro
         n = int(mask.sum())
         if n:
             row = ev.filter(mask).row(0, named=True)
-            first = f"{row.get('kind')} {row.get('name')!r} at ts {row.get('start_ns')} ns, dur {row.get('dur_ns')} ns"
+            name = row.get("name")
+            shown = repr(name[:80] + "...") if isinstance(name, str) and len(name) > 80 else repr(name)
+            first = f"{row.get('kind')} {shown} at ts {row.get('start_ns')} ns, dur {row.get('dur_ns')} ns"
             out.append(Dropped(source=source, reason=why, count=n, first=first))
         taken = taken | mask
     return ev.filter(~taken), out
