@@ -18,6 +18,8 @@ sequence), so the matched rows are ``key`` (``gloo:all_reduce#k``), rank, start_
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import polars as pl
 
 from tracekit.finalize.collectives import MATCH_SCHEMA, match_collectives
@@ -66,7 +68,10 @@ def host_collectives(events: pl.DataFrame) -> pl.DataFrame:
 ALIGN_COLUMNS = ("rank", "kind", "name", "group", "coll_seq", "coll_op", "phase", "phase_id", "start_ns", "dur_ns")
 
 
-def alignment_rows(events: pl.DataFrame) -> pl.DataFrame:
+_Frame = TypeVar("_Frame", pl.DataFrame, pl.LazyFrame)
+
+
+def alignment_rows(events: _Frame) -> _Frame:
     """The rows and columns clock alignment reads (``align.estimate_offsets``): collective kernels and
     gloo's collective ranges. A rank's share is small: what travels from a worker to fit the offsets of
     a run ingested rank by rank (``tracekit.ingest.sharded``)."""

@@ -339,13 +339,14 @@ def _scan_file(f: _RunFile, strings: bool) -> pl.LazyFrame:
                                                                 category_codes(pl.col("category")))
 
 
-def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str]) -> pl.DataFrame:
+def _collect(lf: pl.LazyFrame, path: str | os.PathLike[str], *, check_times: bool = True) -> pl.DataFrame:
     try:
         df = lf.collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""  # polars adds hints on later lines
         raise RunError(f"cannot read events ({exc.__class__.__name__}: {first})", path=str(path)) from None
-    _check_times(df, str(path))
+    if check_times:
+        _check_times(df, str(path))
     return df
 
 
@@ -431,7 +432,15 @@ def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str],
     """Merge a directory of per-rank shards into one run file (atomically; finalized: a shard directory
     that is not, as a shard whose rank's finalize failed, is finalized here). Ranks the shards'
     manifests expect but that have no shard land in ``missing_ranks`` with why. Shards of more than
-    one host (a multi-host capture) are aligned by their collectives (``--align auto``)."""
+    one host (a multi-host capture) are aligned by their collectives (``--align auto``).
+
+    Finalized shards of one rank each are streamed (``_stream_merge``: a few passes over the shards'
+    compressed bytes, the table never whole in memory); anything else is read whole and written."""
+    files = _open_run(shard_dir)
+    streamed = _stream_merge(files, shard_dir, out, extra)
+    if streamed is not None:
+        return streamed
+    del files
     run = load_run(shard_dir)
     events, man = run.events, dict(run.manifest)
     if run.outdated is not None:  # a shard whose finalize failed or an older one: the merge is its writer
@@ -439,12 +448,7 @@ def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str],
         from tracekit.finalize.version import stamp
 
         events, man = finalize_events(events), stamp(man)
-    man["source"] = man.get("source", "merge")
-    if extra:
-        man.update(extra)
-    missing = shard_missing(shard_dir, man)
-    if missing:
-        man["missing_ranks"] = missing
+    man = _merged_manifest(man, shard_dir, extra)
     from tracekit.manifest import hosts
 
     if len({h for h in hosts(man).values() if h}) > 1:
@@ -457,6 +461,69 @@ def merge_shards(shard_dir: str | os.PathLike[str], out: str | os.PathLike[str],
             man["clock"] = {**dict(man.get("clock") or {}), "align": "none", "auto": f"ranks on several hosts, "
                             f"not aligned: {exc}"}
     return write_run(events, out, man)
+
+
+def _merged_manifest(man: Manifest, shard_dir: str | os.PathLike[str], extra: Mapping[str, Any] | None) -> Manifest:
+    man = dict(man)
+    man["source"] = man.get("source", "merge")
+    if extra:
+        man.update(extra)
+    missing = shard_missing(shard_dir, man)
+    if missing:
+        man["missing_ranks"] = missing
+    return man
+
+
+def _stream_merge(files: list[_RunFile], shard_dir: str | os.PathLike[str], out: str | os.PathLike[str],
+                  extra: Mapping[str, Any] | None) -> Path | None:
+    """``merge_shards`` of finalized shards of one rank each, in rank order, as a stream: the clock fit
+    from their collective rows (``coll_match.alignment_rows``), the times checked, phase ids made unique
+    (``unique_phase_ids``), then one ``sink_parquet`` pass. None when the shards are not such (the caller
+    reads them whole)."""
+    from tracekit.finalize.version import is_finalized, unique_phase_ids
+
+    ranks = [list(f.manifest.get("ranks") or {}) for f in files]
+    if len(files) < 2 or any(len(r) != 1 for r in ranks) or any(_strings_coded(f) for f in files):
+        return None
+    order = [int(r[0]) for r in ranks]
+    if order != sorted(order) or len(set(order)) != len(order):
+        return None
+    man = _manifest_of(files)
+    if not is_finalized(man):
+        return None
+    man = _merged_manifest(man, shard_dir, extra)
+    lf = _scan(files)
+    bad = lf.select((pl.col("start_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0)).sum())
+    if int(_collect(bad, shard_dir, check_times=False).item()):
+        return None  # read whole: load_run names the first bad event
+    from tracekit.manifest import hosts
+
+    if len({h for h in hosts(man).values() if h}) > 1:
+        from tracekit.analyzers.align import align_events
+        from tracekit.analyzers.coll_match import ALIGN_COLUMNS, alignment_rows
+        from tracekit.errors import AnalysisError
+
+        rows = _collect(alignment_rows(lf), shard_dir, check_times=False)
+        firsts = pl.concat([_collect(_scan([f]).head(1).select(ALIGN_COLUMNS), shard_dir, check_times=False)
+                            for f in files])
+        before = {int(k): int(v) for k, v in ((man.get("clock") or {}).get("offsets_ns") or {}).items()}
+        try:
+            _, man = align_events(pl.concat([firsts, rows]).unique(maintain_order=True), man, None)
+        except AnalysisError as exc:  # written as recorded, and the manifest says why
+            man["clock"] = {**dict(man.get("clock") or {}), "align": "none", "auto": f"ranks on several hosts, "
+                            f"not aligned: {exc}"}
+        add = {int(k): int(v) - before.get(int(k), 0) for k, v in (man["clock"].get("offsets_ns") or {}).items()}
+        if any(add.values()):
+            lf = lf.with_columns(pl.col("start_ns") + pl.col("rank").replace_strict(
+                list(add), list(add.values()), default=0, return_dtype=pl.Int64))
+    lf = unique_phase_ids(lf)
+    meta = {MANIFEST_KEY.decode(): json.dumps(dict(man, schema_version=man.get("schema_version", SCHEMA_VERSION),
+                                                   tracekit_version=man.get("tracekit_version", __version__)),
+                                              sort_keys=True, default=str)}
+    dest = Path(out)
+    with atomic_write(dest) as tmp:
+        lf.sink_parquet(tmp, compression="zstd", compression_level=1, row_group_size=ROW_GROUP_ROWS, metadata=meta)
+    return dest
 
 
 __all__ = [

@@ -9,7 +9,7 @@ made unique in the run (``unique_phase_ids``: shards number their instances per 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
@@ -49,7 +49,10 @@ def stamp(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 
 
-def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
+_Frame = TypeVar("_Frame", pl.DataFrame, pl.LazyFrame)
+
+
+def unique_phase_ids(events: _Frame) -> _Frame:
     """Make ``phase_id`` unique in the run when shards numbered their instances per rank.
 
     Shards are annotated rank by rank, so two ranks can both hold instance 0.
@@ -57,13 +60,14 @@ def unique_phase_ids(events: pl.DataFrame) -> pl.DataFrame:
     ordered as before within each rank. A table whose ids are already unique
     across ranks is returned unchanged.
     """
-    if "phase_id" not in events.columns or "rank" not in events.columns:
+    names = events.collect_schema().names()  # a LazyFrame too (store.merge_shards streams a run)
+    if "phase_id" not in names or "rank" not in names:
         return events
     ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()
     shared = ids.group_by("phase_id").agg(pl.len().alias("n")).select(pl.col("n").max()).collect()
     if shared.height == 0 or (shared.item() or 0) <= 1:
         return events
-    top = int(events.get_column("phase_id").max() or 0) + 1  # type: ignore[arg-type]
+    top = int(events.lazy().select(pl.col("phase_id").max()).collect().item() or 0) + 1
     return events.with_columns(
         (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
     )
