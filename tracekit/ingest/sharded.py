@@ -67,9 +67,10 @@ def _stage_rank(stage: str, rank: int) -> str:
 
 def _stage(df: pl.DataFrame, path: str) -> None:
     """Write a staged table atomically (a task run twice finds a whole file or none)."""
-    tmp = path + f".{os.getpid()}.part"
-    df.write_ipc(tmp, compression="uncompressed")
-    os.replace(tmp, path)
+    from tracekit.outputs import atomic_write
+
+    with atomic_write(path) as tmp:
+        df.write_ipc(tmp, compression="uncompressed")
 
 
 def scan_file(path: str, stage: str, i: int) -> list[_Part] | tuple[str, str]:
