@@ -10,7 +10,6 @@ import gzip
 import hashlib
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -34,11 +33,23 @@ def _run(args: list[str]) -> tuple[int, str, str]:
     return res.exit_code, res.stdout, err
 
 
+_PEAK = """
+import resource, subprocess, sys
+r = subprocess.run(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(r.returncode)
+"""
+
+
 def _proc(args: list[str], cwd: Path, timeout: float = 120) -> tuple[int, str, str, int]:
-    """The real CLI in a child: exit status, stdout, stderr and the peak RSS of children so far (MB)."""
-    r = subprocess.run([sys.executable, "-m", "tracekit", *args], cwd=cwd, capture_output=True, text=True,
-                       timeout=timeout)
-    return r.returncode, r.stdout, r.stderr, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
+    """The real CLI in a child: exit status, stdout, stderr and that child's peak RSS (MB). The child is
+    started from a small interpreter (its peak counts from that size, not from this test process's)."""
+    peak = cwd / ".peak"
+    r = subprocess.run([sys.executable, "-c", _PEAK, str(peak), sys.executable, "-m", "tracekit", *args], cwd=cwd,
+                       capture_output=True, text=True, timeout=timeout)
+    rss = int(peak.read_text()) // 1024
+    peak.unlink()
+    return r.returncode, r.stdout, r.stderr, rss
 
 
 def _digest(p: Path) -> str:
