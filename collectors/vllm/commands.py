@@ -22,6 +22,11 @@ OPTIONS = [
                       "deepseek-v3-tiny]; none is the baseline for gap --b-run / spec --baseline."),
     click.Option(["--num-spec-tokens"], type=click.IntRange(1), default=3, show_default=True,
                  help="Draft tokens per step (vLLM's num_speculative_tokens)."),
+    click.Option(["--vllm", "vllm_url"], default=None, metavar="URL",
+                 help="Capture a live vLLM server (http://HOST:PORT) started with the torch profiler configured "
+                      "and TRACEKIT_VLLM=1 (docs/vllm.md) instead of starting one."),
+    click.Option(["--trace-dir"], type=click.Path(file_okay=False), default=None,
+                 help="With --vllm: the server's profiler_config torch_profiler_dir (this host)."),
 ]
 
 
