@@ -65,6 +65,16 @@ def select(rows: Iterable[HookSpec], version: Version | str) -> list[HookSpec]:
     return [h for h in rows if h.applies(v)]
 
 
+# A field row: (class path, attributes the hooks read, first version, first version without it).
+FieldRow = tuple[str, tuple[str, ...], Version, Version | None]
+
+
+def select_fields(rows: Iterable[FieldRow], version: Version | str) -> list[tuple[str, tuple[str, ...]]]:
+    """The (class, attributes) rows of a field table that hold in ``version``."""
+    v = as_version(version)
+    return [(cls, attrs) for cls, attrs, lo, hi in rows if v >= lo and (hi is None or v < hi)]
+
+
 def installed_version(dist: str) -> str | None:
     """The installed distribution's version, or None (no import of the package)."""
     from importlib.metadata import PackageNotFoundError, version

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tracekit.collectors.hookspec import HookSpec, Version, as_version, select
+from tracekit.collectors.hookspec import HookSpec, Version, select, select_fields
 from tracekit.collectors.hookspec import installed_version as _installed
 
 _V1: Final = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
@@ -80,8 +80,8 @@ def specs_for(version: Version | str) -> list[HookSpec]:
 
 
 def fields_for(version: Version | str) -> list[tuple[str, tuple[str, ...]]]:
-    v = as_version(version)
-    return [(cls, attrs) for cls, attrs, lo, hi in FIELDS if v >= lo and (hi is None or v < hi)]
+    """The field rows that hold in ``version``."""
+    return select_fields(FIELDS, version)
 
 
 def installed_version() -> str | None:
