@@ -46,7 +46,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
            "dummy", "--skip-tokenizer-init", "--dtype", "bfloat16", "--max-model-len", "256", "--enforce-eager",
            "--max-num-seqs", "4", "--gpu-memory-utilization", "0.05", "-tp", "2", "--speculative-config",
            json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}),
-           "--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces)}),
+           "--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces),
+                                            # stacks on (vLLM's default) took a worker to 11.5 GB at stop_profile and
+                                            # the OOM killer here: 8 requests need no Python stacks
+                                            "torch_profiler_with_stack": False}),
            "--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "TRACEKIT_VLLM": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
     with open(d / "server.log", "w") as log:

@@ -53,6 +53,20 @@ def _call(base: str, route: str, body: dict[str, Any] | None = None, timeout: fl
         raise TracekitError(f"{route} did not return JSON (is this a vLLM server?)", path=base) from None
 
 
+def _stop_profile(base: str) -> str | None:
+    """``/stop_profile``, asked again once if the server fails it (seen on the loaded 2-core box: HTTP 500
+    "Call to profile method failed: cancelled" from vLLM's engine core); None when it stopped, else the
+    server's error (the rank traces it may still have written are then looked for all the same)."""
+    error = None
+    for _ in range(2):
+        try:
+            _call(base, "/stop_profile", {})
+            return None
+        except TracekitError as exc:
+            error = exc.message
+    return error
+
+
 def rank_traces(trace_dir: Path, before: set[Path]) -> dict[int, Path]:
     """The newest complete rank trace per rank written since ``before``."""
     from tracekit.collectors.sglang.live import _complete
@@ -103,9 +117,12 @@ def capture_live(opts: Mapping[str, Any]) -> None:
         echo(f"capture: vLLM profiler started; {load['requests']} requests, {load['concurrency']} in flight", err=True)
         with ThreadPoolExecutor(int(load["concurrency"])) as pool:
             tokens = sum(pool.map(one, prompts(int(load["requests"]))))
-        _call(base, "/stop_profile", {})
-        echo(f"capture: vLLM profiler stopped ({tokens} tokens generated); waiting for the rank traces in {tdir}",
-             err=True)
+        stop_error = _stop_profile(base)
+        if stop_error is None:
+            echo(f"capture: vLLM profiler stopped ({tokens} tokens generated); waiting for the rank traces in {tdir}",
+                 err=True)
+        else:  # the workers may still have written their traces: the wait below decides
+            echo(f"capture: {stop_error} (twice); waiting for the rank traces in {tdir} all the same", err=True)
         world = opts.get("world")
         deadline = time.monotonic() + float(opts["timeout_s"])
         found: dict[int, Path] = {}
@@ -118,7 +135,8 @@ def capture_live(opts: Mapping[str, Any]) -> None:
             time.sleep(1.0)
         if not found or (world is not None and len(found) < world):
             raise TracekitError(f"no complete rank trace from every rank in {opts['timeout_s']:g} s "
-                                f"(found ranks {sorted(found)}); is torch_profiler_dir {tdir}?", path=base)
+                                f"(found ranks {sorted(found)}); is torch_profiler_dir {tdir}?"
+                                + ("" if stop_error is None else f" ({stop_error})"), path=base)
         from tracekit.collectors.sglang.live import model_config
         from tracekit.ingest import ingest_traces
         from tracekit.store import write_run
