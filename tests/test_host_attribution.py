@@ -204,12 +204,12 @@ def _cells(rows: int) -> tuple[list[str], list[str]]:
     return [str(c.header) for c in t.columns], cells(lambda r: r["x"] / r["w"])
 
 
-def test_rank_columns_up_to_four_then_min_median_max() -> None:
+def test_rank_columns_up_to_four_then_min_median_p90_max() -> None:
     heads, vals = _cells(4)
     assert heads == ["rank 0 %", "rank 1 %", "rank 2 %", "rank 3 %"] and vals == ["10.0%", "20.0%", "30.0%", "40.0%"]
     heads, vals = _cells(8)
-    assert heads == ["ranks: min %", "median %", "max % (rank)"]
-    assert vals == ["10.0%", "45.0%", "80.0% (rank 7)"]
+    assert heads == ["ranks: min %", "median %", "p90 %", "max % (rank)"]
+    assert vals == ["10.0%", "40.0%", "80.0%", "80.0% (rank 7)"]  # nearest rank: the 4th and 8th smallest of 8
 
 
 def test_piped_console_is_wide() -> None:

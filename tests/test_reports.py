@@ -69,7 +69,9 @@ def test_run_facade_other_analyses_are_the_commands_documents() -> None:
     assert render_diff.to_json(diff, str(GRAPHED), str(EAGER)) == _cli_json("diff", str(GRAPHED), str(EAGER))
     ranks = eager.ranks()
     assert isinstance(ranks, RanksReport)
-    assert render_ranks.to_json(ranks) == _cli_json("ranks", str(EAGER))
+    from tracekit.analyzers.rank_summary import int_hosts
+
+    assert render_ranks.to_json(ranks, int_hosts(eager.manifest)) == _cli_json("ranks", str(EAGER))
 
 
 def test_run_facade_names_the_file_of_an_error(tmp_path: Path) -> None:

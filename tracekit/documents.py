@@ -52,9 +52,9 @@ INFO = DocumentType(
           "versions", "unmatched_kernels", "differences", "nccl", "environment", "notes", "skipped"),
 )
 ATTRIBUTE = DocumentType(
-    "attribute", 6, "tracekit attribute --json",
+    "attribute", 7, "tracekit attribute --json",
     keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
-          "issues", "whole_trace", "definitions"),
+          "issues", "whole_trace", "definitions", "rank_summary"),
     optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes", "sol", "sol_why"),
 )
 ATTRIBUTE_TIMING = DocumentType(
@@ -63,14 +63,15 @@ ATTRIBUTE_TIMING = DocumentType(
     optional=("cycles", "profile"),
 )
 GAP = DocumentType(
-    "gap", 5, "tracekit gap --json",
+    "gap", 6, "tracekit gap --json",
     keys=("units", "statistic", "a", "b", "buckets", "total_delta_ns", "explanations", "kernels", "seq",
           "warnings", "timing_source", "unprofiled"),
-    optional=("by_rank", "mode", "definitions", "sol", "sol_why", "unprofiled_estimate"),
+    optional=("by_rank", "rank_summary", "ranks_selected", "mode", "definitions", "sol", "sol_why", "unprofiled_estimate"),
 )
 RANKS = DocumentType(
-    "ranks", 3, "tracekit ranks --json",
-    keys=("ranks", "kernels", "collectives", "state", "summary"),
+    "ranks", 4, "tracekit ranks --json",
+    keys=("ranks", "kernels", "collectives", "state", "summary", "rank_summary"),
+    optional=("ranks_selected",),
 )
 SPEC = DocumentType(
     "spec", 3, "tracekit spec --json",

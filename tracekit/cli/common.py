@@ -136,3 +136,28 @@ def _forensic_json(doc: Any) -> None:
     import json
 
     echo(json.dumps(doc, indent=2, sort_keys=False, allow_nan=False))
+
+
+def rank_view_options(fn: Any) -> Any:
+    """``--ranks SEL`` and ``--all-ranks`` of the commands that print one row per rank: the command
+    receives ``view`` (``render.rank_fold.RankView``). Rows only: the analysis uses every rank."""
+    import functools
+
+    @click.option("--ranks", "ranks_sel", default=None, metavar="SEL",
+                  help="Show the rows of these ranks only: all, 3, 0,5 or 0-7,12 (the analysis still uses every rank: "
+                       "collectives are matched over all of them).")
+    @click.option("--all-ranks", "all_ranks", is_flag=True,
+                  help="Print every rank's row (more than 16 rows are otherwise folded into median / p90 / mean / "
+                       "min / max and the worst ranks).")
+    @functools.wraps(fn)
+    def wrapped(*args: Any, ranks_sel: str | None, all_ranks: bool, **kwargs: Any) -> Any:
+        from tracekit.ranklist import parse_rank_list
+        from tracekit.render.rank_fold import RankView
+
+        try:
+            sel = None if ranks_sel is None else parse_rank_list(ranks_sel)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--ranks") from None
+        return fn(*args, view=RankView(sel, all_ranks), **kwargs)
+
+    return wrapped

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from tracekit.cli.common import _claim, _forensic_json, _load, _note_partial, _table_console, cli
+from tracekit.cli.common import (
+    _claim,
+    _forensic_json,
+    _load,
+    _note_partial,
+    _table_console,
+    cli,
+    rank_view_options,
+)
 from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
+
+if TYPE_CHECKING:
+    from tracekit.render.rank_fold import RankView
 
 
 @cli.command("spec")
@@ -191,12 +204,18 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
               help="A collective has a last rank only when arrivals spread at least this much.")
 @click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,
               help="Idle after a launch call returns that still counts as a launch gap (as for attribute).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document (every rank's row, and their summary).")
+@rank_view_options
 @guarded
-def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: bool) -> None:
-    """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why."""
+def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: bool, view: RankView) -> None:
+    """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why.
+
+    More than 16 ranks: the table shows median / p90 / mean / min / max over the ranks and the
+    ranks that made the others wait longest (--all-ranks: every row; --ranks 0-7,12: those rows).
+    """
 
     from tracekit.analyzers import analyses
+    from tracekit.analyzers.rank_summary import int_hosts
     from tracekit.render import ranks as render_ranks
 
     r = _load(run)
@@ -204,6 +223,6 @@ def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: b
     rep = analyses.ranks(r.events, r.manifest, min_skew_ns=round(min_skew_us * 1000),
                          launch_latency_ns=round(launch_latency_us * 1000))
     if as_json:
-        _forensic_json(render_ranks.to_json(rep))
+        _forensic_json(render_ranks.to_json(rep, int_hosts(r.manifest), view))
     else:
-        render_ranks.render(rep, _table_console())
+        render_ranks.render(rep, _table_console(), view, int_hosts(r.manifest))

@@ -19,10 +19,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracekit.analyzers.rank_summary import summarize
 from tracekit.analyzers.reports import AttributionReport, Mode
 from tracekit.buckets import BUCKETS, LABELS
 from tracekit.render.attribute_json import WHOLE_TRACE_LINE, clock_notes
 from tracekit.render.console import SafeConsole
+from tracekit.render.rank_fold import ALL, RankView, summary_line
 from tracekit.render.ranks import before_late
 from tracekit.render.units import dur
 from tracekit.schema import PHASES
@@ -45,17 +47,13 @@ def make_console(min_width: int = MIN_PIPE_WIDTH) -> Console:
     return SafeConsole(width=max(c.width, min_width))
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
-def _rank_columns(t: Table, rrows: list[dict[str, Any]], what: str) -> Callable[[Callable[[dict[str, Any]], float | None]], list[str]]:
-    """Add per-rank columns to ``t`` (one per rank up to MAX_RANK_COLUMNS ranks, else min /
-    median / max across ranks and which rank is max); return a function that turns a per-rank
-    share (fraction, or None) into the row's cells."""
-    if len(rrows) <= MAX_RANK_COLUMNS:
+def _rank_columns(t: Table, rrows: list[dict[str, Any]], what: str,
+                  all_ranks: bool = False) -> Callable[[Callable[[dict[str, Any]], float | None]], list[str]]:
+    """Add per-rank columns to ``t`` (one per rank up to MAX_RANK_COLUMNS ranks, or with ``all_ranks``;
+    else the rank summary across ranks: min / median / p90 / max and which rank is max,
+    ``analyzers.rank_summary``); return a function that turns a per-rank share (fraction, or None)
+    into the row's cells."""
+    if len(rrows) <= MAX_RANK_COLUMNS or all_ranks:
         for r in rrows:
             t.add_column(f"rank {r['rank']} {what}", justify="right")
 
@@ -65,18 +63,15 @@ def _rank_columns(t: Table, rrows: list[dict[str, Any]], what: str) -> Callable[
         return cells
     t.add_column(f"ranks: min {what}", justify="right")
     t.add_column(f"median {what}", justify="right")
+    t.add_column(f"p90 {what}", justify="right")
     t.add_column(f"max {what} (rank)", justify="right")
 
     def stats(fn: Callable[[dict[str, Any]], float | None]) -> list[str]:
-        vals = [(v, r["rank"]) for r in rrows if (v := fn(r)) is not None]
-        if not vals:
-            return ["n/a", "n/a", "n/a"]
-        top, who = max(vals, key=lambda x: (x[0], -x[1]))
-        return [
-            f"{100 * min(v for v, _ in vals):.1f}%",
-            f"{100 * _median([v for v, _ in vals]):.1f}%",
-            f"{100 * top:.1f}% (rank {who})",
-        ]
+        s = summarize(((r["rank"], fn(r)) for r in rrows), what, "fraction")
+        if s is None:
+            return ["n/a"] * 4
+        return [f"{100 * s.min.value:.1f}%", f"{100 * s.median:.1f}%", f"{100 * s.p90:.1f}%",
+                f"{100 * s.max.value:.1f}% (rank {s.max.rank})"]
 
     return stats
 
@@ -182,7 +177,7 @@ def summary(row: dict[str, Any], strag: dict[str, Any] | None) -> str:
 
 
 def share_table(title: str, share_header: str, row: dict[str, Any], ranks: pl.DataFrame, buckets: tuple[str, ...],
-                labels: dict[str, str], total_col: str, total_label: str) -> tuple[Table, Callable[[Callable[[dict[str, Any]], float | None]], list[str]]]:
+                labels: dict[str, str], total_col: str, total_label: str, all_ranks: bool = False) -> tuple[Table, Callable[[Callable[[dict[str, Any]], float | None]], list[str]]]:
     """A phase's buckets (GPU window or host range): mean per instance over all ranks, share of the
     total, one share column per rank; the total row last (bold). Returns the table and its per-rank cells."""
     n = max(int(row["instances"]), 1)
@@ -192,7 +187,7 @@ def share_table(title: str, share_header: str, row: dict[str, Any], ranks: pl.Da
     t.add_column("mean per instance", justify="right")
     t.add_column(share_header, justify="right")
     rrows = list(ranks.iter_rows(named=True))
-    cells = _rank_columns(t, rrows, "%")
+    cells = _rank_columns(t, rrows, "%", all_ranks)
     for b in buckets:
         v = row[f"{b}_ns"]
         if v == 0 and all(r[f"{b}_ns"] == 0 for r in rrows):
@@ -215,10 +210,10 @@ def seq_table(seq: pl.DataFrame, phase: str, title: str, total: tuple[str, str],
     return t
 
 
-def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame) -> Table:
+def _bucket_table(phase: str, ph_row: dict[str, Any], ranks: pl.DataFrame, all_ranks: bool = False) -> Table:
     n = max(int(ph_row["instances"]), 1)
     t, cells = share_table(f"{phase}: where the GPU window [W] went (mean per instance over all ranks; % of window)",
-                           "% of window", ph_row, ranks, BUCKETS, LABELS, "gpu_window_ns", "GPU window")
+                           "% of window", ph_row, ranks, BUCKETS, LABELS, "gpu_window_ns", "GPU window", all_ranks)
     blank = ["" for _ in cells(lambda r: None)]
     if ph_row.get("median_gpu_window_ns") is not None:
         t.add_row("GPU window median / p90", f"{dur(ph_row['median_gpu_window_ns'], digits=3)} / {dur(ph_row['p90_gpu_window_ns'], digits=3)}",
@@ -350,19 +345,21 @@ class ModeTables:
 
     cycles: CycleColumns
     seq: Callable[[pl.DataFrame, str], Table]
-    ranks: Callable[[str, dict[str, Any], pl.DataFrame], Table]
+    ranks: Callable[[str, dict[str, Any], pl.DataFrame, bool], Table]  # phase, row, its by-rank rows, --all-ranks
     summary: Callable[[dict[str, Any], dict[str, Any] | None], str]
     gpu: bool
 
 
-GPU_TABLES: Final = ModeTables(GPU_CYCLES, lambda seq, ph: _seq_table(seq, ph), lambda ph, row, r: _bucket_table(ph, row, r),
+GPU_TABLES: Final = ModeTables(GPU_CYCLES, lambda seq, ph: _seq_table(seq, ph), lambda ph, row, r, a: _bucket_table(ph, row, r, a),
                                lambda row, s: summary(row, s), True)
 
 
-def render(report: AttributionReport, by: str, console: Console) -> None:
-    """Print tables and the summary for every phase of a GPU- or host-mode report."""
+def render(report: AttributionReport, by: str, console: Console, view: RankView = ALL) -> None:
+    """Print tables and the summary for every phase of a GPU- or host-mode report (``view``: the by-rank
+    columns of ``--ranks`` only; more than MAX_RANK_COLUMNS ranks summarised unless ``--all-ranks``)."""
     from tracekit.render import host_attribute
     from tracekit.render import sol as render_sol
+    from tracekit.render.attribute_json import rank_summaries
     from tracekit.render.estimate import estimate_lines, estimate_table
 
     tables = host_attribute.HOST_TABLES if report.mode is Mode.HOST else GPU_TABLES
@@ -370,8 +367,11 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
     bp = {r["phase"]: r for r in report.by_phase.iter_rows(named=True)}
     strag = {} if report.stragglers is None else {r["phase"]: r for r in report.stragglers.iter_rows(named=True)}
     dil = report.dilation
+    rank_sums = rank_summaries(report) if view.ranks is None else {}
     if report.whole_trace:
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
+    if by == "rank" and (note := view.note()) is not None:
+        console.print(note, soft_wrap=True, highlight=False, markup=False)
     for line in clock_notes(report):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     if tables.gpu and bp:
@@ -384,7 +384,15 @@ def render(report: AttributionReport, by: str, console: Console) -> None:
         elif by == "seq":
             console.print(tables.seq(report.by_seq, phase))
         else:
-            console.print(tables.ranks(phase, row, report.by_rank.filter(pl.col("phase") == phase)))
+            rows = report.by_rank.filter(pl.col("phase") == phase)
+            if view.ranks is not None:
+                rows = rows.filter(pl.col("rank").is_in(list(view.ranks)))
+            console.print(tables.ranks(phase, row, rows, view.all_ranks))
+            rs = rank_sums.get(phase)
+            if rs is not None and rs.count > MAX_RANK_COLUMNS:
+                what = "host range" if not tables.gpu else "GPU window [W]"
+                sl = summary_line(rs, f"  {what} per instance, each rank's median,", lambda v: dur(v, digits=3))
+                console.print(sl, soft_wrap=True, highlight=False, markup=False)
         console.print(_facts_line(row, gpu=tables.gpu))
         if (lab := label_line(row)) is not None:
             console.print(Text.assemble("  ", ("warning:", "yellow"), f" {lab}"), soft_wrap=True)

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from tracekit.analyzers.reports import AttributionReport, Mode
+from tracekit.render.rank_fold import ALL, RankView
 
 
 def document(report: AttributionReport, by: str, run: str | None) -> dict[str, Any]:
@@ -23,8 +24,9 @@ def document(report: AttributionReport, by: str, run: str | None) -> dict[str, A
     return doc
 
 
-def render(report: AttributionReport, by: str) -> None:
-    """Print ``report`` (tables, facts, summary) for ``by`` (rank / cycle / seq)."""
+def render(report: AttributionReport, by: str, view: RankView = ALL) -> None:
+    """Print ``report`` (tables, facts, summary) for ``by`` (rank / cycle / seq); ``view``: ``--ranks`` /
+    ``--all-ranks`` (render.rank_fold)."""
     from tracekit.render import attribute as render_attribute
 
     if report.mode is Mode.TIMING:  # no profiler ran: phase times per instance, no buckets
@@ -42,7 +44,7 @@ def render(report: AttributionReport, by: str) -> None:
         from tracekit.render import host_attribute as render_host
 
         console.print(render_host.host_mode_line(None if report.ranks is None else list(report.ranks)), soft_wrap=True)
-    render_attribute.render(report, by, console)
+    render_attribute.render(report, by, console, view)
 
 
 __all__ = ["document", "render"]

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracekit.analyzers.rank_summary import RankSummary, int_hosts, summarize
 from tracekit.analyzers.reports import AttributionReport, Mode
 from tracekit.analyzers.robust import MAD_SCALE, OUTLIER_MADS, OUTLIER_RATIO
 from tracekit.buckets import BUCKETS, HOST_BUCKETS
@@ -176,6 +177,21 @@ def document_head(run: str | None, mode: str, by: str, buckets: tuple[str, ...])
     return {"run": run, "mode": mode, "by": by, "units": "ns", "bucket_order": list(buckets)}
 
 
+def rank_summaries(report: AttributionReport) -> dict[str, RankSummary]:
+    """Per phase, each rank's median instance (GPU window, or host range in host mode) summarised over
+    the ranks (``analyzers.rank_summary``: the slowest ranks named with their host)."""
+    col = "median_host_ns" if report.mode is Mode.HOST else "median_gpu_window_ns"
+    if report.by_rank is None or col not in report.by_rank.columns:
+        return {}
+    hosts = int_hosts(report.manifest)
+    out: dict[str, RankSummary] = {}
+    for (phase,), df in report.by_rank.group_by(["phase"], maintain_order=True):
+        s = summarize(df.select("rank", col).iter_rows(), col, "ns", hosts=hosts)
+        if s is not None:
+            out[str(phase)] = s
+    return out
+
+
 def to_json(report: AttributionReport, by: str, run: str | None = None) -> dict[str, Any]:
     """The stable ``--json`` document of a GPU- or host-mode report (host mode: the same keys, ``mode: host``,
     host buckets summing to host_ns, gpu_window_ns 0, no stragglers, issues or estimates)."""
@@ -193,6 +209,7 @@ def to_json(report: AttributionReport, by: str, run: str | None = None) -> dict[
         "issues": list(report.issues),
         "whole_trace": report.whole_trace,
         "definitions": HOST_DEFINITIONS if host else DEFINITIONS,
+        "rank_summary": {ph: rs.to_dict() for ph, rs in rank_summaries(report).items()},
     }
     notes = ([WHOLE_TRACE_LINE] if doc["whole_trace"] else []) + clock_notes(report)
     if notes:

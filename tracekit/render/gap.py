@@ -4,6 +4,7 @@ evidence, ranked explanations, JSON."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 import polars as pl
@@ -11,9 +12,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracekit.analyzers.rank_summary import summarize
 from tracekit.analyzers.reports import GapReport, Mode
 from tracekit.buckets import HOST_LABELS, LABELS
 from tracekit.documents import GAP
+from tracekit.ranklist import format_rank_list
+from tracekit.render.rank_fold import ALL, Column, RankView, rank_table
 from tracekit.render.units import dur
 
 
@@ -103,7 +107,8 @@ def warning_lines(rep: GapReport, see_rows: bool = True) -> list[str]:
     return []
 
 
-def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
+def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False,
+            hosts: Mapping[int, str | None] | None = None) -> dict[str, Any]:
     """The stable ``--json`` document (times in ns, ``statistic`` per instance: median or mean); host mode: the
     same keys, ``mode: host``, host-range buckets, no kernels or sequence rows, ``definitions``."""
     stat = rep.stat
@@ -148,6 +153,8 @@ def to_json(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool 
         doc["unprofiled_estimate"] = change_json(rep.estimate)
     if by_rank and not host:
         doc["by_rank"] = rep.by_rank.to_dicts()
+        s = summarize(((r["rank"], r["delta_ns"]) for r in rank_rows(rep)), "delta_ns", "ns", hosts=hosts)
+        doc["rank_summary"] = {"delta_ns": None if s is None else s.to_dict()}
     if not host:
         from tracekit.render import sol as render_sol
 
@@ -181,12 +188,19 @@ def bucket_table(rep: GapReport, title: str, heads: tuple[str, str, str, str, st
     return t
 
 
-def document(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False) -> dict[str, Any]:
-    """The ``tracekit gap --json`` document of ``rep`` in its mode."""
-    return to_json(rep, a_run, b_run, by_rank)
+def document(rep: GapReport, a_run: str | None, b_run: str | None, by_rank: bool = False,
+             hosts: Mapping[int, str | None] | None = None, view: RankView = ALL) -> dict[str, Any]:
+    """The ``tracekit gap --json`` document of ``rep`` in its mode (``view.ranks``: the ``by_rank`` rows of
+    those ranks, ``ranks_selected`` saying which)."""
+    if view.ranks is None:
+        return to_json(rep, a_run, b_run, by_rank, hosts)
+    doc = to_json(replace(rep, by_rank=rep.by_rank.filter(pl.col("rank").is_in(list(view.ranks)))), a_run, b_run, by_rank, hosts)
+    doc["ranks_selected"] = format_rank_list(view.ranks)
+    return doc
 
 
-def render_report(rep: GapReport, console: Console, by_rank: bool = False) -> None:
+def render_report(rep: GapReport, console: Console, by_rank: bool = False, view: RankView = ALL,
+                  hosts: Mapping[int, str | None] | None = None) -> None:
     """Print ``rep`` in its mode (host mode: the host ranges compared)."""
     if rep.mode is Mode.HOST:
         from tracekit.render import host_attribute as render_host
@@ -195,7 +209,7 @@ def render_report(rep: GapReport, console: Console, by_rank: bool = False) -> No
                       soft_wrap=True)
         render_host.render_host_gap(rep, console)
         return
-    render(rep, console, by_rank)
+    render(rep, console, by_rank, view, hosts)
 
 
 def render_head(rep: GapReport, console: Console) -> None:
@@ -223,7 +237,21 @@ def render_head(rep: GapReport, console: Console) -> None:
                                    (an, bn, "delta", "delta/token", "share of gap"), LABELS, ("gpu_window", "GPU window")))
 
 
-def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
+def rank_rows(rep: GapReport) -> list[dict[str, Any]]:
+    """One row per rank: ``rank, a_ns, b_ns, delta_ns`` (the phases' window per instance, ``rep.stat``)."""
+    br = rep.by_rank
+    if br.height == 0:
+        return []
+    val = {(int(r), str(sd)): v for r, sd, v in br.select("rank", "side", "gpu_window_ns").iter_rows()}
+    out = []
+    for rank in sorted({int(r) for r in br.get_column("rank").to_list()}):
+        va, vb = val.get((rank, "a")), val.get((rank, "b"))
+        out.append({"rank": rank, "a_ns": va, "b_ns": vb, "delta_ns": None if va is None or vb is None else va - vb})
+    return out
+
+
+def render(rep: GapReport, console: Console, by_rank: bool = False, view: RankView = ALL,
+           hosts: Mapping[int, str | None] | None = None) -> None:
     a, b = rep.a, rep.b
     an, bn = side_names(rep, tagged=True)
     stat = rep.stat
@@ -260,16 +288,14 @@ def render(rep: GapReport, console: Console, by_rank: bool = False) -> None:
         console.print(st)
     if by_rank:
         rt = Table(title=f"per rank: GPU window per instance ({stat})")
-        for c in ("rank", an, bn, "delta"):
-            rt.add_column(c, justify="right")
-        br = rep.by_rank
-        for rank in sorted(br.get_column("rank").unique().to_list()):
-            ra = br.filter((pl.col("rank") == rank) & (pl.col("side") == "a"))
-            rb = br.filter((pl.col("rank") == rank) & (pl.col("side") == "b"))
-            va = ra.get_column("gpu_window_ns")[0] if ra.height else None
-            vb = rb.get_column("gpu_window_ns")[0] if rb.height else None
-            rt.add_row(str(rank), dur(va), dur(vb), dur(va - vb) if va is not None and vb is not None else "n/a")
+        cols = [Column("rank", lambda r: str(r["rank"])),
+                Column(an, lambda r: dur(r["a_ns"]), lambda r: r["a_ns"], dur),
+                Column(bn, lambda r: dur(r["b_ns"]), lambda r: r["b_ns"], dur),
+                Column("delta", lambda r: "n/a" if r["delta_ns"] is None else dur(r["delta_ns"]), lambda r: r["delta_ns"], dur)]
+        _, lines = rank_table(rt, rank_rows(rep), cols, 3, "high", view, hosts)
         console.print(rt)
+        for line in ([] if (n := view.note()) is None else [n]) + lines:
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
     total = rep.total_delta_ns
     tm = rep.timing
     if tm.get("timing_source") == "unprofiled":

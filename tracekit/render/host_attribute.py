@@ -59,9 +59,9 @@ def host_mode_line(ranks: list[int] | None, what: str = "phase time is attribute
             "the CPU ops on each phase's thread, outermost op wins")
 
 
-def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame) -> Table:
+def _host_table(phase: str, row: dict[str, Any], ranks: pl.DataFrame, all_ranks: bool = False) -> Table:
     return share_table(f"{phase}: {HOST_HEADER}; mean over all ranks' instances", "% of host range", row, ranks,
-                       HOST_BUCKETS, HOST_LABELS, "host_ns", "host range (= sum)")[0]
+                       HOST_BUCKETS, HOST_LABELS, "host_ns", "host range (= sum)", all_ranks)[0]
 
 
 HOST_CYCLES: Final = CycleColumns(
@@ -92,7 +92,7 @@ def host_summary(row: dict[str, Any]) -> str:
 
 
 HOST_TABLES: Final = ModeTables(HOST_CYCLES, lambda seq, ph: _host_seq_table(seq, ph),
-                                lambda ph, row, r: _host_table(ph, row, r), lambda row, s: host_summary(row), False)
+                                lambda ph, row, r, a: _host_table(ph, row, r, a), lambda row, s: host_summary(row), False)
 
 
 def host_explanation_lines(rep: GapReport) -> list[str]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tracekit.analyzers.rank_summary import WORST_N, summarize
 from tracekit.analyzers.reports import RanksReport
 from tracekit.documents import RANKS
+from tracekit.ranklist import format_rank_list
+from tracekit.render.rank_fold import ALL, Column, RankView, rank_table
 from tracekit.render.units import dur, ms
 
 
@@ -63,7 +68,9 @@ def before_late(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def summary_lines(rep: RanksReport) -> list[str]:
+def summary_lines(rep: RanksReport, view: RankView | None = None) -> list[str]:
+    """The plain-language lines: every late rank (``view`` None, the JSON document), or those ``view``
+    shows, the ``WORST_N`` worst only when it folds."""
     state = rep.state
     ranks = rep.ranks
     coll = rep.collectives
@@ -77,9 +84,9 @@ def summary_lines(rep: RanksReport) -> list[str]:
     order = ranks.sort(["inflicted_wait_ns", "rank"], descending=[True, False])
     kernels = rep.kernels
     fair = 1.0 / max(ranks.height, 1)
-    for r in order.iter_rows(named=True):
-        if not r["last_count"]:
-            continue
+    late = [r for r in order.iter_rows(named=True) if r["last_count"] and (view is None or view.shows(r["rank"]))]
+    folded = late[WORST_N:] if view is not None and view.folds(len(late)) else []
+    for r in late[: len(late) - len(folded)]:
         share = r["last_share"] or 0.0
         line = (
             f"rank {r['rank']} arrived last at {r['last_count']}/{r['collectives']} collectives ({share * 100:.0f}%,"
@@ -106,15 +113,25 @@ def summary_lines(rep: RanksReport) -> list[str]:
         st = _state_text(state, r["rank"])
         if st:
             lines.append(f"  state: {st}")
+    if folded:
+        lines.append(f"... and {len(folded)} more ranks that arrived last at least once (the {WORST_N} that made the"
+                     " others wait longest are above; --all-ranks or --json for every one)")
     if len(lines) == 1:
         lines.append("no rank arrived last by 1 µs or more: no straggler.")
     return lines
 
 
-def to_json(rep: RanksReport) -> dict[str, Any]:
+def to_json(rep: RanksReport, hosts: Mapping[int, str | None] | None = None, view: RankView = ALL) -> dict[str, Any]:
+    """The ``ranks`` document: every rank's row (``view.ranks``: those ranks' rows, then ``ranks_selected``
+    says which) and ``rank_summary`` over the rows it holds."""
     state = rep.state
     coll = rep.collectives
-    return RANKS.make({
+    lines = summary_lines(rep, RankView(view.ranks, all_ranks=True))
+    if view.ranks is not None:
+        keep = pl.col("rank").is_in(list(view.ranks))
+        rep = replace(rep, ranks=rep.ranks.filter(keep), kernels=rep.kernels.filter(keep), state=state.filter(keep))
+        state = rep.state
+    doc = RANKS.make({
         "ranks": rep.ranks.to_dicts(),
         "kernels": rep.kernels.to_dicts(),
         "collectives": {
@@ -124,47 +141,66 @@ def to_json(rep: RanksReport) -> dict[str, Any]:
             "skew_ns_max": rep.skew_max_ns,
         },
         "state": {str(k): v for k, v in state_by_rank(state).items()},
-        "summary": summary_lines(rep),
+        "summary": lines,
+        "rank_summary": rank_summaries(rep, hosts),
     })
+    if view.ranks is not None:
+        doc["ranks_selected"] = format_rank_list(view.ranks)
+    return doc
 
 
-def render(rep: RanksReport, console: Console) -> None:
-    state = rep.state
+def _table_columns(state: pl.DataFrame) -> list[Column]:
+    def num(k: str) -> Callable[[Mapping[str, Any]], float | None]:
+        return lambda r: r[k]
+
+    def msf(v: float) -> str:
+        return ms(unit=False, ns=v)
+
+    def last(r: Mapping[str, Any]) -> str:
+        share = r["last_share"]
+        return f"{r['last_count']} ({share * 100:.0f}%)" if share is not None else str(r["last_count"])
+
+    return [
+        Column("rank", lambda r: str(r["rank"])),
+        Column("collectives", lambda r: str(r["collectives"]), num("collectives"), lambda v: f"{v:g}"),
+        Column("arrived last", last, num("last_count"), lambda v: f"{v:g}"),
+        Column("made others wait ms", lambda r: ms(unit=False, ns=r["inflicted_wait_ns"]), num("inflicted_wait_ns"), msf),
+        Column("own wait ms", lambda r: ms(unit=False, ns=r["own_wait_ns"]), num("own_wait_ns"), msf),
+        Column("busy excess ms", lambda r: ms(unit=False, ns=r["busy_ns_excess"]), num("busy_ns_excess"), msf),
+        Column("launch-gap excess ms", lambda r: ms(unit=False, ns=r["launch_gap_ns_excess"]), num("launch_gap_ns_excess"), msf),
+        Column("host syncs", lambda r: "" if r["syncs_before_late"] is None else str(r["syncs_before_late"]),
+               num("syncs_before_late"), lambda v: f"{v:g}"),
+        Column("state", lambda r: _state_text(state, r["rank"]), justify="left"),
+    ]
+
+
+KEY_COLUMN: Final = 3  # "made others wait": the worst ranks of a folded table
+
+
+def rank_summaries(rep: RanksReport, hosts: Mapping[int, str | None] | None = None) -> dict[str, Any]:
+    """The ``rank_summary`` of the ``ranks`` document: each per-rank quantity over every rank."""
+    rows = rep.ranks.to_dicts()
+    out: dict[str, Any] = {}
+    for key in ("inflicted_wait_ns", "own_wait_ns", "last_count", "busy_ns_excess", "launch_gap_ns_excess"):
+        s = summarize(((r["rank"], r[key]) for r in rows), key, "count" if key == "last_count" else "ns", hosts=hosts)
+        out[key] = None if s is None else s.to_dict()
+    return out
+
+
+def render(rep: RanksReport, console: Console, view: RankView = ALL, hosts: Mapping[int, str | None] | None = None) -> None:
     t = Table(
         title="Stragglers: who arrives last at collectives (ms are totals over the run)",
         title_justify="left",
     )
-    for col in (
-        "rank",
-        "collectives",
-        "arrived last",
-        "made others wait ms",
-        "own wait ms",
-        "busy excess ms",
-        "launch-gap excess ms",
-        "host syncs",
-        "state",
-    ):
-        t.add_column(col, justify="left" if col == "state" else "right")
-    for r in rep.ranks.iter_rows(named=True):
-        share = r["last_share"]
-        t.add_row(
-            str(r["rank"]),
-            str(r["collectives"]),
-            f"{r['last_count']} ({share * 100:.0f}%)" if share is not None else str(r["last_count"]),
-            ms(unit=False, ns=r["inflicted_wait_ns"]),
-            ms(unit=False, ns=r["own_wait_ns"]),
-            ms(unit=False, ns=r["busy_ns_excess"]),
-            ms(unit=False, ns=r["launch_gap_ns_excess"]),
-            "" if r["syncs_before_late"] is None else str(r["syncs_before_late"]),
-            _state_text(state, r["rank"]),
-        )
+    _, lines = rank_table(t, rep.ranks.to_dicts(), _table_columns(rep.state), KEY_COLUMN, "high", view, hosts)
     console.print(t)
+    for line in ([] if (n := view.note()) is None else [n]) + lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(
         "excess = the late rank's time in the segment before its late arrivals minus the other ranks' mean;"
         " own wait = time this rank waited for the latest arrival",
         highlight=False,
         markup=False,
     )
-    for line in summary_lines(rep):
+    for line in summary_lines(rep, view):
         console.print(line, highlight=False, markup=False)

@@ -85,9 +85,10 @@ def spec_doc(events: pl.DataFrame, manifest: dict[str, Any], baseline: pl.DataFr
 def ranks_doc(events: pl.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
     """``tracekit ranks RUN --json``."""
     from tracekit.analyzers import analyses
+    from tracekit.analyzers.rank_summary import int_hosts
     from tracekit.render import ranks as render_ranks
 
-    return render_ranks.to_json(analyses.ranks(events, manifest))
+    return render_ranks.to_json(analyses.ranks(events, manifest), int_hosts(manifest))
 
 
 def diff_doc(a: RunDocs, a_events: pl.DataFrame, b: RunDocs, b_events: pl.DataFrame) -> dict[str, Any]:
