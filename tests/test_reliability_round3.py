@@ -534,7 +534,7 @@ def test_ctrl_c_stops_an_ingest_and_leaves_no_lock_or_temp_file(tmp_path: Path, 
 
     monkeypatch.setattr(ingest_mod, "_read_parts", interrupted)
     code, out, err = _run(["ingest", str(r0), str(r1), "-o", str(tmp_path / "o.parquet")])
-    assert code == 130 and out == "" and err == "tracekit: interrupted\n"
+    assert code == 130 and out == "" and err == "tracekit: interrupted (SIGINT)\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r0.json", "r1.json"] and _digest(r0) == before
 
 

@@ -8,7 +8,8 @@
 Exit statuses of every command (``tracekit --help`` and the README list them):
 0 done; 1 bad data or an error, one line; 2 usage error; 3 partial run (written, but some
 rank of the world has no data: the manifest's ``missing_ranks`` and one line say which);
-130 interrupted (Ctrl-C). Output that cannot be written makes a 0 a 1 (quietly for a stdout closed by its
+130 interrupted (Ctrl-C; 143 SIGTERM and 129 SIGHUP while an output is written: 128 + the signal, the
+output left as it was, its lock and temp files removed). Output that cannot be written makes a 0 a 1 (quietly for a stdout closed by its
 reader, ``| head``: ``tracekit.process_exit``).
 """
 
@@ -71,9 +72,15 @@ def guarded(fn: F) -> F:
             if _State.debug:
                 raise
             _fail(os_error_line(exc))
-        except KeyboardInterrupt:
-            echo("tracekit: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:  # Ctrl-C; SIGTERM / SIGHUP too while an output is written (Stopped)
+            import signal
+
+            from tracekit.outputs import remove_leftovers, stopped_line
+
+            remove_leftovers()  # what the unwinding missed (a signal between a temp file's creation and its try)
+            signum = int(getattr(exc, "signum", signal.SIGINT))
+            echo(stopped_line(signum), err=True)
+            sys.exit(128 + signum)
 
     return wrapper  # type: ignore[return-value]
 

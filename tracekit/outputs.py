@@ -23,12 +23,16 @@ import glob
 import hashlib
 import json
 import os
+import signal
 import socket
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any, ClassVar
 
 from tracekit.errors import OutputError, OutputIsInputError, OutputLockedError
 
@@ -82,8 +86,10 @@ def temp_beside(dest: str | os.PathLike[str]) -> str:
     parent = out.parent
     limit = name_max(parent)
     stem = _fit(out.name, limit - 2 - _TEMP_RANDOM - len(".tmp"))
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=parent)
-    os.close(fd)
+    with signals_deferred():  # a stop signal finds it registered (removed) or not yet made
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=parent)
+        os.close(fd)
+        _TEMPS.add(tmp)
     return tmp
 
 
@@ -94,6 +100,7 @@ def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, dest)
+    _TEMPS.discard(os.fspath(tmp))
 
 
 @contextlib.contextmanager
@@ -109,6 +116,7 @@ def atomic_write(dest: str | os.PathLike[str]) -> Iterator[str]:
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _TEMPS.discard(tmp)
         named = named_os_error(exc, dest)
         if named is not exc:
             raise named from None
@@ -212,6 +220,100 @@ def _alive(pid: int, start: str | None) -> bool:
     return start is None or now is None or now == start
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_TEMPS: set[str] = set()  # temp files begun (temp_beside) and not yet published or removed
+_HELD: set[OutputLock] = set()  # locks this process holds
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP while an output lock is held: the command unwinds (temp files removed,
+    locks released) and ends with status ``exit_code`` (128 + the signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+def stopped_line(signum: int) -> str:
+    """The one line of a command ended by a signal."""
+    return f"tracekit: interrupted ({signal.Signals(signum).name})"
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """The stop signals held back (in the main thread) while a lock or temp file is made or removed and
+    registered: one that comes meanwhile is handled right after, never between the two."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def remove_leftovers() -> None:
+    """The temp files this process began and did not publish, and the locks it holds, removed: what a
+    stop signal's unwinding missed (``guarded`` calls it before a stopped command ends; a second signal
+    calls it at once)."""
+    for tmp in list(_TEMPS):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _TEMPS.discard(tmp)
+    for lock in list(_HELD):
+        lock.release()
+
+
+class StopOnSignal:
+    """The handler of SIGINT / SIGTERM / SIGHUP while this process holds an output lock (see the module
+    docstring); installed when the first lock is taken in the main thread, the previous handlers put
+    back when the last one is released. A handler set meanwhile by someone else (the capture
+    launcher's :class:`Interrupts`) is theirs until they restore ours."""
+
+    _depth = 0
+    _prev: ClassVar[dict[int, Any]] = {}
+    _stopping = False
+
+    @classmethod
+    def _on(cls, signum: int, _frame: FrameType | None) -> None:
+        if not cls._stopping:
+            cls._stopping = True
+            raise Stopped(signum)
+        remove_leftovers()  # a second signal while unwinding: end now
+        with contextlib.suppress(Exception):
+            sys.stderr.write(stopped_line(signum) + "\n")
+            sys.stderr.flush()
+        os._exit(128 + signum)
+
+    @classmethod
+    def enter(cls) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if cls._depth == 0:
+            cls._stopping = False
+            for s in STOP_SIGNALS:
+                with contextlib.suppress(ValueError, OSError):
+                    prev = signal.getsignal(s)
+                    if prev == signal.SIG_IGN:  # ignored by whoever started us (nohup): stays ignored
+                        continue
+                    cls._prev[s] = signal.signal(s, cls._on)
+        cls._depth += 1
+
+    @classmethod
+    def leave(cls) -> None:
+        if threading.current_thread() is not threading.main_thread() or cls._depth == 0:
+            return
+        cls._depth -= 1
+        if cls._depth == 0:
+            for s, h in cls._prev.items():
+                with contextlib.suppress(ValueError, TypeError, OSError):
+                    if signal.getsignal(s) == cls._on:  # still ours: put the previous one back
+                        signal.signal(s, h)
+            cls._prev.clear()
+
+
 class OutputLock:
     """``<output>.lock``: one writer per output at a time (see the module docstring).
 
@@ -256,53 +358,72 @@ class OutputLock:
                                  "remove it only if that process is gone)", path=str(self.out))
 
     def acquire(self) -> OutputLock:
+        StopOnSignal.enter()  # before the lock file exists: a signal from here on removes it
+        try:
+            return self._acquire()
+        except BaseException:
+            StopOnSignal.leave()
+            raise
+
+    def _acquire(self) -> OutputLock:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
               "since_unix_ns": time.time_ns()}
         for _attempt in range(3):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is None:  # being written right now, or garbage: garbage once it is old
-                    with contextlib.suppress(OSError):
-                        if time.time() - self.path.stat().st_mtime > 10:
-                            self.path.unlink()
-                            continue
-                    time.sleep(0.1)
-                    continue
-                pid = int(str(holder["pid"]))
-                host = str(holder.get("host", ""))
-                start = holder.get("start")
-                if host == me["host"] and not _alive(pid, None if start is None else str(start)):
-                    self.stale = pid
-                    with contextlib.suppress(FileNotFoundError):
-                        self.path.unlink()
-                    continue
-                raise self._locked(pid, host) from None
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(me, fh)
-            except BaseException as exc:  # a full disk: leave no empty lock behind
+            with signals_deferred():  # made, written and registered before a stop signal is handled
+                if self._create(me):
+                    return self
+            holder = self._holder()
+            if holder is None:  # being written right now, or garbage: garbage once it is old
                 with contextlib.suppress(OSError):
+                    if time.time() - self.path.stat().st_mtime > 10:
+                        self.path.unlink()
+                        continue
+                time.sleep(0.1)
+                continue
+            pid = int(str(holder["pid"]))
+            host = str(holder.get("host", ""))
+            start = holder.get("start")
+            if host == me["host"] and not _alive(pid, None if start is None else str(start)):
+                self.stale = pid
+                with contextlib.suppress(FileNotFoundError):
                     self.path.unlink()
-                named = named_os_error(exc, self.path)
-                if named is not exc:
-                    raise named from None
-                raise
-            self._held = True
-            return self
+                continue
+            raise self._locked(pid, host) from None
         raise OutputLockedError(f"lock file {self.path} holds no live tracekit's record (no valid pid): remove it "
                                 "if no tracekit writes this output (it is replaced by itself once 10 s old)",
                                 path=str(self.out))
 
+    def _create(self, me: dict[str, object]) -> bool:
+        """Create the lock file holding ``me``; False when it exists already."""
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(me, fh)
+        except BaseException as exc:  # a full disk: leave no empty lock behind
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            named = named_os_error(exc, self.path)
+            if named is not exc:
+                raise named from None
+            raise
+        self._held = True
+        _HELD.add(self)
+        return True
+
     def release(self) -> None:
         if not self._held:
             return
-        self._held = False
-        holder = self._holder()
-        if holder is not None and holder.get("pid") == os.getpid():
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+        with signals_deferred():
+            holder = self._holder()
+            if holder is not None and holder.get("pid") == os.getpid():
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+            self._held = False
+            _HELD.discard(self)
+        StopOnSignal.leave()
 
     def __enter__(self) -> OutputLock:
         return self.acquire()
@@ -320,5 +441,5 @@ def claimed_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLi
         yield lock
 
 
-__all__ = ["OutputLock", "atomic_write", "check_name", "check_output", "claimed_output", "name_max", "named_os_error", "publish", "sidecar",
-           "temp_beside"]
+__all__ = ["STOP_SIGNALS", "OutputLock", "StopOnSignal", "Stopped", "atomic_write", "check_name", "check_output", "claimed_output", "name_max", "named_os_error", "publish", "remove_leftovers", "sidecar",
+           "signals_deferred", "stopped_line", "temp_beside"]

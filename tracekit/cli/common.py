@@ -73,7 +73,8 @@ def cli(debug: bool) -> None:
     \b
     Exit status: 0 done; 1 bad data or an error (one line; --debug for a traceback);
     2 usage error, or an output that names an input; 3 partial run (written, but some rank
-    has no data: one line says which); 130 interrupted (Ctrl-C). A stdout closed by its
+    has no data: one line says which); 130 interrupted (Ctrl-C; 143 SIGTERM, 129 SIGHUP: the output left as it
+    was, its lock and temp files removed). A stdout closed by its
     reader (| head) ends quietly with 1.
     Outputs: the parent directory must exist (tracekit creates none you did not name);
     every output is written to a temp file beside it and renamed when complete, under
