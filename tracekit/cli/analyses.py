@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tracekit.cli.common import _load, _note_partial, cli, rank_view_options
+from tracekit.cli.common import RUN_PATH, _load, _note_partial, cli, rank_view_options
 from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @cli.command("attribute")
-@click.argument("run", type=click.Path(dir_okay=True, readable=False))
+@click.argument("run", type=RUN_PATH)
 @click.option("--phase", default=None, help="Phase name (verify, draft, ...), regex over phase names, or regex over range names. Default: every phase.")
 @click.option("--by", "by", type=click.Choice(["rank", "cycle", "seq"]), default="rank", show_default=True,
               help="rank: per phase x rank; cycle: one row per instance; seq: sequence-length buckets.")
@@ -55,10 +55,10 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
 
 
 @cli.command("gap")
-@click.argument("run", type=click.Path(dir_okay=True, readable=False))
+@click.argument("run", type=RUN_PATH)
 @click.option("--a", "a", default="verify", show_default=True, help="Phase A (name or regex, as for attribute --phase).")
 @click.option("--b", "b", default="decode", show_default=True, help="Phase B.")
-@click.option("--b-run", type=click.Path(dir_okay=True, readable=False), default=None, help="Take B from this run (e.g. speculation off).")
+@click.option("--b-run", type=RUN_PATH, default=None, help="Take B from this run (e.g. speculation off).")
 @click.option("--rank", type=click.IntRange(0), default=None, help="Only this rank (default: all ranks, each instance once).")
 @click.option("--by", "by", type=click.Choice(["all", "rank"]), default="all", show_default=True, help="rank: also show each rank.")
 @click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,

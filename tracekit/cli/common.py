@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from tracekit.store import Run
 
 
+# The type of every input path: tracekit opens and checks each input itself, so a missing, unreadable
+# or special file is the reader's one line and exit 1 (click's own checks would make it a usage error).
+RUN_PATH = click.Path(dir_okay=True, readable=False)  # a run file or a shard directory (or a log, a trace)
+INPUT_FILE = click.Path(dir_okay=False, readable=False)  # a file, never a directory (rules, patterns)
+
+
 # command -> the module that defines it: a command's module is imported when that command runs
 # (or when --help lists them all), so `tracekit ingest` does not import export's or capture's
 # modules. tests/test_cli_startup.py checks this table against the commands the modules define.

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import _claim, _load, _note_partial, cli
+from tracekit.cli.common import RUN_PATH, _claim, _load, _note_partial, cli
 from tracekit.cli_errors import guarded
 from tracekit.exporters import FORMATS as EXPORTERS  # the registry imports no writer
 from tracekit.exporters import format_names
@@ -26,7 +26,7 @@ def _flows_opt(value: str) -> tuple[str, ...]:
 
 
 @cli.command("export")
-@click.argument("run_path", metavar="RUN", type=click.Path(readable=False))
+@click.argument("run_path", metavar="RUN", type=RUN_PATH)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Trace to write: " + ", ".join(f"{' or '.join(f.suffixes[:2])} ({f.title})" for f in EXPORTERS) + ".")
 @click.option("--format", "fmt", type=click.Choice(format_names()), default=None,
@@ -77,7 +77,7 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
 
 
 @cli.command("validate-trace")
-@click.argument("trace", metavar="FILE", type=click.Path(readable=False))
+@click.argument("trace", metavar="FILE", type=RUN_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @guarded
 def validate_trace_cmd(trace: str, as_json: bool) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tracekit.cli.common import (
+    RUN_PATH,
     _claim,
     _forensic_json,
     _load,
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 
 
 @cli.command("spec")
-@click.argument("run", type=click.Path(dir_okay=True, readable=False))
-@click.option("--baseline", "baseline", type=click.Path(dir_okay=True, readable=False), help="A plain-decode run (speculation off) for the decode step time.")
+@click.argument("run", type=RUN_PATH)
+@click.option("--baseline", "baseline", type=RUN_PATH, help="A plain-decode run (speculation off) for the decode step time.")
 @click.option("--baseline-tps", type=click.FloatRange(min=0, min_open=True), help="Plain-decode tok/s per sequence instead of a baseline run.")
 @click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence (e.g. 150).")
 @click.option("--rank", type=int, default=None, help="Use this rank's cycles (default: the slowest rank).")
@@ -103,7 +104,7 @@ def spec_cmd(
 
 
 @cli.command("align")
-@click.argument("run", type=click.Path(dir_okay=True, readable=False))
+@click.argument("run", type=RUN_PATH)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Aligned run.parquet to write.")
 @click.option("--align", "method", type=click.Choice(["collectives", "none", "auto"]), default="collectives", show_default=True,
               help="collectives: fit per-rank clock offsets from allreduce ends; auto: collectives only when ranks ran on several hosts.")
@@ -129,7 +130,7 @@ def align_cmd(run: str, output: str, method: str) -> None:
 
 
 @cli.command("upgrade")
-@click.argument("run", type=click.Path(dir_okay=True, readable=False))
+@click.argument("run", type=RUN_PATH)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the upgraded run here (default: RUN itself, replaced atomically; required for a shard directory).")
 @guarded
@@ -149,8 +150,8 @@ def upgrade_cmd(run: str, output: str | None) -> None:
 
 
 @cli.command("diff")
-@click.argument("old", type=click.Path(dir_okay=True, readable=False))
-@click.argument("new", type=click.Path(dir_okay=True, readable=False))
+@click.argument("old", type=RUN_PATH)
+@click.argument("new", type=RUN_PATH)
 @click.option("--phase", default="verify", show_default=True, help="Phase name or regex to compare; 'all' compares every phase both runs have.")
 @click.option("--seq-width", type=click.IntRange(min=1), default=None, help="Sequence-length bucket width in tokens (default: about 8 buckets).")
 @click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
@@ -199,7 +200,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
 
 
 @cli.command("ranks")
-@click.argument("run", type=click.Path(dir_okay=True, readable=False))
+@click.argument("run", type=RUN_PATH)
 @click.option("--min-skew-us", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="A collective has a last rank only when arrivals spread at least this much.")
 @click.option("--launch-latency-us", type=click.FloatRange(0), default=20.0, show_default=True,

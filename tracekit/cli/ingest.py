@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import _claim, _load, _table_console, cli
+from tracekit.cli.common import INPUT_FILE, RUN_PATH, _claim, _load, _table_console, cli
 from tracekit.cli.log_inputs import is_log_input, log_options, looks_like_log
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
@@ -22,7 +22,7 @@ from tracekit.render.text import echo
 @click.option("--allow-missing-ranks", is_flag=True, help="Ingest even if some ranks of the world have no trace.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="fail: stop at the first unreadable file; skip: ingest the good files, report the rest.")
-@click.option("--categories", "categories_file", type=click.Path(dir_okay=False, readable=False),
+@click.option("--categories", "categories_file", type=INPUT_FILE,
               help="TOML file of category rules tried before the built-in table.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
 @click.option("--align", "align_method", type=click.Choice(["auto", "collectives", "none"]), default="auto",
@@ -206,10 +206,10 @@ def _ingest_sharded(traces: tuple[str, ...], out: Any, spec: Any, allow_missing_
 
 
 @cli.command()
-@click.argument("run_path", metavar="RUN", type=click.Path(readable=False))
+@click.argument("run_path", metavar="RUN", type=RUN_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of tables.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Unmatched kernel names to list.")
-@click.option("--categories", "categories_file", type=click.Path(dir_okay=False, readable=False),
+@click.option("--categories", "categories_file", type=INPUT_FILE,
               help="Also use these category rules when listing unmatched kernels.")
 @log_options
 @guarded

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from tracekit.cli.common import INPUT_FILE
 from tracekit.render.text import echo
 
 
@@ -52,7 +53,7 @@ def run_logs(files: tuple[str, ...] | list[str], output: str, patterns: tuple[st
 
 def log_options(fn: Any) -> Any:
     """``--pattern`` / ``--patterns``: for a log file given where a run is expected (read on the fly)."""
-    fn = click.option("--patterns", "pattern_file", type=click.Path(dir_okay=False, readable=False),
+    fn = click.option("--patterns", "pattern_file", type=INPUT_FILE,
                       help="Log files: a file of user patterns, one a line.")(fn)
     return click.option("--pattern", "patterns", multiple=True,
                         help="Log files: a user pattern, e.g. 'Target verify: {verify_ms:f} ms/cyc' (repeatable).")(fn)

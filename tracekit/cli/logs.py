@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import cli
+from tracekit.cli.common import INPUT_FILE, RUN_PATH, cli
 from tracekit.cli_errors import guarded
 
 
 @cli.command("logs")
-@click.argument("files", nargs=-1, required=True, type=click.Path(readable=False))
+@click.argument("files", nargs=-1, required=True, type=RUN_PATH)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Log run (.parquet) to write.")
 @click.option("--pattern", "patterns", multiple=True,
               help="A user pattern, e.g. 'Target verify: {verify_ms:f} ms/cyc' (repeatable; d int, f number, s word).")
-@click.option("--patterns", "pattern_file", type=click.Path(dir_okay=False, readable=False), help="A file of user patterns, one a line.")
+@click.option("--patterns", "pattern_file", type=INPUT_FILE, help="A file of user patterns, one a line.")
 @click.option("--engine-version", default=None, help="The engine version, when the log does not print it (e.g. 'sglang 0.5.9').")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as a JSON document.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")

@@ -6,17 +6,17 @@ import sys
 
 import click
 
-from tracekit.cli.common import _claim, cli
+from tracekit.cli.common import RUN_PATH, _claim, cli
 from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
 
 
 @cli.command("report")
-@click.argument("run", type=click.Path(dir_okay=True, readable=False))
+@click.argument("run", type=RUN_PATH)
 @click.option("-o", "--output", default="report.html", show_default=True, type=click.Path(dir_okay=False),
               help="HTML file to write (self-contained: opens offline).")
-@click.option("--b-run", type=click.Path(dir_okay=True, readable=False), default=None, help="Compare with this run: plots side by side and the diff table.")
+@click.option("--b-run", type=RUN_PATH, default=None, help="Compare with this run: plots side by side and the diff table.")
 @click.option("--png-dir", type=click.Path(file_okay=False), default=None, help="Also write every plot as PNG here (needs Chrome or Chromium).")
 @click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence for the speculation plot.")
 @log_options

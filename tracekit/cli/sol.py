@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import _table_console, cli
+from tracekit.cli.common import RUN_PATH, _table_console, cli
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
 
 
 @cli.command("sol")
-@click.argument("run", required=False, type=click.Path(dir_okay=True, readable=False))
+@click.argument("run", required=False, type=RUN_PATH)
 @click.option("--model", "model", default=None, help="Hugging Face config.json (or its checkpoint directory). "
               "Default on a run: the config its manifest records.")
 @click.option("--gpu", default=None, help="GPU table name (tracekit/data/gpus.toml), or SPEC.toml. "
