@@ -145,3 +145,17 @@ def test_attribute_names_the_slowest_ranks(run32: Path) -> None:
     assert re.search(r"p90 [\d.]+ ms", line)
     head = [line for line in text.splitlines() if "ranks: min %" in line]
     assert head and "p90 %" in head[0]
+
+
+def test_info_folds_per_rank_tables(run32: Path) -> None:
+    doc = _json("info", str(run32))
+    rows = doc["ranks"]
+    assert len(rows) == WORLD
+    worst = sorted(rows, key=lambda r: (-r["busy_ns"], r["rank"]))[:WORST_N]
+    assert [w["rank"] for w in doc["rank_summary"]["busy_ns"]["worst"]] == [r["rank"] for r in worst]
+    text = _run("info", str(run32))
+    assert f"ranks present 0-{WORLD - 1} " in text
+    assert _first_cells(text, "per rank (ms")[5:] == [str(r["rank"]) for r in worst]
+    assert len(_first_cells(_run("info", str(run32), "--all-ranks"), "per rank (ms")) == WORLD
+    sel = _json("info", str(run32), "--ranks", "5,7")
+    assert [r["rank"] for r in sel["ranks"]] == [5, 7] and sel["rank_summary"]["busy_ns"]["ranks"] == 2

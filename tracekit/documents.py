@@ -46,10 +46,11 @@ class DocumentType:
 
 
 INFO = DocumentType(
-    "info", 3, "tracekit info --json",
+    "info", 4, "tracekit info --json",
     keys=("run_schema_version", "tracekit_version", "source", "world_size", "ranks_present",
-          "missing_ranks", "start_ns", "end_ns", "span_ns", "events", "events_by_kind", "ranks",
+          "missing_ranks", "start_ns", "end_ns", "span_ns", "events", "events_by_kind", "ranks", "rank_summary",
           "versions", "unmatched_kernels", "differences", "nccl", "environment", "notes", "skipped"),
+    optional=("ranks_selected",),
 )
 ATTRIBUTE = DocumentType(
     "attribute", 7, "tracekit attribute --json",

@@ -201,6 +201,7 @@ def run_summary(
         "events": events.height,
         "events_by_kind": {str(k): int(n) for k, n in kinds.iter_rows()},
         "ranks": rank_docs,
+        "rank_summary": info_rank_summary(rank_docs, manifest),
         "versions": versions_by_rank(manifest),
         "unmatched_kernels": unmatched.to_dicts(),
         "differences": [asdict(d) for d in manifest_differences(manifest)],
@@ -209,6 +210,22 @@ def run_summary(
         "notes": list(man.ingest.get("notes", [])),
         "skipped": list(man.ingest.get("skipped", [])),
     })
+
+
+INFO_SUMMARISED: Final = ("kernel_ns", "busy_ns", "span_ns", "comm_ns")
+
+
+def info_rank_summary(rank_docs: list[dict[str, Any]], manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``rank_summary`` of the info document: each of ``INFO_SUMMARISED`` over the ranks
+    (``analyzers.rank_summary``; the ranks with the most of it named, with their host)."""
+    from tracekit.analyzers.rank_summary import int_hosts, summarize
+
+    hosts = int_hosts(manifest)
+    out: dict[str, Any] = {}
+    for key in INFO_SUMMARISED:
+        s = summarize(((d["rank"], d[key]) for d in rank_docs), key, "ns", hosts=hosts)
+        out[key] = None if s is None else s.to_dict()
+    return out
 
 
 def device_names(sec: Mapping[str, Any]) -> list[str]:

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli.common import INPUT_FILE, RUN_PATH, _claim, _load, _table_console, cli
+from tracekit.cli.common import (
+    INPUT_FILE,
+    RUN_PATH,
+    _claim,
+    _load,
+    _table_console,
+    cli,
+    rank_view_options,
+)
 from tracekit.cli.log_inputs import is_log_input, log_options, looks_like_log
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
+
+if TYPE_CHECKING:
+    from tracekit.render.rank_fold import RankView
 
 
 @cli.command()
@@ -212,8 +223,9 @@ def _ingest_sharded(traces: tuple[str, ...], out: Any, spec: Any, allow_missing_
 @click.option("--categories", "categories_file", type=INPUT_FILE,
               help="Also use these category rules when listing unmatched kernels.")
 @log_options
+@rank_view_options
 @guarded
-def info(run_path: str, as_json: bool, top: int, categories_file: str | None, patterns: tuple[str, ...] = (),
+def info(run_path: str, as_json: bool, top: int, categories_file: str | None, view: RankView, patterns: tuple[str, ...] = (),
          pattern_file: str | None = None) -> None:
     """Ranks, devices, versions, per-rank kernel/busy/span/comm time, manifest differences.
 
@@ -221,6 +233,8 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, pa
     grammar versions, intervals, graph use, batch and tokens per request.
     """
     if is_log_input(run_path):
+        if view.ranks is not None or view.all_ranks:
+            raise click.UsageError("--ranks and --all-ranks are for trace runs, not logs")
         from tracekit.cli.log_inputs import log_info_cmd
 
         log_info_cmd(run_path, patterns, pattern_file, as_json)
@@ -231,6 +245,13 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, pa
     run = _load(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns", "correlation"])
     rules = load_rules(categories_file) if categories_file else None
     doc = run_summary(run.events, run.manifest, rules=rules, top=top)
+    if view.ranks is not None and as_json:
+        from tracekit.ranklist import format_rank_list
+        from tracekit.summary import info_rank_summary
+
+        doc["ranks"] = [r for r in doc["ranks"] if view.shows(r["rank"])]
+        doc["rank_summary"] = info_rank_summary(doc["ranks"], run.manifest)
+        doc["ranks_selected"] = format_rank_list(view.ranks)
     if as_json:
         import json
 
@@ -238,10 +259,11 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, pa
         _data_warnings(run_path, run.events, run.manifest)
         return
 
+    from tracekit.analyzers.rank_summary import int_hosts
     from tracekit.env_view import environment_rows
     from tracekit.render.info import render_info
 
-    render_info(doc, _table_console(), env_rows=environment_rows(run.manifest))
+    render_info(doc, _table_console(), env_rows=environment_rows(run.manifest), view=view, hosts=int_hosts(run.manifest))
     from tracekit.render.run_state import resolution_line
     from tracekit.resolution import time_resolution
 
