@@ -242,15 +242,28 @@ static int blob_ok(const Buf *flat, const int64_t *off, const int64_t *size, int
  *   dep_c/dep_o/dep_f: string ids each arg set uses; str_flat/off/size: each string's encoded
  *   entry (index = string id), str_done (uint8, updated).
  * Output: a packet interning the names and strings first used in the batch (ascending ids),
- * then one framed TracePacket per record (shapes: tracekit/export/perfetto.py). */
+ * then one framed TracePacket per record (shapes: tracekit/export/perfetto.py). ``seq_head``
+ * (optional): the bytes of each packet's trusted_packet_sequence_id and sequence_flags fields
+ * (default: sequence 1, SEQ_NEEDS_INCREMENTAL_STATE). */
 static PyObject *encode_batch(PyObject *self, PyObject *args) {
     PyObject *tup;
-    Py_buffer pre = {0};
+    Py_buffer pre = {0}, seqh = {0};
+    static const uint8_t seq_default[4] = {0x50, 0x01, 0x68, 0x02};
+    const uint8_t *sh = seq_default;
+    uint64_t hl = 4;
     Buf b[NB];
     PyObject *ret = NULL;
     int64_t *newn = NULL, *news = NULL;
     memset(b, 0, sizeof(b));
-    if (!PyArg_ParseTuple(args, "O!y*", &PyTuple_Type, &tup, &pre)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*|y*", &PyTuple_Type, &tup, &pre, &seqh)) return NULL;
+    if (seqh.buf != NULL) {
+        if (seqh.len < 1 || seqh.len > 32) {
+            PyErr_SetString(PyExc_ValueError, "encode_batch: bad sequence head");
+            goto done;
+        }
+        sh = (const uint8_t *)seqh.buf;
+        hl = (uint64_t)seqh.len;
+    }
     if (PyTuple_GET_SIZE(tup) != NB) {
         PyErr_Format(PyExc_ValueError, "encode_batch: %d arrays expected", (int)NB);
         goto done;
@@ -344,7 +357,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
             if (nn || nsn) {
                 for (Py_ssize_t q = 0; q < nn; q++) body += (uint64_t)nsize[newn[q]];
                 for (Py_ssize_t q = 0; q < nsn; q++) body += (uint64_t)ssize[news[q]];
-                pk = 1 + vlen(t0) + 2 + 2 + 1 + vlen(body) + body;
+                pk = 1 + vlen(t0) + hl + 1 + vlen(body) + body;
                 total += 1 + vlen(pk) + pk;
             }
             if (!(ret = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total))) goto done;
@@ -353,7 +366,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 *p++ = 0x0A;
                 p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, t0);
-                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                memcpy(p, sh, (size_t)hl); p += hl;
                 *p++ = 0x62; p = put_v(p, body);
                 for (Py_ssize_t q = 0; q < nn; q++) { memcpy(p, nflat + noff[newn[q]], (size_t)nsize[newn[q]]); p += nsize[newn[q]]; }
                 for (Py_ssize_t q = 0; q < nsn; q++) { memcpy(p, sflat + soff[news[q]], (size_t)ssize[news[q]]); p += ssize[news[q]]; }
@@ -397,11 +410,11 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 for (int k = 0; k < N_INTS; k++)
                     if (iok[k][i]) te += 2 + (uint64_t)plen[k] + vlen((uint64_t)ival[k][i]);
                 te += (uint64_t)(foc[i] + fic[i]) * 10;
-                uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
+                uint64_t pk = 1 + vlen(ts) + hl + 1 + vlen(te) + te;
                 if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
-                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                memcpy(p, sh, (size_t)hl); p += hl;
                 *p++ = 0x5A; p = put_v(p, te);
                 *p++ = 0x48; p = put_v(p, (uint64_t)t);
                 *p++ = 0x58; p = put_v(p, tr);
@@ -421,11 +434,11 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
             } else if (t == 2) {
                 uint64_t tr = (uint64_t)track[i];
                 te = 2 + 1 + vlen(tr);
-                uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
+                uint64_t pk = 1 + vlen(ts) + hl + 1 + vlen(te) + te;
                 if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
-                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                memcpy(p, sh, (size_t)hl); p += hl;
                 *p++ = 0x5A; p = put_v(p, te);
                 *p++ = 0x48; *p++ = 0x02;
                 *p++ = 0x58; p = put_v(p, tr);
@@ -436,11 +449,11 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 if (is_int) iv = (uint64_t)(int64_t)cval[i];
                 else memcpy(&dv, &cval[i], 8);
                 te = 2 + 1 + vlen(tr) + (is_int ? 2 + vlen(iv) : 2 + 8);
-                uint64_t pk = 1 + vlen(ts) + 4 + 1 + vlen(te) + te;
+                uint64_t pk = 1 + vlen(ts) + hl + 1 + vlen(te) + te;
                 if (!pass) { total += 1 + vlen(pk) + pk; continue; }
                 *p++ = 0x0A; p = put_v(p, pk);
                 *p++ = 0x40; p = put_v(p, ts);
-                *p++ = 0x50; *p++ = 0x01; *p++ = 0x68; *p++ = 0x02;
+                memcpy(p, sh, (size_t)hl); p += hl;
                 *p++ = 0x5A; p = put_v(p, te);
                 *p++ = 0x48; *p++ = 0x04;
                 *p++ = 0x58; p = put_v(p, tr);
@@ -460,6 +473,7 @@ done:
     free(news);
     for (int k = 0; k < NB; k++) rel_buf(&b[k]);
     PyBuffer_Release(&pre);
+    if (seqh.buf != NULL) PyBuffer_Release(&seqh);
     return ret;
 }
 

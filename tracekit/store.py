@@ -316,26 +316,112 @@ def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
     return _scan(_open_run(path))
 
 
+@dataclass(frozen=True)
+class RunPart:
+    """One file of a run without its events (``run_parts``): where it is (a local path or a URL), the
+    ranks it holds and each rank's event count. Small and picklable: a worker reads its rows itself."""
+
+    path: str
+    ranks: tuple[int, ...]
+    counts: tuple[int, ...]
+    strings: bool  # kind / category stored as strings (a run written before they were codes)
+
+
+def _part_source(path: str) -> str | bytes:
+    from tracekit.urls import is_url, read_bytes
+
+    return read_bytes(path) if is_url(path) else path
+
+
+def run_parts(path: str | os.PathLike[str]) -> tuple[Manifest, list[RunPart]]:
+    """The manifest of a run (as ``read_manifest``) and its files as ``RunPart``s, one file at a time:
+    each file's manifest and rank column are read, never its events (``read_part`` reads them)."""
+    from tracekit.urls import is_url, shard_urls
+
+    if is_url(path):
+        url = os.fspath(path)
+        paths = shard_urls(url, SHARD_GLOB) if not url.endswith(".parquet") else [url]
+        if not paths:
+            raise RunError("no rank-*.parquet shards under this prefix", path=url)
+    else:
+        p = Path(path)
+        try:
+            is_dir = p.is_dir()
+        except OSError as exc:
+            raise RunError(f"cannot read ({exc.strerror or exc})", path=str(p)) from None
+        paths = [str(x) for x in _shards(p)] if is_dir else [str(p)]
+    mans: list[Manifest] = []
+    parts: list[RunPart] = []
+    for fp in paths:
+        src = _part_source(fp)
+        f = _read_file(Path(fp), src) if isinstance(src, bytes) else _read_footer(Path(fp))
+        mans.append(f.manifest)
+        strings = _strings_coded(f)
+        try:
+            n = pl.scan_parquet(src).group_by("rank").len().sort("rank").collect()
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise RunError(f"cannot read the rank column ({exc.__class__.__name__})", path=fp) from None
+        n = n.filter(pl.col("rank").is_not_null())
+        parts.append(RunPart(fp, tuple(int(r) for r in n["rank"]), tuple(int(c) for c in n["len"]), strings))
+        del src, f
+    return (mans[0] if len(mans) == 1 else merge_manifests(mans)), parts
+
+
+def _read_footer(path: Path) -> _RunFile:
+    """A local run file's manifest from its footer only (``_RunFile.data`` empty)."""
+    try:
+        meta = pl.read_parquet_metadata(str(path))
+    except FileNotFoundError:
+        raise RunError("no such file", path=str(path)) from None
+    except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
+        raise RunError(f"not a readable Parquet file ({exc.__class__.__name__}: {exc})", path=str(path)) from None
+    raw = meta.get(MANIFEST_KEY.decode())
+    if raw is None:
+        raise RunError("Parquet file has no tracekit manifest (not a run.parquet)", path=str(path))
+    return _RunFile(path, b"", checked_manifest(decode_json(raw, what="manifest", path=str(path), error=RunError),
+                                                 str(path)))
+
+
+def scan_part(part: RunPart) -> pl.LazyFrame:
+    """A LazyFrame over one file of a run (``run_parts``; a URL's object is fetched once here)."""
+    return _scan_source(_RunFile(Path(part.path), b"", {}), _part_source(part.path), part.strings)
+
+
+def read_part(part: RunPart, ranks: Iterable[int] | None = None, columns: list[str] | None = None) -> pl.DataFrame:
+    """The events of ``ranks`` (default: all) in one file of a run (``run_parts``), read with a filtered
+    scan (row groups of other ranks skipped by their statistics), times checked as ``load_run`` does.
+    Phase ids are as stored (``finalize.version.unique_phase_ids`` is the caller's, run-wide)."""
+    lf = scan_part(part)
+    want = list(ranks) if ranks is not None else None
+    if want is not None and set(want) != set(part.ranks):
+        lf = lf.filter(pl.col("rank").is_in(want))
+    return _collect(lf if columns is None else lf.select(columns), part.path)
+
+
 def _strings_coded(f: _RunFile) -> bool:
     """True when the file stores kind / category as strings (written before schema.KIND_DTYPE)."""
     try:
-        schema = pl.read_parquet_schema(io.BytesIO(f.data))
+        schema = pl.read_parquet_schema(io.BytesIO(f.data) if f.data else str(f.path))
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise RunError(f"cannot read the Parquet schema ({exc.__class__.__name__}: {exc})", path=str(f.path)) from None
     return any(schema.get(c) == pl.String for c in _CODED)
 
 
 def _scan_file(f: _RunFile, strings: bool) -> pl.LazyFrame:
+    return _scan_source(f, f.data, strings)
+
+
+def _scan_source(f: _RunFile, data: str | bytes, strings: bool) -> pl.LazyFrame:
     if not strings:
-        return pl.scan_parquet(f.data, schema=SCHEMA)
+        return pl.scan_parquet(data, schema=SCHEMA)
     as_read = pl.Schema({c: pl.String() if c in _CODED else t for c, t in SCHEMA.items()})
-    kinds = pl.read_parquet(f.data, columns=["rank", "kind", "name"]).filter(
+    kinds = pl.read_parquet(data, columns=["rank", "kind", "name"]).filter(
         pl.col("kind").is_not_null() & ~pl.col("kind").is_in(list(KINDS)))
     if kinds.height:
         first = kinds.row(0, named=True)
         raise RunError(f"column kind: {kinds.height} event(s) of a kind tracekit does not know ({first['kind']!r}, "
                        f"rank {first['rank']}, {first['name']!r}; known: {', '.join(KINDS)})", path=str(f.path))
-    return pl.scan_parquet(f.data, schema=as_read).with_columns(pl.col("kind").cast(SCHEMA["kind"]),
+    return pl.scan_parquet(data, schema=as_read).with_columns(pl.col("kind").cast(SCHEMA["kind"]),
                                                                 category_codes(pl.col("category")))
 
 
@@ -381,20 +467,21 @@ def load_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> 
     (or none) is read as stored and ``Run.outdated`` says so (the CLI prints one line naming
     ``tracekit upgrade``, which finalizes it again and writes it once).
     """
-    from tracekit.finalize.version import (
-        FINALIZE_VERSION,
-        finalize_version,
-        is_finalized,
-        unique_phase_ids,
-    )
+    from tracekit.finalize.version import unique_phase_ids
 
     files = _open_run(path)
     man = _manifest_of(files)
     lf = _scan(files)
     del files
     df = unique_phase_ids(_collect(lf if columns is None else lf.select(columns), path))
-    note = None if is_finalized(man) else Outdated(str(path), finalize_version(man), FINALIZE_VERSION)
-    return Run(events=df, manifest=man, path=str(path), outdated=note)
+    return Run(events=df, manifest=man, path=str(path), outdated=outdated_of(path, man))
+
+
+def outdated_of(path: str | os.PathLike[str], man: Manifest) -> Outdated | None:
+    """``Run.outdated`` of a run with manifest ``man``: None when finalized by this tracekit's pipeline."""
+    from tracekit.finalize.version import FINALIZE_VERSION, finalize_version, is_finalized
+
+    return None if is_finalized(man) else Outdated(str(path), finalize_version(man), FINALIZE_VERSION)
 
 
 def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
@@ -530,6 +617,7 @@ __all__ = [
     "Manifest",
     "Outdated",
     "Run",
+    "RunPart",
     "empty_events",
     "expected_ranks",
     "is_canonical_order",
@@ -537,9 +625,13 @@ __all__ = [
     "merge_manifests",
     "merge_shards",
     "new_manifest",
+    "outdated_of",
     "publish",
     "read_manifest",
+    "read_part",
     "read_run",
+    "run_parts",
+    "scan_part",
     "scan_run",
     "shard_missing",
     "write_run",

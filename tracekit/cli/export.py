@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -39,21 +40,35 @@ def _flows_opt(value: str) -> tuple[str, ...]:
               help="Arrows: launches (launch -> its kernels), collectives (same collective across ranks), all, none; comma-separated.")
 @click.option("--no-buckets", is_flag=True, help="Leave attribution buckets out of the phase slices (faster on big runs).")
 @click.option("--outstanding", is_flag=True, help="Add a counter per rank of GPU work issued and not yet finished.")
+@click.option("--full-ranks", "full_opt", default=None, metavar="RANKS",
+              help="Perfetto: these ranks in full (0-7, 0,5, all), every other exported rank with its collective "
+                   "kernels only [default: all in full].")
+@click.option("--executor", "executor_opt", default="local", show_default=True, metavar="local|dask-local:N|dask://HOST:PORT",
+              help="Perfetto: where the rank streams are written: this process, a Dask LocalCluster of N workers, or "
+                   "a running Dask scheduler (docs/scale.md; pip install 'tracekit[dask]').")
 @guarded
 def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, cycles: str | None,
-               ranks_opt: str | None, window: str | None, flows_opt: str, no_buckets: bool, outstanding: bool) -> None:
+               ranks_opt: str | None, window: str | None, flows_opt: str, no_buckets: bool, outstanding: bool,
+               full_opt: str | None, executor_opt: str) -> None:
     """Write RUN as a Perfetto trace (all ranks on one timeline) or Chrome JSON.
+
+    Perfetto traces are written rank by rank (one packet stream per rank, concatenated): memory is one
+    rank's, not the run's.
 
     \b
     tracekit export run.parquet -o run.pftrace
     tracekit export run.parquet -o verify.pftrace --phase verify --cycles 10-20 --ranks 0,5
     tracekit export run.parquet -o run.json.gz --window 0:50ms
+    tracekit export run/ -o big.pftrace --full-ranks 0-7 --flows collectives
     """
+    from tracekit.executor import parse_executor
     from tracekit.export import export_events, format_of
     from tracekit.export.select import Selection, parse_cycles, parse_ranks, parse_window
     from tracekit.render.export import export_summary, open_hint
 
     try:
+        spec = parse_executor(executor_opt)
+        full = parse_ranks(full_opt) if full_opt is not None else None
         kind = format_of(output, fmt)
         sel = Selection(
             ranks=parse_ranks(ranks_opt) if ranks_opt is not None else None,  # None: all
@@ -65,15 +80,57 @@ def export_cmd(run_path: str, output: str, fmt: str | None, phase: str | None, c
         raise click.UsageError(str(exc)) from None
     if cycles is not None and phase is None:
         raise click.UsageError("--cycles needs --phase")
+    if kind != "perfetto" and (full is not None or spec.kind != "local"):
+        raise click.UsageError("--full-ranks and --executor are for the Perfetto export (.pftrace)")
+    flows = _flows_opt(flows_opt)
     with _claim(output, [run_path]):
-        r = _load(run_path)
-        _note_partial(r)
-        res = export_events(r.events, r.manifest, output, fmt=kind, selection=sel, flows=_flows_opt(flows_opt),
-                            buckets=not no_buckets, outstanding=outstanding, source=run_path)
+        if kind != "perfetto":
+            r = _load(run_path)
+            _note_partial(r)
+            res = export_events(r.events, r.manifest, output, fmt=kind, selection=sel, flows=flows,
+                                buckets=not no_buckets, outstanding=outstanding, source=run_path)
+        else:
+            res = _export_ranked(run_path, output, sel, flows, not no_buckets, outstanding, full, spec)
     for w in res.warnings:
         echo(f"tracekit: warning: {w}", err=True)
     echo(export_summary(res))
     echo(open_hint(res))
+
+
+PROGRESS_MIN_EVENTS = 2_000_000  # an export of more events prints a line per rank on stderr
+
+
+def _export_ranked(run_path: str, output: str, sel: Any, flows: tuple[str, ...], buckets: bool, outstanding: bool,
+                   full: tuple[int, ...] | None, spec: Any) -> Any:
+    """The Perfetto export of a run on disk, rank by rank (``export_run``), with a line per rank on stderr
+    for a long one."""
+    from tracekit.executor import open_executor
+    from tracekit.export import export_run
+    from tracekit.render.store import outdated_line
+    from tracekit.store import Run, empty_events, outdated_of, run_parts
+
+    manifest, parts = run_parts(run_path)
+    note = outdated_of(run_path, manifest)
+    if note is not None:
+        echo(outdated_line(note), err=True)
+    _note_partial(Run(events=empty_events(), manifest=manifest, path=run_path))
+    n_events = sum(sum(p.counts) for p in parts)
+
+    def progress(done: int, total: int, rank: int) -> None:
+        if n_events >= PROGRESS_MIN_EVENTS and total > 1:
+            echo(f"export: rank {rank} written ({done}/{total} ranks)", err=True)
+
+    if spec.kind != "local":
+        echo(f"export: starting executor {spec}", err=True)
+    try:
+        ex = open_executor(spec)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        return export_run(run_path, output, selection=sel, flows=flows, buckets=buckets, outstanding=outstanding,
+                          full_ranks=full, executor=ex, progress=progress, parts=(manifest, parts))
+    finally:
+        ex.close()
 
 
 @cli.command("validate-trace")

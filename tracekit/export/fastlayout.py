@@ -237,7 +237,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     """``layout.build_layout`` on integer codes (see the module docstring); same Layout."""
     flows, buckets, outstanding = layout_options(opts)
     ranks = sorted(int(r) for r in events["rank"].unique().drop_nulls().to_list())
-    info = _rank_info(manifest, events, ranks)
+    info = opts.get("info") or _rank_info(manifest, events, ranks)
     phases = _phase_slices(events)
     # kinds: one code per row, the masks by lookup (a null kind is in none of them)
     k_ids, k_vals = _intern(events["kind"], np.arange(events.height, dtype=np.int64))
@@ -360,7 +360,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
     src_final = src[final]
     del src
     ints = {c: _take(events[c], src_final, ph_int[c]) for c in INT_ARGS}
-    del src_final
+    src_final[src_final < 0] = -1
     argset_arr = aid
     f_win_gpu = (code.pop("window") == strings.get("gpu"))[final]  # the GPU-window phase slices
     f_rank = rank[final]
@@ -405,7 +405,7 @@ def build_layout_fast(events: pl.DataFrame, manifest: Mapping[str, Any], **opts:
         tracks=tracks, start=f_start, dur=f_dur, track=f_track, name_id=name_id, cat_id=cat_id,
         argset=argset_arr, ints=ints, is_gpu=f_gpu, names=names, cats=cats, argsets=argsets if sets is None else sets,
         flow_src=fsrc, flow_dst=fdst, flow_id=fid, c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int,
-        ranks=ranks,
+        ranks=ranks, src_row=src_final,
     )
 
 

@@ -103,6 +103,8 @@ class Layout:
     c_is_int: BoolA
     ranks: list[int]
     warnings: list[str] = field(default_factory=list)
+    # per slice: its row in the events laid out (-1: a phase slice made from them)
+    src_row: I64 | None = None
 
     @property
     def n_slices(self) -> int:
@@ -136,9 +138,11 @@ def display_names(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[int]) -> dict[int, tuple[str, int, tuple[str, ...]]]:
-    """rank -> (process name, pid used in the export, labels: GPU model, real pid)."""
-    man_ranks: Mapping[str, Any] = manifest.get("ranks", {}) or {}
+RankInfo = dict[int, tuple[str, int, tuple[str, ...]]]
+
+
+def rank_devices_pids(events: pl.DataFrame | pl.LazyFrame) -> tuple[dict[int, int], dict[int, int]]:
+    """Per rank: the GPU device and the pid most of its events carry (the smallest of equals)."""
     # lazy: only the columns used are read (an eager filter would copy every column)
     gpu_dev = (
         events.lazy().select("rank", "kind", "device")
@@ -151,7 +155,20 @@ def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[in
         .group_by("rank").agg(pl.col("pid").mode().min().alias("p")).collect()
     )
     pids = {int(r): int(p) for r, p in ev_pid.iter_rows()}
-    info: dict[int, tuple[str, int, tuple[str, ...]]] = {}
+    return dev, pids
+
+
+def _rank_info(manifest: Mapping[str, Any], events: pl.DataFrame, ranks: list[int]) -> RankInfo:
+    """rank -> (process name, pid used in the export, labels: GPU model, real pid)."""
+    dev, pids = rank_devices_pids(events)
+    return rank_info(manifest, ranks, dev, pids)
+
+
+def rank_info(manifest: Mapping[str, Any], ranks: list[int], dev: Mapping[int, int], pids: Mapping[int, int]) -> RankInfo:
+    """``_rank_info`` from each rank's device and pid (``rank_devices_pids``): the pid shown is the
+    real one where the ranks' real pids are unique, else 100000 + rank."""
+    man_ranks: Mapping[str, Any] = manifest.get("ranks", {}) or {}
+    info: RankInfo = {}
     raw_pids: dict[int, int | None] = {}
     models: dict[int, str] = {}
     for r in ranks:
@@ -345,19 +362,21 @@ def build_layout(
     flows: Sequence[str] = ("launches",),
     buckets: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
     outstanding: bool = False,
+    info: RankInfo | None = None,
 ) -> Layout:
     """Lay out selected events (one run's rows, schema columns) as tracks, slices, counters, flows.
 
     ``buckets``: optional attribution per phase instance ((rank, phase_id) -> bucket -> ns),
     shown as args of the GPU-window phase slices. ``outstanding``: add a counter per rank of
-    the GPU work issued and not finished (``outstanding_samples``).
+    the GPU work issued and not finished (``outstanding_samples``). ``info``: the ranks' process
+    names and pids (``rank_info``), when computed beforehand over more ranks than these events hold.
     """
     layout_options({"flows": flows})
     if core is not None:
         from tracekit.export.fastlayout import build_layout_fast
 
-        return build_layout_fast(events, manifest, flows=flows, buckets=buckets, outstanding=outstanding)
-    return build_layout_reference(events, manifest, flows=flows, buckets=buckets, outstanding=outstanding)
+        return build_layout_fast(events, manifest, flows=flows, buckets=buckets, outstanding=outstanding, info=info)
+    return build_layout_reference(events, manifest, flows=flows, buckets=buckets, outstanding=outstanding, info=info)
 
 
 class LayoutOptions(TypedDict, total=False):
@@ -366,6 +385,7 @@ class LayoutOptions(TypedDict, total=False):
     flows: Sequence[str]
     buckets: Mapping[tuple[int, int], Mapping[str, int]] | None
     outstanding: bool
+    info: RankInfo | None  # the process names and pids (``rank_info``) when known beforehand
 
 
 def layout_options(opts: LayoutOptions) -> tuple[Sequence[str], Mapping[tuple[int, int], Mapping[str, int]] | None, bool]:
@@ -388,7 +408,7 @@ def build_layout_reference(events: pl.DataFrame, manifest: Mapping[str, Any], **
     flows, buckets, outstanding = layout_options(opts)
     ev = events.with_row_index("_row")
     ranks = sorted(int(r) for r in ev["rank"].unique().drop_nulls().to_list())
-    info = _rank_info(manifest, ev, ranks)
+    info = opts.get("info") or _rank_info(manifest, ev, ranks)
     base = _base_slices(ev.lazy())
     phases = _phase_slices(ev)
     cols = ["rank", "_g", "kind", "name", "category", "start_ns", "dur_ns", "pid", "tid", "device", "stream",
@@ -443,6 +463,7 @@ def build_layout_reference(events: pl.DataFrame, manifest: Mapping[str, Any], **
     track_col = lane0[keys] + lanes
     # final slice order: start, longer first, track, then input order (only the columns used below)
     final = np.lexsort((seq, track_col, -durs, starts))
+    src_row = sl["_row"].cast(pl.Int64).fill_null(-1).to_numpy()[final]
     sl = sl.drop("pid", "tid", "device", "stream", "_g", "_a", "_b", "_row").with_columns(
         pl.Series("_track", track_col))[final]
     # display names
@@ -497,7 +518,7 @@ def build_layout_reference(events: pl.DataFrame, manifest: Mapping[str, Any], **
         tracks=tracks, start=start, dur=dur, track=track_arr, name_id=name_id.astype(np.int64),
         cat_id=cat_id.astype(np.int64), argset=argset_arr, ints=ints, is_gpu=is_gpu, names=names, cats=cats,
         argsets=argsets, flow_src=fsrc, flow_dst=fdst, flow_id=fid,
-        c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int, ranks=ranks,
+        c_ts=c_ts, c_track=c_track, c_value=c_value, c_is_int=c_is_int, ranks=ranks, src_row=src_row,
     )
 
 
@@ -584,6 +605,7 @@ __all__ = [
     "SET_ARGS",
     "Layout",
     "LayoutOptions",
+    "RankInfo",
     "Track",
     "add_buckets",
     "build_layout",
@@ -593,4 +615,6 @@ __all__ = [
     "dur_tracks",
     "layout_options",
     "make_tracks",
+    "rank_devices_pids",
+    "rank_info",
 ]

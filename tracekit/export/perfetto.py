@@ -1,13 +1,19 @@
 """Perfetto protobuf writer: a Layout as a stream of TracePackets, encoded directly.
 
-Field numbers follow ``perfetto_trace_pb2`` (perfetto 0.59). All packets are on
-one trusted_packet_sequence_id; the first sets SEQ_INCREMENTAL_STATE_CLEARED and
+Field numbers follow ``perfetto_trace_pb2`` (perfetto 0.59). All packets of a layout are
+on one trusted_packet_sequence_id (``seq``); the first sets SEQ_INCREMENTAL_STATE_CLEARED and
 interns the categories and debug-annotation names; every later packet sets
 SEQ_NEEDS_INCREMENTAL_STATE. Track descriptors come before any event. Events
 are written in time order in batches; each batch is preceded by one packet that
 interns the event names and string values it uses for the first time. Slice
 BEGIN/END, instants (zero-length slices) and counter values are encoded with
 ``pbenc`` (numpy, no per-event Python). The output is deterministic.
+
+A trace of many ranks is the concatenation of one such stream per rank (``tracekit.export.ranked``):
+each on its own sequence, with its own interning state; track uuids and flow ids are made unique
+across the streams by the caller. A flow end with slice index -1 is in another stream: only the
+end in this layout is written (``flow_ids`` on the source, ``terminating_flow_ids`` on the
+destination, the ids global in the trace).
 """
 
 from __future__ import annotations
@@ -44,8 +50,13 @@ A_NAME_IID, A_BOOL, A_INT, A_DOUBLE, A_STRING_IID = 1, 2, 4, 5, 17
 I_CATEGORIES, I_NAMES, I_ANN_NAMES, I_STRINGS = 1, 2, 3, 29
 
 
-def _head(ts: int, flags: int) -> bytes:
-    return pe.field_varint(P_TIMESTAMP, ts) + pe.field_varint(P_SEQ_ID, SEQ_ID) + pe.field_varint(P_FLAGS, flags)
+def _head(ts: int, flags: int, seq: int = SEQ_ID) -> bytes:
+    return pe.field_varint(P_TIMESTAMP, ts) + pe.field_varint(P_SEQ_ID, seq) + pe.field_varint(P_FLAGS, flags)
+
+
+def _seq_flags(seq: int) -> bytes:
+    """The sequence id and SEQ_NEEDS_INCREMENTAL_STATE fields every event packet of ``seq`` carries."""
+    return pe.field_varint(P_SEQ_ID, seq) + pe.field_varint(P_FLAGS, SEQ_NEEDS)
 
 
 def track_descriptor(t: Track) -> bytes:
@@ -217,8 +228,16 @@ def records_reference(lay: Layout) -> tuple[I64, I64, I64]:
     return ts[order], typ[order], idx[order]
 
 
-def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
-    """The trace as byte chunks (each a whole number of framed packets)."""
+def _flow_ends(keys: I64, ids: I64, n: int) -> tuple[I64, I64, I64]:
+    """``_csr`` of the flow ends in this layout (an end of -1 is in another stream)."""
+    here = keys >= 0
+    if here.all():
+        return _csr(keys, ids, n)
+    return _csr(keys[here], ids[here], n)
+
+
+def iter_packets(lay: Layout, batch: int = BATCH, seq: int = SEQ_ID) -> Iterator[bytes]:
+    """The trace as byte chunks (each a whole number of framed packets), on sequence ``seq``."""
     ts, typ, idx = records(lay)
     t0 = int(ts[0]) if ts.size else 0
     if ts.size and int(ts[0]) < 0:
@@ -229,19 +248,19 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
     blob_tab, (dep_counts, dep_off, dep_flat) = _encode_argsets(lay, ann_iid, strings)
     str_list = sorted(strings.iid, key=strings.iid.__getitem__)
     # first packet: incremental state cleared, categories and annotation names interned
-    first = _head(t0, SEQ_CLEARED) + _interned([
+    first = _head(t0, SEQ_CLEARED, seq) + _interned([
         (I_CATEGORIES, [_iid_entry(i + 1, 2, c) for i, c in enumerate(lay.cats)]),
         (I_ANN_NAMES, [_iid_entry(i + 1, 2, k) for i, k in enumerate(ann_names)]),
     ])
     head = [pe.packet(first)]
-    head += [pe.packet(_head(t0, SEQ_NEEDS) + track_descriptor(t)) for t in lay.tracks]
+    head += [pe.packet(_head(t0, SEQ_NEEDS, seq) + track_descriptor(t)) for t in lay.tracks]
     yield b"".join(head)
-    out_c, out_o, out_f = _csr(lay.flow_src, lay.flow_id, lay.n_slices)
-    in_c, in_o, in_f = _csr(lay.flow_dst, lay.flow_id, lay.n_slices)
+    out_c, out_o, out_f = _flow_ends(lay.flow_src, lay.flow_id, lay.n_slices)
+    in_c, in_o, in_f = _flow_ends(lay.flow_dst, lay.flow_id, lay.n_slices)
     ann_tag = {k: pe.field_varint(A_NAME_IID, ann_iid[k]) for k in INT_ARGS}
     if core is not None:
         yield from _core_batches(lay, (ts, typ, idx), batch, blob_tab, (dep_counts, dep_off, dep_flat), str_list,
-                                 (out_c, out_o, out_f, in_c, in_o, in_f), ann_tag)
+                                 (out_c, out_o, out_f, in_c, in_o, in_f), ann_tag, seq)
         return
     name_done = np.zeros(len(lay.names), dtype=bool)
     str_done = np.zeros(len(str_list) + 1, dtype=bool)
@@ -265,8 +284,8 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
             (I_NAMES, [_iid_entry(int(i) + 1, 2, lay.names[int(i)]) for i in new_names]),
             (I_STRINGS, [pe.field_varint(1, int(s)) + pe.field_str(2, str_list[int(s) - 1]) for s in new_s]),
         ])
-        chunk = pe.packet(_head(int(bts[0]), SEQ_NEEDS) + interned) if interned else b""
-        seq_flags = pe.field_varint(P_SEQ_ID, SEQ_ID) + pe.field_varint(P_FLAGS, SEQ_NEEDS)
+        chunk = pe.packet(_head(int(bts[0]), SEQ_NEEDS, seq) + interned) if interned else b""
+        seq_flags = _seq_flags(seq)
         groups: list[tuple[I64, list[pe.Seg]]] = []
         # slice opens (BEGIN / INSTANT): everything a slice carries
         rows = np.flatnonzero(opens)
@@ -315,7 +334,7 @@ def iter_packets(lay: Layout, batch: int = BATCH) -> Iterator[bytes]:
 
 def _core_batches(lay: Layout, rec: tuple[I64, I64, I64], batch: int, blob_tab: pe.BlobTable,
                   deps: tuple[I64, I64, I64], str_list: list[str], flows: tuple[I64, ...],
-                  ann_tag: dict[str, bytes]) -> Iterator[bytes]:
+                  ann_tag: dict[str, bytes], seq: int) -> Iterator[bytes]:
     """The event batches of ``iter_packets`` encoded by the compiled core (same bytes)."""
     assert core is not None
     ts, typ, idx = rec
@@ -336,17 +355,18 @@ def _core_batches(lay: Layout, rec: tuple[I64, I64, I64], batch: int, blob_tab: 
            np.ascontiguousarray(lay.c_is_int, dtype=np.uint8))
     dep = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in deps)
     prefix = b"".join(prefixes)
+    seq_head = _seq_flags(seq)
     for lo in range(0, ts.size, batch):
         arrays = (ts[lo:lo + batch], typ[lo:lo + batch], idx[lo:lo + batch], *per_slice, *blobs, *ints, plen,
                   *fl, *ctr, names.flat, names.offsets, names.sizes, name_done, *dep, strs.flat, strs.offsets, strs.sizes,
                   str_done)
-        yield core.encode_batch(arrays, prefix)
+        yield core.encode_batch(arrays, prefix, seq_head)
 
 
-def write_perfetto(lay: Layout, out: IO[bytes], batch: int = BATCH) -> int:
-    """Stream the trace to ``out``; returns bytes written."""
+def write_perfetto(lay: Layout, out: IO[bytes], batch: int = BATCH, seq: int = SEQ_ID) -> int:
+    """Stream the trace to ``out`` (on sequence ``seq``); returns bytes written."""
     total = 0
-    for chunk in iter_packets(lay, batch):
+    for chunk in iter_packets(lay, batch, seq):
         out.write(chunk)
         total += len(chunk)
     return total

@@ -133,11 +133,14 @@ def _overlaps(starts: I64, ends: I64, lo: I64, hi: I64) -> npt.NDArray[np.bool_]
     return ok & (hi[jj] > starts)
 
 
-def select_events(events: pl.DataFrame, sel: Selection, *, path: str | None = None) -> pl.DataFrame:
-    """The events of ``sel`` (row order kept). Raises AnalysisError when nothing is left."""
+def select_events(events: pl.DataFrame, sel: Selection, *, path: str | None = None,
+                  run_start: int | None = None) -> pl.DataFrame:
+    """The events of ``sel`` (row order kept). Raises AnalysisError when nothing is left. ``run_start``:
+    the run's first event where ``events`` are part of the run (default: their first)."""
     if events.height == 0:
         raise AnalysisError("the run holds no events", path=path)
-    run_start = int(events["start_ns"].min())  # type: ignore[arg-type]
+    if run_start is None:
+        run_start = int(events["start_ns"].min())  # type: ignore[arg-type]
     df = events
     if sel.ranks is not None:
         have = set(df["rank"].unique().to_list())
