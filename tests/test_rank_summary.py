@@ -159,3 +159,24 @@ def test_info_folds_per_rank_tables(run32: Path) -> None:
     assert len(_first_cells(_run("info", str(run32), "--all-ranks"), "per rank (ms")) == WORLD
     sel = _json("info", str(run32), "--ranks", "5,7")
     assert [r["rank"] for r in sel["ranks"]] == [5, 7] and sel["rank_summary"]["busy_ns"]["ranks"] == 2
+
+
+def test_report_draws_rank_heat_maps(run32: Path) -> None:
+    pytest.importorskip("plotly")
+    from tracekit.render.report.collect import collect
+    from tracekit.render.report.plots_comm import skew_plot
+    from tracekit.render.report.plots_time import bucket_plots, composition_plot
+
+    a, _, _ = collect(str(run32))
+    doc = _json("attribute", str(run32))
+    (buckets,) = bucket_plots(a, None)
+    assert buckets.figure is not None and {tr.type for tr in buckets.figure.data} == {"heatmap"}
+    assert all(list(tr.x) == list(range(WORLD)) for tr in buckets.figure.data)  # one column per rank
+    verify = [p for p in doc["phases"] if p["phase"] == "verify"]
+    slowest = min(verify, key=lambda p: (-p["median_gpu_window_ns"], p["rank"]))
+    titles = [str(an.text) for an in buckets.figure.layout.annotations]
+    assert any(t.startswith("verify") and f"highest: rank {slowest['rank']} " in t for t in titles)
+    comp = composition_plot(a, None)
+    assert comp.figure is not None and [tr.type for tr in comp.figure.data] == ["heatmap"]
+    skew = skew_plot(a)
+    assert skew.figure is not None and len(skew.figure.data[0].y) == WORLD

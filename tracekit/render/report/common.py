@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from tracekit.render.attribute import LABELS, phase_order
 from tracekit.render.host_attribute import HOST_LABELS
+from tracekit.render.rank_fold import FOLD_ABOVE
 
 NS_PER_MS: Final = 1e6
 
@@ -51,6 +52,21 @@ class Plot:
     figure: Any | None  # plotly.graph_objects.Figure
     why: str | None = None
     notes: list[str] = field(default_factory=list)  # the analyzer's own sentences, printed under the plot
+
+
+def many_ranks(n: int) -> bool:
+    """More ranks than a text table shows in full (``rank_fold.FOLD_ABOVE``): plots draw heat maps
+    (x = rank) instead of one bar per rank."""
+    return n > FOLD_ABOVE
+
+
+def worst_named(summary: dict[str, Any] | None, fmt: Any) -> str:
+    """``slowest: rank 1 (host a) 33.4 ms, ...`` from a document's ``rank_summary`` item ('' without one)."""
+    if not summary:
+        return ""
+    return "highest: " + ", ".join(
+        f"rank {w['rank']}{'' if w.get('host') is None else ' (' + str(w['host']) + ')'} {fmt(w['value'])}"
+        for w in summary["worst"])
 
 
 def bucket_label(bucket: str, mode: str) -> str:
@@ -99,7 +115,9 @@ __all__ = [
     "base_layout",
     "bucket_label",
     "figure",
+    "many_ranks",
     "ordered_phases",
     "phase_color",
     "short_name",
+    "worst_named",
 ]

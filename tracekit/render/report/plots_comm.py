@@ -5,14 +5,26 @@ model (``tokens_per_s``) at each accept length."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
 from tracekit.analyzers.robust import nearest_rank
 
 from .collect import Got, RunDocs
-from .common import BUCKET_COLORS, NS_PER_MS, Plot, base_layout, bucket_label, figure, short_name
+from .common import (
+    BUCKET_COLORS,
+    NS_PER_MS,
+    Plot,
+    base_layout,
+    bucket_label,
+    figure,
+    many_ranks,
+    short_name,
+    worst_named,
+)
+
+MAX_NOTES: Final = 12  # the ranks document's sentences under the skew plot (all of them: --json)
 
 
 def straggler(ranks_doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -56,14 +68,23 @@ def skew_plot(side: RunDocs, tag: str = "") -> Plot:
         w, r, j = beyond[0]
         who += (f"; colour scale clipped at the p99 wait {top:,.1f} µs: {len(beyond)} wait(s) beyond it, the longest "
                 f"{w:,.1f} µs on rank {r} at collective #{j} ({keys[j]})")
+    many = many_ranks(len(ranks))  # y = the rank number (ticks thinned), the page grows with the ranks up to a limit
     fig = figure([go.Heatmap(
-        z=z, x=list(range(len(keys))), y=[f"rank {r}" for r in ranks], customdata=cd, colorscale="Reds",
+        z=z, x=list(range(len(keys))), y=ranks if many else [f"rank {r}" for r in ranks], customdata=cd, colorscale="Reds",
         zmin=0, **({"zmax": top} if beyond else {}),
         colorbar={"title": {"text": "wait (µs)"}},
-        hovertemplate=("%{y} · collective #%{x} (%{customdata[0]}, %{customdata[2]})<br>waited %{z:.3f} µs"
-                       " = %{customdata[1]:,d} ns for the last rank<extra></extra>"),
-    )], base_layout(f"{title}<br><sup>{who}</sup>", "collective (in order of first arrival)", "rank"))
-    return Plot(key, title, fig, notes=list(side.ranks.value["summary"]))
+        hovertemplate=(("rank " if many else "") + "%{y} · collective #%{x} (%{customdata[0]}, %{customdata[2]})<br>"
+                       "waited %{z:.3f} µs = %{customdata[1]:,d} ns for the last rank<extra></extra>"),
+    )], base_layout(f"{title}<br><sup>{who}</sup>", "collective (in order of first arrival)", "rank",
+                    **({"height": min(1200, 320 + 2 * len(ranks))} if many else {})))
+    notes = list(side.ranks.value["summary"])
+    if len(notes) > MAX_NOTES:
+        notes = [*notes[:MAX_NOTES], f"... {len(notes) - MAX_NOTES} more lines (tracekit ranks RUN --json: every rank)"]
+    waited = (side.ranks.value.get("rank_summary") or {}).get("inflicted_wait_ns")
+    if many and waited:
+        notes.insert(0, f"made the others wait, over {waited['ranks']} ranks: median {waited['median']:,} ns, p90 "
+                        f"{waited['p90']:,} ns; " + worst_named(waited, lambda v: f"{v:,} ns"))
+    return Plot(key, title, fig, notes=notes)
 
 
 def gap_plot(got: Got[dict[str, Any]], key: str, what: str) -> Plot:

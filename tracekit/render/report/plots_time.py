@@ -17,9 +17,11 @@ from .common import (
     base_layout,
     bucket_label,
     figure,
+    many_ranks,
     ordered_phases,
     phase_color,
     short_name,
+    worst_named,
 )
 
 
@@ -52,9 +54,57 @@ def _bucket_traces(doc: dict[str, Any], phase: str, show_legend: bool, tag: str,
     return out
 
 
+def _bucket_heatmap(doc: dict[str, Any], phase: str, tag: str) -> Any:
+    """Many ranks: a phase's buckets (rows) x ranks (columns), each cell the bucket's % of that rank's
+    window (one colour scale for every phase: ``coloraxis``), exact ns in the hover."""
+    import plotly.graph_objects as go
+
+    mode = doc["mode"]
+    rows = sorted((p for p in doc["phases"] if p["phase"] == phase), key=lambda p: p["rank"])
+    buckets = [b for b in doc["bucket_order"] if any(int(p["buckets_ns"][b]) for p in rows)]
+    totals = [sum(int(p["buckets_ns"][b]) for b in doc["bucket_order"]) for p in rows]
+    z = [[None if t <= 0 else 100.0 * int(p["buckets_ns"][b]) / t for p, t in zip(rows, totals, strict=True)]
+         for b in buckets]
+    cd = [[[int(p["buckets_ns"][b]), int(p["instances"]), int(p["buckets_ns"][b]) / max(int(p["instances"]), 1) / NS_PER_MS]
+           for p in rows] for b in buckets]
+    return go.Heatmap(
+        z=z, x=[p["rank"] for p in rows], y=[bucket_label(b, mode) for b in buckets], customdata=cd, coloraxis="coloraxis",
+        hovertemplate=(f"{tag}: {phase} · rank %{{x}} · <b>%{{y}}</b><br>%{{z:.1f}}% of the rank's window<br>"
+                       "%{customdata[2]:.4f} ms per instance (mean)<br>%{customdata[0]:,d} ns over %{customdata[1]} "
+                       "instances<extra></extra>"),
+    )
+
+
+def _bucket_heatmaps(sides: list[tuple[str, str, dict[str, Any]]], phases: list[str], title: str) -> Plot:
+    """Group 1 with many ranks: one heat map per (run, phase), ranks along x; each subplot's title names
+    the ranks whose median instance is slowest (the document's ``rank_summary``)."""
+    from plotly.subplots import make_subplots
+
+    cells = [(tag, doc, ph) for tag, _, doc in sides for ph in phases]
+
+    def sub(tag: str, doc: dict[str, Any], ph: str) -> str:
+        named = worst_named((doc.get("rank_summary") or {}).get(ph), lambda v: f"{v / NS_PER_MS:.3f} ms")
+        return f"{tag + ': ' if len(sides) > 1 else ''}{ph}" + (f" — median instance per rank, {named}" if named else "")
+
+    fig = make_subplots(rows=len(cells), cols=1, subplot_titles=[sub(*c) for c in cells], vertical_spacing=0.25 / len(cells))
+    runs = "; ".join(f"{t} = {short_name(p)}" for t, p, _ in sides)
+    ranks = max(len({p["rank"] for p in d["phases"]}) for _, _, d in sides)
+    fig.update_layout(**base_layout(f"{title}<br><sup>{runs}; {ranks} ranks: one column per rank, colour = % of the "
+                                    "rank's window; hover a cell for the exact ns</sup>", "", "",
+                                    height=140 + 300 * len(cells),
+                                    coloraxis={"colorscale": "Viridis", "cmin": 0, "cmax": 100,
+                                               "colorbar": {"title": {"text": "% of window"}}}))
+    for i, (tag, doc, ph) in enumerate(cells, start=1):
+        fig.add_trace(_bucket_heatmap(doc, ph, tag), row=i, col=1)
+        fig.update_xaxes(title_text="rank", row=i, col=1)
+    fig.update_yaxes(autorange="reversed")  # buckets top-down in table order
+    return Plot("buckets", title, fig)
+
+
 def bucket_plots(a: RunDocs, b: RunDocs | None) -> list[Plot]:
     """Group 1: per phase (one column each), a stacked bar per rank of the exclusive buckets,
-    mean per instance; with ``b``, B's run in a second row."""
+    mean per instance; with ``b``, B's run in a second row. More than ``FOLD_ABOVE`` ranks: heat maps
+    (``_bucket_heatmaps``), readable at 1,024 ranks."""
     from plotly.subplots import make_subplots
 
     if a.attribute.value is None:
@@ -68,6 +118,9 @@ def bucket_plots(a: RunDocs, b: RunDocs | None) -> list[Plot]:
     phases = ordered_phases(sorted({p["phase"] for _, _, d in sides for p in d["phases"]}))
     host = sides[0][2]["mode"] == "host"
     what = "host range (CPU run: ops on the phase's thread)" if host else "GPU window"
+    if any(many_ranks(len({p["rank"] for p in d["phases"]})) for _, _, d in sides):
+        return [_bucket_heatmaps(sides, phases, f"Where each rank's {what} went, per phase — exclusive buckets, "
+                                                "% of each rank's window")]
     title = f"Where each rank's {what} went, per phase — exclusive buckets, mean per instance (ms)"
     titles = [f"{t}: {ph}" if len(sides) > 1 else ph for t, _, _ in sides for ph in phases]
     fig = make_subplots(rows=len(sides), cols=len(phases), subplot_titles=titles, horizontal_spacing=0.04,
@@ -134,6 +187,28 @@ def seq_plot(a: RunDocs, b: RunDocs | None) -> Plot:
     return Plot(key, title, figure(data, layout))
 
 
+def _composition_heatmap(comp: pl.DataFrame, ranks: list[int]) -> Any:
+    """Many ranks: rows = each part's median and p90 and the whole cycle's, columns = ranks, colour = ms."""
+    import plotly.graph_objects as go
+
+    whole = {r["rank"]: r for r in comp.iter_rows(named=True)}
+    ys: list[str] = []
+    z: list[list[float | None]] = []
+    cd: list[list[int | None]] = []
+    for part, label in [*PART_LABELS.items(), ("", "whole cycle")]:
+        rows = whole if not part else {r["rank"]: r for r in comp.filter(pl.col("part") == part).iter_rows(named=True)}
+        if not rows:
+            continue
+        for stat in ("median", "p90"):
+            col = f"cycle_{stat}_ns" if not part else f"{stat}_ns"
+            vals = [None if (row := rows.get(r)) is None else row[col] for r in ranks]
+            ys.append(f"{label} {stat}")
+            z.append([None if v is None else v / NS_PER_MS for v in vals])
+            cd.append(vals)
+    return go.Heatmap(z=z, x=ranks, y=ys, customdata=cd, colorscale="Viridis", colorbar={"title": {"text": "ms"}},
+                      hovertemplate="rank %{x} · <b>%{y}</b><br>%{z:.4f} ms<br>%{customdata:,d} ns<extra></extra>")
+
+
 def composition_plot(a: RunDocs, b: RunDocs | None) -> Plot:
     """Group 3: the cycle composition per rank, median and p90 over cycles (host time)."""
     import plotly.graph_objects as go
@@ -144,9 +219,14 @@ def composition_plot(a: RunDocs, b: RunDocs | None) -> Plot:
     if not sides:
         return Plot(key, title, None, f"cycle composition: {a.composition.why}")
     fig = _side_by_side(len(sides), [f"{t}: {short_name(s.path)}" for t, s in sides] if b is not None else [])
+    heat = False
     for i, (_, side) in enumerate(sides):
         comp: pl.DataFrame = side.composition.value  # type: ignore[assignment]
         ranks = sorted(set(comp.get_column("rank").to_list()))
+        if many_ranks(len(ranks)):
+            fig.add_trace(_composition_heatmap(comp, ranks), row=1, col=i + 1)
+            heat = True
+            continue
         for part, label in PART_LABELS.items():
             rows = {r["rank"]: r for r in comp.filter(pl.col("part") == part).iter_rows(named=True)}
             x0, x1, y, cd = [], [], [], []
@@ -175,6 +255,12 @@ def composition_plot(a: RunDocs, b: RunDocs | None) -> Plot:
             legendgroup="cycle", showlegend=i == 0, customdata=wy,
             hovertemplate="<b>whole cycle</b> · %{x}<br>%{y:.4f} ms<br>%{customdata:,d} ns<extra></extra>",
         ), row=1, col=i + 1)
+    if heat:
+        fig.update_layout(**base_layout(
+            title + "<br><sup>one column per rank; each part's own median / p90 (observed values), so the parts need not "
+            "add up to the whole cycle's row</sup>", "rank", "", height=520))
+        fig.update_yaxes(autorange="reversed")  # parts top-down in cycle order
+        return Plot(key, title, fig)
     fig.update_layout(**base_layout(
         title + "<br><sup>each part's own median / p90 (observed values), so a bar's parts need not add up to the whole cycle's (black mark)</sup>",
         "rank · statistic", "ms per cycle", barmode="stack"))
