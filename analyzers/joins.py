@@ -53,6 +53,17 @@ def join_problems(events: pl.DataFrame) -> list[JoinProblem]:
     return out
 
 
+def combine_join_problems(per_rank: list[list[JoinProblem]]) -> list[JoinProblem]:
+    """``join_problems`` of a run from those of its ranks (in rank order; each rank's own list): counts
+    and GPU time summed, the first example from the lowest rank, as on the whole table."""
+    out: list[JoinProblem] = []
+    for what in ("unjoined", "duplicate"):
+        got = [p for ps in per_rank for p in ps if p.what == what]
+        if got:
+            out.append(JoinProblem(what, sum(p.count for p in got), sum(p.gpu_ns for p in got), got[0].first))
+    return out
+
+
 @dataclass(frozen=True)
 class Unphased:
     """GPU events of a run that belong to no phase instance (``phase_id`` null)."""
@@ -72,4 +83,4 @@ def unphased_gpu(events: pl.DataFrame) -> Unphased:
     return Unphased(lone.height, int(lone.get_column("dur_ns").sum()), int(gpu.get_column("dur_ns").sum()))
 
 
-__all__ = ["JoinProblem", "Unphased", "join_problems", "unphased_gpu"]
+__all__ = ["JoinProblem", "Unphased", "combine_join_problems", "join_problems", "unphased_gpu"]

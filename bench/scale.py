@@ -5,7 +5,10 @@
 SETS_DIR holds the sets of ``bench/scale_gen.py`` (``SETS_DIR/64/rank-00000.trace.json.gz`` ...).
 Each (size, mode) is one ``tracekit ingest`` child process:
 
-- ``file``: ``-o run.parquet``, the in-process ingest (``--executor local``): today's path, the reference;
+- ``file``: ``-o run.parquet`` with ``--executor local``: whole in process or rank by rank as
+  ``tracekit.ingest.plan`` decides (the inputs' JSON against ``TRACEKIT_INGEST_WHOLE_MB``); the reference;
+- ``file-whole`` / ``file-bounded``: the same, the rule forced (``TRACEKIT_INGEST_WHOLE_MB`` huge / 0);
+- ``file-dask-local:N``: ``-o run.parquet --executor dask-local:N`` (always rank by rank);
 - ``dir``: ``-o run/``, a sharded run through the local executor (one file or rank in flight);
 - ``dask-local:N``: ``-o run/ --executor dask-local:N`` (a Dask LocalCluster of N worker processes).
 
@@ -82,14 +85,17 @@ def _sample(root: int, peaks: dict[int, int], stop: threading.Event) -> None:
 
 
 def run_one(sets: Path, size: int, mode: str, work: Path) -> tuple[Row, Path]:
-    out = work / (f"{size}-{mode.replace(':', '')}" + (".parquet" if mode == "file" else ""))
+    to_file = mode.startswith("file")
+    out = work / (f"{size}-{mode.replace(':', '')}" + (".parquet" if to_file else ""))
     cmd = [sys.executable, "-m", "tracekit", "ingest", str(sets / str(size)), "-q",
-           "-o", str(out) + ("" if mode == "file" else os.sep)]
-    if mode.startswith("dask"):
-        cmd += ["--executor", mode]
+           "-o", str(out) + ("" if to_file else os.sep)]
+    executor = mode.removeprefix("file-")
+    if executor.startswith("dask"):
+        cmd += ["--executor", executor]
+    extra = {"file-whole": {"TRACEKIT_INGEST_WHOLE_MB": str(1 << 30)}, "file-bounded": {"TRACEKIT_INGEST_WHOLE_MB": "0"}}
     t0 = time.perf_counter()
     err = open(work / f"{size}-{mode.replace(':', '')}.stderr", "w+b")  # noqa: SIM115
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env(**extra.get(mode, {})))
     peaks: dict[int, int] = {}
     stop = threading.Event()
     th = threading.Thread(target=_sample, args=(p.pid, peaks, stop), daemon=True)
@@ -111,7 +117,7 @@ def run_one(sets: Path, size: int, mode: str, work: Path) -> tuple[Row, Path]:
     if failed is None:
         import pyarrow.parquet as pq
 
-        files = [out] if mode == "file" else sorted(out.glob("rank-*.parquet"))
+        files = [out] if to_file else sorted(out.glob("rank-*.parquet"))
         events = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
         read_manifest(out)
     driver = max(peaks.get(p.pid, 0), ru.ru_maxrss * 1024 if not peaks else 0)
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_mb(row.driver_rss):>9} {workers:<28} {row.events / row.cpu_s:>9,.0f} "
                       f"{row.events / row.wall_s:>9,.0f}", flush=True)
                 if size == min(a.sizes):
-                    if mode == "file":
+                    if ref is None and mode.startswith("file"):
                         ref = out
                     elif ref is not None:
                         from polars.testing import assert_frame_equal
@@ -169,8 +175,15 @@ def main(argv: list[str] | None = None) -> int:
                 ref.unlink(missing_ok=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("targets (ratio; <= 1 meets it):")
     ok = [r for r in rows if not r.failed]
+    print(f"CPU s and driver peak RSS against the first mode ({modes[0]}) at the same size:")
+    for size in a.sizes:
+        base = next((r for r in ok if r.size == size and r.mode == modes[0]), None)
+        for r in (x for x in ok if x.size == size and base is not None and x is not base):
+            assert base is not None
+            print(f"  {size} ranks: {r.mode}: CPU {r.cpu_s / base.cpu_s:.2f}x, driver peak RSS "
+                  f"{r.driver_rss / base.driver_rss:.2f}x, largest process {max(r.driver_rss, r.worker_peak) / max(base.driver_rss, base.worker_peak):.2f}x")
+    print("targets (ratio; <= 1 meets it):")
     lo, hi = min(a.sizes), max(a.sizes)
     for mode in modes:
         small = next((r for r in ok if r.size == lo and r.mode == mode), None)

@@ -105,13 +105,66 @@ def test_dask_local_ingest_equals_local(tmp_path: Path, reference: Path) -> None
 
 @needs_dask
 def test_worker_killed_mid_write_task_runs_again(tmp_path: Path, reference: Path) -> None:
-    """The worker writing rank 1's shard dies half way through (os._exit after a partial temp file):
-    Dask runs the task again on a new worker; the run is complete, and no half shard or temp file stays."""
+    """The worker writing rank 1's shard dies half way through (os._exit after a partial temp file; the fault
+    is tests/dask_fault_preload.py, a Dask worker preload): Dask runs the task again on a new worker; the run
+    is complete, and no half shard or temp file stays."""
     marker = tmp_path / "killed-once"
-    env = {**os.environ, "TRACEKIT_TEST_WORKER_FAULT": f"1:{marker}"}
+    preload = Path(__file__).resolve().parent / "dask_fault_preload.py"
+    env = {**os.environ, "TRACEKIT_TEST_WORKER_FAULT": f"1:{marker}",
+           "DASK_DISTRIBUTED__WORKER__PRELOAD": repr([str(preload)])}
     r = _tk("ingest", *TRACES, "-o", "out/", "--executor", "dask-local:2", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert marker.exists()  # the fault did fire: a worker died in the middle of rank 1's write
     assert int(marker.read_text()) > 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["rank-00000.parquet", "rank-00001.parquet"]
     _same_run(reference, tmp_path / "out")
+
+
+def test_bounded_ingest_to_one_file_equals_whole(tmp_path: Path, reference: Path) -> None:
+    """``-o run.parquet`` rank by rank (the rule's line at 0 MiB: ``TRACEKIT_INGEST_WHOLE_MB=0``): staged,
+    finalized per rank and streamed into the file; the same table and manifest as the whole ingest, the
+    same warnings, and nothing staged left beside it."""
+    env = {**os.environ, "TRACEKIT_INGEST_WHOLE_MB": "0"}
+    r = _tk("ingest", *TRACES, "-o", "bounded.parquet", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    _same_run(reference, tmp_path / "bounded.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bounded.parquet"]
+    whole = _tk("ingest", *TRACES, "-o", "whole.parquet", cwd=tmp_path)
+    assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == \
+        [ln.replace("whole.parquet", "bounded.parquet") for ln in whole.stderr.splitlines() if "warning" in ln]
+
+
+def test_the_rule_reads_the_gzip_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gzip
+
+    from tracekit.ingest.plan import WHOLE_MAX_MB, ingests_whole, json_bytes
+
+    plain = tmp_path / "t.json"
+    plain.write_bytes(b"[" + b"0," * 300_000 + b"0]")
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    assert gz.stat().st_size < 10_000
+    assert json_bytes(plain) == json_bytes(gz) == plain.stat().st_size
+    assert ingests_whole([gz]) and WHOLE_MAX_MB == 512
+    monkeypatch.setenv("TRACEKIT_INGEST_WHOLE_MB", "0")
+    assert not ingests_whole([gz])
+    monkeypatch.setenv("TRACEKIT_INGEST_WHOLE_MB", "1")
+    assert ingests_whole([gz]) and not ingests_whole([gz, gz, gz, gz])
+
+
+def test_join_problems_combine_rank_by_rank(reference: Path) -> None:
+    """``combine_join_problems`` of the ranks' own lists = ``join_problems`` of the whole table (the
+    bounded ingest's warnings), on the sample with launches dropped and duplicated on both ranks."""
+    import polars as pl
+
+    from tracekit import schema
+    from tracekit.analyzers.joins import combine_join_problems, join_problems
+
+    ev = load_run(reference).events
+    launch = pl.col("kind") == schema.LAUNCH
+    idx = pl.int_range(pl.len()).over("rank", pl.col("kind"))
+    broken = pl.concat([ev.filter(~(launch & (idx % 50 == 3))), ev.filter(launch & (idx % 70 == 5))])
+    broken = schema.sort_events(broken)
+    whole = join_problems(broken)
+    assert {p.what for p in whole} == {"unjoined", "duplicate"}
+    assert combine_join_problems([join_problems(broken.filter(pl.col("rank") == r)) for r in (0, 1)]) == whole

@@ -18,6 +18,10 @@ def test_defaults_and_values() -> None:
     assert s.pure and s.ingest_threads == 3 and s.cupti_trim == ("lean", "kernels") and s.nvtx is False
     assert s.normal_exit and s.lite_cupti == "torch"
     assert Settings.from_env({"TRACEKIT_CUPTI_TRIM": ""}).cupti_trim == ()  # set and empty: trim nothing
+    assert Settings.from_env({"TRACEKIT_INGEST_WHOLE_MB": "0"}).ingest_whole_mb == 0  # 0: always rank by rank
+    for bad in ("-1", "many"):
+        with pytest.raises(ConfigError, match="TRACEKIT_INGEST_WHOLE_MB"):
+            Settings.from_env({"TRACEKIT_INGEST_WHOLE_MB": bad})
 
 
 @pytest.mark.parametrize("name", ["TRACEKIT_INGEST_THREADS", "TRACEKIT_ATTRIBUTE_THREADS", "TRACEKIT_MAX_GZIP_RATIO",

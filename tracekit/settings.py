@@ -25,6 +25,8 @@ from tracekit.errors import ConfigError
 SWITCHES: Final[dict[str, str]] = {
     "TRACEKIT_PURE": "1: the numpy / Python reference paths instead of the compiled modules",
     "TRACEKIT_INGEST_THREADS": "threads of ingest's rank files (default: the usable cores)",
+    "TRACEKIT_INGEST_WHOLE_MB": "ingest -o FILE in one process while the inputs' JSON is at most this many MiB "
+                                "(default 512); past it, rank by rank (docs/scale.md); 0: always rank by rank",
     "TRACEKIT_ATTRIBUTE_THREADS": "threads of the compiled attribution's rank passes (default: the usable cores)",
     "TRACEKIT_MAX_GZIP_RATIO": "how many times its size a gzip input may inflate to (a decompression bomb's limit)",
     "TRACEKIT_TIMING_EVENTS_EVERY": "timing mode: CUDA events around every N-th instance of a phase (default 16)",
@@ -41,6 +43,7 @@ SWITCHES: Final[dict[str, str]] = {
 class Settings:
     pure: bool = False
     ingest_threads: int | None = None
+    ingest_whole_mb: int | None = None  # None: tracekit.ingest.plan.WHOLE_MAX_MB
     attribute_threads: int | None = None
     max_gzip_ratio: int | None = None
     timing_events_every: int | None = None
@@ -67,6 +70,14 @@ class Settings:
                 raise ConfigError(f"{name}={v!r}: not a whole number >= 1")
             return int(v)
 
+        def size(name: str) -> int | None:  # a count that may be 0
+            v = text(name)
+            if v is None:
+                return None
+            if not v.isdigit():
+                raise ConfigError(f"{name}={v!r}: not a whole number >= 0")
+            return int(v)
+
         def flag(name: str) -> bool | None:  # lenient, as before: read at import and at exit too
             v = text(name)
             return None if v is None else v != "0"
@@ -75,6 +86,7 @@ class Settings:
         return cls(
             pure=text("TRACEKIT_PURE") == "1",
             ingest_threads=count("TRACEKIT_INGEST_THREADS"),
+            ingest_whole_mb=size("TRACEKIT_INGEST_WHOLE_MB"),
             attribute_threads=count("TRACEKIT_ATTRIBUTE_THREADS"),
             max_gzip_ratio=count("TRACEKIT_MAX_GZIP_RATIO"),
             timing_events_every=count("TRACEKIT_TIMING_EVENTS_EVERY"),

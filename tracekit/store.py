@@ -603,13 +603,22 @@ def _stream_merge(files: list[_RunFile], shard_dir: str | os.PathLike[str], out:
         if any(add.values()):
             lf = lf.with_columns(pl.col("start_ns") + pl.col("rank").replace_strict(
                 list(add), list(add.values()), default=0, return_dtype=pl.Int64))
-    lf = unique_phase_ids(lf)
-    meta = {MANIFEST_KEY.decode(): json.dumps(dict(man, schema_version=man.get("schema_version", SCHEMA_VERSION),
-                                                   tracekit_version=man.get("tracekit_version", __version__)),
-                                              sort_keys=True, default=str)}
-    dest = Path(out)
+    return sink_run(unique_phase_ids(lf), out, man)
+
+
+def sink_run(events: pl.LazyFrame, path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:
+    """``write_run`` of a lazily built table, in one streaming pass (``sink_parquet``: the table is never
+    whole in memory). ``events`` must already conform to the schema and be in canonical order (as
+    ``write_run`` leaves them): ranks one after another, each sorted (the streamed merge, the bounded ingest)."""
+    man = dict(manifest)
+    man.setdefault("schema_version", SCHEMA_VERSION)
+    man.setdefault("tracekit_version", __version__)
+    meta = {MANIFEST_KEY.decode(): json.dumps(man, sort_keys=True, default=str)}
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(dest) as tmp:
-        lf.sink_parquet(tmp, compression="zstd", compression_level=1, row_group_size=ROW_GROUP_ROWS, metadata=meta)
+        events.sink_parquet(tmp, compression="zstd", compression_level=1, row_group_size=ROW_GROUP_ROWS,
+                            metadata=meta)
     return dest
 
 
@@ -634,5 +643,6 @@ __all__ = [
     "scan_part",
     "scan_run",
     "shard_missing",
+    "sink_run",
     "write_run",
 ]

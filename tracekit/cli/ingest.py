@@ -100,28 +100,27 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
                         align="none" if rank_files else None if align_method == "auto" else align_method)
         return
     from tracekit.ingest.discover import discover
-    from tracekit.store import write_run
 
     align = None if align_method == "auto" else align_method
-    with _claim(output, [*traces, *map(str, discover(traces, []))], runs=False):
+    inputs = discover(traces, [])
+    with _claim(output, [*traces, *map(str, inputs)], runs=False):
         try:
-            events, man = _ingest_run(traces, spec, allow_missing_ranks, on_error, progress, rules, Path(output), err,
-                                      align)
+            res = _ingest_file(traces, inputs, spec, allow_missing_ranks, on_error, progress, rules, Path(output), err,
+                               align)
         finally:
             if progress is not None:
                 progress.stop()
-        out = write_run(events, output, man)
+    out, man = res.out_dir, res.manifest
     if err is not None:
         from tracekit.render.ingest import print_ingest_summary
 
-        print_ingest_summary(err, out, events.height, man, time.perf_counter() - t0)
+        print_ingest_summary(err, out, res.rows, man, time.perf_counter() - t0)
     from tracekit.render.run_state import resolution_line
-    from tracekit.resolution import time_resolution
 
-    line = resolution_line(time_resolution(events))
+    line = resolution_line(res.coarse)
     if line:
         echo(f"tracekit: warning: {out}: {line}", err=True)
-    _data_warnings(str(out), events, man)
+    _data_warnings(str(out), res.joins, man)
     from tracekit.manifest import typed
 
     if typed(man).missing_ranks:
@@ -130,34 +129,34 @@ def ingest(traces: tuple[str, ...], output: str, allow_missing_ranks: bool, on_e
         sys.exit(EXIT_PARTIAL)
 
 
-def _ingest_run(traces: tuple[str, ...], spec: Any, allow_missing_ranks: bool, on_error: Any, progress: Any,
-                rules: Any, output: Any, err: Any, align: str | None) -> tuple[Any, dict[str, Any]]:
-    """(events, manifest) of the run, aligned (``align``; None: auto): ingested in this process (``local``)
-    or through the executor into shards beside ``output`` (a temp directory, removed) read back as one table."""
-    if spec.kind == "local":
+def _ingest_file(traces: tuple[str, ...], inputs: list[Any], spec: Any, allow_missing_ranks: bool, on_error: Any,
+                 progress: Any, rules: Any, output: Any, err: Any, align: str | None) -> Any:
+    """``-o run.parquet``: the run written, aligned (``align``; None: auto), as a ``ShardedIngest``. In this
+    process whole (``local`` while ``ingest.plan.ingests_whole``: the cheapest), else rank by rank through
+    the executor, staged beside ``output`` and streamed into it (``sharded.ingest_file``: memory bounded
+    by the ranks in flight). Both write the same table and manifest."""
+    from tracekit.ingest.plan import ingests_whole
+    from tracekit.ingest.sharded import ShardedIngest, ingest_file
+
+    if spec.kind == "local" and ingests_whole(inputs):
         from tracekit.analyzers.align import align_events
+        from tracekit.analyzers.joins import join_problems
         from tracekit.ingest import ingest_traces
+        from tracekit.resolution import time_resolution
+        from tracekit.store import write_run
 
         run = ingest_traces(traces, allow_missing_ranks=allow_missing_ranks, on_error=on_error,
                             progress=progress, rules=rules)
-        return align_events(run.events, run.manifest, align)
-    import shutil
-    import tempfile
-
-    from tracekit.ingest.sharded import ingest_sharded
-    from tracekit.store import load_run
-
-    stage = tempfile.mkdtemp(prefix=f".{output.name}.shards-", dir=output.parent)
+        events, man = align_events(run.events, run.manifest, align)
+        out = write_run(events, output, man)
+        return ShardedIngest(out_dir=out, manifest=man, rows=events.height, shards=1,
+                             coarse=time_resolution(events), joins=join_problems(events))
+    ex = _open(spec, err)
     try:
-        ex = _open(spec, err)
-        try:
-            res = ingest_sharded(traces, stage, ex, allow_missing_ranks=allow_missing_ranks, on_error=on_error,
-                                 progress=progress, rules=rules, align=align)
-        finally:
-            ex.close()
-        return load_run(stage).events, res.manifest
+        return ingest_file(traces, output, ex, allow_missing_ranks=allow_missing_ranks, on_error=on_error,
+                           progress=progress, rules=rules, align=align)
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        ex.close()
 
 
 def _open(spec: Any, err: Any) -> Any:
@@ -239,6 +238,7 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, vi
 
         log_info_cmd(run_path, patterns, pattern_file, as_json)
         return
+    from tracekit.analyzers.joins import join_problems
     from tracekit.finalize.categories import load_rules
     from tracekit.summary import run_summary
 
@@ -256,7 +256,7 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, vi
         import json
 
         echo(json.dumps(doc, indent=2, default=str))
-        _data_warnings(run_path, run.events, run.manifest)
+        _data_warnings(run_path, join_problems(run.events), run.manifest)
         return
 
     from tracekit.analyzers.rank_summary import int_hosts
@@ -270,14 +270,13 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, vi
     line = resolution_line(time_resolution(run.events))
     if line:
         echo(f"tracekit: warning: {run_path}: {line}", err=True)
-    _data_warnings(run_path, run.events, run.manifest)
+    _data_warnings(run_path, join_problems(run.events), run.manifest)
 
 
-def _data_warnings(path: str, events: Any, manifest: dict[str, Any]) -> None:
+def _data_warnings(path: str, joins: list[Any], manifest: dict[str, Any]) -> None:
     """``ingest`` and ``info``: one warning line per reason ingest left events out and per kind of
-    GPU event that joined no launch (never a silently wrong number)."""
-    from tracekit.analyzers.joins import join_problems
+    GPU event that joined no launch (``analyzers.joins.join_problems``; never a silently wrong number)."""
     from tracekit.render.run_state import dropped_lines, join_lines
 
-    for line in [*dropped_lines(path, manifest), *join_lines(path, join_problems(events))]:
+    for line in [*dropped_lines(path, manifest), *join_lines(path, joins)]:
         echo(f"tracekit: warning: {line}", err=True)

@@ -53,7 +53,6 @@ from tracekit.ingest import (
 from tracekit.ingest.discover import discover
 
 SHARD_NAME = "rank-{rank:05d}.parquet"  # store.SHARD_GLOB reads them
-FAULT_ENV = "TRACEKIT_TEST_WORKER_FAULT"  # "RANK:MARKER": the worker-death test (see write_rank)
 _ERRORS: dict[str, type[BadTraceError]] = {c.__name__: c for c in (BadTraceError, EmptyTraceError, NotATraceError)}
 
 
@@ -86,28 +85,14 @@ def scan_file(path: str, stage: str, i: int) -> list[_Part] | tuple[str, str]:
         return exc.__class__.__name__, exc.message
 
 
-def _fault(rank: int, out_path: str) -> None:
-    """The worker-death test: die once, mid-write, on the named rank (a marker file makes it once)."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    r, _, marker = spec.partition(":")
-    if int(r) != rank or os.path.exists(marker):
-        return
-    Path(marker).write_text(str(os.getpid()), encoding="utf-8")
-    from tracekit.outputs import temp_beside
-
-    with open(temp_beside(out_path), "wb") as f:  # a write begun: what a death mid-write leaves
-        f.write(b"PAR1 half a shard")
-    os._exit(17)
-
-
 def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules: Sequence[Any] | None) -> dict[str, Any]:
     """Task 2: rank ``rank`` from its staged parts (file ``i``'s part ``j`` for each ``(i, j)`` of
     ``picks``, in that order), finalized and staged; returns its clock rows, rows and time resolution."""
     from tracekit.analyzers.coll_match import alignment_rows
+    from tracekit.analyzers.joins import join_problems
     from tracekit.finalize.pipeline import finalize_events
     from tracekit.resolution import time_resolution
+    from tracekit.store import is_canonical_order
 
     with _gc_paused():
         if os.path.exists(_stage_rank(stage, rank)):  # run again (its worker died after staging it)
@@ -118,19 +103,23 @@ def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules
                       for i, j in picks]
             events = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
             del frames
-            events = finalize_events(events, rules=rules)
+            events = schema.conform(finalize_events(events, rules=rules))
+            if not is_canonical_order(events):  # as write_run would sort it: staged ready to stream
+                events = schema.sort_events(events)
             _stage(events, _stage_rank(stage, rank))
         for i, j in picks:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(_stage_part(stage, i, j))
-        res = {c.rank: c.resolution_ns for c in time_resolution(events)}  # on the recorded clock, as ingest_traces
+        coarse = time_resolution(events)  # on the recorded clock, as ingest_traces
+        res = {c.rank: c.resolution_ns for c in coarse}
         rows = alignment_rows(events)
         first = events.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
         clock = rows if alignment_rows(first).height else pl.concat([first.select(rows.columns), rows], how="vertical")
         # a copy of its own: a filtered frame's strings still point into the whole table's buffers,
         # which would stay alive as long as the result does (measured: ~4 MB per rank of bench/scale.py)
         clock = pl.read_ipc(io.BytesIO(clock.write_ipc(None).getvalue()))
-        return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank), "clock_rows": clock}
+        return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank), "coarse": coarse,
+                "joins": join_problems(events), "clock_rows": clock}
 
 
 def write_rank(rank: int, stage: str, add_ns: int, out_path: str, manifest: dict[str, Any]) -> int:
@@ -145,8 +134,7 @@ def write_rank(rank: int, stage: str, add_ns: int, out_path: str, manifest: dict
     local = os.path.join(stage, os.path.basename(out_path)) if url else out_path  # an object: written, then PUT
     with _gc_paused():
         events = pl.read_ipc(_stage_rank(stage, rank))
-        _fault(rank, local)
-        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, local, stamp(manifest))
+        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, local, stamp(manifest), sort=False)
     size = os.path.getsize(local)
     if url is not None:
         put_file(local, url)
@@ -157,12 +145,15 @@ def write_rank(rank: int, stage: str, add_ns: int, out_path: str, manifest: dict
 
 @dataclass(frozen=True)
 class ShardedIngest:
-    """What ``ingest_sharded`` wrote: the shard directory (or URL prefix) and the run's manifest (not its events)."""
+    """What ``ingest_sharded`` or ``ingest_file`` wrote: the shard directory, URL prefix or run file, and the
+    run's manifest and checks (never its events)."""
 
     out_dir: Path | str
     manifest: dict[str, Any]
     rows: int
     shards: int
+    coarse: list[Any] = dataclasses.field(default_factory=list)  # resolution.CoarseRank per rank with 1 us times
+    joins: list[Any] = dataclasses.field(default_factory=list)  # analyzers.joins.JoinProblem, the ranks' combined
 
 
 def _shard_manifest(run_man: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -171,6 +162,80 @@ def _shard_manifest(run_man: dict[str, Any], rank: int) -> dict[str, Any]:
     files = set(run_man["ranks"][str(rank)].get("sources", []))
     srcs = [s for s in run_man.get("sources", []) if rank in s.get("ranks", []) or s.get("path") in files]
     return {**run_man, "ranks": {str(rank): run_man["ranks"][str(rank)]}, "sources": srcs}
+
+
+@dataclass
+class _Staged:
+    """Every rank finalized and staged (``rank-r.arrow`` in ``stage``), the clock fitted: what the writers need."""
+
+    manifest: dict[str, Any]  # the run's, aligned (not stamped)
+    ranks: list[int]
+    add_ns: dict[int, int]  # the clock offsets to add per rank
+    results: list[dict[str, Any]]  # finalize_rank's, without their clock rows
+
+
+def _scan_and_finalize(paths: list[str | os.PathLike[str]], stage: str, executor: Any, *, allow_missing_ranks: bool,
+                       on_error: OnError, progress: Progress | None, rules: Sequence[Any] | None,
+                       say: Callable[[str], None] | None, align: str | None) -> _Staged:
+    """Tasks 1 and 2 for every file and rank, the ranks assigned, the manifest built and the clock fitted here."""
+    skipped: list[dict[str, str]] = []
+    files = discover(paths, skipped if on_error == "skip" else None)
+    named = {str(Path(p)) for p in paths}
+    sizes = {str(f): f.stat().st_size for f in files}
+    total, done = sum(sizes.values()), 0
+    scans = [executor.submit(scan_file, str(f), stage, i) for i, f in enumerate(files)]
+    infos: list[tuple[int, _Part]] = []  # (file index, part without events)
+    for i, (f, h) in enumerate(zip(files, scans, strict=True)):
+        name = str(f)
+        if progress is not None:
+            progress(done, total, name)
+        got = executor.gather([h])[0]
+        executor.release([h])  # a worker keeps a result until released: one at a time, as gathered
+        if isinstance(got, tuple):
+            skip_or_raise(_ERRORS.get(got[0], BadTraceError)(got[1], path=name), name, named, on_error, skipped)
+        else:
+            infos.extend((i, p) for p in got)
+        done += sizes[name]
+        if progress is not None:
+            progress(done, total, name)
+    world, missing = rank_parts([p for _, p in infos], allow_missing_ranks, skipped)
+    run_man = _manifest([p for _, p in infos], world, missing, skipped)
+    # which parts (file index, index in its file) make each rank, in file order as ingest_traces keeps them
+    by_rank: dict[int, list[tuple[int, int]]] = {}
+    seen: dict[int, int] = {}
+    for i, p in infos:
+        j = seen.get(i, 0)
+        seen[i] = j + 1
+        by_rank.setdefault(p.unit.rank, []).append((i, j))
+    del infos
+    fins = [executor.submit(finalize_rank, r, stage, picks, rules) for r, picks in sorted(by_rank.items())]
+    results = []
+    for n, h in enumerate(fins, 1):
+        results.extend(executor.gather([h]))
+        executor.release([h])
+        if say is not None:
+            say(f"ingest: {n}/{len(fins)} rank(s) finalized")
+    # the clock: fitted here from every rank's collective rows (``align`` as ingest_traces' caller does)
+    from tracekit.analyzers.align import align_events
+
+    proj = pl.concat([r.pop("clock_rows") for r in results], how="vertical")
+    ranks_man = run_man["ranks"]
+    _, run_man = align_events(proj, run_man, align)
+    run_man["ranks"] = ranks_man
+    for res in results:
+        if res["time_resolution_ns"] is not None:
+            ranks_man[str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
+    add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
+    return _Staged(run_man, sorted(by_rank), add, results)
+
+
+def _result(out: Path | str, staged: _Staged) -> ShardedIngest:
+    from tracekit.analyzers.joins import combine_join_problems
+    from tracekit.finalize.pipeline import stamp
+
+    return ShardedIngest(out_dir=out, manifest=stamp(staged.manifest), rows=sum(r["rows"] for r in staged.results),
+                         shards=len(staged.results), coarse=[c for r in staged.results for c in r["coarse"]],
+                         joins=combine_join_problems([r["joins"] for r in staged.results]))
 
 
 def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str], executor: Any, *,
@@ -182,12 +247,6 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
     ``align_events(..., align)`` (None: auto), the offsets fitted from the ranks' collective rows."""
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
-    paths = list(paths)
-    skipped: list[dict[str, str]] = []
-    files = discover(paths, skipped if on_error == "skip" else None)
-    named = {str(Path(p)) for p in paths}
-    sizes = {str(f): f.stat().st_size for f in files}
-    total, done = sum(sizes.values()), 0
     from tracekit.urls import is_url, join
 
     url = os.fspath(out_dir) if is_url(out_dir) else None
@@ -197,51 +256,11 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
     # beside the shards (a shared directory the workers see); for a URL, this host's temp directory
     stage = tempfile.mkdtemp(prefix=".ingest-stage-", dir=None if url else out)
     try:
-        scans = [executor.submit(scan_file, str(f), stage, i) for i, f in enumerate(files)]
-        infos: list[tuple[int, _Part]] = []  # (file index, part without events)
-        for i, (f, h) in enumerate(zip(files, scans, strict=True)):
-            name = str(f)
-            if progress is not None:
-                progress(done, total, name)
-            got = executor.gather([h])[0]
-            executor.release([h])  # a worker keeps a result until released: one at a time, as gathered
-            if isinstance(got, tuple):
-                skip_or_raise(_ERRORS.get(got[0], BadTraceError)(got[1], path=name), name, named, on_error, skipped)
-            else:
-                infos.extend((i, p) for p in got)
-            done += sizes[name]
-            if progress is not None:
-                progress(done, total, name)
-        world, missing = rank_parts([p for _, p in infos], allow_missing_ranks, skipped)
-        run_man = _manifest([p for _, p in infos], world, missing, skipped)
-        # which parts (file index, index in its file) make each rank, in file order as ingest_traces keeps them
-        by_rank: dict[int, list[tuple[int, int]]] = {}
-        seen: dict[int, int] = {}
-        for i, p in infos:
-            j = seen.get(i, 0)
-            seen[i] = j + 1
-            by_rank.setdefault(p.unit.rank, []).append((i, j))
-        fins = [executor.submit(finalize_rank, r, stage, picks, rules) for r, picks in sorted(by_rank.items())]
-        results = []
-        for n, h in enumerate(fins, 1):
-            results.extend(executor.gather([h]))
-            executor.release([h])
-            if say is not None:
-                say(f"ingest: {n}/{len(fins)} rank(s) finalized")
-        # the clock: fitted here from every rank's collective rows (``align`` as ingest_traces' caller does)
-        from tracekit.analyzers.align import align_events
-
-        proj = pl.concat([r.pop("clock_rows") for r in results], how="vertical")
-        ranks_man = run_man["ranks"]
-        _, run_man = align_events(proj, run_man, align)
-        run_man["ranks"] = ranks_man
-        for res in results:
-            if res["time_resolution_ns"] is not None:
-                ranks_man[str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
-        add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
-        writes = [executor.submit(write_rank, r, stage, add.get(r, 0),
+        staged = _scan_and_finalize(list(paths), stage, executor, allow_missing_ranks=allow_missing_ranks,
+                                    on_error=on_error, progress=progress, rules=rules, say=say, align=align)
+        writes = [executor.submit(write_rank, r, stage, staged.add_ns.get(r, 0),
                                   join(url, SHARD_NAME.format(rank=r)) if url else str(out / SHARD_NAME.format(rank=r)),
-                                  _shard_manifest(run_man, r)) for r in sorted(by_rank)]
+                                  _shard_manifest(staged.manifest, r)) for r in staged.ranks]
         for n, h in enumerate(writes, 1):
             executor.gather([h])
             executor.release([h])
@@ -251,9 +270,41 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
         shutil.rmtree(stage, ignore_errors=True)
     for tmp in ([] if url else out.glob(".rank-*.tmp")):  # a worker that died mid-write left its temp file
         tmp.unlink(missing_ok=True)
+    return _result(url or out, staged)
+
+
+def ingest_file(paths: Iterable[str | os.PathLike[str]], out_file: str | os.PathLike[str], executor: Any, *,
+                allow_missing_ranks: bool = False, on_error: OnError = "fail", progress: Progress | None = None,
+                rules: Sequence[Any] | None = None, say: Callable[[str], None] | None = None,
+                align: str | None = None) -> ShardedIngest:
+    """Ingest ``paths`` into ONE run file ``out_file`` with memory bounded by the work in flight: tasks 1 and 2
+    through ``executor`` (staged beside ``out_file``), then this process streams the staged ranks, each
+    shifted by its clock offset, into the file (``store.sink_run``; phase ids made unique as on read).
+    The same table and manifest as ``ingest_traces`` + ``align_events`` + ``write_run``."""
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
     from tracekit.finalize.pipeline import stamp
+    from tracekit.finalize.version import unique_phase_ids
+    from tracekit.store import sink_run
 
-    return ShardedIngest(out_dir=url or out, manifest=stamp(run_man), rows=sum(r["rows"] for r in results),
-                         shards=len(results))
+    out = Path(out_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=f".{out.name[:64]}.stage-", dir=out.parent)  # the workers see it
+    try:
+        staged = _scan_and_finalize(list(paths), stage, executor, allow_missing_ranks=allow_missing_ranks,
+                                    on_error=on_error, progress=progress, rules=rules, say=say, align=align)
+        frames = []
+        for r in staged.ranks:
+            lf = pl.scan_ipc(_stage_rank(stage, r))
+            add = staged.add_ns.get(r, 0)
+            frames.append(lf.with_columns(pl.col("start_ns") + add) if add else lf)
+        if say is not None:
+            say(f"ingest: writing {len(frames)} rank(s) into {out}")
+        sink_run(unique_phase_ids(pl.concat(frames, how="vertical")), out, stamp(staged.manifest))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return _result(out, staged)
 
-__all__ = ["FAULT_ENV", "SHARD_NAME", "ShardedIngest", "finalize_rank", "ingest_sharded", "scan_file", "write_rank"]
+
+__all__ = ["SHARD_NAME", "ShardedIngest", "finalize_rank", "ingest_file", "ingest_sharded", "scan_file",
+           "write_rank"]
