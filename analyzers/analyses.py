@@ -104,27 +104,38 @@ def attribute(events: pl.DataFrame, manifest: Manifest, phase: str | None = None
 
         t = timing_report(events, phase, rank)
         return AttributionReport(mode, t["instances"], t["by_rank"], manifest, ranks=sel)
-    timers = phase_timers(man)
-    common: dict[str, Any] = {"manifest": manifest, "ranks": sel, "has_timers": bool(timers),
-                              "dilation": dilation_table(man), "timers": timers}
     if mode is Mode.HOST:
         from .host_attribution import host_report
 
         h = host_report(events, phase, rank)
         return AttributionReport(mode, h["instances"], h["by_rank"], by_phase=h["by_phase"], by_seq=h["by_seq"],
-                                 outliers=h["outliers"], **common)
+                                 outliers=h["outliers"], **_common(manifest, sel))
     from .attribution import attribute_report
     from .sol.run import try_sol
 
     g = attribute_report(events, phase, rank, launch_latency_ns=launch_latency_ns)
-    wt = g["whole_trace"]
     sol, sol_why = try_sol(events, man, instances=g["instances"])
+    return gpu_attribution(g, manifest, sel, sol, sol_why)
+
+
+def _common(manifest: Manifest, sel: tuple[int, ...] | None) -> dict[str, Any]:
+    """The clock facts every attribution report carries."""
+    man = dict(manifest)
+    timers = phase_timers(man)
+    return {"manifest": manifest, "ranks": sel, "has_timers": bool(timers), "dilation": dilation_table(man),
+            "timers": timers}
+
+
+def gpu_attribution(g: Mapping[str, pl.DataFrame], manifest: Manifest, sel: tuple[int, ...] | None,
+                    sol: Any, sol_why: str | None) -> AttributionReport:
+    """The GPU-mode ``AttributionReport`` from ``attribution_tables``' frames and the run's "% of SOL"."""
+    wt = g["whole_trace"]
     return AttributionReport(
-        mode, g["instances"], g["by_rank"], by_phase=g["by_phase"], by_seq=g["by_seq"], stragglers=g["stragglers"],
+        Mode.GPU, g["instances"], g["by_rank"], by_phase=g["by_phase"], by_seq=g["by_seq"], stragglers=g["stragglers"],
         outliers=g["outliers"], issues=tuple(g["issues"].get_column("issue").to_list()),
         whole_trace=bool(wt.height and wt.item(0, 0)),
         estimates=_estimates(g["by_rank"], g["by_phase"], g["instances"], manifest), sol=sol, sol_why=sol_why,
-        **common)
+        **_common(manifest, sel))
 
 
 def gap(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFrame | None = None,
@@ -135,8 +146,7 @@ def gap(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFr
     sel = None if rank is None else (rank,)
     mode = detect_mode([a_events, b_events if b_events is not None else a_events], None, sel)
     bm = b_manifest if b_events is not None else a_manifest
-    timing = compare_timers(None if a_manifest is None else dict(a_manifest), a,
-                            None if bm is None else dict(bm), b, None if sel is None else list(sel))
+    timing = gap_timing(a_manifest, bm, a, b, sel)
     if mode is Mode.HOST:  # CPU runs: compare the phases' host time instead of GPU windows
         from .host_gap import host_gap_report
 
@@ -147,28 +157,44 @@ def gap(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFr
 
     g = gap_report(a_events, b_events, a=a, b=b, rank=rank, launch_latency_ns=launch_latency_ns, stat=stat)
     splits, why = _gap_sol(a_events, a_manifest, b_events, bm, a, b, g["buckets"], float(g["total_delta_ns"]))
+    return gpu_gap(g, stat, timing, a_manifest, bm, a, b, sel, splits, why)
+
+
+def gap_timing(a_manifest: Manifest | None, b_manifest: Manifest | None, a: str, b: str,
+               sel: tuple[int, ...] | None) -> Any:
+    """gap's comparison of the capture timers of phase ``a`` (run A) and ``b`` (run B's manifest)."""
+    return compare_timers(None if a_manifest is None else dict(a_manifest), a,
+                          None if b_manifest is None else dict(b_manifest), b, None if sel is None else list(sel))
+
+
+def gpu_gap(g: Mapping[str, Any], stat: str, timing: Any, a_manifest: Manifest | None, b_manifest: Manifest | None,
+            a: str, b: str, sel: tuple[int, ...] | None, splits: tuple[SolSplit, ...], why: str | None) -> GapReport:
+    """The GPU-mode ``GapReport`` from ``gap_tables``' result, the timers' comparison and the SOL split."""
+    bm = b_manifest
     rl = None if sel is None else list(sel)
     sa, sb = g["a"], g["b"]
     est = change_estimate({k: sa[f"{k}_ns"] for k in BUCKETS}, sa["allreduce_wait_ns"],
                           phase_timers(None if a_manifest is None else dict(a_manifest), rl).get(a),
                           {k: sb[f"{k}_ns"] for k in BUCKETS}, sb["allreduce_wait_ns"],
                           phase_timers(None if bm is None else dict(bm), rl).get(b))
-    return GapReport(mode, stat, sa, sb, g["buckets"], g["total_delta_ns"], g["seq_check"], timing,
+    return GapReport(Mode.GPU, stat, sa, sb, g["buckets"], g["total_delta_ns"], g["seq_check"], timing,
                      explanations=tuple(g["explanations"]), estimate=est, kernels=g["kernels"], seq=g["seq"],
                      by_rank=g["by_rank"], ranks=sel, sol=splits, sol_why=why)
 
 
 def _gap_sol(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.DataFrame | None,
              b_manifest: Manifest | None, a: str, b: str, buckets: pl.DataFrame,
-             total_delta: float) -> tuple[tuple[SolSplit, ...], str | None]:
-    """gap's floor difference / excess split (analyzers/sol); (), why not, where the runs do not say enough."""
+             total_delta: float, a_instances: pl.DataFrame | None = None,
+             b_instances: pl.DataFrame | None = None) -> tuple[tuple[SolSplit, ...], str | None]:
+    """gap's floor difference / excess split (analyzers/sol); (), why not, where the runs do not say enough.
+    ``*_instances``: each run's whole attribution instances when the caller has them (``try_sol``)."""
     from .sol.report import sol_splits
     from .sol.run import try_sol
 
-    sol_a, why = try_sol(a_events, None if a_manifest is None else dict(a_manifest))
+    sol_a, why = try_sol(a_events, None if a_manifest is None else dict(a_manifest), instances=a_instances)
     sol_b = sol_a
     if b_events is not None and sol_a is not None:
-        sol_b, why = try_sol(b_events, None if b_manifest is None else dict(b_manifest))
+        sol_b, why = try_sol(b_events, None if b_manifest is None else dict(b_manifest), instances=b_instances)
     if sol_a is None or sol_b is None:
         return (), why
     pa, pb = sol_a.phase(a), sol_b.phase(b)
@@ -243,9 +269,15 @@ def _diff_estimates(buckets: pl.DataFrame, old_manifest: dict[str, Any],
 def ranks(events: pl.DataFrame, manifest: Manifest, *, min_skew_ns: int = MIN_SKEW_NS,
           launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS) -> RanksReport:
     """``tracekit ranks``: who arrives last at collectives, what it did before, each rank's GPU state."""
-    from .stragglers import rank_state, stragglers
+    from .stragglers import stragglers
 
-    v = stragglers(events, min_skew_ns, launch_latency_ns=launch_latency_ns)
+    return ranks_report(stragglers(events, min_skew_ns, launch_latency_ns=launch_latency_ns), manifest)
+
+
+def ranks_report(v: Mapping[str, pl.DataFrame], manifest: Manifest) -> RanksReport:
+    """The ``RanksReport`` of a straggler view (``stragglers.stragglers`` / ``straggler_tables``)."""
+    from .stragglers import rank_state
+
     coll = v["collectives"]
     skew = [int(x) for x in coll.get_column("skew_ns").drop_nulls()]
     med = nearest_rank(skew, 0.5)
@@ -254,4 +286,5 @@ def ranks(events: pl.DataFrame, manifest: Manifest, *, min_skew_ns: int = MIN_SK
                        skew_median_ns=None if med is None else int(med), skew_max_ns=max(skew) if skew else None)
 
 
-__all__ = ["attribute", "diff", "gap", "instance_estimate", "phase_estimate", "ranks", "spec", "typical_instance"]
+__all__ = ["attribute", "diff", "gap", "gap_timing", "gpu_attribution", "gpu_gap", "instance_estimate", "phase_estimate", "ranks",
+           "ranks_report", "spec", "typical_instance"]

@@ -81,29 +81,40 @@ def prepare(events: pl.DataFrame, phase: str | None = None) -> tuple[pl.DataFram
     (``analyzers.whole_trace``). Returns (events, selected phase names). Raises
     AnalysisError when nothing matches.
     """
-    ranges = _phase_ranges(events)
-    present = sorted(ranges.get_column("phase").drop_nulls().unique().to_list())
+    present = phase_names(events)
     if not present and phase in (None, WHOLE_TRACE_PHASE):
         whole = whole_trace(events)
         if whole is events:
             raise AnalysisError("no phase ranges found (no tracekit labels, no SGLang step[...] spans) and no GPU events")
         return whole, [WHOLE_TRACE_PHASE]
+    hits = select_phases(present, phase)
+    if hits:
+        return events, hits
+    name = str(phase)  # not None: select_phases returns every present phase for None
+    ev2 = select_ranges(events, re.compile(name), name)
+    if not ev2.filter((pl.col("kind") == RANGE) & (pl.col("phase") == phase)).height:
+        found = ", ".join(present) if present else "none"
+        raise AnalysisError(f"no phase or range name matches {phase!r} (phases found: {found})")
+    return ev2, [name]
+
+
+def phase_names(events: pl.DataFrame) -> list[str]:
+    """The phases of a table's phase ranges, sorted."""
+    return sorted(_phase_ranges(events).get_column("phase").drop_nulls().unique().to_list())
+
+
+def select_phases(present: Sequence[str], phase: str | None) -> list[str]:
+    """``prepare``'s selection among the ``present`` phases: all (None), the one named, or those a regex
+    matches in full; [] when none does (``prepare`` then tries range names). AnalysisError: not a regex."""
     if phase is None:
-        return events, present
+        return list(present)
     if phase in present:
-        return events, [phase]
+        return [phase]
     try:
         pat = re.compile(phase)
     except re.error as exc:
         raise AnalysisError(f"--phase {phase!r} is neither a phase name nor a valid regex ({exc})") from None
-    hits = [p for p in present if pat.fullmatch(p)]
-    if hits:
-        return events, hits
-    ev2 = select_ranges(events, pat, phase)
-    if not ev2.filter((pl.col("kind") == RANGE) & (pl.col("phase") == phase)).height:
-        found = ", ".join(present) if present else "none"
-        raise AnalysisError(f"no phase or range name matches {phase!r} (phases found: {found})")
-    return ev2, [phase]
+    return [p for p in present if pat.fullmatch(p)]
 
 
 def select_ranges(events: pl.DataFrame, pattern: re.Pattern[str], name: str) -> pl.DataFrame:
@@ -346,10 +357,13 @@ def attribute_instances(
     *,
     launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS,
     collectives: pl.DataFrame | None = None,
+    has_tid: bool | None = None,
 ) -> pl.DataFrame:
     """One row per phase instance (module doc) of an annotated table; ``phases`` filters.
 
-    ``collectives``: ``matched(events)`` when the caller has it already.
+    ``collectives``: ``matched(events)`` when the caller has it already. ``has_tid``: whether the run
+    has host instances and thread ids (cross-thread counts), when ``events`` is one rank of it
+    (``analyzers.ranked``); None: from ``events``.
     """
     kc = kind_codes(events)  # None: the reference path
     src = events.select("kind", "phase", "phase_id", "rank", "pid", "tid", "start_ns", "dur_ns", *FACT_COLUMNS)
@@ -367,7 +381,8 @@ def attribute_instances(
     is_host = (inst.get_column("source") == "host").to_numpy()
     # the range's thread, for counting cross-thread launches (host instances only: -2 never matches)
     i_tid = np.where(is_host, _i64(_full(inst.get_column("tid"), -2)), -2).astype(np.int64)
-    has_tid = bool(is_host.any()) and events.get_column("tid").null_count() < events.height
+    if has_tid is None:
+        has_tid = bool(is_host.any()) and events.get_column("tid").null_count() < events.height
     # rank by rank (a rank's rows are contiguous in the canonical order): temporaries stay
     # small enough for the allocator to reuse them, and per-rank lookups need no slicing
     collect = collectives is None and events.get_column("coll_seq").null_count() < events.height
@@ -481,13 +496,26 @@ def attribute_report(
     """
     ev, phases = prepare(events, phase)
     coll = matched(ev)
-    inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns, collectives=coll)
-    if rank is not None:
-        ranks = sorted(inst.get_column("rank").unique().to_list())
-        if rank not in ranks:
-            raise AnalysisError(f"no {'/'.join(phases)} instances on this rank (ranks with instances: {ranks})", rank=rank)
-        inst = inst.filter(pl.col("rank") == rank)
+    inst = only_rank(attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns, collectives=coll), rank,
+                     phases)
     strag = stragglers(ev, inst, collectives=coll, launch_latency_ns=launch_latency_ns)
+    return attribution_tables(inst, strag, coll, phases == [WHOLE_TRACE_PHASE] and is_whole_trace(ev))
+
+
+def only_rank(inst: pl.DataFrame, rank: int | None, phases: Sequence[str]) -> pl.DataFrame:
+    """The instances of ``rank`` (None: all); AnalysisError naming the ranks with instances when it has none."""
+    if rank is None:
+        return inst
+    ranks = sorted(inst.get_column("rank").unique().to_list())
+    if rank not in ranks:
+        raise AnalysisError(f"no {'/'.join(phases)} instances on this rank (ranks with instances: {ranks})", rank=rank)
+    return inst.filter(pl.col("rank") == rank)
+
+
+def attribution_tables(inst: pl.DataFrame, strag: pl.DataFrame, coll: pl.DataFrame,
+                       whole: bool) -> dict[str, pl.DataFrame]:
+    """``attribute_report``'s frames from its parts: the instances (of the selected rank), the phases'
+    stragglers, the matched collectives, whether the run was attributed as a whole."""
     from tracekit.finalize.collectives import collective_issues
 
     issues = collective_issues(coll)
@@ -499,7 +527,7 @@ def attribute_report(
         "stragglers": strag,
         "issues": pl.DataFrame({"issue": issues}, schema={"issue": pl.String}),
         "outliers": outliers(inst.filter(pl.col("gpu_events") > 0), "gpu_window_ns", "window_start_ns"),
-        "whole_trace": pl.DataFrame({"whole_trace": [phases == [WHOLE_TRACE_PHASE] and is_whole_trace(ev)]}),
+        "whole_trace": pl.DataFrame({"whole_trace": [whole]}),
     }
 
 
@@ -509,12 +537,16 @@ __all__ = [
     "NB",
     "attribute_instances",
     "attribute_report",
+    "attribution_tables",
     "by_phase",
     "by_rank",
     "by_seq",
     "check_sums",
     "matched",
+    "only_rank",
+    "phase_names",
     "prepare",
+    "select_phases",
     "select_ranges",
     "stragglers",
 ]

@@ -68,12 +68,16 @@ def _tokens(inst: pl.DataFrame) -> pl.Expr:
 def side(events: pl.DataFrame, phase: str, rank: int | None, launch_latency_ns: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(instances, annotated events) of one side; AnalysisError when it has no instance."""
     ev, phases = prepare(events, phase)
-    inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns)
+    return side_instances(attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns), phase, rank), ev
+
+
+def side_instances(inst: pl.DataFrame, phase: str, rank: int | None) -> pl.DataFrame:
+    """A side's instances (of ``rank``: None, every rank) with their tokens; AnalysisError when it has none."""
     if rank is not None:
         inst = inst.filter(pl.col("rank") == rank)
     if inst.height == 0:
         raise AnalysisError(f"no {phase} instances" + (f" on rank {rank}" if rank is not None else ""), rank=rank)
-    return inst.with_columns(_tokens(inst).alias("tokens")), ev
+    return inst.with_columns(_tokens(inst).alias("tokens"))
 
 
 def side_summary(inst: pl.DataFrame, stat: str = "median") -> dict[str, Any]:
@@ -131,14 +135,13 @@ def family_times(events: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
         pl.col("dur_ns").sum().cast(pl.Float64).alias("fam_ns"))
 
 
-def kernel_table(ev_a: pl.DataFrame, inst_a: pl.DataFrame, ev_b: pl.DataFrame, inst_b: pl.DataFrame,
+def kernel_table(fam_a: pl.DataFrame, inst_a: pl.DataFrame, fam_b: pl.DataFrame, inst_b: pl.DataFrame,
                  stat: str = "mean") -> pl.DataFrame:
-    """Kernel families: count per instance and mean duration (means: what the family is), and its time per
-    instance in ``stat`` over the instances (an instance without the family counts 0), the statistic the
-    buckets are compared in."""
+    """Kernel families (``family_times`` of each side's instances): count per instance and mean duration
+    (means: what the family is), and its time per instance in ``stat`` over the instances (an instance
+    without the family counts 0), the statistic the buckets are compared in."""
 
-    def per_side(ev: pl.DataFrame, inst: pl.DataFrame, tag: str) -> pl.DataFrame:
-        per = family_times(ev, inst)
+    def per_side(per: pl.DataFrame, inst: pl.DataFrame, tag: str) -> pl.DataFrame:
         n = inst.height
         rows = []
         for (fam,), g in per.group_by(["family"], maintain_order=True):
@@ -150,8 +153,8 @@ def kernel_table(ev_a: pl.DataFrame, inst_a: pl.DataFrame, ev_b: pl.DataFrame, i
         return pl.DataFrame(rows, schema={"family": pl.String, f"{tag}_category": pl.String, f"{tag}_count": pl.Float64,
                                           f"{tag}_mean_ns": pl.Float64, f"{tag}_per_instance_ns": pl.Float64})
 
-    ka = per_side(ev_a, inst_a, "a")
-    kb = per_side(ev_b, inst_b, "b")
+    ka = per_side(fam_a, inst_a, "a")
+    kb = per_side(fam_b, inst_b, "b")
     k = ka.join(kb, on="family", how="full", coalesce=True)
     return (
         k.with_columns(
@@ -268,10 +271,16 @@ def gap_report(
         inst_b, ev_b = side(b_events if b_events is not None else a_events, b, rank, launch_latency_ns)
     except AnalysisError as exc:
         raise exc.located(side="B") from None
+    return gap_tables(inst_a, inst_b, family_times(ev_a, inst_a), family_times(ev_b, inst_b), a=a, b=b, stat=stat)
+
+
+def gap_tables(inst_a: pl.DataFrame, inst_b: pl.DataFrame, fam_a: pl.DataFrame, fam_b: pl.DataFrame, *, a: str,
+               b: str, stat: str) -> dict[str, Any]:
+    """``gap_report`` from each side's instances (``side_instances``) and their ``family_times``."""
     sa, sb = side_summary(inst_a, stat), side_summary(inst_b, stat)
     sa["phase"], sb["phase"] = a, b
     buckets = bucket_table(sa, sb)
-    kern = kernel_table(ev_a, inst_a, ev_b, inst_b, stat)
+    kern = kernel_table(fam_a, inst_a, fam_b, inst_b, stat)
     per_rank = pl.concat(
         [
             inst_a.group_by("rank").agg(pl.lit("a").alias("side"), pl.len().alias("instances"),
@@ -294,5 +303,5 @@ def gap_report(
     }
 
 
-__all__ = ["SEQ_RATIO", "Explanation", "bucket_table", "explanations", "gap_report", "kernel_table", "seq_check", "seq_table",
-           "side", "side_summary"]
+__all__ = ["SEQ_RATIO", "Explanation", "bucket_table", "explanations", "family_times", "gap_report", "gap_tables",
+           "kernel_table", "seq_check", "seq_table", "side", "side_instances", "side_summary"]

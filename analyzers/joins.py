@@ -9,6 +9,7 @@ between phases). :func:`join_problems` counts both per run, with the first examp
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import polars as pl
@@ -76,11 +77,29 @@ class Unphased:
 def unphased_gpu(events: pl.DataFrame) -> Unphased:
     """GPU time that joined no phase: what ``attribute``'s tables leave out (a run with no phase
     ranges at all is attributed whole, so there it is 0)."""
+    return unphased_of([unphased_parts(events)])
+
+
+def unphased_parts(events: pl.DataFrame) -> tuple[int, int, int, int]:
+    """(GPU events, those without a phase id, their summed duration, every GPU event's) of a table: what
+    ``unphased_of`` adds up over the parts of a run (its ranks, read one at a time)."""
     gpu = events.filter(pl.col("kind").is_in(list(schema.GPU_KINDS)))
-    if gpu.height == 0 or "phase_id" not in gpu.columns or gpu.get_column("phase_id").null_count() == gpu.height:
-        return Unphased(0, 0, int(gpu.get_column("dur_ns").sum()) if gpu.height else 0)
+    total = int(gpu.get_column("dur_ns").sum()) if gpu.height else 0
+    if gpu.height == 0 or "phase_id" not in gpu.columns:
+        return gpu.height, gpu.height, 0, total
     lone = gpu.filter(pl.col("phase_id").is_null())
-    return Unphased(lone.height, int(lone.get_column("dur_ns").sum()), int(gpu.get_column("dur_ns").sum()))
+    return gpu.height, lone.height, int(lone.get_column("dur_ns").sum()) if lone.height else 0, total
 
 
-__all__ = ["JoinProblem", "Unphased", "combine_join_problems", "join_problems", "unphased_gpu"]
+def unphased_of(parts: Iterable[tuple[int, int, int, int]]) -> Unphased:
+    """``unphased_gpu`` of a run from its parts' ``unphased_parts``: 0 when no GPU event has a phase id."""
+    n = lone = lone_ns = total = 0
+    for a, b, c, d in parts:
+        n, lone, lone_ns, total = n + a, lone + b, lone_ns + c, total + d
+    if n == 0 or lone == n:
+        return Unphased(0, 0, total)
+    return Unphased(lone, lone_ns, total)
+
+
+__all__ = ["JoinProblem", "Unphased", "combine_join_problems", "join_problems", "unphased_gpu", "unphased_of",
+           "unphased_parts"]

@@ -190,13 +190,13 @@ def _excess(per: pl.DataFrame, skew: pl.DataFrame, cols: list[str]) -> pl.DataFr
 KERNELS_SCHEMA: Final = {"rank": pl.Int32(), "family": pl.String(), "late_arrivals": pl.UInt32(), "excess_ns": pl.Float64()}
 
 
-def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame) -> pl.DataFrame:
-    """Kernel families in the late rank's segments that took longer than on the other ranks.
+FAMILY_SCHEMA: Final = {"key": pl.String(), "rank": pl.Int32(), "family": pl.String(), "fam_ns": pl.Int64()}
 
-    Columns: rank, family, late_arrivals (segments where it exceeded), excess_ns
-    (sum over the rank's late arrivals of its time minus the other ranks' mean), sorted
-    by rank then excess descending; only positive excess.
-    """
+
+def family_segments(events: pl.DataFrame, matched: pl.DataFrame, keys: pl.Series | None = None) -> pl.DataFrame:
+    """Per (key, rank, family): the kernel family's time in the rank's segment before collective ``key``
+    (collective kernels left out); ``keys``: only those collectives. Per rank: a rank's rows need only
+    its own events and matched rows."""
     seg = matched.sort(["rank", "start_ns"]).with_columns(pl.col("end_ns").shift(1).over("rank").alias("seg_start"))
     seg = seg.filter(pl.col("seg_start").is_not_null()).select("key", "rank", "seg_start", pl.col("start_ns").alias("arrival"))
     comm_keys = matched.select(pl.col("rank").cast(pl.Int32()), "start_ns").with_columns(pl.lit(True).alias("_is_coll"))
@@ -208,13 +208,28 @@ def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame
         .sort("start_ns")
     )
     if kern.is_empty() or seg.is_empty():
-        return pl.DataFrame(schema=KERNELS_SCHEMA)
+        return pl.DataFrame(schema=FAMILY_SCHEMA)
     kern = kern.with_columns(family_column(kern.get_column("name")))
     joined = kern.join_asof(
         seg.sort("seg_start"), left_on="start_ns", right_on="seg_start", by="rank", strategy="backward",
         check_sortedness=False,
     ).filter(pl.col("key").is_not_null() & (pl.col("start_ns") < pl.col("arrival")))
     per = joined.group_by(["key", "rank", "family"]).agg(pl.col("dur_ns").sum().alias("fam_ns"))
+    if keys is not None:
+        per = per.filter(pl.col("key").is_in(keys.implode()))
+    return per.select([pl.col(k).cast(v) for k, v in FAMILY_SCHEMA.items()])
+
+
+def slow_families(per: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame) -> pl.DataFrame:
+    """Kernel families in the late rank's segments that took longer than on the other ranks, from
+    ``family_segments`` (of every rank).
+
+    Columns: rank, family, late_arrivals (segments where it exceeded), excess_ns
+    (sum over the rank's late arrivals of its time minus the other ranks' mean), sorted
+    by rank then excess descending; only positive excess.
+    """
+    if per.is_empty():
+        return pl.DataFrame(schema=KERNELS_SCHEMA)
     n_ranks = matched.get_column("rank").n_unique()
     late = skew.filter(pl.col("last_rank").is_not_null()).select("key", pl.col("last_rank").cast(pl.Int32()))
     j = per.join(late, on="key", how="inner")
@@ -229,6 +244,11 @@ def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame
         .rename({"last_rank": "rank"})
         .sort(["rank", "excess_ns", "family"], descending=[False, True, False])  # ties in family order: one output
     )
+
+
+def slow_kernels(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFrame) -> pl.DataFrame:
+    """``slow_families`` of the whole run's ``events``."""
+    return slow_families(family_segments(events, matched, late_keys(skew)), matched, skew)
 
 
 def rank_state(manifest: dict[str, Any]) -> pl.DataFrame:
@@ -259,11 +279,20 @@ def late_arrivals(events: pl.DataFrame, matched: pl.DataFrame, skew: pl.DataFram
     others_wait_ns, margin_ns, and what that rank did in the segment before it minus the other
     ranks' mean (``busy_ns_excess``, ``launch_gap_ns_excess``, ``other_idle_ns_excess``; null for a
     rank's first collective, which has no segment) with its own ``syncs`` / ``sync_ns`` there."""
+    return late_from_segments(segments(events, matched, launch_latency_ns, keys=late_keys(skew)), skew)
+
+
+def late_keys(skew: pl.DataFrame) -> pl.Series:
+    """The keys of the collectives with a last rank (``collective_skew``)."""
+    return skew.filter(pl.col("last_rank").is_not_null()).get_column("key")
+
+
+def late_from_segments(seg: pl.DataFrame, skew: pl.DataFrame) -> pl.DataFrame:
+    """``late_arrivals`` from the ``segments`` before the late collectives (of every rank)."""
     late = skew.filter(pl.col("last_rank").is_not_null()).select(
         "key", "phase", pl.col("last_rank").cast(pl.Int32()).alias("rank"), "first_arrival_ns", "others_wait_ns",
         "margin_ns",
     )
-    seg = segments(events, matched, launch_latency_ns, keys=late.get_column("key"))
     exc = _excess(seg, skew, ["busy_ns", "launch_gap_ns", "other_idle_ns", "syncs", "sync_ns"])
     exc = exc.select("key", pl.col("last_rank").alias("rank"), *[f"{c}_excess" for c in EXCESS],
                      pl.col("syncs_last").alias("syncs"), pl.col("sync_ns_last").alias("sync_ns"))
@@ -301,13 +330,24 @@ def stragglers(events: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS, *,
     matched = matched_collectives(events, match)
     skew = collective_skew(matched, min_skew_ns)
     ranks = sorted(int(r) for r in events.get_column("rank").drop_nulls().unique().to_list())
+    keys = late_keys(skew)
+    seg = segments(events, matched, launch_latency_ns, keys=keys)
+    per = family_segments(events, matched, keys) if kernels else None
+    return straggler_tables(ranks, matched, skew, seg, per)
+
+
+def straggler_tables(ranks: list[int], matched: pl.DataFrame, skew: pl.DataFrame, seg: pl.DataFrame,
+                     per: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
+    """``stragglers`` from its parts: the run's ranks, the matched collectives and their skew, the
+    ``segments`` before the late collectives and (None: no kernel view) their ``family_segments``, of
+    every rank: what a run analysed rank by rank (``analyzers.ranked``) gathers."""
     base = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32()})
     part = matched.group_by("rank").agg(
         pl.len().alias("collectives"),
         pl.col("wait_ns").sum().alias("own_wait_ns"),
         pl.col("transfer_ns").sum().alias("transfer_ns"),
     )
-    late = late_arrivals(events, matched, skew, launch_latency_ns)
+    late = late_from_segments(seg, skew)
     last = (
         late.sort(["others_wait_ns", "first_arrival_ns"], descending=[True, False])
         .group_by("rank", maintain_order=True)
@@ -332,7 +372,7 @@ def stragglers(events: pl.DataFrame, min_skew_ns: int = MIN_SKEW_NS, *,
         )
         .sort("rank")
     )
-    slow = slow_kernels(events, matched, skew) if kernels else pl.DataFrame(schema=KERNELS_SCHEMA)
+    slow = slow_families(per, matched, skew) if per is not None else pl.DataFrame(schema=KERNELS_SCHEMA)
     return {"ranks": out, "kernels": slow, "collectives": skew, "late": late}
 
 

@@ -26,6 +26,16 @@ per wall s. Then the issue's targets, each as a ratio:
 
 On the smallest size the sharded runs' tables are compared with the in-process run's (identical, or
 the bench fails).
+
+    python bench/scale.py RUNS_DIR 256 --analyses attribute,ranks,gap [--modes whole,file,dir,dask-local:2]
+
+The analysis commands (``--json``) on runs ingested once: ``RUNS_DIR/run256.parquet`` (one file) and
+``RUNS_DIR/run256/`` (its shards). Each (command, mode) is one child process: ``whole`` the one file
+read whole (the CLI's whole-run path: the reference, measured in the same run), ``file`` the same file
+rank by rank, ``dir`` the shards rank by rank (``--executor local``), ``dask-local:N`` the shards on a
+Dask LocalCluster. Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
+and the CPU as ratios to the reference's, whether the document equals the reference's byte for byte
+(the bench fails otherwise), and at 256 ranks the largest peak against the 1.5 GB target.
 """
 
 from __future__ import annotations
@@ -84,18 +94,16 @@ def _sample(root: int, peaks: dict[int, int], stop: threading.Event) -> None:
         stop.wait(0.1)
 
 
-def run_one(sets: Path, size: int, mode: str, work: Path) -> tuple[Row, Path]:
-    to_file = mode.startswith("file")
-    out = work / (f"{size}-{mode.replace(':', '')}" + (".parquet" if to_file else ""))
-    cmd = [sys.executable, "-m", "tracekit", "ingest", str(sets / str(size)), "-q",
-           "-o", str(out) + ("" if to_file else os.sep)]
-    executor = mode.removeprefix("file-")
-    if executor.startswith("dask"):
-        cmd += ["--executor", executor]
-    extra = {"file-whole": {"TRACEKIT_INGEST_WHOLE_MB": str(1 << 30)}, "file-bounded": {"TRACEKIT_INGEST_WHOLE_MB": "0"}}
+def _child(cmd: list[str], tag: Path, stdout: Path | None = None,
+           env: dict[str, str] | None = None) -> tuple[float, float, int, dict[int, int], str | None]:
+    """One child process: (CPU s of it and every process it waited for, wall s, driver peak RSS, the other
+    processes' peaks, why it failed or None); stderr to ``tag.stderr``, stdout to ``stdout`` or discarded;
+    ``env``: set in its environment."""
     t0 = time.perf_counter()
-    err = open(work / f"{size}-{mode.replace(':', '')}.stderr", "w+b")  # noqa: SIM115
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env(**extra.get(mode, {})))
+    err = open(tag.with_suffix(".stderr"), "w+b")  # noqa: SIM115
+    out = open(stdout, "wb") if stdout is not None else None  # noqa: SIM115
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if out is None else out, stderr=err,
+                         env=child_env(**(env or {})))
     peaks: dict[int, int] = {}
     stop = threading.Event()
     th = threading.Thread(target=_sample, args=(p.pid, peaks, stop), daemon=True)
@@ -111,18 +119,102 @@ def run_one(sets: Path, size: int, mode: str, work: Path) -> tuple[Row, Path]:
         lines = err.read().decode(errors="replace").strip().splitlines()
         failed = f"exit {p.returncode}: {lines[-1] if lines else ''}"
     err.close()
+    if out is not None:
+        out.close()
+    driver = max(peaks.get(p.pid, 0), ru.ru_maxrss * 1024 if not peaks else 0)
+    return ru.ru_utime + ru.ru_stime, wall, driver, {pid: v for pid, v in peaks.items() if pid != p.pid}, failed
+
+
+def _events(run: Path) -> int:
+    import pyarrow.parquet as pq
+
+    files = [run] if run.is_file() else sorted(run.glob("rank-*.parquet"))
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def run_one(sets: Path, size: int, mode: str, work: Path) -> tuple[Row, Path]:
+    to_file = mode.startswith("file")
+    out = work / (f"{size}-{mode.replace(':', '')}" + (".parquet" if to_file else ""))
+    cmd = [sys.executable, "-m", "tracekit", "ingest", str(sets / str(size)), "-q",
+           "-o", str(out) + ("" if to_file else os.sep)]
+    executor = mode.removeprefix("file-")
+    if executor.startswith("dask"):
+        cmd += ["--executor", executor]
+    extra = {"file-whole": {"TRACEKIT_INGEST_WHOLE_MB": str(1 << 30)}, "file-bounded": {"TRACEKIT_INGEST_WHOLE_MB": "0"}}
+    cpu, wall, driver, others, failed = _child(cmd, work / f"{size}-{mode.replace(':', '')}", env=extra.get(mode))
     from tracekit.store import read_manifest
 
     events = 0
     if failed is None:
-        import pyarrow.parquet as pq
-
-        files = [out] if to_file else sorted(out.glob("rank-*.parquet"))
-        events = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        events = _events(out)
         read_manifest(out)
-    driver = max(peaks.get(p.pid, 0), ru.ru_maxrss * 1024 if not peaks else 0)
-    return Row(size, mode, events, ru.ru_utime + ru.ru_stime, wall, driver,
-               {pid: v for pid, v in peaks.items() if pid != p.pid}, failed), out
+    return Row(size, mode, events, cpu, wall, driver, others, failed), out
+
+
+# --- the analysis commands (attribute, ranks, gap) ------------------------------------------------
+
+# the CLI with its size rule for one-file runs set: ``whole`` (the reference) reads the file whole, ``file``
+# rank by rank, whatever its size
+CLI_WITH_RULE = ("import runpy, sys; import tracekit.analyzers.ranked as r; r.LARGE_RUN_BYTES = {}; "
+                 "sys.argv = ['tracekit', *sys.argv[1:]]; runpy.run_module('tracekit', run_name='__main__')")
+ANALYSIS_MODES = ("whole", "file", "dir", "dask-local:2")
+
+
+def run_analysis(runs: Path, size: int, command: str, mode: str, work: Path) -> tuple[Row, Path]:
+    """``tracekit COMMAND --json`` on ``runs/runN.parquet`` (modes ``whole``: read whole, the reference;
+    ``file``: the same file rank by rank) or the sharded ``runs/runN/`` (``dir``: local executor;
+    ``dask-local:N``)."""
+    run = runs / (f"run{size}.parquet" if mode in ("whole", "file") else f"run{size}")
+    args = [command, str(run), "--json"]
+    if mode.startswith("dask"):
+        args += ["--executor", mode]
+    if mode in ("whole", "file"):
+        cmd = [sys.executable, "-c", CLI_WITH_RULE.format(1 << 62 if mode == "whole" else 0), *args]
+    else:
+        cmd = [sys.executable, "-m", "tracekit", *args]
+    tag = work / f"{command}-{size}-{mode.replace(':', '')}"
+    out = tag.with_suffix(".json")
+    cpu, wall, driver, others, failed = _child(cmd, tag, out)
+    return Row(size, f"{command} {mode}", _events(run) if failed is None else 0, cpu, wall, driver, others,
+               failed), out
+
+
+def analyses(runs: Path, sizes: list[int], commands: list[str], modes: list[str]) -> int:
+    """The analysis commands on the ingested runs (``runs/runN.parquet`` and ``runs/runN/``), each mode's
+    peak RSS and CPU against the whole-run read of the same command measured in this run, its
+    document compared with the reference's (identical, or the bench fails)."""
+    print(f"# bench/scale.py {' '.join(sys.argv[1:])}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
+          f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+    print(f"{'ranks':>6} {'command mode':<24} {'events':>11} {'CPU s':>7} {'wall s':>7} {'driver MB':>9} "
+          f"{'workers MB (peak each)':<24} {'RSS x ref':>9} {'CPU x ref':>9}  output")
+    work = Path(tempfile.mkdtemp(prefix="tk-scale-an-"))
+    bad = 0
+    try:
+        for size in sizes:
+            for command in commands:
+                ref: tuple[Row, Path] | None = None
+                for mode in ("whole", *[m for m in modes if m != "whole"]):
+                    row, out = run_analysis(runs, size, command, mode, work)
+                    if row.failed:
+                        print(f"{size:>6} {row.mode:<24} FAILED {row.failed}")
+                        bad += 1
+                        continue
+                    if ref is None:
+                        ref = row, out
+                    peak = max(row.driver_rss, row.worker_peak)
+                    same = out.read_bytes() == ref[1].read_bytes()
+                    bad += not same
+                    workers = ",".join(_mb(v) for v in sorted(row.others_rss.values(), reverse=True)[:4]) or "-"
+                    print(f"{size:>6} {row.mode:<24} {row.events:>11,} {row.cpu_s:>7.1f} {row.wall_s:>7.1f} "
+                          f"{_mb(row.driver_rss):>9} {workers:<24} {peak / max(ref[0].driver_rss, 1):>9.2f} "
+                          f"{row.cpu_s / ref[0].cpu_s:>9.2f}  "
+                          f"{'reference' if mode == 'whole' else ('identical' if same else 'DIFFERS')}", flush=True)
+                    if size == 256 and mode != "whole":
+                        print(f"{'':>6} {row.mode:<24} largest process peak RSS {_mb(peak)} MB = "
+                              f"{peak / (1.5 * GB):.2f} x the 1.5 GB target")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if bad else 0
 
 
 def _mb(b: int) -> str:
@@ -135,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sizes", type=int, nargs="+")
     ap.add_argument("--modes", default="file,dir,dask-local:2")
     ap.add_argument("--skip", default="", help="SIZE:MODE pairs not to run, comma separated (e.g. 1024:file)")
+    ap.add_argument("--analyses", default="", metavar="COMMANDS",
+                    help="instead of ingest: these analysis commands (e.g. attribute,ranks,gap) on the runs "
+                         "SETS/runN.parquet and SETS/runN/ (modes: whole, file, dir, dask-local:N)")
     a = ap.parse_args(argv)
+    if a.analyses:
+        modes = a.modes.split(",") if a.modes != ap.get_default("modes") else list(ANALYSIS_MODES)
+        return analyses(a.sets, a.sizes, a.analyses.split(","), modes)
     modes = [m for m in a.modes.split(",") if m]
     skip = {tuple(s.split(":", 1)) for s in a.skip.split(",") if s}
     print(f"# bench/scale.py {' '.join(sys.argv[1:])}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "

@@ -19,7 +19,7 @@ for. A task whose worker dies is run again by Dask on another worker (its ``allo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -148,10 +148,25 @@ class DaskExecutor:
             self.cluster.close()
 
 
+def run_each(executor: LocalExecutor | DaskExecutor, fn: Callable[..., Any],
+             calls: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
+    """``fn(*args)`` for each ``args`` of ``calls``, the results in order, each released once it is here:
+    ``local`` runs each call when its result is asked for (one in flight), Dask submits them all at once."""
+    if isinstance(executor, LocalExecutor):
+        for args in calls:
+            yield fn(*args)
+        return
+    handles = [executor.submit(fn, *args) for args in calls]
+    for h in handles:
+        got = executor.gather([h])[0]
+        executor.release([h])
+        yield got
+
+
 def open_executor(spec: ExecutorSpec | str) -> LocalExecutor | DaskExecutor:
     s = parse_executor(spec) if isinstance(spec, str) else spec
     return LocalExecutor() if s.kind == "local" else DaskExecutor(s)
 
 
 __all__ = ["KINDS", "SYNTAX", "DaskExecutor", "Executor", "ExecutorSpec", "LocalExecutor", "open_executor",
-           "parse_executor"]
+           "parse_executor", "run_each"]

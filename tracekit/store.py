@@ -484,6 +484,99 @@ def outdated_of(path: str | os.PathLike[str], man: Manifest) -> Outdated | None:
     return None if is_finalized(man) else Outdated(str(path), finalize_version(man), FINALIZE_VERSION)
 
 
+@dataclass(frozen=True)
+class RankFile:
+    """One rank's events in a run file (a shard, or one rank's rows of a one-file run): what a task of a
+    rank-by-rank analysis reads (``read_rank``). ``ident`` is the file's (inode, size, mtime ns) when the
+    run was opened: a file replaced meanwhile is refused, as a one-file read never pairs two versions."""
+
+    path: str
+    rank: int
+    ident: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class RankedRun:
+    """A run opened rank by rank (``open_ranked``): its manifest and where each rank's events are, no event."""
+
+    path: str
+    manifest: Manifest
+    ranks: tuple[RankFile, ...]
+    rows: int  # events in the run (the files' footers)
+    sharded: bool
+    outdated: Outdated | None = None
+
+
+def _ident(path: str) -> tuple[int, int, int]:
+    with open_input(path, RunError) as fh:
+        st = os.fstat(fh.fileno())
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _footer(path: str) -> tuple[Manifest, int, tuple[int, int, int]]:
+    """A run file's manifest and row count from its footer, and its identity."""
+    ident = _ident(path)
+    try:
+        meta = pl.read_parquet_metadata(path)
+        rows = int(pl.scan_parquet(path).select(pl.len()).collect().item())
+    except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
+        raise RunError(f"not a readable Parquet file ({exc.__class__.__name__}: {exc})", path=path) from None
+    raw = meta.get(MANIFEST_KEY.decode())
+    if raw is None:
+        raise RunError("Parquet file has no tracekit manifest (not a run.parquet)", path=path)
+    return checked_manifest(decode_json(raw, what="manifest", path=path, error=RunError), path), rows, ident
+
+
+def open_ranked(path: str | os.PathLike[str]) -> RankedRun | None:
+    """The run at ``path`` (a file or a shard directory) opened rank by rank: footers and the rank column
+    read, no event. None where only the whole-run read applies: a URL prefix, a file that stores kind /
+    category as strings (an older writer: ``load_run`` converts it), events without a rank."""
+    from tracekit.finalize.version import FINALIZE_VERSION, finalize_version, is_finalized
+    from tracekit.urls import is_url
+
+    if is_url(path):
+        return None
+    p = Path(path)
+    try:
+        sharded = p.is_dir()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise
+        raise RunError(f"cannot read ({exc.strerror or exc})", path=str(p)) from None
+    files = [str(s) for s in _shards(p)] if sharded else [str(p)]
+    mans: list[Manifest] = []
+    ranks: list[RankFile] = []
+    rows = 0
+    for f in files:
+        man, n, ident = _footer(f)
+        try:
+            if any(pl.read_parquet_schema(f).get(c) == pl.String for c in _CODED):
+                return None
+            held = pl.scan_parquet(f).select(pl.col("rank").unique()).collect().get_column("rank")
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            raise RunError(f"cannot read events ({exc.__class__.__name__}: {exc})", path=f) from None
+        if held.null_count():
+            return None
+        mans.append(man)
+        rows += n
+        ranks.extend(RankFile(f, int(r), ident) for r in sorted(held.to_list()))
+    man = mans[0] if len(mans) == 1 else merge_manifests(mans)
+    note = None if is_finalized(man) else Outdated(str(path), finalize_version(man), FINALIZE_VERSION)
+    return RankedRun(str(path), man, tuple(sorted(ranks, key=lambda f: f.rank)), rows, sharded, note)
+
+
+def read_rank(f: RankFile) -> pl.DataFrame:
+    """One rank's events (``RankFile``), checked as ``load_run`` checks a run, phase ids as stored."""
+    if _ident(f.path) != f.ident:
+        raise RunError("the file changed while the run was read rank by rank (written again meanwhile?)",
+                       path=f.path, rank=f.rank)
+    df = _collect(pl.scan_parquet(f.path, schema=SCHEMA).filter(pl.col("rank") == f.rank), f.path)
+    if _ident(f.path) != f.ident:
+        raise RunError("the file changed while the run was read rank by rank (written again meanwhile?)",
+                       path=f.path, rank=f.rank)
+    return df
+
+
 def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
     """The events of ``load_run`` (a finalized run; see there)."""
     return load_run(path, columns).events

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tracekit.cli.common import RUN_PATH, _load, _note_partial, cli, rank_view_options
 from tracekit.cli.log_inputs import is_log_input, log_options
+from tracekit.cli.ranked import (
+    executor_option,
+    opened,
+    progress,
+    ranked_run,
+    spec_of,
+    whole_run_note,
+)
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
 from tracekit.render.text import echo
@@ -26,30 +34,47 @@ if TYPE_CHECKING:
               help="Idle after a launch call returns that still counts as launch overhead.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @rank_view_options
+@executor_option
 @guarded
 def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch_latency_us: float, as_json: bool,
-                  view: RankView) -> None:
+                  view: RankView, executor_opt: str) -> None:
     """Where phase time went on every rank: exclusive GPU buckets, launch overhead, allreduce wait."""
     import json
 
     from tracekit.analyzers import analyses
     from tracekit.render import attribute_doc
 
-    r = _load(run)
-    _note_partial(r)
+    spec = spec_of(executor_opt)
+    ll = round(launch_latency_us * 1000)
+    report, unphased = None, None
     try:
-        report = analyses.attribute(r.events, r.manifest, phase, rank, launch_latency_ns=round(launch_latency_us * 1000))
+        rr = ranked_run(run, spec)
+        if rr is not None:
+            from tracekit.analyzers import ranked
+
+            _note_partial(rr)
+            try:
+                with opened(spec, "attribute") as ex:
+                    report, unphased = ranked.attribute(rr, ex, phase, rank, launch_latency_ns=ll, say=progress())
+            except ranked.Unsupported as why:
+                whole_run_note(spec, "attribute", str(why))
+        if report is None:
+            from tracekit.analyzers.joins import unphased_gpu
+
+            r = _load(run)
+            if rr is None:
+                _note_partial(r)
+            report = analyses.attribute(r.events, r.manifest, phase, rank, launch_latency_ns=ll)
+            unphased = unphased_gpu(r.events if rank is None else r.events.filter(r.events.get_column("rank") == rank))
     except TracekitError as exc:
         raise exc.located(path=run) from None
     if as_json:
         echo(json.dumps(attribute_doc.document(report, by, run), indent=2, allow_nan=False))
     else:
         attribute_doc.render(report, by, view)
-        from tracekit.analyzers.joins import unphased_gpu
         from tracekit.render.run_state import unphased_line
 
-        ev = r.events if rank is None else r.events.filter(r.events.get_column("rank") == rank)
-        line = unphased_line(unphased_gpu(ev))
+        line = unphased_line(unphased)
         if line:
             echo(line)
 
@@ -68,9 +93,11 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @log_options
 @rank_view_options
+@executor_option
 @guarded
 def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: str, launch_latency_us: float, stat: str,
-            as_json: bool, view: RankView, patterns: tuple[str, ...] = (), pattern_file: str | None = None) -> None:
+            as_json: bool, view: RankView, patterns: tuple[str, ...] = (), pattern_file: str | None = None,
+            executor_opt: str = "local") -> None:
     """Why phase A (verify, extend mode) costs more than phase B (decode): bucket by bucket, kernel by kernel.
 
     RUN (and --b-run) may be log runs or engine log files: A's and B's times from the engine's
@@ -93,17 +120,36 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
     from tracekit.render import gap as render_gap
     from tracekit.render.console import SafeConsole as Console
 
-    ra = _load(run)
-    rb = _load(b_run) if b_run is not None else None
-    _note_partial(ra, rb)
+    spec = spec_of(executor_opt)
+    ll = round(launch_latency_us * 1000)
+    rep = None
+    man_a: dict[str, Any] = {}
     try:
-        rep = analyses.gap(ra.events, ra.manifest, None if rb is None else rb.events, None if rb is None else rb.manifest,
-                           a=a, b=b, rank=rank, launch_latency_ns=round(launch_latency_us * 1000), stat=stat)
+        rra = ranked_run(run, spec)
+        rrb = ranked_run(b_run, spec) if b_run is not None and rra is not None else None
+        if rra is not None and (b_run is None or rrb is not None):
+            from tracekit.analyzers import ranked
+
+            _note_partial(rra, rrb)
+            man_a = rra.manifest
+            try:
+                with opened(spec, "gap") as ex:
+                    rep = ranked.gap(rra, rrb, ex, a=a, b=b, rank=rank, launch_latency_ns=ll, stat=stat, say=progress())
+            except ranked.Unsupported as why:
+                whole_run_note(spec, "gap", str(why))
+        if rep is None:
+            ra = _load(run)
+            man_a = ra.manifest
+            rb = _load(b_run) if b_run is not None else None
+            if rra is None or (b_run is not None and rrb is None):
+                _note_partial(ra, rb)
+            rep = analyses.gap(ra.events, ra.manifest, None if rb is None else rb.events,
+                               None if rb is None else rb.manifest, a=a, b=b, rank=rank, launch_latency_ns=ll, stat=stat)
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, b_run)) from None
     from tracekit.analyzers.rank_summary import int_hosts
 
-    hosts = int_hosts(ra.manifest)
+    hosts = int_hosts(man_a)
     by_rank = by == "rank" or view.ranks is not None or view.all_ranks  # --ranks / --all-ranks: the per-rank rows
     if as_json:
         echo(json.dumps(render_gap.document(rep, run, b_run or run, by_rank=by_rank, hosts=hosts, view=view), indent=2, allow_nan=False))

@@ -14,7 +14,7 @@ from tracekit.cli_errors import _State
 from tracekit.render.text import echo
 
 if TYPE_CHECKING:
-    from tracekit.store import Run
+    from tracekit.store import RankedRun, Run
 
 
 # The type of every input path: tracekit opens and checks each input itself, so a missing, unreadable
@@ -128,7 +128,7 @@ def _claim(out: str, inputs: Iterable[str] = (), *, runs: bool = True) -> Iterat
         yield
 
 
-def _note_partial(*runs: Run | None) -> None:
+def _note_partial(*runs: Run | RankedRun | None) -> None:
     """One stderr line per way each run is not whole (missing ranks, interrupted capture), from the
     manifest read with its events (``_load``: one read of each file)."""
     from tracekit.render.run_state import run_state_lines

@@ -17,6 +17,7 @@ from tracekit.cli.common import (
     rank_view_options,
 )
 from tracekit.cli.log_inputs import is_log_input, log_options
+from tracekit.cli.ranked import executor_option, opened, progress, ranked_run, spec_of
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
 
@@ -207,8 +208,10 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
               help="Idle after a launch call returns that still counts as a launch gap (as for attribute).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document (every rank's row, and their summary).")
 @rank_view_options
+@executor_option
 @guarded
-def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: bool, view: RankView) -> None:
+def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: bool, view: RankView,
+              executor_opt: str) -> None:
     """Stragglers: per rank, how often it arrived last at a collective, the wait it caused, and why.
 
     More than 16 ranks: the table shows median / p90 / mean / min / max over the ranks and the
@@ -219,11 +222,22 @@ def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: b
     from tracekit.analyzers.rank_summary import int_hosts
     from tracekit.render import ranks as render_ranks
 
-    r = _load(run)
-    _note_partial(r)
-    rep = analyses.ranks(r.events, r.manifest, min_skew_ns=round(min_skew_us * 1000),
-                         launch_latency_ns=round(launch_latency_us * 1000))
-    if as_json:
-        _forensic_json(render_ranks.to_json(rep, int_hosts(r.manifest), view))
+    spec = spec_of(executor_opt)
+    skew, ll = round(min_skew_us * 1000), round(launch_latency_us * 1000)
+    rr = ranked_run(run, spec)
+    if rr is not None:  # every run can be: stragglers need no mode
+        from tracekit.analyzers import ranked
+
+        _note_partial(rr)
+        with opened(spec, "ranks") as ex:
+            rep = ranked.ranks(rr, ex, min_skew_ns=skew, launch_latency_ns=ll, say=progress())
+        manifest = rr.manifest
     else:
-        render_ranks.render(rep, _table_console(), view, int_hosts(r.manifest))
+        r = _load(run)
+        _note_partial(r)
+        rep = analyses.ranks(r.events, r.manifest, min_skew_ns=skew, launch_latency_ns=ll)
+        manifest = r.manifest
+    if as_json:
+        _forensic_json(render_ranks.to_json(rep, int_hosts(manifest), view))
+    else:
+        render_ranks.render(rep, _table_console(), view, int_hosts(manifest))

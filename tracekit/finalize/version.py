@@ -8,7 +8,7 @@ made unique in the run (``unique_phase_ids``: shards number their instances per 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
 import polars as pl
@@ -68,9 +68,23 @@ def unique_phase_ids(events: _Frame) -> _Frame:
     if shared.height == 0 or (shared.item() or 0) <= 1:
         return events
     top = int(events.lazy().select(pl.col("phase_id").max()).collect().item() or 0) + 1
-    return events.with_columns(
-        (pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id")
-    )
+    return shift_phase_ids(events, top)
 
 
-__all__ = ["CHANGES", "FINALIZE_VERSION", "MANIFEST_KEY", "changes_since", "finalize_version", "is_finalized", "stamp", "unique_phase_ids"]
+def shift_phase_ids(events: _Frame, top: int) -> _Frame:
+    """Phase ids remapped to ``rank * top + id`` (``unique_phase_ids``' rule; ``top`` > every id)."""
+    return events.with_columns((pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id"))
+
+
+def phase_id_top(ids_by_rank: Iterable[pl.Series]) -> int | None:
+    """``unique_phase_ids``' decision from each rank's distinct phase ids (a run read rank by rank): the
+    ``top`` of ``shift_phase_ids`` when two ranks share an id, else None (ids kept)."""
+    ids = [s.drop_nulls() for s in ids_by_rank]
+    every = pl.concat(ids) if ids else pl.Series("phase_id", [], pl.Int64)
+    if every.len() == 0 or every.n_unique() == every.len():
+        return None
+    return int(every.max() or 0) + 1  # type: ignore[arg-type]
+
+
+__all__ = ["CHANGES", "FINALIZE_VERSION", "MANIFEST_KEY", "changes_since", "finalize_version", "is_finalized", "phase_id_top", "shift_phase_ids", "stamp",
+           "unique_phase_ids"]

@@ -1,0 +1,328 @@
+"""``attribute``, ``ranks`` and ``gap`` rank by rank: no task holds more than one rank's events, the
+reports are the ones ``analyzers.analyses`` builds from the whole table (tests compare them).
+
+Every task is a module-level function run through ``tracekit.executor`` (in this process one after
+another, or on Dask workers) that reads one rank's events itself (``store.read_rank``: its shard, or
+its rows of a one-file run through the file's row-group statistics):
+
+1. ``scan_rank``: what the driver needs before per-rank work: the rank's distinct phase ids (for
+   ``unique_phase_ids``' decision), the phases of its phase ranges, its first GPU event (the mode),
+   its collective rows (kernels with a ``coll_seq``, rows with a message size) with a marker row
+   naming the rank, its GPU time without a phase, whether it has host instances and thread ids.
+2. The driver matches the collectives across ranks (``match_collectives``, ``matched_collectives``)
+   and finds the late ones (``collective_skew``); then ``rank_pass`` per rank: its instance table
+   (``attribute_instances`` with its matched rows), its segments before the late collectives
+   (``stragglers.segments``), the kernel families there (``family_segments``, for ``ranks``) and the
+   kernel families of gap's instances (``gap.family_times``).
+3. The driver assembles the report from those tables (``attribution_tables``, ``straggler_tables``,
+   ``gap_tables``) as the whole-run path does.
+
+What travels: per rank its collective rows, instance rows, segment and family rows (kilobytes on the
+scale sets); never an event table. What this does not cover raises ``Unsupported`` and the caller
+reads the run whole: host (CPU) and timing runs for ``attribute`` and ``gap``, a ``--phase`` that
+selects ranges by name, a run without phase ranges (attributed whole).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import polars as pl
+
+from tracekit.executor import DaskExecutor, LocalExecutor, run_each
+from tracekit.schema import GPU_KINDS
+from tracekit.store import RankedRun, RankFile, open_ranked, read_rank
+
+from .reports import AttributionReport, GapReport, Mode, RanksReport
+
+Say = Callable[[str], None]
+Executor = LocalExecutor | DaskExecutor
+
+# one-file runs at least this large on disk are read rank by rank with --executor local (about 2.5 M
+# events at the scale sets' compression, ~6.5 B per event); smaller ones are read whole (cheaper)
+LARGE_RUN_BYTES: Final = 16 << 20
+_COLL_EXTRA: Final = ("coll_bytes",)
+
+
+class Unsupported(Exception):
+    """This run or selection is read whole (module doc); the message says why."""
+
+
+def choose(path: str, executor: str) -> RankedRun | None:
+    """The rule (docs/scale.md): rank by rank when ``executor`` is not ``local``, the run is a shard
+    directory, or a one-file run of at least ``LARGE_RUN_BYTES``; None: read it whole."""
+    from tracekit.urls import is_url
+
+    if is_url(path):
+        return None
+    try:
+        big = os.path.isdir(path) or os.stat(path).st_size >= LARGE_RUN_BYTES
+    except OSError:
+        return None  # the whole-run read says what is wrong
+    return open_ranked(path) if executor != "local" or big else None
+
+
+# --- pass 1 ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankScan:
+    """``scan_rank``'s result (module doc, 1)."""
+
+    rank: int
+    phase_ids: pl.Series
+    phases: tuple[str, ...]
+    gpu: pl.DataFrame  # rank, kind of its first GPU event (empty: none)
+    coll: pl.DataFrame  # its collective rows, then a marker row (rank only)
+    unphased: tuple[int, int, int, int]  # joins.unphased_parts
+    host_instances: bool
+    tids: bool
+
+
+def scan_rank(f: RankFile) -> RankScan:
+    """Pass 1 of one rank (module doc)."""
+    from .attribution import _COLL_COLS, phase_names
+    from .joins import unphased_parts
+    from .phase_rows import phase_instances
+
+    ev = read_rank(f)
+    cols = [*_COLL_COLS, *_COLL_EXTRA]
+    coll = ev.filter(pl.col("coll_seq").is_not_null() | (pl.col("coll_bytes").is_not_null()
+                                                        & (pl.col("coll_bytes") > 0))).select(cols)
+    if ev.height:  # the rank is named even without a collective (matched_collectives counts ranks)
+        marker = pl.DataFrame({"rank": [f.rank]}, schema={"rank": coll.schema["rank"]})
+        coll = pl.concat([coll, marker], how="diagonal")
+    inst = phase_instances(ev)
+    return RankScan(
+        f.rank, ev.get_column("phase_id").drop_nulls().unique().sort(), tuple(phase_names(ev)),
+        ev.filter(pl.col("kind").is_in(list(GPU_KINDS))).select("rank", "kind").head(1), _own(coll),
+        unphased_parts(ev), bool((inst.get_column("source") == "host").any()),
+        ev.get_column("tid").null_count() < ev.height)
+
+
+def _own(df: pl.DataFrame) -> pl.DataFrame:
+    """A copy of its own: a filtered frame's strings still point into the whole table's buffers."""
+    import io
+
+    return pl.read_ipc(io.BytesIO(df.write_ipc(None).getvalue()))
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """A run after pass 1: its ranks' scans and the cross-rank facts drawn from them."""
+
+    run: RankedRun
+    scans: tuple[RankScan, ...]
+    top: int | None  # unique_phase_ids' shift, None: ids kept
+    coll: pl.DataFrame  # every rank's collective rows (phase ids as the whole run reads them)
+
+    @property
+    def ranks(self) -> list[int]:
+        return [s.rank for s in self.scans if s.coll.height]
+
+    @property
+    def present(self) -> list[str]:
+        return sorted({p for s in self.scans for p in s.phases})
+
+    @property
+    def gpu(self) -> pl.DataFrame:
+        return pl.concat([s.gpu for s in self.scans])
+
+    @property
+    def has_tid(self) -> bool:
+        return any(s.host_instances for s in self.scans) and any(s.tids for s in self.scans)
+
+    def files(self) -> list[RankFile]:
+        return list(self.run.ranks)
+
+    def phases_for(self, phase: str | None) -> list[str]:
+        """``prepare``'s phase selection; Unsupported where it would attribute ranges or the whole trace."""
+        from .attribution import select_phases
+        from .whole_trace import WHOLE_TRACE_PHASE
+
+        present = self.present
+        if not present:
+            raise Unsupported("the run has no phase ranges (attributed as a whole)")
+        hits = select_phases(present, phase)
+        if not hits:
+            raise Unsupported(f"--phase {phase!r} names no phase (ranges are selected by name on the whole run)")
+        if hits == [WHOLE_TRACE_PHASE]:
+            raise Unsupported(f"a phase named {WHOLE_TRACE_PHASE!r}")
+        return hits
+
+
+def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "") -> Scanned:
+    """Pass 1 over every rank of ``run``."""
+    from tracekit.finalize.version import phase_id_top, shift_phase_ids
+
+    scans = []
+    n = len(run.ranks)
+    for i, s in enumerate(run_each(executor, scan_rank, [(f,) for f in run.ranks]), 1):
+        scans.append(s)
+        if say is not None:
+            say(f"{what}pass 1 (collectives, phases): rank {s.rank} done, {i}/{n}")
+    top = phase_id_top(s.phase_ids for s in scans)
+    coll = pl.concat([s.coll for s in scans], how="vertical")
+    if top is not None:
+        coll = shift_phase_ids(coll, top)
+    return Scanned(run, tuple(scans), top, coll)
+
+
+# --- pass 2 ------------------------------------------------------------------------------------
+
+
+def rank_pass(f: RankFile, top: int | None, phases: Sequence[str] | None, coll: pl.DataFrame,
+              matched: pl.DataFrame, keys: pl.Series, launch_latency_ns: int, has_tid: bool, kernels: bool,
+              sides: Sequence[tuple[Sequence[str], int | None]]) -> dict[str, pl.DataFrame]:
+    """Pass 2 of one rank (module doc): ``coll`` / ``matched`` its rows of ``match_collectives`` /
+    ``matched_collectives``; ``keys`` the late collectives; ``phases`` None: no instance table;
+    ``sides``: (phases, rank) of gap's sides whose ``family_times`` are wanted."""
+    from tracekit.finalize.version import shift_phase_ids
+
+    from .attribution import attribute_instances
+    from .gap import family_times
+    from .stragglers import family_segments, segments
+
+    ev = read_rank(f)
+    if top is not None:
+        ev = shift_phase_ids(ev, top)
+    out: dict[str, pl.DataFrame] = {"segments": segments(ev, matched, launch_latency_ns, keys=keys)}
+    if kernels:
+        out["families"] = family_segments(ev, matched, keys)
+    if phases is not None:
+        inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns, collectives=coll,
+                                   has_tid=has_tid)
+        out["instances"] = inst
+        for i, (side_phases, rank) in enumerate(sides):
+            sel = inst.filter(pl.col("phase").is_in(list(side_phases)))
+            if rank is not None:
+                sel = sel.filter(pl.col("rank") == rank)
+            out[f"side{i}"] = family_times(ev, sel)
+    return out
+
+
+@dataclass(frozen=True)
+class Passed:
+    """Pass 2's tables of every rank, in rank order, with the collectives they were computed against."""
+
+    coll: pl.DataFrame  # match_collectives over the run
+    matched: pl.DataFrame  # matched_collectives
+    skew: pl.DataFrame  # collective_skew
+    tables: dict[str, pl.DataFrame]
+
+
+def second_pass(s: Scanned, executor: Executor, *, phases: Sequence[str] | None, min_skew_ns: int,
+                launch_latency_ns: int, kernels: bool = False,
+                sides: Sequence[tuple[Sequence[str], int | None]] = (), say: Say | None = None,
+                what: str = "") -> Passed:
+    """The driver's matching, then ``rank_pass`` over every rank (module doc, 2)."""
+    from .attribution import matched
+    from .coll_match import matched_collectives
+    from .stragglers import collective_skew, late_keys
+
+    coll = matched(s.coll)
+    mc = matched_collectives(pl.DataFrame({"rank": s.ranks}, schema={"rank": pl.Int32()}), coll)
+    skew = collective_skew(mc, min_skew_ns)
+    keys = late_keys(skew)
+    by_rank_c = coll.partition_by("rank", as_dict=True)
+    by_rank_m = mc.partition_by("rank", as_dict=True)
+    calls = [(f, s.top, phases, by_rank_c.get((f.rank,), coll.clear()), by_rank_m.get((f.rank,), mc.clear()), keys,
+              launch_latency_ns, s.has_tid, kernels, sides) for f in s.files()]
+    parts: dict[str, list[pl.DataFrame]] = {}
+    for i, (f, got) in enumerate(zip(s.files(), run_each(executor, rank_pass, calls), strict=True), 1):
+        for k, v in got.items():
+            parts.setdefault(k, []).append(v)
+        if say is not None:
+            say(f"{what}pass 2 (instances, segments): rank {f.rank} done, {i}/{len(calls)}")
+    return Passed(coll, mc, skew, {k: pl.concat(v, how="vertical") for k, v in parts.items()})
+
+
+# --- the commands --------------------------------------------------------------------------------
+
+
+def _gpu_mode(frames: Sequence[pl.DataFrame], manifest: Mapping[str, Any] | None, sel: tuple[int, ...] | None) -> None:
+    from .reports import detect_mode
+
+    mode = detect_mode(frames, manifest, sel)
+    if mode is not Mode.GPU:
+        raise Unsupported(f"a {mode.value} run")
+
+
+def attribute(run: RankedRun, executor: Executor, phase: str | None = None, rank: int | None = None, *,
+              launch_latency_ns: int, say: Say | None = None) -> tuple[AttributionReport, Any]:
+    """``analyses.attribute`` rank by rank, and the ``joins.Unphased`` of the CLI's last line (of ``rank``)."""
+    from .analyses import gpu_attribution
+    from .attribution import attribution_tables, only_rank
+    from .joins import unphased_of
+    from .sol.run import try_sol
+    from .stragglers import MIN_SKEW_NS, phase_stragglers, straggler_tables
+
+    s = scan(run, executor, say, "attribute: ")
+    sel = None if rank is None else (rank,)
+    _gpu_mode([s.gpu], run.manifest, sel)
+    phases = s.phases_for(phase)
+    p = second_pass(s, executor, phases=phases, min_skew_ns=MIN_SKEW_NS, launch_latency_ns=launch_latency_ns,
+                    say=say, what="attribute: ")
+    inst = only_rank(p.tables["instances"], rank, phases)
+    view = straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], None)
+    g = attribution_tables(inst, phase_stragglers(view, inst.get_column("phase").unique().to_list()), p.coll, False)
+    sol, why = try_sol(s.coll, dict(run.manifest), instances=g["instances"])
+    unphased = unphased_of(x.unphased for x in s.scans if rank is None or x.rank == rank)
+    return gpu_attribution(g, run.manifest, sel, sol, why), unphased
+
+
+def ranks(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latency_ns: int,
+          say: Say | None = None) -> RanksReport:
+    """``analyses.ranks`` rank by rank."""
+    from .analyses import ranks_report
+    from .stragglers import straggler_tables
+
+    s = scan(run, executor, say, "ranks: ")
+    p = second_pass(s, executor, phases=None, min_skew_ns=min_skew_ns, launch_latency_ns=launch_latency_ns,
+                    kernels=True, say=say, what="ranks: ")
+    return ranks_report(straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], p.tables["families"]),
+                        run.manifest)
+
+
+def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str = "verify", b: str = "decode",
+        rank: int | None = None, launch_latency_ns: int, stat: str = "median", say: Say | None = None) -> GapReport:
+    """``analyses.gap`` rank by rank (B from ``run_b`` when given, else from ``run_a``)."""
+    from tracekit.errors import AnalysisError
+
+    from .analyses import _gap_sol, gap_timing, gpu_gap
+    from .gap import gap_tables, side_instances
+    from .stragglers import MIN_SKEW_NS
+
+    sa = scan(run_a, executor, say, "gap: ")
+    sb = scan(run_b, executor, say, "gap (B): ") if run_b is not None else sa
+    sel = None if rank is None else (rank,)
+    _gpu_mode([sa.gpu, sb.gpu], None, sel)
+    bm = run_b.manifest if run_b is not None else run_a.manifest
+    timing = gap_timing(run_a.manifest, bm, a, b, sel)
+    pa, pb = sa.phases_for(a), sb.phases_for(b)
+    sides = [(pa, rank)] if run_b is not None else [(pa, rank), (pb, rank)]
+    ka = second_pass(sa, executor, phases=sa.present, min_skew_ns=MIN_SKEW_NS, launch_latency_ns=launch_latency_ns,
+                     sides=sides, say=say, what="gap: ").tables
+    kb = ka if run_b is None else second_pass(sb, executor, phases=sb.present, min_skew_ns=MIN_SKEW_NS,
+                                              launch_latency_ns=launch_latency_ns, sides=[(pb, rank)], say=say,
+                                              what="gap (B): ").tables
+    fam_b = kb["side1"] if run_b is None else kb["side0"]
+    try:
+        inst_a = side_instances(ka["instances"].filter(pl.col("phase").is_in(pa)), a, rank)
+    except AnalysisError as exc:
+        raise exc.located(side="A") from None
+    try:
+        inst_b = side_instances(kb["instances"].filter(pl.col("phase").is_in(pb)), b, rank)
+    except AnalysisError as exc:
+        raise exc.located(side="B") from None
+    g = gap_tables(inst_a, inst_b, ka["side0"], fam_b, a=a, b=b, stat=stat)
+    splits, why = _gap_sol(sa.coll, run_a.manifest, None if run_b is None else sb.coll, bm, a, b, g["buckets"],
+                           float(g["total_delta_ns"]), ka["instances"], None if run_b is None else kb["instances"])
+    return gpu_gap(g, stat, timing, run_a.manifest, bm, a, b, sel, splits, why)
+
+
+__all__ = ["LARGE_RUN_BYTES", "Passed", "RankScan", "Scanned", "Unsupported", "attribute", "choose", "gap",
+           "rank_pass", "ranks", "scan", "scan_rank", "second_pass"]

@@ -1,0 +1,178 @@
+"""Issue 29: ``attribute``, ``ranks`` and ``gap`` rank by rank (``analyzers.ranked``, ``--executor``).
+
+The reports read rank by rank must equal the whole-run path's: the ``--json`` documents and the text,
+on a 64-rank set generated at test time by ``bench/scale_gen.py`` from the real 2-rank H200 traces
+(ingested as a sharded run through the CLI, merged into one file), on every committed multi-rank
+sample run (read rank by rank from the one file), and through a Dask LocalCluster of 2 workers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tracekit.analyzers import analyses, ranked
+from tracekit.analyzers.joins import unphased_gpu
+from tracekit.executor import LocalExecutor
+from tracekit.render import attribute_doc
+from tracekit.render import gap as render_gap
+from tracekit.render import ranks as render_ranks
+from tracekit.store import load_run, open_ranked
+
+REPO = Path(__file__).resolve().parent.parent
+needs_dask = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import distributed"], capture_output=True).returncode != 0,
+    reason="Dask is the optional extra tracekit[dask]: not installed")
+LL = 20_000
+
+
+def _tk(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tracekit", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def set64(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 ranks (bench/scale_gen.py, the graphed source: 402,624 events), a sharded run ``run/`` and the
+    same run as one file ``run.parquet``."""
+    d = tmp_path_factory.mktemp("set64")
+    gen = subprocess.run([sys.executable, str(REPO / "bench" / "scale_gen.py"), str(d), "64", "--source", "graphed"],
+                         capture_output=True, text=True, timeout=600)
+    assert gen.returncode == 0, gen.stderr
+    r = _tk("ingest", "64", "-o", "run/", "-q", cwd=d)
+    assert r.returncode == 0, r.stderr
+    m = _tk("merge", "run", "-o", "run.parquet", cwd=d)
+    assert m.returncode == 0, m.stderr
+    return d
+
+
+COMMANDS = [
+    ["attribute"], ["attribute", "--json"], ["attribute", "--by", "cycle", "--json"], ["attribute", "--by", "seq"],
+    ["attribute", "--phase", "verify", "--rank", "5", "--json"], ["attribute", "--phase", "draft.*"],
+    ["ranks"], ["ranks", "--json", "--min-skew-us", "50"],
+    ["gap"], ["gap", "--json", "--by", "rank", "--stat", "mean"], ["gap", "--a", "verify", "--b", "draft", "--rank", "7"],
+]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_sharded_64_ranks_equal_the_whole_run(set64: Path, cmd: list[str]) -> None:
+    """The shard directory is read rank by rank (the rule), the small one-file run whole: same output."""
+    got = _tk(*cmd, "run", cwd=set64)
+    want = _tk(*cmd, "run.parquet", cwd=set64)
+    assert got.returncode == want.returncode == 0, (got.stderr, want.stderr)
+    assert "pass 2 (instances, segments): rank 63 done, 64/64" in got.stderr  # progress, per rank
+    assert "pass 2" not in want.stderr
+    assert got.stdout == want.stdout.replace("run.parquet", "run")
+
+
+def test_large_one_file_run_is_read_rank_by_rank(set64: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule: a one-file run of LARGE_RUN_BYTES or more is read rank by rank, a smaller one whole;
+    a shard directory and any executor but local always rank by rank."""
+    f = str(set64 / "run.parquet")
+    assert ranked.choose(f, "local") is None
+    assert ranked.choose(f, "dask-local") is not None
+    assert ranked.choose(str(set64 / "run"), "local") is not None
+    monkeypatch.setattr(ranked, "LARGE_RUN_BYTES", (set64 / "run.parquet").stat().st_size)
+    rr = ranked.choose(f, "local")
+    assert rr is not None and not rr.sharded and len(rr.ranks) == 64 and rr.rows == 402_624
+
+
+@needs_dask
+def test_dask_local_equals_the_whole_run(set64: Path) -> None:
+    for cmd in (["ranks", "--json"], ["attribute", "--json"], ["gap", "--json"]):
+        got = _tk(*cmd, "--executor", "dask-local:2", "run", cwd=set64)
+        want = _tk(*cmd, "run.parquet", cwd=set64)
+        assert got.returncode == want.returncode == 0, got.stderr
+        assert "starting executor dask-local:2" in got.stderr
+        assert got.stdout == want.stdout.replace("run.parquet", "run"), cmd
+
+
+def _docs(att: Any, rk: Any, gp: Any, path: str) -> dict[str, str]:
+    out = {f"attribute {by}": json.dumps(attribute_doc.document(att, by, path)) for by in ("rank", "cycle", "seq")
+           } if att is not None else {}
+    out["ranks"] = json.dumps(render_ranks.to_json(rk))
+    if gp is not None:
+        out["gap"] = json.dumps(render_gap.document(gp, path, path, by_rank=True))
+    return out
+
+
+SAMPLES = sorted(str(p.relative_to(REPO)) for p in (REPO / "samples").rglob("*.parquet")
+                 if pl.scan_parquet(p).select(pl.col("rank").n_unique()).collect().item() > 1)
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_committed_multi_rank_samples_equal_the_whole_run(sample: str) -> None:
+    """Each multi-rank sample run read rank by rank from its one file: the same documents, or (host runs:
+    attribute / gap) Unsupported, which the CLI answers with the whole-run read."""
+    path = str(REPO / sample)
+    rr = open_ranked(path)
+    assert rr is not None and len(rr.ranks) > 1
+    ex = LocalExecutor()
+    whole = load_run(path)
+    try:
+        att, unphased = ranked.attribute(rr, ex, None, None, launch_latency_ns=LL)
+        assert unphased == unphased_gpu(whole.events)
+        want_att = analyses.attribute(whole.events, whole.manifest, None, None, launch_latency_ns=LL)
+    except ranked.Unsupported as why:
+        assert "host run" in str(why)
+        att = want_att = None
+    try:
+        gp = ranked.gap(rr, None, ex, launch_latency_ns=LL)
+        want_gp = analyses.gap(whole.events, whole.manifest, launch_latency_ns=LL)
+    except ranked.Unsupported:
+        gp = want_gp = None
+    rk = ranked.ranks(rr, ex, min_skew_ns=1000, launch_latency_ns=LL)
+    want_rk = analyses.ranks(whole.events, whole.manifest, min_skew_ns=1000, launch_latency_ns=LL)
+    assert _docs(att, rk, gp, path) == _docs(want_att, want_rk, want_gp, path)
+    assert att is not None or whole.events.filter(pl.col("kind") == "kernel").is_empty()
+
+
+def test_gap_against_a_second_run_rank_by_rank(set64: Path) -> None:
+    """``gap --b-run``: both runs read rank by rank, B's instances from B."""
+    a = str(set64 / "run")
+    b = str(REPO / "samples" / "h200x2-builtin" / "graphed.parquet")
+    ex = LocalExecutor()
+    ra, rb = open_ranked(a), open_ranked(b)
+    assert ra is not None and rb is not None
+    got = ranked.gap(ra, rb, ex, a="verify", b="decode", launch_latency_ns=LL)
+    wa, wb = load_run(a), load_run(b)
+    want = analyses.gap(wa.events, wa.manifest, wb.events, wb.manifest, a="verify", b="decode", launch_latency_ns=LL)
+    assert json.dumps(render_gap.document(got, a, b)) == json.dumps(render_gap.document(want, a, b))
+
+
+def test_unsupported_selections_fall_back_to_the_whole_run(set64: Path) -> None:
+    """A --phase that matches no phase (ranges by name) is read whole: the CLI says so with an executor,
+    and the answer is the whole-run path's (here its error line)."""
+    rr = open_ranked(str(set64 / "run"))
+    assert rr is not None
+    with pytest.raises(ranked.Unsupported, match="names no phase"):
+        ranked.attribute(rr, LocalExecutor(), "nccl.*", None, launch_latency_ns=LL)
+    got = _tk("attribute", "--phase", "no_such_range", "--executor", "local", "run", cwd=set64)
+    want = _tk("attribute", "--phase", "no_such_range", "run.parquet", cwd=set64)
+    assert got.returncode == want.returncode == 1
+    assert got.stderr.splitlines()[-1] == want.stderr.splitlines()[-1].replace("run.parquet", "run")
+
+
+def test_a_shard_replaced_mid_read_is_one_error_line(set64: Path, tmp_path: Path) -> None:
+    """A rank's file written again after the run was opened: RunError naming file and rank, no mixed read."""
+    import shutil
+
+    d = tmp_path / "run"
+    shutil.copytree(set64 / "run", d)
+    rr = open_ranked(str(d))
+    assert rr is not None
+    victim = d / "rank-00003.parquet"
+    data = victim.read_bytes()
+    victim.unlink()
+    victim.write_bytes(data)  # a new file (new inode) at the path
+    from tracekit.errors import RunError
+
+    with pytest.raises(RunError, match="changed while the run was read") as err:
+        ranked.ranks(rr, LocalExecutor(), min_skew_ns=1000, launch_latency_ns=LL)
+    assert err.value.rank == 3 and err.value.path == str(victim)
