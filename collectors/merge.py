@@ -24,6 +24,7 @@ def log_tail(path: Path, lines: int = 12) -> list[str]:
 
 def _failures(cc: CaptureConfig, w: Watch, procs: dict[int, Any]) -> dict[int, Any]:
     from tracekit.collectors.launcher import Failure, exit_reason
+    from tracekit.collectors.progress import STOPPED
 
     out: dict[int, Failure] = {}
     for r in sorted(set(w.errors) | set(w.died) | set(w.timed_out)):
@@ -31,8 +32,11 @@ def _failures(cc: CaptureConfig, w: Watch, procs: dict[int, Any]) -> dict[int, A
             continue
         if r in w.timed_out:
             # when it went silent, not when it was killed: a stopped rank (SIGSTOP, a hang) is the root
-            # cause of its peers' collective timeouts that come before the launcher's silence limit
-            what, coll = f"no progress for {w.timed_out[r]:g} s (killed)", False
+            # cause of its peers' collective timeouts that come before the launcher's silence limit;
+            # a silent rank that was not stopped while another was waited for that one (lost its peer)
+            stopped = r in w.stopped
+            what = f"{STOPPED + ', ' if stopped else ''}no progress for {w.timed_out[r]:g} s (killed)"
+            coll = bool(w.stopped) and not stopped
             at = w.silent_since.get(r, w.died.get(r, time.monotonic()))
         elif r in w.errors:
             err, coll, at = w.errors[r]

@@ -3,7 +3,9 @@
 - :class:`Progress` prints one line per stage when every live rank has reached it, and on a
   terminal the cycles done / total of every rank every few seconds.
 - :func:`watch` follows the ranks until every process has ended: it kills a rank that shows
-  no progress for its deadline and ends the window on Ctrl-C (:class:`Watch` is what it saw).
+  no progress for its deadline and ends the window on Ctrl-C (:class:`Watch` is what it saw). A
+  silent rank found stopped by a signal when it is killed is said so: its peers, silent too, wait
+  for it in a collective (``collectors/merge.py`` names it the root cause).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from tracekit.collectors.messages import (
     Stage,
     Status,
 )
+from tracekit.procfs import is_stopped
 from tracekit.ranklist import format_rank_list
+
+STOPPED = "stopped (SIGSTOP or SIGTSTP)"  # a silent rank found in state T when it was killed
 
 TICK_S = 3.0  # terminal progress period
 
@@ -97,6 +102,7 @@ class Watch:
     died: dict[int, float] = field(default_factory=dict)  # rank -> when its process was seen dead, unfinished
     timed_out: dict[int, float] = field(default_factory=dict)  # rank -> the silence limit it passed
     silent_since: dict[int, float] = field(default_factory=dict)  # timed-out rank -> its last progress report
+    stopped: set[int] = field(default_factory=set)  # timed-out ranks found stopped (SIGSTOP, SIGTSTP) when killed
     last_cycle: dict[int, int] = field(default_factory=dict)
     window_done: set[int] = field(default_factory=set)
     window_started: set[int] = field(default_factory=set)
@@ -129,10 +135,13 @@ def watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any,
                 continue
             limit = cc.timeout_s if r in cycling else max(cc.timeout_s, cc.startup_timeout_s)
             if p.is_alive() and r not in w.timed_out and now - last[r] > limit:
+                stopped = is_stopped(p.pid)  # not blocked on a peer: stopped, the cause of its peers' silence
                 p.kill()
                 w.timed_out[r] = limit
                 w.silent_since[r] = last[r]
-                say(f"rank {r}: no progress for {limit:g} s: killed")
+                if stopped:
+                    w.stopped.add(r)
+                say(f"rank {r}: {STOPPED + ', ' if stopped else ''}no progress for {limit:g} s: killed")
         prog.tick()
         try:
             msg = q.get(timeout=0.2)

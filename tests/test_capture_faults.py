@@ -9,13 +9,17 @@ written, no process of the session left, no temp or lock file left.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pty
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import tty as termios_tty
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -32,32 +36,54 @@ SMALL = ["--device", "cpu", "--warmup", "1", "--batch-size", "2", "--ctx", "32",
 class Capture:
     """A ``tracekit capture`` process in its own session, its stderr followed line by line."""
 
-    def __init__(self, cwd: Path, world: int, cycles: int, out: str = "run.parquet", fault: str | None = None) -> None:
+    def __init__(self, cwd: Path, world: int, cycles: int, out: str = "run.parquet", fault: str | None = None,
+                 extra: tuple[str, ...] = (), tty: bool = False) -> None:
         # fault "RANK@CYCLE:KIND": that rank fails at that cycle (tests/fault_cli.py; nothing in tracekit)
+        # tty: stderr is a terminal (raw, so lines end in \n), where capture prints every rank's cycles
+        # done every few seconds: the condition a test waits on to act inside the window
         cmd = [sys.executable, "-m", "tracekit"] if fault is None else [sys.executable, str(FAULT_CLI), fault]
+        master, slave = pty.openpty() if tty else (-1, -1)
+        if tty:
+            termios_tty.setraw(slave)
         self.p = subprocess.Popen(
-            [*cmd, "capture", *SMALL, "--world", str(world), "--cycles", str(cycles), "-o", out],
-            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            [*cmd, "capture", *SMALL, "--world", str(world), "--cycles", str(cycles), *extra, "-o", out],
+            cwd=cwd, stdout=subprocess.PIPE, stderr=slave if tty else subprocess.PIPE, text=True,
+            start_new_session=True,
         )
+        if tty:
+            os.close(slave)
+        self._stream = os.fdopen(master, "r", errors="replace") if tty else self.p.stderr
         self.err: list[str] = []
         self._cv = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
-        assert self.p.stderr is not None
-        for line in self.p.stderr:
-            with self._cv:
-                self.err.append(line.rstrip("\n"))
-                self._cv.notify_all()
+        assert self._stream is not None
+        with contextlib.suppress(OSError):  # a terminal whose last writer ended reads EIO: the end
+            for line in self._stream:
+                with self._cv:
+                    self.err.append(line.rstrip("\n"))
+                    self._cv.notify_all()
+        with self._cv:
+            self._cv.notify_all()
 
-    def wait_for(self, pattern: str, timeout: float = 240) -> str:
+    def wait_window_cycles(self, n: int, warmup: int = 1) -> None:
+        """Until every rank has done ``n`` cycles of its profiling window (the terminal's progress line
+        ``capture: 6 s, cycles done: ranks 0-1 3/601``, printed every few seconds)."""
+        def done(line: str) -> int:
+            counts = [int(c) for c in re.findall(r"(\d+)/\d+", line.split("cycles done:", 1)[1])]
+            return min(counts) - warmup
+
+        self.wait_for(r"cycles done: ", lambda line: done(line) >= n)
+
+    def wait_for(self, pattern: str, also: Callable[[str], bool] = lambda _: True, timeout: float = 240) -> str:
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
         with self._cv:
             while True:
                 for line in self.err:
-                    if rx.search(line):
+                    if rx.search(line) and also(line):
                         return line
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.p.poll() is not None and not self._reader.is_alive()):
@@ -111,9 +137,8 @@ def _verify_cycles(run_path: Path) -> dict[int, int]:
 
 @pytest.mark.parametrize("target", ["group", "launcher"])
 def test_ctrl_c_ends_the_window_and_keeps_the_cycles(tmp_path: Path, target: str) -> None:
-    cap = Capture(tmp_path, world=2, cycles=60)
-    cap.wait_for(r"^capture: profiling window started")
-    time.sleep(0.5)
+    cap = Capture(tmp_path, world=2, cycles=600, tty=True)
+    cap.wait_window_cycles(1)  # inside the window (a cycle of it done): Ctrl-C now keeps cycles
     if target == "group":
         os.killpg(cap.p.pid, signal.SIGINT)  # Ctrl-C in a terminal: every process of the job
     else:
@@ -121,14 +146,14 @@ def test_ctrl_c_ends_the_window_and_keeps_the_cycles(tmp_path: Path, target: str
     rc, out = cap.finish()
     assert rc == 130, "\n".join(cap.err)
     stop = cap.wait_for(r"^capture: Ctrl-C: every rank ends its window after")
-    n = int(re.search(r"after (\d+) of 60 cycles", stop).group(1))  # type: ignore[union-attr]
-    assert 0 < n < 60
+    n = int(re.search(r"after (\d+) of 600 cycles", stop).group(1))  # type: ignore[union-attr]
+    assert 0 < n < 600
     assert stop.endswith("and writes what it captured (Ctrl-C again to abort)")
     first = out.splitlines()[0]
-    assert first.startswith("wrote run.parquet (") and first.endswith(f"(interrupted: {n} of 60 cycles)")
+    assert first.startswith("wrote run.parquet (") and first.endswith(f"(interrupted: {n} of 600 cycles)")
     assert "interrupted: Ctrl-C ended the window early; the run holds the cycles captured on every rank" in out
     man = load_run(tmp_path / "run.parquet").manifest
-    assert man["interrupted"]["cycles_done"] == n and man["interrupted"]["cycles_requested"] == 60
+    assert man["interrupted"]["cycles_done"] == n and man["interrupted"]["cycles_requested"] == 600
     assert "missing_ranks" not in man
     assert {r: s["window"]["cycles"] for r, s in man["ranks"].items()} == {"0": n, "1": n}
     assert _verify_cycles(tmp_path / "run.parquet") == {0: n, 1: n}  # the same cycles on every rank
@@ -159,15 +184,14 @@ def test_second_capture_is_refused_and_a_second_ctrl_c_aborts(tmp_path: Path) ->
 
 
 def test_rank_killed_mid_window_is_a_partial_run(tmp_path: Path) -> None:
-    cap = Capture(tmp_path, world=2, cycles=60)
+    cap = Capture(tmp_path, world=2, cycles=600, tty=True)
     pids = cap.pids()
-    cap.wait_for(r"^capture: profiling window started")
-    time.sleep(1.0)
+    cap.wait_window_cycles(1)  # mid-window: a cycle of it done on every rank
     os.kill(pids[1], signal.SIGKILL)
     rc, out = cap.finish()
     assert rc == 3, "\n".join(cap.err)
     root = cap.wait_for(r"^rank 1: killed by SIGKILL")
-    assert re.fullmatch(r"rank 1: killed by SIGKILL in the profiling window after \d+ of 60 cycles \(root cause\)", root)
+    assert re.fullmatch(r"rank 1: killed by SIGKILL in the profiling window after \d+ of 600 cycles \(root cause\)", root)
     why = root.removeprefix("rank 1: ").removesuffix(" (root cause)")
     assert f"  missing rank 1: {why}" in out.splitlines()
     run = tmp_path / "run.parquet"
@@ -218,3 +242,47 @@ def test_rank_killed_after_its_window_costs_the_others_nothing(tmp_path: Path) -
     assert "missing_ranks" not in load_run(run).manifest
     assert "reference timed before the window only" in out  # rank 1 never timed the cycles after it
     _clean(tmp_path, cap, shard_dir=True)  # the logs are kept
+
+
+def test_a_stopped_rank_is_named_the_root_cause(tmp_path: Path) -> None:
+    """Issue 30: SIGSTOP on rank 1 once its window started (a stopped process, like Ctrl-Z on one rank):
+    rank 0 then blocks in a collective waiting for it and goes silent too. Both are killed for no
+    progress; the one line names rank 1 (found stopped) as the root cause, rank 0 as having lost its
+    peer. No process of the session is left (a stopped one included)."""
+    cap = Capture(tmp_path, world=2, cycles=2000, extra=("--timeout", "20"))
+    pids = cap.pids()
+    try:
+        cap.wait_for(r"^capture: profiling window started")
+        os.kill(pids[1], signal.SIGSTOP)
+        rc, out = cap.finish(timeout=400)
+    finally:
+        for pid in pids.values():  # a failed check must leave no stopped process behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if cap.p.poll() is None:
+            os.killpg(cap.p.pid, signal.SIGKILL)
+            cap.p.wait(60)
+    assert rc == 1 and out == "", "\n".join(cap.err)
+    root = cap.wait_for(r"^rank 1: .*\(root cause\)$")
+    assert re.fullmatch(r"rank 1: stopped \(SIGSTOP or SIGTSTP\), no progress for 20 s \(killed\) in the profiling "
+                        r"window after \d+ of 2000 cycles \(root cause\)", root), cap.err
+    peer = cap.wait_for(r"^rank 0: lost its peer")
+    assert re.fullmatch(r"rank 0: lost its peer \(rank 1\) in the profiling window after \d+ of 2000 cycles: .+", peer)
+    assert cap.err[-1] == f"tracekit: error: run.parquet: no rank produced data: {root}; rank 0 lost its peer (logs kept " \
+                          "in run.parquet.d/)", cap.err
+    _clean(tmp_path, cap, shard_dir=True)
+
+
+def test_one_sigterm_to_the_launcher_is_said_as_one(tmp_path: Path) -> None:
+    """Issue 30: one SIGTERM to a capture aborts it and is named as it came, "aborted (SIGTERM)" (it
+    was said "SIGTERM twice"); no process of the session, lock or temp file is left."""
+    cap = Capture(tmp_path, world=2, cycles=2000)
+    cap.wait_for(r"^capture: profiling window started")
+    os.kill(cap.p.pid, signal.SIGTERM)
+    rc, out = cap.finish()
+    assert rc == 130 and out == "", "\n".join(cap.err)
+    assert re.fullmatch(r"tracekit: error: run\.parquet: aborted \(SIGTERM\): (nothing was captured|\d rank "
+                        r"shard\(s\) kept in run\.parquet\.d; merge them with `tracekit merge run\.parquet\.d -o "
+                        r"run\.parquet`)", cap.err[-1]), cap.err
+    assert not (tmp_path / "run.parquet").exists()
+    _clean(tmp_path, cap, shard_dir="kept in" in cap.err[-1])

@@ -62,6 +62,7 @@ class RankManifest(msgspec.Struct, kw_only=True):
     timed: dict[str, Any] | None = None  # ... over the window of a --profile timing capture
     cycle_time: dict[str, Any] | None = None
     reference: dict[str, Any] | None = None  # phase -> the reference's two blocks (before_ns, after_ns, counts)
+    session: dict[str, Any] | None = None  # the profiler session: activities, cupti_client (dropped_records), ...
 
 
 class RunManifest(msgspec.Struct, kw_only=True):

@@ -35,6 +35,7 @@ from types import FrameType, TracebackType
 from typing import Any, ClassVar
 
 from tracekit.errors import OutputError, OutputIsInputError, OutputLockedError
+from tracekit.procfs import start_ticks
 
 DEFAULT_NAME_MAX = 255
 _TEMP_RANDOM = 8  # characters tempfile adds
@@ -200,15 +201,6 @@ def check_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike
     return p
 
 
-def _proc_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
 def _alive(pid: int, start: str | None) -> bool:
     try:
         os.kill(pid, 0)
@@ -216,7 +208,7 @@ def _alive(pid: int, start: str | None) -> bool:
         return False
     except PermissionError:
         return True
-    now = _proc_start(pid)
+    now = start_ticks(pid)
     return start is None or now is None or now == start
 
 
@@ -366,7 +358,7 @@ class OutputLock:
             raise
 
     def _acquire(self) -> OutputLock:
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "start": start_ticks(os.getpid()),
               "since_unix_ns": time.time_ns()}
         for _attempt in range(3):
             with signals_deferred():  # made, written and registered before a stop signal is handled

@@ -16,6 +16,7 @@ import click
 from tracekit.cli.common import cli
 from tracekit.cli_errors import guarded
 from tracekit.collectors.engines import ENGINES, Engine, engine_names, get_engine, live_engine
+from tracekit.limits import MAX_WORLD_SIZE
 from tracekit.render.text import echo
 
 
@@ -32,7 +33,7 @@ def _parse_ranks(value: str) -> list[int] | None:
 COMMON = [
     click.Option(["--ranks", "ranks_opt"], default="all", show_default=True,
                  help="Ranks to capture: all, 3, 0,3,5 or 0-3,7 (all ranks still run)."),
-    click.Option(["--world"], type=click.IntRange(1), default=None,
+    click.Option(["--world"], type=click.IntRange(1, MAX_WORLD_SIZE), default=None,
                  help="Number of ranks [default: every visible GPU, else 8 CPU ranks (the engine may say fewer)]."),
     click.Option(["--engine"], type=click.Choice(engine_names()), default="builtin", show_default=True,
                  help="What every rank runs (the groups below)."),
@@ -57,15 +58,15 @@ COMMON = [
 
 # Several hosts (collectors/nodes.py, docs/scale.md): a group of its own, shown after the common options.
 MULTI_HOST = [
-    click.Option(["--nnodes"], type=click.IntRange(1), default=None,
+    click.Option(["--nnodes"], type=click.IntRange(1, MAX_WORLD_SIZE), default=None,
                  help="Hosts in the capture: one `tracekit capture` per host, each with its --node-rank (docs/scale.md). "
                       "Without it, RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment (torchrun, srun) make "
                       "this process one rank of such a job."),
-    click.Option(["--node-rank"], type=click.IntRange(0), default=0, show_default=True,
+    click.Option(["--node-rank"], type=click.IntRange(0, MAX_WORLD_SIZE - 1), default=0, show_default=True,
                  help="With --nnodes: this host's index; node 0 hosts rank 0 and merges."),
     click.Option(["--master"], default=None, metavar="ADDR:PORT",
                  help="With --nnodes: where node 0's rank 0 hosts the process group's store."),
-    click.Option(["--nproc-per-node"], type=click.IntRange(1), default=None,
+    click.Option(["--nproc-per-node"], type=click.IntRange(1, MAX_WORLD_SIZE), default=None,
                  help="With --nnodes: ranks per host [default: every visible GPU, else --world / --nnodes, else 8]."),
 ]
 

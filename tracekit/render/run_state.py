@@ -28,12 +28,19 @@ def interrupted_line(path: str, manifest: Mapping[str, Any]) -> str | None:
 
 
 def dropped_lines(path: str, manifest: Mapping[str, Any]) -> list[str]:
-    """One line per input and reason that ingest left events out (``tracekit.ingest.screen``)."""
+    """One line per input and reason that ingest left events out (``tracekit.ingest.screen``), and one per
+    rank whose lite capture lost GPU records (``session.cupti_client.dropped_records``)."""
     out = []
     for d in typed(manifest).ingest.get("dropped") or []:
         if isinstance(d, Mapping):
             out.append(f"{path}: rank {d.get('rank')}: ingest left out {d.get('count')} event(s) of {d.get('source')}: "
                        f"{d.get('reason')} (first: {d.get('first')})")
+    for rank, sec in sorted(typed(manifest).ranks.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else -1):
+        client = (sec.session or {}).get("cupti_client")
+        n = client.get("dropped_records") if isinstance(client, Mapping) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            out.append(f"{path}: rank {rank}: CUPTI dropped {n} activity record(s) during the capture (its buffers "
+                       "were full): their GPU time is not in the run")
     return out
 
 
