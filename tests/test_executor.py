@@ -168,3 +168,30 @@ def test_join_problems_combine_rank_by_rank(reference: Path) -> None:
     whole = join_problems(broken)
     assert {p.what for p in whole} == {"unjoined", "duplicate"}
     assert combine_join_problems([join_problems(broken.filter(pl.col("rank") == r)) for r in (0, 1)]) == whole
+
+
+def test_ranks_with_different_phase_counts_number_as_the_whole_ingest(tmp_path: Path) -> None:
+    """Rank 0 with one phase instance fewer than rank 1 (its first draft range removed from the real
+    trace): the whole ingest numbers instances over the run (rank 1's from rank 0's count on); the
+    rank-by-rank file and the sharded run number them the same (``sharded.placed``), not rank * max."""
+    import gzip
+    import json
+
+    src = json.loads(gzip.decompress(Path(TRACES[0]).read_bytes()))
+    first = next(e["name"] for e in src["traceEvents"] if str(e.get("name", "")).startswith("tracekit:draft|"))
+    src["traceEvents"] = [e for e in src["traceEvents"] if e.get("name") != first]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / Path(TRACES[0]).name).write_bytes(gzip.compress(json.dumps(src).encode()))
+    traces = [str(tmp_path / "in" / Path(TRACES[0]).name), TRACES[1]]
+    r = _tk("ingest", *traces, "-o", "whole.parquet", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    import polars as pl
+
+    ids = load_run(tmp_path / "whole.parquet").events.group_by("rank").agg(pl.col("phase_id").n_unique()).sort("rank")
+    n0, n1 = ids.get_column("phase_id").to_list()
+    assert n0 < n1  # the case: rank * (max id + 1) would leave a gap
+    env = {**os.environ, "TRACEKIT_INGEST_WHOLE_MB": "0"}
+    for out in ("bounded.parquet", "shards/"):
+        r = _tk("ingest", *traces, "-o", out, "-q", cwd=tmp_path, env=env)
+        assert r.returncode == 0, r.stderr
+        _same_run(tmp_path / "whole.parquet", tmp_path / out)

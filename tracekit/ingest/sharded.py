@@ -10,15 +10,18 @@ and a task whose worker died can simply run again:
    devices): what travels to the driver, which assigns ranks (``tracekit.ingest.ranks``) and builds
    the run's manifest from them exactly as the in-process ingest does.
 2. ``finalize_rank(...)``: one rank's staged parts in canonical order, finalized (``finalize_events``
-   on one rank's table: phase ids numbered per rank, made unique on read as for capture shards),
-   staged as ``rank-r.arrow``. Returns its collective rows (``coll_match.alignment_rows``: what the
-   driver fits the clock offsets from, ``align.align_events``), row count and time resolution.
-3. ``write_rank(...)``: the staged table shifted by its rank's offset, written atomically as the
-   rank's shard (temp file + rename: a worker killed mid-write leaves a temp file, never a half shard).
+   on one rank's table: its phase ids 0..K-1), conformed and sorted, staged as ``rank-r.arrow``.
+   Returns its collective rows (``coll_match.alignment_rows``: what the driver fits the clock offsets
+   from, ``align.align_events``), row count, time resolution, join problems and phase instance count.
+3. ``write_rank(...)``: the staged table ``placed`` in the run (its clock offset added to its times, the
+   phase instances of the ranks before it to its phase ids: the ids the whole ingest gives), written
+   atomically as the rank's shard (temp file + rename: a worker killed mid-write leaves a temp file,
+   never a half shard).
 
 The shards form a sharded run (a directory of ``rank-00003.parquet``, each with the manifest of its
 rank; ``tracekit.store`` reads the directory as one run). ``ingest_sharded`` writes them into
-``out_dir``; the CLI either keeps that directory (``-o DIR/``) or merges it into one file.
+``out_dir``; ``ingest_file`` instead streams the placed ranks from the stage into one run file (the
+driver never holds the run). Either holds the same table as the whole in-process ingest.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -53,6 +56,7 @@ from tracekit.ingest import (
 from tracekit.ingest.discover import discover
 
 SHARD_NAME = "rank-{rank:05d}.parquet"  # store.SHARD_GLOB reads them
+_Frame = TypeVar("_Frame", pl.DataFrame, pl.LazyFrame)
 _ERRORS: dict[str, type[BadTraceError]] = {c.__name__: c for c in (BadTraceError, EmptyTraceError, NotATraceError)}
 
 
@@ -87,7 +91,8 @@ def scan_file(path: str, stage: str, i: int) -> list[_Part] | tuple[str, str]:
 
 def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules: Sequence[Any] | None) -> dict[str, Any]:
     """Task 2: rank ``rank`` from its staged parts (file ``i``'s part ``j`` for each ``(i, j)`` of
-    ``picks``, in that order), finalized and staged; returns its clock rows, rows and time resolution."""
+    ``picks``, in that order), finalized and staged; returns its clock rows, rows, time resolution, join
+    problems and phase instances (its ``phase_id`` are 0..K-1: ``placed`` numbers them in the run)."""
     from tracekit.analyzers.coll_match import alignment_rows
     from tracekit.analyzers.joins import join_problems
     from tracekit.finalize.pipeline import finalize_events
@@ -118,14 +123,24 @@ def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules
         # a copy of its own: a filtered frame's strings still point into the whole table's buffers,
         # which would stay alive as long as the result does (measured: ~4 MB per rank of bench/scale.py)
         clock = pl.read_ipc(io.BytesIO(clock.write_ipc(None).getvalue()))
+        top = events.get_column("phase_id").max()
         return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank), "coarse": coarse,
-                "joins": join_problems(events), "clock_rows": clock}
+                "joins": join_problems(events), "phases": 0 if top is None else int(top) + 1,  # type: ignore[arg-type]
+                "clock_rows": clock}
 
 
-def write_rank(rank: int, stage: str, add_ns: int, out_path: str, manifest: dict[str, Any]) -> int:
-    """Task 3: rank ``rank``'s staged table, ``add_ns`` added to its times (the clock alignment), written
+def placed(events: _Frame, add_ns: int, first_phase: int) -> _Frame:
+    """A rank's finalized table placed in the run: ``add_ns`` added to its times (the clock alignment) and
+    ``first_phase`` to its phase ids (the instances of the ranks before it: the ids the whole ingest's
+    finalize gives, numbered over the run in rank order)."""
+    shift = [pl.col("start_ns") + add_ns] if add_ns else []
+    shift += [pl.col("phase_id") + first_phase] if first_phase else []
+    return events.with_columns(shift) if shift else events
+
+
+def write_rank(rank: int, stage: str, add_ns: int, first_phase: int, out_path: str, manifest: dict[str, Any]) -> int:
+    """Task 3: rank ``rank``'s staged table ``placed`` in the run (``add_ns``, ``first_phase``), written
     atomically as its shard ``out_path`` with ``manifest``; returns the bytes written."""
-    from tracekit.analyzers.align import shift_ranks
     from tracekit.finalize.pipeline import stamp
     from tracekit.store import write_run
     from tracekit.urls import is_url, put_file
@@ -134,7 +149,7 @@ def write_rank(rank: int, stage: str, add_ns: int, out_path: str, manifest: dict
     local = os.path.join(stage, os.path.basename(out_path)) if url else out_path  # an object: written, then PUT
     with _gc_paused():
         events = pl.read_ipc(_stage_rank(stage, rank))
-        write_run(shift_ranks(events, {rank: add_ns}) if add_ns else events, local, stamp(manifest), sort=False)
+        write_run(placed(events, add_ns, first_phase), local, stamp(manifest), sort=False)
     size = os.path.getsize(local)
     if url is not None:
         put_file(local, url)
@@ -171,6 +186,7 @@ class _Staged:
     manifest: dict[str, Any]  # the run's, aligned (not stamped)
     ranks: list[int]
     add_ns: dict[int, int]  # the clock offsets to add per rank
+    first_phase: dict[int, int]  # the phase instances of the ranks before each (``placed``)
     results: list[dict[str, Any]]  # finalize_rank's, without their clock rows
 
 
@@ -226,7 +242,10 @@ def _scan_and_finalize(paths: list[str | os.PathLike[str]], stage: str, executor
         if res["time_resolution_ns"] is not None:
             ranks_man[str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
     add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
-    return _Staged(run_man, sorted(by_rank), add, results)
+    first, n = {}, 0
+    for res in results:  # in rank order
+        first[res["rank"]], n = n, n + res["phases"]
+    return _Staged(run_man, sorted(by_rank), add, first, results)
 
 
 def _result(out: Path | str, staged: _Staged) -> ShardedIngest:
@@ -258,7 +277,7 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
     try:
         staged = _scan_and_finalize(list(paths), stage, executor, allow_missing_ranks=allow_missing_ranks,
                                     on_error=on_error, progress=progress, rules=rules, say=say, align=align)
-        writes = [executor.submit(write_rank, r, stage, staged.add_ns.get(r, 0),
+        writes = [executor.submit(write_rank, r, stage, staged.add_ns.get(r, 0), staged.first_phase[r],
                                   join(url, SHARD_NAME.format(rank=r)) if url else str(out / SHARD_NAME.format(rank=r)),
                                   _shard_manifest(staged.manifest, r)) for r in staged.ranks]
         for n, h in enumerate(writes, 1):
@@ -279,12 +298,11 @@ def ingest_file(paths: Iterable[str | os.PathLike[str]], out_file: str | os.Path
                 align: str | None = None) -> ShardedIngest:
     """Ingest ``paths`` into ONE run file ``out_file`` with memory bounded by the work in flight: tasks 1 and 2
     through ``executor`` (staged beside ``out_file``), then this process streams the staged ranks, each
-    shifted by its clock offset, into the file (``store.sink_run``; phase ids made unique as on read).
+    ``placed`` in the run (clock offset, phase ids), into the file (``store.sink_run``).
     The same table and manifest as ``ingest_traces`` + ``align_events`` + ``write_run``."""
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
     from tracekit.finalize.pipeline import stamp
-    from tracekit.finalize.version import unique_phase_ids
     from tracekit.store import sink_run
 
     out = Path(out_file)
@@ -293,18 +311,15 @@ def ingest_file(paths: Iterable[str | os.PathLike[str]], out_file: str | os.Path
     try:
         staged = _scan_and_finalize(list(paths), stage, executor, allow_missing_ranks=allow_missing_ranks,
                                     on_error=on_error, progress=progress, rules=rules, say=say, align=align)
-        frames = []
-        for r in staged.ranks:
-            lf = pl.scan_ipc(_stage_rank(stage, r))
-            add = staged.add_ns.get(r, 0)
-            frames.append(lf.with_columns(pl.col("start_ns") + add) if add else lf)
+        frames = [placed(pl.scan_ipc(_stage_rank(stage, r)), staged.add_ns.get(r, 0), staged.first_phase[r])
+                  for r in staged.ranks]
         if say is not None:
             say(f"ingest: writing {len(frames)} rank(s) into {out}")
-        sink_run(unique_phase_ids(pl.concat(frames, how="vertical")), out, stamp(staged.manifest))
+        sink_run(pl.concat(frames, how="vertical"), out, stamp(staged.manifest))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return _result(out, staged)
 
 
-__all__ = ["SHARD_NAME", "ShardedIngest", "finalize_rank", "ingest_file", "ingest_sharded", "scan_file",
+__all__ = ["SHARD_NAME", "ShardedIngest", "finalize_rank", "ingest_file", "ingest_sharded", "placed", "scan_file",
            "write_rank"]
