@@ -71,19 +71,18 @@ def test_rank_streams_hold_the_whole_run_layout(run: Any, tmp_path: Path, sel: S
     assert res.n_slices == sum(b[0].values()) and res.n_flows == b[2] and res.n_counters == b[1]
 
 
-def test_same_bytes_from_memory_one_file_batches_and_shards(run: Any, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("chunk", [None, 10])
+def test_same_bytes_from_memory_one_file_and_shards(run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     chunk: int | None) -> None:
+    """The batches of ranks do not depend on where the run is; chunk 10: one rank per stream."""
+    if chunk is not None:
+        monkeypatch.setattr("tracekit.export.ranked.CHUNK_EVENTS", chunk)
     flows = ("launches", "collectives")
     mem = tmp_path / "mem.pftrace"
     export_events(run.events, run.manifest, mem, flows=flows, outstanding=True)
     one = tmp_path / "one.pftrace"
     export_run(SAMPLE, one, flows=flows, outstanding=True)
     assert one.read_bytes() == mem.read_bytes()
-    # a one-file run read in batches smaller than a rank: one rank per batch
-    monkeypatch.setattr("tracekit.export.ranked.CHUNK_EVENTS", 10)
-    small = tmp_path / "small.pftrace"
-    export_run(SAMPLE, small, flows=flows, outstanding=True)
-    assert small.read_bytes() == mem.read_bytes()
     # a sharded run: one file per rank, each with its rank's manifest section
     shards = tmp_path / "run"
     for r in (0, 1):
@@ -94,6 +93,16 @@ def test_same_bytes_from_memory_one_file_batches_and_shards(run: Any, tmp_path: 
     res = export_run(shards, sh, flows=flows, outstanding=True)
     assert sh.read_bytes() == mem.read_bytes()
     assert res.ranks == [0, 1]
+    if chunk is not None:  # two streams: the same trace as one stream, decoded
+        whole = tmp_path / "whole.pftrace"
+        _whole_run_stream(run, whole, Selection(), flows, True)
+        assert _content(whole) == _content(sh)
+        with open(sh, "rb") as fh:  # the second stream starts on its own sequence, state cleared
+            from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+            seqs = {(p.trusted_packet_sequence_id, bool(p.sequence_flags & 1)) for p in Trace.FromString(fh.read()).packet
+                    if p.sequence_flags & 1}
+        assert seqs == {(1, True), (2, True)}
 
 
 def test_full_ranks_keep_the_others_collectives(run: Any, tmp_path: Path) -> None:
@@ -126,3 +135,41 @@ def test_cli_full_ranks_and_errors(tmp_path: Path) -> None:
     p = tk("export", str(SAMPLE), "-o", str(tmp_path / "z.pftrace"), "--ranks", "7")
     assert p.returncode == 1 and "rank(s) 7 not in the run (it has 0,1)" in p.stderr
     assert not (tmp_path / "z.pftrace").exists()
+
+
+def test_a_run_of_one_batch_is_the_whole_run_stream(run: Any, tmp_path: Path) -> None:
+    """A run within one batch (here 2 ranks, 115k events) is one stream: the bytes of the whole-run export."""
+    whole, new = tmp_path / "whole.pftrace", tmp_path / "new.pftrace"
+    _whole_run_stream(run, whole, Selection(), ("launches",), False)
+    export_run(SAMPLE, new)
+    assert new.read_bytes() == whole.read_bytes()
+
+
+needs_dask = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import distributed"], capture_output=True).returncode != 0,
+    reason="Dask is the optional extra tracekit[dask]: not installed")
+
+
+@needs_dask
+def test_dask_executor_writes_the_same_bytes(tmp_path: Path) -> None:
+    """`--executor dask-local:2`: the streams written by two worker processes (one rank per stream here),
+    staged beside the output and appended in rank order: the bytes of the local executor; no staged file left."""
+    env = {**__import__("os").environ, "TRACEKIT_EXPORT_BATCH_EVENTS": "10"}
+
+    def tk(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=600,
+                              env=env)
+
+    loc, dk = tmp_path / "local.pftrace", tmp_path / "dask.pftrace"
+    p = tk("export", str(SAMPLE), "-o", str(loc), "--flows", "all")
+    assert p.returncode == 0, p.stderr
+    p = tk("export", str(SAMPLE), "-o", str(dk), "--flows", "all", "--executor", "dask-local:2")
+    assert p.returncode == 0, p.stderr
+    assert "export: starting executor dask-local:2" in p.stderr
+    assert dk.read_bytes() == loc.read_bytes()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["dask.pftrace", "local.pftrace"]
+    with open(loc, "rb") as fh:
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+        seqs = {p.trusted_packet_sequence_id for p in Trace.FromString(fh.read()).packet}
+    assert seqs == {1, 2}  # one stream per rank

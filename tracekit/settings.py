@@ -36,6 +36,7 @@ SWITCHES: Final[dict[str, str]] = {
     "TRACEKIT_CUPTI_CLIENT": "the CUPTI client's library file (built there when missing)",
     "TRACEKIT_NVTX": "1: NVTX ranges beside tracekit's phase ranges; 0: never (default: when a consumer is attached)",
     "TRACEKIT_NORMAL_EXIT": "1: the interpreter's own exit (for tools that write at exit)",
+    "TRACEKIT_EXPORT_BATCH_EVENTS": "events of consecutive ranks per Perfetto export stream (default 524288; memory)",
 }
 
 
@@ -53,6 +54,7 @@ class Settings:
     cupti_client: str | None = None
     nvtx: bool | None = None  # None: when an NVTX consumer is attached
     normal_exit: bool = False
+    export_batch_events: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -96,6 +98,7 @@ class Settings:
             cupti_client=text("TRACEKIT_CUPTI_CLIENT"),
             nvtx={"0": False, "1": True}.get(text("TRACEKIT_NVTX") or ""),
             normal_exit=flag("TRACEKIT_NORMAL_EXIT") or False,
+            export_batch_events=count("TRACEKIT_EXPORT_BATCH_EVENTS"),
         )
 
 

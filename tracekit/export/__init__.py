@@ -107,13 +107,15 @@ def export_events(
     warnings: list[str] = []
     events = _clean(events, warnings)
     if form.name == "perfetto":
-        from tracekit.export.ranked import Chunk
+        from tracekit.export.ranked import plan_chunks
 
         if events.height == 0:
             raise AnalysisError("the run holds no events", path=source)
         ranks = _check_ranks(sel, events["rank"].unique().to_list(), source)
         run_start = int(events["start_ns"].min()) if sel.window is not None else None  # type: ignore[arg-type]
-        return _export_ranked(form, out, [Chunk(tuple(ranks))], manifest, sel, run_start, flows, buckets, outstanding,
+        counts = events.group_by("rank").len().sort("rank").filter(pl.col("rank").is_in(ranks))
+        chunks = plan_chunks([(int(r), int(c)) for r, c in counts.iter_rows()])
+        return _export_ranked(form, out, chunks, manifest, sel, run_start, flows, buckets, outstanding,
                               full_ranks, warnings, frame=events, source=source, progress=progress)
     if full_ranks is not None:
         raise ValueError("--full-ranks is for the Perfetto export (Chrome JSON holds every selected rank in full)")
@@ -212,7 +214,9 @@ def export_run(
     run_start = None
     if sel.window is not None:
         run_start = min(int(scan_part(p).select(pl.col("start_ns").min()).collect().item()) for p in files if p.ranks)
-    return _export_ranked(form, out, plan_chunks(files, ranks), manifest, sel, run_start, flows, buckets, outstanding,
+    want = set(ranks)
+    counts = sorted((r, c) for p in files for r, c in zip(p.ranks, p.counts, strict=True) if r in want)
+    return _export_ranked(form, out, plan_chunks(counts, files), manifest, sel, run_start, flows, buckets, outstanding,
                           full_ranks, [], source=str(run), executor=executor, progress=progress)
 
 

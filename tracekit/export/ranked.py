@@ -1,31 +1,36 @@
-"""Perfetto export rank by rank: one packet stream per rank, concatenated in rank order.
+"""Perfetto export rank by rank: one packet stream per batch of ranks, concatenated in rank order.
 
-Protobuf streams concatenate, so a trace of many ranks is the rank streams one after another. Each
-rank's stream is written by a task that holds only that rank's events (a sharded run's shard, or a
-batch of consecutive ranks of a one-file run read with a filtered scan, at most ``CHUNK_EVENTS``
-events), and it stands on its own (``perfetto.iter_packets``):
+Protobuf streams concatenate, so a trace of many ranks is its streams one after another. A stream is
+what one task writes: the events of a batch of consecutive ranks of at most ``CHUNK_EVENTS`` events
+(one rank when a rank alone has more), read from the run's files (a sharded run's shards, or a
+one-file run's rows of those ranks with a filtered scan), laid out and encoded; nothing else of the
+run is in memory. Batching small ranks keeps the per-stream set-up (one layout) from costing more CPU
+than the whole-run export did; a run of one batch is written as one stream, as before. Each stream
+stands on its own (``perfetto.iter_packets``):
 
-- its packets are on trusted_packet_sequence_id ``slot + 1`` (``slot``: the rank's position in the
-  export), whose first packet sets SEQ_INCREMENTAL_STATE_CLEARED: names, categories, annotation names
-  and strings are interned per sequence, so every stream keeps its own interning state;
-- its track uuids are ``slot * TRACK_STRIDE + k`` (k = 1, 2, ... in the rank's display order), unique in
-  the trace without knowing the other ranks' track counts;
-- its launch flows (launch -> kernel, inside the rank) have ids ``(slot << 32) + k``; collective flows
+- its packets are on trusted_packet_sequence_id ``slot + 1`` (``slot``: the position in the export of
+  the batch's first rank), whose first packet sets SEQ_INCREMENTAL_STATE_CLEARED: names, categories,
+  annotation names and strings are interned per sequence, every stream keeps its own interning state;
+- its track uuids are ``slot * TRACK_STRIDE + k`` (k = 1, 2, ... in display order), unique in the
+  trace without knowing the other streams' track counts;
+- its launch flows (launch -> kernel, inside a rank) have ids ``(slot << 32) + k``; collective flows
   (the same collective on the next rank, ``--flows collectives``) have ids ``COLL_FLOW_BASE + k``,
-  numbered by the driver: each stream writes only its end of such an edge (Perfetto's flow ids are
-  global to the trace, not per sequence).
+  numbered by the driver: each stream writes its ends of such edges (Perfetto's flow ids are global to
+  the trace, not per sequence).
 
-Before the streams, one pass over a few columns gathers per rank the small projections that cross
-ranks: the pid and GPU each rank's events carry (the process names, and whether real pids are unique),
-its phase ids (made unique across ranks as ``store.load_run`` does), and, with collective flows, its
-collective rows (group, order, start): the driver orders them across ranks and numbers the edges.
+The batches are the same whether the run is in memory, one file or shards (``plan_chunks``: from the
+ranks' event counts), so all three give the same bytes. Before the streams, one pass over a few
+columns gathers per batch the small projections that cross ranks: the pid and GPU of each rank's
+events (the process names, and whether real pids are unique), the (rank, phase id) pairs (phase ids
+made unique across ranks as ``store.load_run`` does), and, with collective flows, the collective rows
+(group, order, start): the driver orders them across ranks and numbers the edges.
 
 A rank not in ``full`` (``--full-ranks``) is exported with its collective kernels only (the GPU rows
 with a collective group and order), on the same tracks and processes as in full, without phase
 windows (a window made of its collectives alone would mislead; their ``phase`` annotation stays).
 
-The same code writes an in-memory run (``export_events``) and a run on disk (``export_run``); with a
-Dask executor the streams are staged as files beside the output and appended in rank order.
+With a Dask executor (``tracekit.executor``) the streams are staged as files beside the output and
+appended in rank order; with ``local`` they are written straight into the output.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Final
@@ -53,7 +58,7 @@ I64 = npt.NDArray[np.int64]
 TRACK_STRIDE: Final = 1 << 20  # track uuids per rank stream
 LAUNCH_SHIFT: Final = 32  # launch flow ids: (slot << 32) + k
 COLL_FLOW_BASE: Final = 1 << 62  # collective flow ids: COLL_FLOW_BASE + k
-CHUNK_EVENTS: Final = 1 << 20  # a one-file run is read in batches of ranks of at most this many events
+CHUNK_EVENTS: Final = 1 << 19  # a stream holds consecutive ranks of at most this many events (one rank at least)
 FACT_COLUMNS: Final = ("rank", "kind", "start_ns", "dur_ns", "phase", "phase_id", "cycle", "group", "coll_seq",
                        "pid", "device")
 
@@ -67,10 +72,11 @@ def collective_rows() -> pl.Expr:
 
 @dataclass(frozen=True)
 class Chunk:
-    """Ranks read together: one file's (``part``) or the in-memory run's (``part`` None)."""
+    """Consecutive ranks read and written together: from the files ``parts`` (``store.run_parts``), or
+    from the in-memory run (``parts`` empty)."""
 
     ranks: tuple[int, ...]
-    part: RunPart | None = None
+    parts: tuple[RunPart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,32 +93,32 @@ class Plan:
 
 
 @dataclass
-class RankFacts:
-    """Pass 1, per rank: the small projection that crosses ranks."""
+class ChunkFacts:
+    """Pass 1, per chunk: the small projection that crosses ranks."""
 
-    rank: int
-    n_picked: int
-    error: str | None  # why nothing of the rank is in the selection
-    device: int | None
-    pid: int | None
-    phase_ids: I64  # distinct phase ids of the rank (all its events)
-    coll: pl.DataFrame | None  # collective rows picked: row (in the picked events), group, coll_seq, start_ns
+    picked: dict[int, int]  # rank -> its events in the export (ranks with none left out)
+    error: str | None  # why the selection left nothing of the chunk
+    device: dict[int, int]
+    pid: dict[int, int]
+    phase_ids: pl.DataFrame  # distinct (rank, phase_id) of all the chunk's events
+    coll: pl.DataFrame | None  # collective rows picked: rank, row (in the chunk's picked events), group, coll_seq, start_ns
 
 
 @dataclass(frozen=True)
-class RankJob:
-    """Pass 2, per rank: where its stream goes and what the driver computed for it."""
+class ChunkJob:
+    """Pass 2, per chunk: its ranks in the export, its slot, what the driver computed for it."""
 
-    rank: int
-    slot: int
-    info: tuple[str, int, tuple[str, ...]]
+    chunk: Chunk
+    ranks: tuple[int, ...]
+    slot: int  # of its first rank
+    info: RankInfo
     coll_out: tuple[I64, I64] = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # (picked row, flow id)
     coll_in: tuple[I64, I64] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 @dataclass
-class RankDone:
-    rank: int
+class ChunkDone:
+    ranks: list[int]
     bytes_written: int
     estimated_bytes: int
     n_slices: int
@@ -126,117 +132,129 @@ class RankDone:
 # ---- reading ------------------------------------------------------------------------------------
 
 def _read(chunk: Chunk, frame: pl.DataFrame | None, columns: Sequence[str] | None) -> pl.DataFrame:
-    if chunk.part is None:
+    """The chunk's events, rows in run order (rank, then each rank's stored order)."""
+    if not chunk.parts:
         assert frame is not None
-        return frame if columns is None else frame.select(columns)
+        df = frame if columns is None else frame.select(columns)
+        return _rows_of(df, chunk.ranks)
     from tracekit.store import read_part
 
-    return read_part(chunk.part, chunk.ranks, list(columns) if columns is not None else None)
+    cols = list(columns) if columns is not None else None
+    got = [read_part(p, [r for r in chunk.ranks if r in p.ranks], cols) for p in chunk.parts]
+    df = got[0] if len(got) == 1 else pl.concat(got, how="vertical")
+    return _rows_of(df, chunk.ranks)
 
 
-def _by_rank(df: pl.DataFrame, ranks: Sequence[int]) -> Iterator[tuple[int, pl.DataFrame]]:
-    """Each rank's rows (row order kept), one gather per rank."""
-    if len(ranks) == 1 and df.height and df["rank"].n_unique() == 1:
-        yield ranks[0], df
-        return
+def _rows_of(df: pl.DataFrame, ranks: Sequence[int]) -> pl.DataFrame:
+    """The rows of ``ranks``, grouped by rank in ascending order (a slice where they already are)."""
     r = df["rank"].to_numpy()
+    if r.size and (r.size < 2 or bool((r[1:] >= r[:-1]).all())):
+        lo, hi = np.searchsorted(r, min(ranks), "left"), np.searchsorted(r, max(ranks), "right")
+        out = df.slice(int(lo), int(hi - lo))
+        if out.height == 0 or out["rank"].is_in(list(ranks)).all():
+            return out
+        return out.filter(pl.col("rank").is_in(list(ranks)))
     order = np.argsort(r, kind="stable")
-    rs = r[order]
-    for rank in ranks:
-        lo, hi = np.searchsorted(rs, rank, "left"), np.searchsorted(rs, rank, "right")
-        yield rank, df[order[lo:hi]]
+    keep = order[np.isin(r[order], np.asarray(ranks, dtype=r.dtype))]
+    return df[keep]
 
 
-def _unique_phase_ids(df: pl.DataFrame, rank: int, top: int) -> pl.DataFrame:
-    if top <= 0:
-        return df
-    return df.with_columns((pl.lit(rank, pl.Int64) * top + pl.col("phase_id")).alias("phase_id"))
-
-
-def _pick(df: pl.DataFrame, rank: int, plan: Plan) -> tuple[pl.DataFrame, str | None]:
-    """The rank's events in the export (its collectives only where it is not in full)."""
-    if plan.full is not None and rank not in plan.full:
-        # its collective kernels alone, without their phase: a phase window made of them would mislead
-        df = df.filter(collective_rows()).with_columns(pl.lit(None, df.schema["phase_id"]).alias("phase_id"))
+def _pick(df: pl.DataFrame, plan: Plan) -> tuple[pl.DataFrame, str | None]:
+    """The chunk's events in the export (the collectives only of ranks not in full)."""
+    if plan.full is not None:
+        full = pl.col("rank").is_in(sorted(plan.full))
+        # a rank not in full: its collective kernels alone, without their phase (a phase window made of
+        # them would mislead)
+        df = df.filter(full | collective_rows()).with_columns(
+            pl.when(full).then(pl.col("phase_id")).otherwise(None).alias("phase_id"))
     sel = plan.selection
     if sel.phase is None and sel.window is None:
         return df, (None if df.height else "no events")
+    if df.height == 0:
+        return df, "no events"
     try:
         return select_events(df, sel, run_start=plan.run_start), None
     except AnalysisError as exc:
         return df.clear(), exc.message
 
 
+def _unique_phase_ids(df: pl.DataFrame, top: int) -> pl.DataFrame:
+    if top <= 0:
+        return df
+    return df.with_columns((pl.col("rank").cast(pl.Int64) * top + pl.col("phase_id")).alias("phase_id"))
+
+
 # ---- pass 1: facts ------------------------------------------------------------------------------
 
-def chunk_facts(chunk: Chunk, plan: Plan, frame: pl.DataFrame | None = None) -> list[RankFacts]:
-    """Task of pass 1: the facts of each rank of ``chunk`` (reads ``FACT_COLUMNS`` only)."""
-    df = _read(chunk, frame, FACT_COLUMNS)
-    out: list[RankFacts] = []
-    for rank, ev in _by_rank(df, chunk.ranks):
-        picked, err = _pick(ev, rank, plan)
-        dev, pids = rank_devices_pids(picked)
-        ids = ev["phase_id"].drop_nulls().unique().to_numpy().astype(np.int64)
-        coll = None
-        if "collectives" in plan.flows and picked.height:
-            coll = (picked.with_row_index("row").filter(collective_rows())
-                    .select(pl.col("row").cast(pl.Int64), pl.col("group").cast(pl.String), "coll_seq", "start_ns"))
-        out.append(RankFacts(rank, picked.height, err, dev.get(rank), pids.get(rank), ids, coll))
-    return out
+def chunk_facts(chunk: Chunk, plan: Plan, frame: pl.DataFrame | None = None) -> ChunkFacts:
+    """Task of pass 1: the chunk's facts (reads ``FACT_COLUMNS`` only)."""
+    return _facts(_read(chunk, frame, FACT_COLUMNS), plan)
 
 
-def _phase_top(facts: Sequence[RankFacts]) -> int:
+def _facts(ev: pl.DataFrame, plan: Plan) -> ChunkFacts:
+    picked, err = _pick(ev, plan)
+    dev, pids = rank_devices_pids(picked)
+    n = picked.group_by("rank").len()
+    ids = ev.lazy().select("rank", "phase_id").filter(pl.col("phase_id").is_not_null()).unique().collect()
+    coll = None
+    if "collectives" in plan.flows and picked.height:
+        coll = (picked.with_row_index("row").filter(collective_rows())
+                .select(pl.col("rank").cast(pl.Int64), pl.col("row").cast(pl.Int64), pl.col("group").cast(pl.String),
+                        "coll_seq", "start_ns"))
+    return ChunkFacts({int(r): int(c) for r, c in n.iter_rows() if c}, err, dev, pids, ids, coll)
+
+
+def _phase_top(facts: Sequence[ChunkFacts]) -> int:
     """``unique_phase_ids``' rule over the whole run: > 0 when two ranks share a phase id."""
-    ids = [f.phase_ids for f in facts if f.phase_ids.size]
-    if len(ids) < 2:
+    ids = pl.concat([f.phase_ids for f in facts], how="vertical_relaxed")
+    if ids.height == 0 or ids["phase_id"].n_unique() == ids.height:
         return 0
-    allv = np.concatenate(ids)
-    if np.unique(allv).size == allv.size:
-        return 0
-    return int(allv.max()) + 1
+    return int(ids["phase_id"].max()) + 1  # type: ignore[arg-type]
 
 
-def _collective_edges(facts: Sequence[RankFacts], slot: Mapping[int, int]) -> dict[int, tuple[list[I64], list[I64]]]:
-    """rank -> ((out rows, out ids), (in rows, in ids)): consecutive ranks of each collective (group,
+def _collective_edges(facts: Sequence[ChunkFacts]) -> list[tuple[tuple[I64, I64], tuple[I64, I64]]]:
+    """Per chunk: ((out rows, out ids), (in rows, in ids)): consecutive ranks of each collective (group,
     order), by (start, rank, row), as ``layout``'s collective edges; ids ``COLL_FLOW_BASE + k``."""
-    parts = [f.coll.with_columns(pl.lit(f.rank, pl.Int64).alias("rank")) for f in facts
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    parts = [f.coll.with_columns(pl.lit(i, pl.Int64).alias("chunk")) for i, f in enumerate(facts)
              if f.coll is not None and f.coll.height]
     if not parts:
-        return {}
+        return [(none, none) for _ in facts]
     c = pl.concat(parts, how="vertical_relaxed").sort("group", "coll_seq", "start_ns", "rank", "row")
-    g = c["group"]
+    g, q = c["group"], c["coll_seq"]
     same = ((g.slice(1) == g.slice(0, c.height - 1)).fill_null(False)
-            & (c["coll_seq"].slice(1) == c["coll_seq"].slice(0, c.height - 1)).fill_null(False)).to_numpy()
+            & (q.slice(1) == q.slice(0, c.height - 1)).fill_null(False)).to_numpy()
     k = np.flatnonzero(same)
-    rank, row = c["rank"].to_numpy(), c["row"].to_numpy()
+    chunk, row = c["chunk"].to_numpy(), c["row"].to_numpy()
     ids = COLL_FLOW_BASE + 1 + np.arange(k.size, dtype=np.int64)
-    out: dict[int, tuple[list[I64], list[I64]]] = {}
-    for r in np.unique(np.concatenate([rank[k], rank[k + 1]])).tolist():
-        o = rank[k] == r
-        i = rank[k + 1] == r
-        out[int(r)] = ([row[k][o], ids[o]], [row[k + 1][i], ids[i]])
+    out: list[tuple[tuple[I64, I64], tuple[I64, I64]]] = []
+    for i in range(len(facts)):
+        o = chunk[k] == i
+        n = chunk[k + 1] == i
+        out.append(((row[k][o], ids[o]), (row[k + 1][n], ids[n])))
     return out
 
 
-# ---- pass 2: the rank streams --------------------------------------------------------------------
+# ---- pass 2: the streams ----------------------------------------------------------------------------
 
-def _rank_layout(ev: pl.DataFrame, job: RankJob, plan: Plan, warnings: list[str]) -> Any:
+def _chunk_layout(ev: pl.DataFrame, job: ChunkJob, plan: Plan, warnings: list[str]) -> Any:
     from tracekit.export.buckets import attribution_buckets
     from tracekit.export.layout import build_layout
 
-    ev = _unique_phase_ids(ev, job.rank, plan.phase_top)
-    picked, _ = _pick(ev, job.rank, plan)
+    ev = _unique_phase_ids(ev, plan.phase_top)
+    picked, _ = _pick(ev, plan)
     if picked.height == 0:
         return None
-    in_full = plan.full is None or job.rank in plan.full
-    bk = attribution_buckets(ev, warnings) if plan.buckets and in_full else None
+    bk = None
+    if plan.buckets:
+        bk = attribution_buckets(ev if plan.full is None else ev.filter(pl.col("rank").is_in(sorted(plan.full))),
+                                 warnings)
     del ev
     flows = tuple(f for f in plan.flows if f != "collectives")
-    lay = build_layout(picked, {}, flows=flows, buckets=bk, outstanding=plan.outstanding,
-                       info={job.rank: job.info})
-    if len(lay.tracks) >= TRACK_STRIDE:
-        raise AnalysisError(f"rank {job.rank} needs {len(lay.tracks):,} tracks; a rank's stream holds at most "
-                            f"{TRACK_STRIDE - 1:,}")
+    lay = build_layout(picked, {}, flows=flows, buckets=bk, outstanding=plan.outstanding, info=job.info)
+    if len(lay.tracks) >= TRACK_STRIDE * len(job.ranks):
+        raise AnalysisError(f"ranks {job.ranks[0]}-{job.ranks[-1]} need {len(lay.tracks):,} tracks; a rank's stream "
+                            f"holds at most {TRACK_STRIDE - 1:,}")
     base = job.slot * TRACK_STRIDE
     if base:
         for t in lay.tracks:
@@ -259,68 +277,64 @@ def _rank_layout(ev: pl.DataFrame, job: RankJob, plan: Plan, warnings: list[str]
     return lay
 
 
-def write_chunk(chunk: Chunk, plan: Plan, jobs: Sequence[RankJob], out: IO[bytes],
-                frame: pl.DataFrame | None = None, progress: Callable[[int], None] | None = None) -> list[RankDone]:
-    """Task of pass 2: the stream of each rank of ``chunk`` with a job, appended to ``out`` in job order."""
+def write_chunk(job: ChunkJob, plan: Plan, out: IO[bytes], frame: pl.DataFrame | None = None,
+                events: pl.DataFrame | None = None) -> ChunkDone | None:
+    """Task of pass 2: the chunk's stream appended to ``out`` (``events``: the chunk's, when already read)."""
     from tracekit.export.perfetto import estimate_size, write_perfetto
 
-    by_rank = {j.rank: j for j in jobs}
-    df = _read(chunk, frame, None)
-    frames = dict(_by_rank(df, [j.rank for j in jobs])) if len(jobs) > 1 else None
-    done: list[RankDone] = []
-    for job in jobs:
-        ev = frames.pop(job.rank) if frames is not None else next(_by_rank(df, [job.rank]))[1]
-        warnings: list[str] = []
-        lay = _rank_layout(ev, by_rank[job.rank], plan, warnings)
-        del ev
-        if lay is None:
-            continue
-        written = write_perfetto(lay, out, seq=job.slot + 1)
-        done.append(RankDone(
-            job.rank, written, estimate_size(lay), lay.n_slices, int(lay.is_gpu.sum()), lay.n_counters,
-            int((lay.flow_src >= 0).sum()), len(lay.tracks), lay.warnings + warnings))
-        del lay
-        if progress is not None:
-            progress(job.rank)
-    return done
+    ev = events if events is not None else _read(job.chunk, frame, None)
+    warnings: list[str] = []
+    lay = _chunk_layout(ev, job, plan, warnings)
+    del ev
+    if lay is None:
+        return None
+    written = write_perfetto(lay, out, seq=job.slot + 1)
+    return ChunkDone(list(job.ranks), written, estimate_size(lay), lay.n_slices, int(lay.is_gpu.sum()),
+                     lay.n_counters, int((lay.flow_src >= 0).sum()), len(lay.tracks), lay.warnings + warnings)
 
 
-def write_chunk_file(chunk: Chunk, plan: Plan, jobs: Sequence[RankJob], path: str) -> list[RankDone]:
+def write_chunk_file(job: ChunkJob, plan: Plan, path: str) -> ChunkDone | None:
     """``write_chunk`` into a staged file (an executor's task; atomic: a task run twice finds a whole file)."""
     from tracekit.outputs import atomic_write
 
     with atomic_write(path) as tmp, open(tmp, "wb") as fh:
-        return write_chunk(chunk, plan, jobs, fh)
+        return write_chunk(job, plan, fh)
 
 
 # ---- the driver -----------------------------------------------------------------------------------
 
 @dataclass
 class Streams:
-    """What the rank streams wrote (``write_streams``)."""
+    """What the streams wrote (``write_streams``)."""
 
-    done: list[RankDone]
+    done: list[ChunkDone]
     ranks: list[int]
     warnings: list[str]
 
 
-def plan_chunks(parts: Sequence[RunPart], ranks: Sequence[int]) -> list[Chunk]:
-    """The reading units: a file's ranks in batches of at most ``CHUNK_EVENTS`` events (one rank at least)."""
-    want = set(ranks)
+def plan_chunks(counts: Sequence[tuple[int, int]], parts: Sequence[RunPart] = ()) -> list[Chunk]:
+    """The batches: consecutive ranks (``counts``: (rank, events), ascending) of at most ``CHUNK_EVENTS``
+    events (``TRACEKIT_EXPORT_BATCH_EVENTS`` when set; one rank at least), each with the files holding
+    its ranks."""
+    from tracekit.settings import current
+
+    limit = current().export_batch_events or CHUNK_EVENTS
     chunks: list[Chunk] = []
-    for p in parts:
-        cur: list[int] = []
-        n = 0
-        for r, c in zip(p.ranks, p.counts, strict=True):
-            if r not in want:
-                continue
-            if cur and n + c > CHUNK_EVENTS:
-                chunks.append(Chunk(tuple(cur), p))
-                cur, n = [], 0
-            cur.append(r)
-            n += c
-        if cur:
-            chunks.append(Chunk(tuple(cur), p))
+    cur: list[int] = []
+    n = 0
+
+    def close() -> None:
+        want = set(cur)
+        chunks.append(Chunk(tuple(cur), tuple(p for p in parts if want.intersection(p.ranks))))
+
+    for r, c in counts:
+        if cur and n + c > limit:
+            close()
+            cur, n = [], 0
+        cur.append(r)
+        n += c
+    if cur:
+        close()
     return chunks
 
 
@@ -330,67 +344,74 @@ def write_streams(chunks: Sequence[Chunk], plan: Plan, manifest: Mapping[str, An
     """Both passes over ``chunks``; the streams appended to ``out`` in rank order. Raises AnalysisError
     when the selection leaves nothing."""
     local = executor is None or getattr(executor, "name", "local") == "local"
-    if local:
-        facts = [f for ch in chunks for f in chunk_facts(ch, plan, frame)]
+    whole: pl.DataFrame | None = None  # a run of one chunk, local: read once for both passes
+    if local and len(chunks) == 1 and chunks[0].parts:
+        whole = _read(chunks[0], None, None)
+        facts = [_facts(whole, plan)]
+    elif local:
+        facts = [chunk_facts(ch, plan, frame) for ch in chunks]
     else:
         hs = [executor.submit(chunk_facts, ch, plan) for ch in chunks]
-        facts = [f for got in executor.gather(hs) for f in got]
+        facts = list(executor.gather(hs))
         executor.release(hs)
-    kept = sorted((f for f in facts if f.n_picked), key=lambda f: f.rank)
-    if not kept:
-        first = next((f.error for f in sorted(facts, key=lambda f: f.rank) if f.error), "no events")
-        raise AnalysisError(first if first != "no events" else "the selection holds no events", path=path)
+    ranks = sorted(r for f in facts for r in f.picked)
+    if not ranks:
+        first = next((f.error for f in facts if f.error and f.error != "no events"), None)
+        raise AnalysisError(first or "the selection holds no events", path=path)
     plan = replace(plan, phase_top=_phase_top(facts))
-    ranks = [f.rank for f in kept]
     slot = {r: i for i, r in enumerate(ranks)}
-    info: RankInfo = rank_info(manifest, ranks, {f.rank: f.device for f in kept if f.device is not None},
-                               {f.rank: f.pid for f in kept if f.pid is not None})
-    edges = _collective_edges(kept, slot) if "collectives" in plan.flows else {}
+    dev = {r: d for f in facts for r, d in f.device.items()}
+    pid = {r: p for f in facts for r, p in f.pid.items()}
+    info: RankInfo = rank_info(manifest, ranks, dev, pid)
+    edges = _collective_edges(facts) if "collectives" in plan.flows else None
+    jobs: list[ChunkJob] = []
+    for i, (ch, f) in enumerate(zip(chunks, facts, strict=True)):
+        rs = tuple(sorted(f.picked))
+        if not rs:
+            continue
+        ci = {r: info[r] for r in rs}
+        if edges is not None:
+            jobs.append(ChunkJob(ch, rs, slot[rs[0]], ci, edges[i][0], edges[i][1]))
+        else:
+            jobs.append(ChunkJob(ch, rs, slot[rs[0]], ci))
     del facts
-
-    def job(r: int) -> RankJob:
-        e = edges.get(r)
-        if e is None:
-            return RankJob(r, slot[r], info[r])
-        return RankJob(r, slot[r], info[r], (e[0][0], e[0][1]), (e[1][0], e[1][1]))
-
     total = len(ranks)
-    count = [0]
+    count = 0
 
-    def tick(r: int) -> None:
-        count[0] += 1
-        if progress is not None:
-            progress(count[0], total, r)
+    def tick(d: ChunkDone | None) -> None:
+        nonlocal count
+        for r in d.ranks if d is not None else []:
+            count += 1
+            if progress is not None:
+                progress(count, total, r)
 
-    chunk_jobs = [(ch, [job(r) for r in sorted(ch.ranks) if r in slot]) for ch in chunks]
-    chunk_jobs = [(ch, js) for ch, js in chunk_jobs if js]
-    chunk_jobs.sort(key=lambda cj: cj[1][0].slot)
-    done: list[RankDone] = []
+    done: list[ChunkDone] = []
     if local:
-        for ch, js in chunk_jobs:
-            done += write_chunk(ch, plan, js, out, frame, tick)
+        for j in jobs:
+            d = write_chunk(j, plan, out, frame, whole)
+            whole = None
+            tick(d)
+            done += [d] if d is not None else []
     else:
         stage = tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent)
         try:
-            hs = [executor.submit(write_chunk_file, ch, plan, js, os.path.join(stage, f"part-{i:06d}.pftrace"))
-                  for i, (ch, js) in enumerate(chunk_jobs)]
-            for i, h in enumerate(hs):
-                got: list[RankDone] = executor.gather([h])[0]
+            names = [os.path.join(stage, f"part-{i:06d}.pftrace") for i in range(len(jobs))]
+            hs = [executor.submit(write_chunk_file, j, plan, nm) for j, nm in zip(jobs, names, strict=True)]
+            for h, nm in zip(hs, names, strict=True):
+                d = executor.gather([h])[0]
                 executor.release([h])
-                part = os.path.join(stage, f"part-{i:06d}.pftrace")
-                with open(part, "rb") as fh:
+                with open(nm, "rb") as fh:
                     shutil.copyfileobj(fh, out, 1 << 22)
-                os.unlink(part)
-                done += got
-                for d in got:
-                    tick(d.rank)
+                os.unlink(nm)
+                tick(d)
+                done += [d] if d is not None else []
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     warnings: list[str] = []
     for d in done:
         warnings += [w for w in d.warnings if w not in warnings]
-    return Streams(done, [d.rank for d in done], warnings)
+    return Streams(done, [r for d in done for r in d.ranks], warnings)
 
 
-__all__ = ["CHUNK_EVENTS", "COLL_FLOW_BASE", "TRACK_STRIDE", "Chunk", "Plan", "RankDone", "RankFacts", "RankJob",
+__all__ = ["CHUNK_EVENTS", "COLL_FLOW_BASE", "TRACK_STRIDE", "Chunk", "ChunkDone", "ChunkFacts", "ChunkJob", "Plan",
            "Streams", "chunk_facts", "collective_rows", "plan_chunks", "write_chunk", "write_chunk_file", "write_streams"]
