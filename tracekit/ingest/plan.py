@@ -19,19 +19,28 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
+from tracekit.inputs import is_regular
+
 WHOLE_MAX_MB: Final = 512
 _GZIP: Final = b"\x1f\x8b"
 
 
 def json_bytes(path: str | os.PathLike[str]) -> int:
-    """The uncompressed size of one input (a gzip file's ISIZE trailer; a plain file's size)."""
+    """The uncompressed size of one input (a gzip file's ISIZE trailer; a plain file's size). Only a
+    regular file that can be read is looked into (a FIFO would block here): for any other input this
+    is its size, and the reader says in one line what is wrong with it (``tracekit.inputs.open_input``)."""
     p = Path(path)
+    if not is_regular(p):
+        return 0
     size = p.stat().st_size
-    with open(p, "rb") as f:
-        if f.read(2) != _GZIP or size < 18:
-            return size
-        f.seek(-4, os.SEEK_END)
-        isize = int.from_bytes(f.read(4), "little")
+    try:
+        with open(p, "rb") as f:
+            if f.read(2) != _GZIP or size < 18:
+                return size
+            f.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return size
     return isize if isize >= size else 1 << 32
 
 
