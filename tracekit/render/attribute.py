@@ -370,7 +370,7 @@ def render(report: AttributionReport, by: str, console: Console, view: RankView 
     rank_sums = rank_summaries(report) if view.ranks is None else {}
     if report.whole_trace:
         console.print(WHOLE_TRACE_LINE, soft_wrap=True)
-    if by == "rank" and (note := view.note()) is not None:
+    if by != "seq" and (note := view.note()) is not None:
         console.print(note, soft_wrap=True, highlight=False, markup=False)
     for line in clock_notes(report):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
@@ -380,7 +380,8 @@ def render(report: AttributionReport, by: str, console: Console, view: RankView 
     for phase in phase_order(bp):
         row = bp[phase]
         if by == "cycle":
-            console.print(cycle_table(report.instances, phase, tables.cycles))
+            inst = report.instances if view.ranks is None else report.instances.filter(pl.col("rank").is_in(list(view.ranks)))
+            console.print(cycle_table(inst, phase, tables.cycles))
         elif by == "seq":
             console.print(tables.seq(report.by_seq, phase))
         else:

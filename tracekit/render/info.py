@@ -13,7 +13,7 @@ from rich.text import Text
 from tracekit.finalize.categories import CATEGORIES
 from tracekit.ranklist import format_rank_list, ranks_by_reason
 from tracekit.render.nccl import render_environment, render_nccl_mix
-from tracekit.render.rank_fold import ALL, Column, RankView, rank_table
+from tracekit.render.rank_fold import ALL, Column, RankView, count, rank_table
 from tracekit.render.units import ms
 
 
@@ -54,7 +54,7 @@ def _rank_columns() -> list[Column]:
     return [
         Column("rank", lambda r: str(r["rank"])),
         Column("devices", lambda r: ", ".join(r.get("devices") or []) or "-", justify="left"),
-        Column("kernels", lambda r: f"{r['kernels']:,}", num("kernels"), lambda v: f"{v:,.0f}"),
+        Column("kernels", lambda r: f"{r['kernels']:,}", num("kernels"), count),
         Column("kernel", lambda r: _ms(r["kernel_ns"]), num("kernel_ns"), _ms_f),
         Column("busy", lambda r: _ms(r["busy_ns"]), num("busy_ns"), _ms_f),
         Column("span", lambda r: _ms(r["span_ns"]), num("span_ns"), _ms_f),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracekit.manifest import typed
-from tracekit.ranklist import ranks_by_reason
+from tracekit.ranklist import format_rank_list, ranks_by_reason
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,8 +49,16 @@ def alignment_line(clock: dict[str, Any]) -> str | None:
     """One line on a fitted clock alignment, or None when the run was not aligned on collectives."""
     if clock.get("align") != "collectives":
         return None
-    offs = ", ".join(f"rank {r} {int(v):+,} ns"
-                     for r, v in sorted(clock.get("offsets_ns", {}).items(), key=lambda kv: int(kv[0])))
+    from tracekit.analyzers.rank_summary import summarize
+    from tracekit.render.rank_fold import FOLD_ABOVE
+
+    pairs = sorted(((int(r), int(v)) for r, v in clock.get("offsets_ns", {}).items()), key=lambda kv: kv[0])
+    offs = ", ".join(f"rank {r} {v:+,} ns" for r, v in pairs)
+    s = summarize(pairs, "offset_ns", "ns")
+    if s is not None and len(pairs) > FOLD_ABOVE:  # many ranks: the offsets' summary (every one: the manifest's clock)
+        offs = (f"{len(set(v for _, v in pairs))} distinct offsets over {s.count} ranks, median {int(s.median):+,} ns, "
+                f"min {int(s.min.value):+,} ns (rank {s.min.rank}), max {int(s.max.value):+,} ns (rank {s.max.rank}) "
+                "(every rank's: the run manifest's clock.offsets_ns)")
     res = clock.get("residual_ns", {})
     return (f"clocks aligned on {clock.get('collectives', 0)} collective ends ({clock.get('rejected', 0)} rejected; "
             f"offset added per rank, raw = start_ns - offset): {offs}; "
@@ -61,7 +69,7 @@ def print_ingest_summary(err: Console, out: object, height: int, man: dict[str, 
     """The lines after a successful ingest: what was written, alignment, missing ranks, notes, skipped files."""
     m = typed(man)
     size = sum(int(s.get("size", 0)) for s in m.sources)
-    err.print(f"wrote {out}: {height:,} events, ranks {', '.join(map(str, m.rank_ids()))} of world size "
+    err.print(f"wrote {out}: {height:,} events, ranks {format_rank_list(m.rank_ids())} of world size "
               f"{m.world_size}, from {len(m.sources)} file(s) ({size / 1e6:,.1f} MB) "
               f"in {seconds:.2f} s")
     line = alignment_line(m.clock)

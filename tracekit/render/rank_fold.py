@@ -63,6 +63,11 @@ class Column:
     justify: str = "right"
 
 
+def count(v: float) -> str:
+    """A count, or a mean of counts: ``3``, ``1,024``, ``0.38``."""
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}"
+
+
 def stat_of(s: RankSummary, stat: str) -> RankValue | float:
     """One of ``STATS`` of ``s``: a number, or the rank and value of min / max."""
     if stat in ("min", "max"):
@@ -131,4 +136,4 @@ def rank_table(table: Table, rows: Sequence[Mapping[str, Any]], columns: Sequenc
     return key_sum, lines
 
 
-__all__ = ["ALL", "FOLD_ABOVE", "WORST_N", "Column", "RankView", "fold_line", "rank_table", "summary_line"]
+__all__ = ["ALL", "FOLD_ABOVE", "WORST_N", "Column", "RankView", "count", "fold_line", "rank_table", "summary_line"]

@@ -14,7 +14,7 @@ from tracekit.analyzers.rank_summary import WORST_N, summarize
 from tracekit.analyzers.reports import RanksReport
 from tracekit.documents import RANKS
 from tracekit.ranklist import format_rank_list
-from tracekit.render.rank_fold import ALL, Column, RankView, rank_table
+from tracekit.render.rank_fold import ALL, Column, RankView, count, rank_table
 from tracekit.render.units import dur, ms
 
 
@@ -162,14 +162,14 @@ def _table_columns(state: pl.DataFrame) -> list[Column]:
 
     return [
         Column("rank", lambda r: str(r["rank"])),
-        Column("collectives", lambda r: str(r["collectives"]), num("collectives"), lambda v: f"{v:g}"),
-        Column("arrived last", last, num("last_count"), lambda v: f"{v:g}"),
+        Column("collectives", lambda r: str(r["collectives"]), num("collectives"), count),
+        Column("arrived last", last, num("last_count"), count),
         Column("made others wait ms", lambda r: ms(unit=False, ns=r["inflicted_wait_ns"]), num("inflicted_wait_ns"), msf),
         Column("own wait ms", lambda r: ms(unit=False, ns=r["own_wait_ns"]), num("own_wait_ns"), msf),
         Column("busy excess ms", lambda r: ms(unit=False, ns=r["busy_ns_excess"]), num("busy_ns_excess"), msf),
         Column("launch-gap excess ms", lambda r: ms(unit=False, ns=r["launch_gap_ns_excess"]), num("launch_gap_ns_excess"), msf),
         Column("host syncs", lambda r: "" if r["syncs_before_late"] is None else str(r["syncs_before_late"]),
-               num("syncs_before_late"), lambda v: f"{v:g}"),
+               num("syncs_before_late"), count),
         Column("state", lambda r: _state_text(state, r["rank"]), justify="left"),
     ]
 
