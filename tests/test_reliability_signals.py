@@ -70,7 +70,7 @@ def _nice() -> None:
 def _leftovers(d: Path) -> list[str]:
     """Temp files, lock files and staging directories a writer leaves when it does not clean up."""
     return sorted(p.name for p in d.iterdir() if p.name.endswith((".tmp", ".lock")) or ".shards-" in p.name
-                  or p.name.startswith(".ingest-stage-"))
+                  or ".stage-" in p.name or p.name.startswith(".ingest-stage-"))
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +79,15 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return big_rank(d / "r0.json", 0, 150_000), big_rank(d / "r1.json", 1, 150_000)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize(("sig", "whole_mb"), [(signal.SIGTERM, None), (signal.SIGINT, None), (signal.SIGHUP, None),
+                                              (signal.SIGTERM, "0")])
 def test_a_signal_during_ingest_leaves_no_lock_no_temp_and_the_old_output(big: tuple[Path, Path], tmp_path: Path,
-                                                                         sig: signal.Signals) -> None:
+                                                                         sig: signal.Signals, whole_mb: str | None) -> None:
+    """``whole_mb`` "0": the rank-by-rank ingest (staged beside the output) instead of the whole one."""
     r0, r1 = big
+    env = dict(os.environ)
+    if whole_mb is not None:
+        env["TRACEKIT_INGEST_WHOLE_MB"] = whole_mb
     out = tmp_path / "run.parquet"
     small = gpu_rank(0).write(tmp_path / "s0.json"), gpu_rank(1).write(tmp_path / "s1.json")
     first = subprocess.run([sys.executable, "-m", "tracekit", "ingest", *map(str, small), "-o", str(out)],
@@ -91,13 +96,14 @@ def test_a_signal_during_ingest_leaves_no_lock_no_temp_and_the_old_output(big: t
     before = {p: _digest(p) for p in (r0, r1, out)}
     lock = sidecar(out, ".lock")
     proc = subprocess.Popen([sys.executable, "-m", "tracekit", "ingest", str(r0), str(r1), "-o", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_nice)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_nice, env=env)
     _until(lock.exists, proc, "the output's lock file appeared")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 128 + sig, err
     assert err == f"tracekit: interrupted ({signal.Signals(sig).name})\n"
     assert not lock.exists() and _leftovers(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet", "s0.json", "s1.json"]  # nothing else left
     assert {p: _digest(p) for p in before} == before  # inputs and the old output as they were
     again = subprocess.run([sys.executable, "-m", "tracekit", "ingest", *map(str, small), "-o", str(out)],
                            capture_output=True, text=True, timeout=WAIT_S)
@@ -114,7 +120,7 @@ def _shards(d: Path) -> Path:
     d.mkdir()
     for r in (0, 1):
         write_run(run.events.filter(pl.col("rank") == r), d / f"rank-{r:05d}.parquet",
-                  {**man, "shard": {"rank": r}, "ranks": [r]})
+                  {**man, "ranks": {str(r): man["ranks"][str(r)]}})
     return d
 
 
@@ -124,6 +130,8 @@ WRITERS = {
     "export": lambda d, out: ["export", str(H200), "-o", str(out)],
     "align": lambda d, out: ["align", str(H200), "-o", str(out)],
     "report": lambda d, out: ["report", str(H200), "-o", str(out)],
+    "merge": lambda d, out: ["merge", str(_shards(d / "run.parquet.d")), "-o", str(out)],
+    "logs": lambda d, out: ["logs", str(SAMPLES / "logs" / "sglang-0.5.23.log"), "-o", str(out)],
 }
 
 
@@ -135,7 +143,8 @@ def test_sigterm_while_the_output_is_written_removes_the_temp_file(command: str,
     out = tmp_path / f"out{suffix}"
     out.write_bytes(b"the previous output\n")
     args = WRITERS[command](tmp_path, out)
-    inputs = [Path(a) for a in args[1:] if Path(a).is_file() and Path(a) != out]
+    inputs = [q for a in args[1:] for q in ([Path(a)] if Path(a).is_file() else sorted(Path(a).glob("*")))
+              if q.is_file() and q != out]
     before = {p: _digest(p) for p in [*inputs, out]}
     ready = tmp_path / "ready"
     proc = subprocess.Popen([sys.executable, str(PAUSE_CLI), str(ready), *args], stdout=subprocess.PIPE,
@@ -147,7 +156,7 @@ def test_sigterm_while_the_output_is_written_removes_the_temp_file(command: str,
     _, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 143 and err.endswith("tracekit: interrupted (SIGTERM)\n"), err
     assert err.count("\n") == 1 or command == "report", err  # report may say what it drew first
-    assert _leftovers(tmp_path) == []
+    assert _leftovers(tmp_path) == [] and not [q for q in tmp_path.rglob("*") if ".parts" in q.name]
     assert {p: _digest(p) for p in before} == before
 
 
