@@ -180,3 +180,17 @@ def test_report_draws_rank_heat_maps(run32: Path) -> None:
     assert comp.figure is not None and [tr.type for tr in comp.figure.data] == ["heatmap"]
     skew = skew_plot(a)
     assert skew.figure is not None and len(skew.figure.data[0].y) == WORLD
+
+
+def test_report_facts_fold_the_ranks(run32: Path) -> None:
+    pytest.importorskip("plotly")
+    from tracekit.render.report.collect import collect
+    from tracekit.render.report.facts import run_facts
+
+    a, _, _ = collect(str(run32))
+    busiest = sorted(a.info["ranks"], key=lambda r: (-r["busy_ns"], r["rank"]))[:WORST_N]
+    html = run_facts(a, "A")
+    body = html[html.index("Ranks (from"):html.index("</table>", html.index("Ranks (from"))]
+    assert f"<td>median of {WORLD}</td>" in body and body.count("<tr>") == 1 + 5 + WORST_N
+    assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", body)] == [r["rank"] for r in busiest]
+    assert f"0-{WORLD - 1}" in html  # ranks present, versions: ranges

@@ -31,16 +31,11 @@ def _short(v: Any, width: int = 40) -> str:
 
 
 def _grouped(values: Mapping[Any, Any], width: int) -> list[tuple[str, str]]:
-    """rank -> value as (value, ranks) pairs, the ranks that share a value together (``0-7,12``); a key
-    that is not a rank (``launcher``) stays on its own."""
-    groups: dict[str, list[int]] = {}
-    out: list[tuple[str, str]] = []
-    for r, v in values.items():
-        if str(r).isdigit():
-            groups.setdefault(_short(v, width), []).append(int(r))
-        else:
-            out.append((_short(v, width), str(r)))
-    return out + [(v, format_rank_list(rs)) for v, rs in groups.items()]
+    """rank -> value as (value, ranks) pairs, the ranks that share a value together (``ranks 0-7,12``,
+    ``ranklist.ranks_by_reason``); a key that is not a rank (``launcher``) stays on its own."""
+    ranks = {int(r): _short(v, width) for r, v in values.items() if str(r).isdigit()}
+    return ([(_short(v, width), str(r)) for r, v in values.items() if not str(r).isdigit()]
+            + [(v, rs) for rs, v in ranks_by_reason(ranks)])
 
 
 def _rank_columns() -> list[Column]:

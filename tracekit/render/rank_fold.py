@@ -136,4 +136,4 @@ def rank_table(table: Table, rows: Sequence[Mapping[str, Any]], columns: Sequenc
     return key_sum, lines
 
 
-__all__ = ["ALL", "FOLD_ABOVE", "WORST_N", "Column", "RankView", "count", "fold_line", "rank_table", "summary_line"]
+__all__ = ["ALL", "FOLD_ABOVE", "STATS", "WORST_N", "Column", "RankView", "count", "fold_line", "rank_table", "summary_line"]

@@ -8,12 +8,13 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from tracekit.ranklist import ranks_by_reason
+from tracekit.ranklist import format_rank_list, ranks_by_reason
 from tracekit.render.diff import bucket_label
+from tracekit.render.rank_fold import STATS, fold_line
 from tracekit.render.units import dur
 
 from .collect import Got, RunDocs
-from .common import short_name
+from .common import many_ranks, short_name
 
 
 def table(head: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
@@ -55,6 +56,37 @@ def _outliers(doc: dict[str, Any]) -> tuple[list[list[Any]], bool]:
     return rows, seen
 
 
+RANK_HEAD = ("rank", "devices", "kernels", "kernel time", "GPU busy", "GPU span", "comm")
+SUMMARISED = ("kernel_ns", "busy_ns", "span_ns", "comm_ns")
+
+
+def _rank_row(r: dict[str, Any]) -> list[Any]:
+    return [r["rank"], ", ".join(r["devices"]) or ("CPU only" if r["cpu_only"] else "unknown"), f"{r['kernels']:,d}",
+            *[_ns(r[k]) for k in SUMMARISED]]
+
+
+def _rank_rows(info: dict[str, Any]) -> list[str]:
+    """The info document's ranks: every row, or above ``FOLD_ABOVE`` ranks its ``rank_summary`` (median, p90,
+    mean, min, max) and the 3 busiest ranks in full, as the ``info`` command folds them."""
+    ranks = info["ranks"]
+    rs = info.get("rank_summary") or {}
+    if not many_ranks(len(ranks)) or not rs.get("busy_ns"):
+        return [table(RANK_HEAD, [_rank_row(r) for r in ranks])]
+    by_rank = {r["rank"]: r for r in ranks}
+
+    def cell(k: str, stat: str) -> str:
+        s = rs.get(k)
+        if not s:
+            return "n/a"
+        v = s[stat]["value"] if stat in ("min", "max") else s[stat]
+        return _ns(v) + (f" (rank {s[stat]['rank']})" if stat in ("min", "max") else "")
+
+    rows = [[f"{stat} of {len(ranks)}", "", "", *[cell(k, stat) for k in SUMMARISED]] for stat in STATS]
+    rows += [_rank_row(by_rank[w["rank"]]) for w in rs["busy_ns"]["worst"]]
+    return [table(RANK_HEAD, rows), f"<p>{escape(fold_line(len(ranks), len(rs['busy_ns']['worst']), 'GPU busy'))} "
+            "(here: <code>tracekit info RUN --all-ranks</code>)</p>"]
+
+
 def run_facts(side: RunDocs, tag: str) -> str:
     info = side.info
     out = [f"<h3>{escape(tag)}: {escape(side.path)}</h3>"]
@@ -63,7 +95,7 @@ def run_facts(side: RunDocs, tag: str) -> str:
     summary: list[list[Any]] = [
         ["source", info.get("source")],
         ["world size", info.get("world_size")],
-        ["ranks present", ", ".join(str(r) for r in info["ranks_present"])],
+        ["ranks present", format_rank_list(info["ranks_present"])],
         ["missing ranks", "; ".join(f"{rs}: {why}" for rs, why in ranks_by_reason(missing)) or "none"],
         ["profile mode", mode if mode is not None else "not recorded (capture before profile modes, or ingested trace)"],
         ["what the mode records", (side.attribute.value or {}).get("profile") or "n/a"],
@@ -73,15 +105,12 @@ def run_facts(side: RunDocs, tag: str) -> str:
     ]
     out.append(table(["fact", "value"], summary, "facts"))
     out.append("<h4>Ranks (from <code>tracekit info</code>)</h4>")
-    out.append(table(
-        ["rank", "devices", "kernels", "kernel time", "GPU busy", "GPU span", "comm"],
-        [[r["rank"], ", ".join(r["devices"]) or ("CPU only" if r["cpu_only"] else "unknown"), f"{r['kernels']:,d}",
-          _ns(r["kernel_ns"]), _ns(r["busy_ns"]), _ns(r["span_ns"]), _ns(r["comm_ns"])] for r in info["ranks"]]))
+    out.extend(_rank_rows(info))
     vers = info.get("versions") or {}
     if vers:
         out.append("<h4>Versions</h4>")
-        out.append(table(["what", "per rank"], [[k, "; ".join(f"rank {r}: {v}" for r, v in per.items())]
-                                                 for k, per in vers.items()]))
+        out.append(table(["what", "per rank"], [[k, "; ".join(f"{rs}: {v}" for rs, v in ranks_by_reason(
+            {int(r): str(v) for r, v in per.items() if str(r).isdigit()}))] for k, per in vers.items()]))
     att = side.attribute.value
     dil = (att or {}).get("dilation") or {}
     out.append("<h4>Profiler dilation per phase (capture timers: median per instance, median over ranks)</h4>")
