@@ -194,3 +194,17 @@ def test_report_facts_fold_the_ranks(run32: Path) -> None:
     assert f"<td>median of {WORLD}</td>" in body and body.count("<tr>") == 1 + 5 + WORST_N
     assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", body)] == [r["rank"] for r in busiest]
     assert f"0-{WORLD - 1}" in html  # ranks present, versions: ranges
+
+
+def test_summaries_name_the_host_of_each_rank() -> None:
+    cpu8 = REPO / "samples" / "cpu8-builtin" / "run.parquet"  # a real 8-rank capture on host "vm" (host mode)
+    doc = _json("attribute", str(cpu8))
+    assert doc["mode"] == "host" and doc["rank_summary"]
+    for phase, s in doc["rank_summary"].items():
+        items = [p for p in doc["phases"] if p["phase"] == phase]
+        vals = [p["median_host_ns"] for p in items]
+        assert s["ranks"] == len(items) and s["median"] == _nearest(vals, 0.5) and s["p90"] == _nearest(vals, 0.9)
+        assert {w["host"] for w in s["worst"]} == {"vm"} and s["max"]["host"] == "vm"
+    text = _run("attribute", str(cpu8))
+    first = doc["rank_summary"][next(iter(doc["rank_summary"]))]["worst"][0]["rank"]
+    assert f"highest: rank {first} (vm) " in text
