@@ -5,34 +5,19 @@ left, and the process's peak memory bounded."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
-from kineto_synth import dumps, gpu_rank
+from test_reliability_round3 import _PEAK, H200, _begin_end, _digest, _trace, _with_manifest
 
-from tracekit.store import MANIFEST_KEY, load_run, read_manifest, write_run
+from tracekit.store import load_run, read_manifest, write_run
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-H200 = SAMPLES / "h200x2-forensics" / "run.parquet"
 RSS_MB = 600  # the interpreter, polars and one small run; the cases that grew without end went to GBs
-
-_PEAK = """
-import os, resource, subprocess, sys
-r = subprocess.run(sys.argv[2:])
-open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
-sys.exit(r.returncode)
-"""
-
-
-def _digest(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 def _session_left(sid: int) -> list[str]:
@@ -47,34 +32,6 @@ def _session_left(sid: int) -> list[str]:
             if fields[0] != "Z" and int(fields[3]) == sid:
                 left.append(d.name)
     return left
-
-
-def _trace(d: Path, name: str, fn: Callable[[dict[str, Any]], None] | None = None, text: str | None = None) -> Path:
-    doc = json.loads(dumps(gpu_rank(0, world=1).doc()))
-    if fn is not None:
-        fn(doc)
-    p = d / name
-    p.write_text(text if text is not None else json.dumps(doc))
-    return p
-
-
-def _with_manifest(dst: Path, raw: str) -> Path:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(H200)
-    meta = dict(pq.read_metadata(H200).metadata or {})
-    meta[MANIFEST_KEY] = raw.encode()
-    pq.write_table(table.replace_schema_metadata(meta), dst)
-    return dst
-
-
-def _begin_end(d: dict[str, Any]) -> None:
-    out = []
-    for e in d["traceEvents"]:
-        if e.get("ph") == "X":
-            out.append({**{k: v for k, v in e.items() if k != "dur"}, "ph": "B"})
-            out.append({"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]})
-    d["traceEvents"] = out
 
 
 def _null_start(d: Path) -> Path:

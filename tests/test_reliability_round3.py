@@ -214,15 +214,18 @@ def test_a_huge_world_or_rank_in_a_trace_is_one_line_with_bounded_memory(tmp_pat
     assert rss < 600, rss
 
 
+def _begin_end(d: dict[str, Any]) -> None:
+    """Every complete (X) event of a trace document as a B/E pair."""
+    out = []
+    for e in d["traceEvents"]:
+        if e.get("ph") == "X":
+            out.append({**{k: v for k, v in e.items() if k != "dur"}, "ph": "B"})
+            out.append({"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]})
+    d["traceEvents"] = out
+
+
 def test_a_trace_of_begin_end_events_is_said_as_such(tmp_path: Path) -> None:
-    def begin_end(d: dict[str, Any]) -> None:
-        out = []
-        for e in d["traceEvents"]:
-            if e.get("ph") == "X":
-                out.append({**{k: v for k, v in e.items() if k != "dur"}, "ph": "B"})
-                out.append({"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]})
-        d["traceEvents"] = out
-    p = _trace(tmp_path, "be.json", begin_end)
+    p = _trace(tmp_path, "be.json", _begin_end)
     code, _, err = _run(["ingest", str(p), "-o", str(tmp_path / "o.parquet")])
     assert code == 1
     assert err.startswith(f"tracekit: error: {p}: the trace's 42 timed events are all B/E (begin/end) pairs: "), err
