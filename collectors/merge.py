@@ -44,6 +44,8 @@ def _failures(cc: CaptureConfig, w: Watch, procs: dict[int, Any]) -> dict[int, A
             at = min(at, w.died.get(r, at))
         else:
             what, coll, at = exit_reason(procs[r].exitcode), False, w.died[r]
+        if w.stopped and r not in w.stopped and at >= min(w.silent_since.get(s, at) for s in w.stopped):
+            coll = True  # failed after a peer was stopped: it waited for that one (the stopped rank is the cause)
         c = w.last_cycle.get(r)
         if r in w.window_done:
             stage = "after its profiling window"

@@ -246,10 +246,11 @@ def test_rank_killed_after_its_window_costs_the_others_nothing(tmp_path: Path) -
 
 def test_a_stopped_rank_is_named_the_root_cause(tmp_path: Path) -> None:
     """Issue 30: SIGSTOP on rank 1 once its window started (a stopped process, like Ctrl-Z on one rank):
-    rank 0 then blocks in a collective waiting for it and goes silent too. Both are killed for no
-    progress; the one line names rank 1 (found stopped) as the root cause, rank 0 as having lost its
-    peer. No process of the session is left (a stopped one included)."""
-    cap = Capture(tmp_path, world=2, cycles=2000, extra=("--timeout", "20"))
+    rank 0 then blocks in a collective waiting for it and goes silent too. Rank 1 is killed for no
+    progress and named the root cause (found stopped); rank 0, killed for silence too or failing once
+    its peer is gone, lost its peer (or, when it kept its window, the run is partial without rank 1).
+    No process of the session is left (a stopped one included)."""
+    cap = Capture(tmp_path, world=2, cycles=2000, extra=("--timeout", "30"))
     pids = cap.pids()
     try:
         cap.wait_for(r"^capture: profiling window started")
@@ -262,14 +263,20 @@ def test_a_stopped_rank_is_named_the_root_cause(tmp_path: Path) -> None:
         if cap.p.poll() is None:
             os.killpg(cap.p.pid, signal.SIGKILL)
             cap.p.wait(60)
-    assert rc == 1 and out == "", "\n".join(cap.err)
+    assert rc in (1, 3), "\n".join(cap.err)
     root = cap.wait_for(r"^rank 1: .*\(root cause\)$")
-    assert re.fullmatch(r"rank 1: stopped \(SIGSTOP or SIGTSTP\), no progress for 20 s \(killed\) in the profiling "
+    assert re.fullmatch(r"rank 1: stopped \(SIGSTOP or SIGTSTP\), no progress for 30 s \(killed\) in the profiling "
                         r"window after \d+ of 2000 cycles \(root cause\)", root), cap.err
-    peer = cap.wait_for(r"^rank 0: lost its peer")
-    assert re.fullmatch(r"rank 0: lost its peer \(rank 1\) in the profiling window after \d+ of 2000 cycles: .+", peer)
-    assert cap.err[-1] == f"tracekit: error: run.parquet: no rank produced data: {root}; rank 0 lost its peer (logs kept " \
-                          "in run.parquet.d/)", cap.err
+    if rc == 1:  # rank 0 lost its window too
+        peer = cap.wait_for(r"^rank 0: lost its peer")
+        assert re.fullmatch(r"rank 0: lost its peer \(rank 1\) in the profiling window after \d+ of 2000 cycles: .+",
+                            peer)
+        assert out == "" and cap.err[-1] == (f"tracekit: error: run.parquet: no rank produced data: {root}; rank 0 "
+                                             "lost its peer (logs kept in run.parquet.d/)"), cap.err
+    else:  # rank 0 ended its window when its peer went away and kept it
+        why = root.removeprefix("rank 1: ").removesuffix(" (root cause)")
+        assert f"  missing rank 1: {why}" in out.splitlines(), out
+        assert load_run(tmp_path / "run.parquet").ranks == [0]
     _clean(tmp_path, cap, shard_dir=True)
 
 
