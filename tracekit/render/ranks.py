@@ -90,7 +90,7 @@ def summary_lines(rep: RanksReport, view: RankView | None = None) -> list[str]:
         share = r["last_share"] or 0.0
         line = (
             f"rank {r['rank']} arrived last at {r['last_count']}/{r['collectives']} collectives ({share * 100:.0f}%,"
-            f" {'well above' if share > 1.5 * fair else 'about'} the {fair * 100:.0f}% of an even spread),"
+            f" {'well above' if share > 1.5 * fair else 'about'} the {fair * 100:.{0 if fair >= 0.01 else 2}f}% of an even spread),"
             f" making the others wait {ms(unit=False, ns=r['inflicted_wait_ns'])} ms in total"
             f" ({ms(unit=False, ns=r['late_margin_ns'])} ms behind the next-latest rank)."
         )
