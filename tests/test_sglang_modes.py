@@ -261,7 +261,8 @@ def test_agent_ignores_a_stale_window_and_stops_at_the_deadline(tmp_path: Path) 
     rec.cycle += 1
     agent.tick()
     assert short.acks()[0]["mode"] == "lite"
-    time.sleep(0.6)
+    while time.time_ns() <= short.deadline_unix_ns:  # the condition: the window's deadline has passed
+        time.sleep(0.01)
     agent._last_poll = 0
     rec.cycle += 1
     agent.tick()
