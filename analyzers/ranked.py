@@ -33,7 +33,7 @@ from typing import Any, Final
 import polars as pl
 
 from tracekit.executor import DaskExecutor, LocalExecutor, run_each
-from tracekit.schema import GPU_KINDS
+from tracekit.schema import GPU_KINDS, owned
 from tracekit.store import RankedRun, RankFile, open_ranked, read_rank
 
 from .reports import AttributionReport, GapReport, Mode, RanksReport
@@ -41,9 +41,10 @@ from .reports import AttributionReport, GapReport, Mode, RanksReport
 Say = Callable[[str], None]
 Executor = LocalExecutor | DaskExecutor
 
-# one-file runs at least this large on disk are read rank by rank with --executor local (about 2.5 M
-# events at the scale sets' compression, ~6.5 B per event); smaller ones are read whole (cheaper)
-LARGE_RUN_BYTES: Final = 16 << 20
+# one-file runs larger than this on disk are read rank by rank with --executor local (about 2.5 M events at
+# the scale sets' compression, ~6.5 B per event); smaller ones are read whole (cheaper in CPU);
+# TRACEKIT_ANALYSIS_WHOLE_MB moves the line
+WHOLE_MAX_MB: Final = 16
 _COLL_EXTRA: Final = ("coll_bytes",)
 
 
@@ -53,13 +54,16 @@ class Unsupported(Exception):
 
 def choose(path: str, executor: str) -> RankedRun | None:
     """The rule (docs/scale.md): rank by rank when ``executor`` is not ``local``, the run is a shard
-    directory, or a one-file run of at least ``LARGE_RUN_BYTES``; None: read it whole."""
+    directory, or a one-file run larger than ``WHOLE_MAX_MB`` MiB (``TRACEKIT_ANALYSIS_WHOLE_MB``);
+    None: read it whole."""
+    from tracekit import settings
     from tracekit.urls import is_url
 
     if is_url(path):
         return None
+    mb = settings.current().analysis_whole_mb
     try:
-        big = os.path.isdir(path) or os.stat(path).st_size >= LARGE_RUN_BYTES
+        big = os.path.isdir(path) or os.stat(path).st_size > (WHOLE_MAX_MB if mb is None else mb) << 20
     except OSError:
         return None  # the whole-run read says what is wrong
     return open_ranked(path) if executor != "local" or big else None
@@ -98,16 +102,9 @@ def scan_rank(f: RankFile) -> RankScan:
     inst = phase_instances(ev)
     return RankScan(
         f.rank, ev.get_column("phase_id").drop_nulls().unique().sort(), tuple(phase_names(ev)),
-        ev.filter(pl.col("kind").is_in(list(GPU_KINDS))).select("rank", "kind").head(1), _own(coll),
+        ev.filter(pl.col("kind").is_in(list(GPU_KINDS))).select("rank", "kind").head(1), owned(coll),
         unphased_parts(ev), bool((inst.get_column("source") == "host").any()),
         ev.get_column("tid").null_count() < ev.height)
-
-
-def _own(df: pl.DataFrame) -> pl.DataFrame:
-    """A copy of its own: a filtered frame's strings still point into the whole table's buffers."""
-    import io
-
-    return pl.read_ipc(io.BytesIO(df.write_ipc(None).getvalue()))
 
 
 @dataclass(frozen=True)
@@ -165,7 +162,7 @@ def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str =
         if say is not None:
             say(f"{what}pass 1 (collectives, phases): rank {s.rank} done, {i}/{n}")
     top = phase_id_top(s.phase_ids for s in scans)
-    coll = pl.concat([s.coll for s in scans], how="vertical")
+    coll = pl.concat([s.coll for s in scans], how="vertical", rechunk=True)
     if top is not None:
         coll = shift_phase_ids(coll, top)
     return Scanned(run, tuple(scans), top, coll)
@@ -237,7 +234,9 @@ def second_pass(s: Scanned, executor: Executor, *, phases: Sequence[str] | None,
             parts.setdefault(k, []).append(v)
         if say is not None:
             say(f"{what}pass 2 (instances, segments): rank {f.rank} done, {i}/{len(calls)}")
-    return Passed(coll, mc, skew, {k: pl.concat(v, how="vertical") for k, v in parts.items()})
+    # one chunk per table (a frame of one chunk per rank is slow to filter: the report's estimates filter
+    # the instances once per phase and rank)
+    return Passed(coll, mc, skew, {k: pl.concat(v, how="vertical", rechunk=True) for k, v in parts.items()})
 
 
 # --- the commands --------------------------------------------------------------------------------
@@ -324,5 +323,5 @@ def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str
     return gpu_gap(g, stat, timing, run_a.manifest, bm, a, b, sel, splits, why)
 
 
-__all__ = ["LARGE_RUN_BYTES", "Passed", "RankScan", "Scanned", "Unsupported", "attribute", "choose", "gap",
+__all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Unsupported", "attribute", "choose", "gap",
            "rank_pass", "ranks", "scan", "scan_rank", "second_pass"]

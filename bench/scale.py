@@ -31,8 +31,8 @@ the bench fails).
 
 The analysis commands (``--json``) on runs ingested once: ``RUNS_DIR/run256.parquet`` (one file) and
 ``RUNS_DIR/run256/`` (its shards). Each (command, mode) is one child process: ``whole`` the one file
-read whole (the CLI's whole-run path: the reference, measured in the same run), ``file`` the same file
-rank by rank, ``dir`` the shards rank by rank (``--executor local``), ``dask-local:N`` the shards on a
+read whole (the CLI's whole-run path, ``TRACEKIT_ANALYSIS_WHOLE_MB`` huge: the reference, measured in the
+same run), ``file`` the same file rank by rank (``TRACEKIT_ANALYSIS_WHOLE_MB=0``), ``dir`` the shards rank by rank (``--executor local``), ``dask-local:N`` the shards on a
 Dask LocalCluster. Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
 and the CPU as ratios to the reference's, whether the document equals the reference's byte for byte
 (the bench fails otherwise), and at 256 ranks the largest peak against the 1.5 GB target.
@@ -41,7 +41,9 @@ and the CPU as ratios to the reference's, whether the document equals the refere
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -153,10 +155,9 @@ def run_one(sets: Path, size: int, mode: str, work: Path) -> tuple[Row, Path]:
 
 # --- the analysis commands (attribute, ranks, gap) ------------------------------------------------
 
-# the CLI with its size rule for one-file runs set: ``whole`` (the reference) reads the file whole, ``file``
+# the size rule for one-file runs moved: ``whole`` (the reference) reads the file in one table, ``file``
 # rank by rank, whatever its size
-CLI_WITH_RULE = ("import runpy, sys; import tracekit.analyzers.ranked as r; r.LARGE_RUN_BYTES = {}; "
-                 "sys.argv = ['tracekit', *sys.argv[1:]]; runpy.run_module('tracekit', run_name='__main__')")
+RULE = {"whole": {"TRACEKIT_ANALYSIS_WHOLE_MB": str(1 << 30)}, "file": {"TRACEKIT_ANALYSIS_WHOLE_MB": "0"}}
 ANALYSIS_MODES = ("whole", "file", "dir", "dask-local:2")
 
 
@@ -168,21 +169,27 @@ def run_analysis(runs: Path, size: int, command: str, mode: str, work: Path) -> 
     args = [command, str(run), "--json"]
     if mode.startswith("dask"):
         args += ["--executor", mode]
-    if mode in ("whole", "file"):
-        cmd = [sys.executable, "-c", CLI_WITH_RULE.format(1 << 62 if mode == "whole" else 0), *args]
-    else:
-        cmd = [sys.executable, "-m", "tracekit", *args]
+    cmd = [sys.executable, "-m", "tracekit", *args]
     tag = work / f"{command}-{size}-{mode.replace(':', '')}"
     out = tag.with_suffix(".json")
-    cpu, wall, driver, others, failed = _child(cmd, tag, out)
+    cpu, wall, driver, others, failed = _child(cmd, tag, out, env=RULE.get(mode))
     return Row(size, f"{command} {mode}", _events(run) if failed is None else 0, cpu, wall, driver, others,
                failed), out
+
+
+def _doc(out: Path, runs: Path) -> bytes:
+    """A command's document with the run's path (a file or its shard directory) as ``RUN``."""
+    text = out.read_text(encoding="utf-8")
+    for size in re.findall(r"run(\d+)", text):
+        for p in (runs / f"run{size}.parquet", runs / f"run{size}"):
+            text = text.replace(json.dumps(str(p))[1:-1], "RUN")
+    return text.encode()
 
 
 def analyses(runs: Path, sizes: list[int], commands: list[str], modes: list[str]) -> int:
     """The analysis commands on the ingested runs (``runs/runN.parquet`` and ``runs/runN/``), each mode's
     peak RSS and CPU against the whole-run read of the same command measured in this run, its
-    document compared with the reference's (identical, or the bench fails)."""
+    document compared with the reference's, the run's path aside (identical, or the bench fails)."""
     print(f"# bench/scale.py {' '.join(sys.argv[1:])}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
           f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
     print(f"{'ranks':>6} {'command mode':<24} {'events':>11} {'CPU s':>7} {'wall s':>7} {'driver MB':>9} "
@@ -202,7 +209,7 @@ def analyses(runs: Path, sizes: list[int], commands: list[str], modes: list[str]
                     if ref is None:
                         ref = row, out
                     peak = max(row.driver_rss, row.worker_peak)
-                    same = out.read_bytes() == ref[1].read_bytes()
+                    same = _doc(out, runs) == _doc(ref[1], runs)
                     bad += not same
                     workers = ",".join(_mb(v) for v in sorted(row.others_rss.values(), reverse=True)[:4]) or "-"
                     print(f"{size:>6} {row.mode:<24} {row.events:>11,} {row.cpu_s:>7.1f} {row.wall_s:>7.1f} "

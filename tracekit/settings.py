@@ -27,6 +27,9 @@ SWITCHES: Final[dict[str, str]] = {
     "TRACEKIT_INGEST_THREADS": "threads of ingest's rank files (default: the usable cores)",
     "TRACEKIT_INGEST_WHOLE_MB": "ingest -o FILE in one process while the inputs' JSON is at most this many MiB "
                                 "(default 512); past it, rank by rank (docs/scale.md); 0: always rank by rank",
+    "TRACEKIT_ANALYSIS_WHOLE_MB": "attribute, ranks and gap read a one-file run in one table while it is at most "
+                                  "this many MiB (default 16); past it, rank by rank (docs/scale.md); 0: always "
+                                  "rank by rank",
     "TRACEKIT_ATTRIBUTE_THREADS": "threads of the compiled attribution's rank passes (default: the usable cores)",
     "TRACEKIT_MAX_GZIP_RATIO": "how many times its size a gzip input may inflate to (a decompression bomb's limit)",
     "TRACEKIT_TIMING_EVENTS_EVERY": "timing mode: CUDA events around every N-th instance of a phase (default 16)",
@@ -45,6 +48,7 @@ class Settings:
     pure: bool = False
     ingest_threads: int | None = None
     ingest_whole_mb: int | None = None  # None: tracekit.ingest.plan.WHOLE_MAX_MB
+    analysis_whole_mb: int | None = None  # None: tracekit.analyzers.ranked.WHOLE_MAX_MB
     attribute_threads: int | None = None
     max_gzip_ratio: int | None = None
     timing_events_every: int | None = None
@@ -89,6 +93,7 @@ class Settings:
             pure=text("TRACEKIT_PURE") == "1",
             ingest_threads=count("TRACEKIT_INGEST_THREADS"),
             ingest_whole_mb=size("TRACEKIT_INGEST_WHOLE_MB"),
+            analysis_whole_mb=size("TRACEKIT_ANALYSIS_WHOLE_MB"),
             attribute_threads=count("TRACEKIT_ATTRIBUTE_THREADS"),
             max_gzip_ratio=count("TRACEKIT_MAX_GZIP_RATIO"),
             timing_events_every=count("TRACEKIT_TIMING_EVENTS_EVERY"),

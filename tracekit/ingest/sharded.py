@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import os
 import shutil
 import tempfile
@@ -120,9 +119,7 @@ def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules
         rows = alignment_rows(events)
         first = events.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
         clock = rows if alignment_rows(first).height else pl.concat([first.select(rows.columns), rows], how="vertical")
-        # a copy of its own: a filtered frame's strings still point into the whole table's buffers,
-        # which would stay alive as long as the result does (measured: ~4 MB per rank of bench/scale.py)
-        clock = pl.read_ipc(io.BytesIO(clock.write_ipc(None).getvalue()))
+        clock = schema.owned(clock)  # not the whole rank's buffers kept alive by the result
         top = events.get_column("phase_id").max()
         return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank), "coarse": coarse,
                 "joins": join_problems(events), "phases": 0 if top is None else int(top) + 1,  # type: ignore[arg-type]
