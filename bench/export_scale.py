@@ -4,7 +4,7 @@
 
 RUN_FILE and SHARD_DIR are the same run as one file and as a sharded directory (``tracekit ingest
 SET -o run.parquet`` and ``-o run/``). Each mode is one child process, measured as ``bench/scale.py``
-measures ingest (CPU s of the process tree from wait4, wall s, peak RSS of every process sampled every
+measures ingest (``scale._child``) (CPU s of the process tree from wait4, wall s, peak RSS of every process sampled every
 0.1 s with psutil):
 
 - ``whole``: the export before rank streams, the reference: ``load_run`` of the whole run, one layout
@@ -26,16 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from children import child_env
-from scale import GB, _sample
+from scale import GB, _child
 
 _WHOLE = """
 import json, sys
@@ -53,28 +50,12 @@ print(json.dumps({"slices": lay.n_slices, "counters": lay.n_counters, "flows": i
 
 
 def run_one(cmd: list[str], work: Path, name: str) -> dict[str, object]:
-    t0 = time.perf_counter()
-    out = open(work / f"{name}.stdout", "w+b")  # noqa: SIM115
-    err = open(work / f"{name}.stderr", "w+b")  # noqa: SIM115
-    p = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env())
-    peaks: dict[int, int] = {}
-    stop = threading.Event()
-    th = threading.Thread(target=_sample, args=(p.pid, peaks, stop), daemon=True)
-    th.start()
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    stop.set()
-    th.join()
-    rc = os.waitstatus_to_exitcode(status)
-    out.seek(0)
-    err.seek(0)
-    text, etext = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    out.close()
-    err.close()
-    return {"rc": rc, "cpu": ru.ru_utime + ru.ru_stime, "wall": wall,
-            "driver": max(peaks.get(p.pid, 0), ru.ru_maxrss * 1024 if not peaks else 0),
-            "workers": sorted((v for k, v in peaks.items() if k != p.pid), reverse=True), "stdout": text,
-            "stderr": etext}
+    """One child process measured by ``scale._child`` (stdout kept)."""
+    out = work / f"{name}.stdout"
+    cpu, wall, driver, others, failed = _child(cmd, work / name, stdout=out)
+    return {"rc": 0 if failed is None else 1, "cpu": cpu, "wall": wall, "driver": driver,
+            "workers": sorted(others.values(), reverse=True), "stdout": out.read_text(errors="replace"),
+            "stderr": failed or ""}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         res[mode] = r
         if r["rc"] != 0:
             failed = True
-            print(f"{mode:<13} FAILED rc {r['rc']}: {str(r['stderr']).strip().splitlines()[-1:]}")
+            print(f"{mode:<13} FAILED {r['stderr']}")
             continue
         if mode == "whole":
             doc = json.loads(str(r["stdout"]).strip().splitlines()[-1])

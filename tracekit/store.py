@@ -31,7 +31,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -316,112 +316,26 @@ def scan_run(path: str | os.PathLike[str]) -> pl.LazyFrame:
     return _scan(_open_run(path))
 
 
-@dataclass(frozen=True)
-class RunPart:
-    """One file of a run without its events (``run_parts``): where it is (a local path or a URL), the
-    ranks it holds and each rank's event count. Small and picklable: a worker reads its rows itself."""
-
-    path: str
-    ranks: tuple[int, ...]
-    counts: tuple[int, ...]
-    strings: bool  # kind / category stored as strings (a run written before they were codes)
-
-
-def _part_source(path: str) -> str | bytes:
-    from tracekit.urls import is_url, read_bytes
-
-    return read_bytes(path) if is_url(path) else path
-
-
-def run_parts(path: str | os.PathLike[str]) -> tuple[Manifest, list[RunPart]]:
-    """The manifest of a run (as ``read_manifest``) and its files as ``RunPart``s, one file at a time:
-    each file's manifest and rank column are read, never its events (``read_part`` reads them)."""
-    from tracekit.urls import is_url, shard_urls
-
-    if is_url(path):
-        url = os.fspath(path)
-        paths = shard_urls(url, SHARD_GLOB) if not url.endswith(".parquet") else [url]
-        if not paths:
-            raise RunError("no rank-*.parquet shards under this prefix", path=url)
-    else:
-        p = Path(path)
-        try:
-            is_dir = p.is_dir()
-        except OSError as exc:
-            raise RunError(f"cannot read ({exc.strerror or exc})", path=str(p)) from None
-        paths = [str(x) for x in _shards(p)] if is_dir else [str(p)]
-    mans: list[Manifest] = []
-    parts: list[RunPart] = []
-    for fp in paths:
-        src = _part_source(fp)
-        f = _read_file(Path(fp), src) if isinstance(src, bytes) else _read_footer(Path(fp))
-        mans.append(f.manifest)
-        strings = _strings_coded(f)
-        try:
-            n = pl.scan_parquet(src).group_by("rank").len().sort("rank").collect()
-        except (pl.exceptions.PolarsError, OSError) as exc:
-            raise RunError(f"cannot read the rank column ({exc.__class__.__name__})", path=fp) from None
-        n = n.filter(pl.col("rank").is_not_null())
-        parts.append(RunPart(fp, tuple(int(r) for r in n["rank"]), tuple(int(c) for c in n["len"]), strings))
-        del src, f
-    return (mans[0] if len(mans) == 1 else merge_manifests(mans)), parts
-
-
-def _read_footer(path: Path) -> _RunFile:
-    """A local run file's manifest from its footer only (``_RunFile.data`` empty)."""
-    try:
-        meta = pl.read_parquet_metadata(str(path))
-    except FileNotFoundError:
-        raise RunError("no such file", path=str(path)) from None
-    except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
-        raise RunError(f"not a readable Parquet file ({exc.__class__.__name__}: {exc})", path=str(path)) from None
-    raw = meta.get(MANIFEST_KEY.decode())
-    if raw is None:
-        raise RunError("Parquet file has no tracekit manifest (not a run.parquet)", path=str(path))
-    return _RunFile(path, b"", checked_manifest(decode_json(raw, what="manifest", path=str(path), error=RunError),
-                                                 str(path)))
-
-
-def scan_part(part: RunPart) -> pl.LazyFrame:
-    """A LazyFrame over one file of a run (``run_parts``; a URL's object is fetched once here)."""
-    return _scan_source(_RunFile(Path(part.path), b"", {}), _part_source(part.path), part.strings)
-
-
-def read_part(part: RunPart, ranks: Iterable[int] | None = None, columns: list[str] | None = None) -> pl.DataFrame:
-    """The events of ``ranks`` (default: all) in one file of a run (``run_parts``), read with a filtered
-    scan (row groups of other ranks skipped by their statistics), times checked as ``load_run`` does.
-    Phase ids are as stored (``finalize.version.unique_phase_ids`` is the caller's, run-wide)."""
-    lf = scan_part(part)
-    want = list(ranks) if ranks is not None else None
-    if want is not None and set(want) != set(part.ranks):
-        lf = lf.filter(pl.col("rank").is_in(want))
-    return _collect(lf if columns is None else lf.select(columns), part.path)
-
-
 def _strings_coded(f: _RunFile) -> bool:
     """True when the file stores kind / category as strings (written before schema.KIND_DTYPE)."""
     try:
-        schema = pl.read_parquet_schema(io.BytesIO(f.data) if f.data else str(f.path))
+        schema = pl.read_parquet_schema(io.BytesIO(f.data))
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise RunError(f"cannot read the Parquet schema ({exc.__class__.__name__}: {exc})", path=str(f.path)) from None
     return any(schema.get(c) == pl.String for c in _CODED)
 
 
 def _scan_file(f: _RunFile, strings: bool) -> pl.LazyFrame:
-    return _scan_source(f, f.data, strings)
-
-
-def _scan_source(f: _RunFile, data: str | bytes, strings: bool) -> pl.LazyFrame:
     if not strings:
-        return pl.scan_parquet(data, schema=SCHEMA)
+        return pl.scan_parquet(f.data, schema=SCHEMA)
     as_read = pl.Schema({c: pl.String() if c in _CODED else t for c, t in SCHEMA.items()})
-    kinds = pl.read_parquet(data, columns=["rank", "kind", "name"]).filter(
+    kinds = pl.read_parquet(f.data, columns=["rank", "kind", "name"]).filter(
         pl.col("kind").is_not_null() & ~pl.col("kind").is_in(list(KINDS)))
     if kinds.height:
         first = kinds.row(0, named=True)
         raise RunError(f"column kind: {kinds.height} event(s) of a kind tracekit does not know ({first['kind']!r}, "
                        f"rank {first['rank']}, {first['name']!r}; known: {', '.join(KINDS)})", path=str(f.path))
-    return pl.scan_parquet(data, schema=as_read).with_columns(pl.col("kind").cast(SCHEMA["kind"]),
+    return pl.scan_parquet(f.data, schema=as_read).with_columns(pl.col("kind").cast(SCHEMA["kind"]),
                                                                 category_codes(pl.col("category")))
 
 
@@ -493,6 +407,7 @@ class RankFile:
     path: str
     rank: int
     ident: tuple[int, int, int]
+    events: int = 0  # its rows in the file
 
 
 @dataclass(frozen=True)
@@ -531,7 +446,6 @@ def open_ranked(path: str | os.PathLike[str]) -> RankedRun | None:
     """The run at ``path`` (a file or a shard directory) opened rank by rank: footers and the rank column
     read, no event. None where only the whole-run read applies: a URL prefix, a file that stores kind /
     category as strings (an older writer: ``load_run`` converts it), events without a rank."""
-    from tracekit.finalize.version import FINALIZE_VERSION, finalize_version, is_finalized
     from tracekit.urls import is_url
 
     if is_url(path):
@@ -552,29 +466,40 @@ def open_ranked(path: str | os.PathLike[str]) -> RankedRun | None:
         try:
             if any(pl.read_parquet_schema(f).get(c) == pl.String for c in _CODED):
                 return None
-            held = pl.scan_parquet(f).select(pl.col("rank").unique()).collect().get_column("rank")
+            held = pl.scan_parquet(f).group_by("rank").len().sort("rank").collect()
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise RunError(f"cannot read events ({exc.__class__.__name__}: {exc})", path=f) from None
-        if held.null_count():
+        if held.get_column("rank").null_count():
             return None
         mans.append(man)
         rows += n
-        ranks.extend(RankFile(f, int(r), ident) for r in sorted(held.to_list()))
+        ranks.extend(RankFile(f, int(r), ident, int(c)) for r, c in held.iter_rows())
     man = mans[0] if len(mans) == 1 else merge_manifests(mans)
-    note = None if is_finalized(man) else Outdated(str(path), finalize_version(man), FINALIZE_VERSION)
-    return RankedRun(str(path), man, tuple(sorted(ranks, key=lambda f: f.rank)), rows, sharded, note)
+    return RankedRun(str(path), man, tuple(sorted(ranks, key=lambda f: f.rank)), rows, sharded, outdated_of(path, man))
 
 
 def read_rank(f: RankFile) -> pl.DataFrame:
     """One rank's events (``RankFile``), checked as ``load_run`` checks a run, phase ids as stored."""
-    if _ident(f.path) != f.ident:
-        raise RunError("the file changed while the run was read rank by rank (written again meanwhile?)",
-                       path=f.path, rank=f.rank)
-    df = _collect(pl.scan_parquet(f.path, schema=SCHEMA).filter(pl.col("rank") == f.rank), f.path)
-    if _ident(f.path) != f.ident:
-        raise RunError("the file changed while the run was read rank by rank (written again meanwhile?)",
-                       path=f.path, rank=f.rank)
-    return df
+    return read_ranks([f])
+
+
+def read_ranks(files: Sequence[RankFile], columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """The events of several ranks (``RankFile``s, in that order; ``columns``: those only), one filtered
+    scan per file (row groups of other ranks skipped by their statistics), checked as ``read_rank``."""
+    got: list[pl.DataFrame] = []
+    for path in dict.fromkeys(f.path for f in files):
+        mine = [f for f in files if f.path == path]
+        changed = RunError("the file changed while the run was read rank by rank (written again meanwhile?)",
+                           path=path, rank=mine[0].rank)
+        if _ident(path) != mine[0].ident:
+            raise changed
+        lf = pl.scan_parquet(path, schema=SCHEMA)
+        ranks = [f.rank for f in mine]
+        lf = lf.filter(pl.col("rank") == ranks[0]) if len(ranks) == 1 else lf.filter(pl.col("rank").is_in(ranks))
+        got.append(_collect(lf if columns is None else lf.select(list(columns)), path))
+        if _ident(path) != mine[0].ident:
+            raise changed
+    return got[0] if len(got) == 1 else pl.concat(got, how="vertical")
 
 
 def read_run(path: str | os.PathLike[str], columns: list[str] | None = None) -> pl.DataFrame:
@@ -719,7 +644,6 @@ __all__ = [
     "Manifest",
     "Outdated",
     "Run",
-    "RunPart",
     "empty_events",
     "expected_ranks",
     "is_canonical_order",
@@ -730,10 +654,7 @@ __all__ = [
     "outdated_of",
     "publish",
     "read_manifest",
-    "read_part",
     "read_run",
-    "run_parts",
-    "scan_part",
     "scan_run",
     "shard_missing",
     "sink_run",

@@ -104,33 +104,34 @@ def _export_ranked(run_path: str, output: str, sel: Any, flows: tuple[str, ...],
                    full: tuple[int, ...] | None, spec: Any) -> Any:
     """The Perfetto export of a run on disk, rank by rank (``export_run``), with a line per rank on stderr
     for a long one."""
-    from tracekit.executor import open_executor
+    from tracekit.cli.ranked import opened, progress, whole_run_note
     from tracekit.export import export_run
     from tracekit.render.store import outdated_line
-    from tracekit.store import Run, empty_events, outdated_of, run_parts
+    from tracekit.store import Run, empty_events, open_ranked
 
-    manifest, parts = run_parts(run_path)
-    note = outdated_of(run_path, manifest)
-    if note is not None:
-        echo(outdated_line(note), err=True)
-    _note_partial(Run(events=empty_events(), manifest=manifest, path=run_path))
-    n_events = sum(sum(p.counts) for p in parts)
+    rr = open_ranked(run_path)
+    if rr is None:  # read whole (a URL prefix, an older file): as the other commands
+        r = _load(run_path)
+        _note_partial(r)
+        whole_run_note(spec, "export", "a URL prefix, or a run written before kind / category were codes")
+        from tracekit.export import export_events
 
-    def progress(done: int, total: int, rank: int) -> None:
+        return export_events(r.events, r.manifest, output, selection=sel, flows=flows, buckets=buckets,
+                             outstanding=outstanding, source=run_path, full_ranks=full)
+    if rr.outdated is not None:
+        echo(outdated_line(rr.outdated), err=True)
+    _note_partial(Run(events=empty_events(), manifest=rr.manifest, path=run_path))
+    n_events = rr.rows
+
+    say = progress()
+
+    def each_rank(done: int, total: int, rank: int) -> None:
         if n_events >= PROGRESS_MIN_EVENTS and total > 1:
-            echo(f"export: rank {rank} written ({done}/{total} ranks)", err=True)
+            say(f"export: rank {rank} written, {done}/{total}")
 
-    if spec.kind != "local":
-        echo(f"export: starting executor {spec}", err=True)
-    try:
-        ex = open_executor(spec)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    try:
+    with opened(spec, "export") as ex:
         return export_run(run_path, output, selection=sel, flows=flows, buckets=buckets, outstanding=outstanding,
-                          full_ranks=full, executor=ex, progress=progress, parts=(manifest, parts))
-    finally:
-        ex.close()
+                          full_ranks=full, executor=ex, progress=each_rank, ranked=rr)
 
 
 @cli.command("validate-trace")

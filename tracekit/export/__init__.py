@@ -25,7 +25,7 @@ from tracekit.outputs import atomic_write
 
 if TYPE_CHECKING:
     from tracekit.export.ranked import Chunk, Progress
-    from tracekit.store import RunPart
+    from tracekit.store import RankedRun
 
 WARN_BYTES: Final = 500_000_000
 
@@ -185,39 +185,43 @@ def export_run(
     full_ranks: Sequence[int] | None = None,
     executor: Any = None,
     progress: Progress | None = None,
-    parts: tuple[Mapping[str, Any], Sequence[RunPart]] | None = None,
+    ranked: RankedRun | None = None,
 ) -> ExportResult:
-    """Export a run file (or shard directory, or URL prefix) to a Perfetto or Chrome JSON trace. An ``out``
-    that is the run (or inside its shard directory) is refused before anything is read
-    (``outputs.check_output``). Perfetto: rank by rank, never the whole run in memory (a shard, or a
-    batch of ranks of a one-file run, at a time; ``executor``: ``tracekit.executor``'s, default local);
-    ``parts``: the run's ``store.run_parts`` when already read."""
+    """Export a run file (or shard directory) to a Perfetto or Chrome JSON trace. An ``out`` that is the
+    run (or inside its shard directory) is refused before anything is read (``outputs.check_output``).
+    Perfetto: batch of ranks by batch of ranks (``store.open_ranked``: a shard, or a one-file run's rows
+    of a few ranks, at a time; ``executor``: ``tracekit.executor``'s, default local), never the whole run
+    in memory; a run ``open_ranked`` does not open (a URL prefix, an older file) is read whole.
+    ``ranked``: the run as ``open_ranked`` gave it, when already opened."""
     from tracekit.export.layout import layout_options
     from tracekit.outputs import check_output
-    from tracekit.store import load_run, run_parts, scan_part
+    from tracekit.store import load_run, open_ranked
 
     check_output(out, [run])
     form = format_for(out, fmt)
     layout_options({"flows": flows})
-    if form.name != "perfetto":
+    rr = ranked if ranked is not None else open_ranked(run) if form.name == "perfetto" else None
+    if rr is None:
         r = load_run(run)
         return export_events(r.events, r.manifest, out, fmt=fmt, selection=selection, flows=flows, buckets=buckets,
-                             outstanding=outstanding, source=str(run), full_ranks=full_ranks)
+                             outstanding=outstanding, source=str(run), full_ranks=full_ranks, progress=progress)
     from tracekit.export.ranked import plan_chunks
 
     sel = selection or Selection()
-    manifest, files = parts if parts is not None else run_parts(run)
-    have = sorted({r for p in files for r in p.ranks})
-    if not have:
+    if not rr.ranks:
         raise AnalysisError("the run holds no events", path=str(run))
-    ranks = _check_ranks(sel, have, str(run))
+    ranks = _check_ranks(sel, sorted({f.rank for f in rr.ranks}), str(run))
     run_start = None
     if sel.window is not None:
-        run_start = min(int(scan_part(p).select(pl.col("start_ns").min()).collect().item()) for p in files if p.ranks)
+        run_start = min(int(pl.scan_parquet(p).select(pl.col("start_ns").min()).collect().item())
+                        for p in dict.fromkeys(f.path for f in rr.ranks))
     want = set(ranks)
-    counts = sorted((r, c) for p in files for r, c in zip(p.ranks, p.counts, strict=True) if r in want)
-    return _export_ranked(form, out, plan_chunks(counts, files), manifest, sel, run_start, flows, buckets, outstanding,
-                          full_ranks, [], source=str(run), executor=executor, progress=progress)
+    files = [f for f in rr.ranks if f.rank in want]
+    counts: dict[int, int] = {}
+    for f in files:
+        counts[f.rank] = counts.get(f.rank, 0) + f.events
+    return _export_ranked(form, out, plan_chunks(sorted(counts.items()), files), rr.manifest, sel, run_start, flows,
+                          buckets, outstanding, full_ranks, [], source=str(run), executor=executor, progress=progress)
 
 
 __all__ = ["ExportResult", "Selection", "attribution_buckets", "export_events", "export_run", "format_of"]

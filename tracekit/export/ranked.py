@@ -3,7 +3,7 @@
 Protobuf streams concatenate, so a trace of many ranks is its streams one after another. A stream is
 what one task writes: the events of a batch of consecutive ranks of at most ``CHUNK_EVENTS`` events
 (one rank when a rank alone has more), read from the run's files (a sharded run's shards, or a
-one-file run's rows of those ranks with a filtered scan), laid out and encoded; nothing else of the
+one-file run's rows of those ranks with a filtered scan: ``store.read_ranks``), laid out and encoded; nothing else of the
 run is in memory. Batching small ranks keeps the per-stream set-up (one layout) from costing more CPU
 than the whole-run export did; a run of one batch is written as one stream, as before. Each stream
 stands on its own (``perfetto.iter_packets``):
@@ -51,7 +51,7 @@ from tracekit.errors import AnalysisError
 from tracekit.export.layout import RankInfo, rank_devices_pids, rank_info
 from tracekit.export.select import Selection, select_events
 from tracekit.schema import GPU_KINDS
-from tracekit.store import RunPart
+from tracekit.store import RankFile
 
 I64 = npt.NDArray[np.int64]
 
@@ -72,11 +72,11 @@ def collective_rows() -> pl.Expr:
 
 @dataclass(frozen=True)
 class Chunk:
-    """Consecutive ranks read and written together: from the files ``parts`` (``store.run_parts``), or
-    from the in-memory run (``parts`` empty)."""
+    """Consecutive ranks read and written together: from their ``files`` (``store.open_ranked``), or
+    from the in-memory run (``files`` empty)."""
 
     ranks: tuple[int, ...]
-    parts: tuple[RunPart, ...] = ()
+    files: tuple[RankFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,16 +133,13 @@ class ChunkDone:
 
 def _read(chunk: Chunk, frame: pl.DataFrame | None, columns: Sequence[str] | None) -> pl.DataFrame:
     """The chunk's events, rows in run order (rank, then each rank's stored order)."""
-    if not chunk.parts:
+    if not chunk.files:
         assert frame is not None
         df = frame if columns is None else frame.select(columns)
         return _rows_of(df, chunk.ranks)
-    from tracekit.store import read_part
+    from tracekit.store import read_ranks
 
-    cols = list(columns) if columns is not None else None
-    got = [read_part(p, [r for r in chunk.ranks if r in p.ranks], cols) for p in chunk.parts]
-    df = got[0] if len(got) == 1 else pl.concat(got, how="vertical")
-    return _rows_of(df, chunk.ranks)
+    return _rows_of(read_ranks(chunk.files, columns), chunk.ranks)
 
 
 def _rows_of(df: pl.DataFrame, ranks: Sequence[int]) -> pl.DataFrame:
@@ -312,10 +309,9 @@ class Streams:
     warnings: list[str]
 
 
-def plan_chunks(counts: Sequence[tuple[int, int]], parts: Sequence[RunPart] = ()) -> list[Chunk]:
+def plan_chunks(counts: Sequence[tuple[int, int]], files: Sequence[RankFile] = ()) -> list[Chunk]:
     """The batches: consecutive ranks (``counts``: (rank, events), ascending) of at most ``CHUNK_EVENTS``
-    events (``TRACEKIT_EXPORT_BATCH_EVENTS`` when set; one rank at least), each with the files holding
-    its ranks."""
+    events (``TRACEKIT_EXPORT_BATCH_EVENTS`` when set; one rank at least), each with its ranks' ``files``."""
     from tracekit.settings import current
 
     limit = current().export_batch_events or CHUNK_EVENTS
@@ -325,7 +321,7 @@ def plan_chunks(counts: Sequence[tuple[int, int]], parts: Sequence[RunPart] = ()
 
     def close() -> None:
         want = set(cur)
-        chunks.append(Chunk(tuple(cur), tuple(p for p in parts if want.intersection(p.ranks))))
+        chunks.append(Chunk(tuple(cur), tuple(f for f in files if f.rank in want)))
 
     for r, c in counts:
         if cur and n + c > limit:
@@ -345,7 +341,7 @@ def write_streams(chunks: Sequence[Chunk], plan: Plan, manifest: Mapping[str, An
     when the selection leaves nothing."""
     local = executor is None or getattr(executor, "name", "local") == "local"
     whole: pl.DataFrame | None = None  # a run of one chunk, local: read once for both passes
-    if local and len(chunks) == 1 and chunks[0].parts:
+    if local and len(chunks) == 1 and chunks[0].files:
         whole = _read(chunks[0], None, None)
         facts = [_facts(whole, plan)]
     elif local:
