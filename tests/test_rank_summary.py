@@ -208,3 +208,14 @@ def test_summaries_name_the_host_of_each_rank() -> None:
     text = _run("attribute", str(cpu8))
     first = doc["rank_summary"][next(iter(doc["rank_summary"]))]["worst"][0]["rank"]
     assert f"highest: rank {first} (vm) " in text
+
+
+def test_attribute_json_ranks_selects_items(run32: Path) -> None:
+    from tracekit.documents import document_type
+
+    doc = _json("attribute", str(run32), "--ranks", "0-3", "--by", "cycle")
+    assert document_type(doc).problems(doc) == [] and doc["ranks_selected"] == "0-3"
+    assert {p["rank"] for p in doc["phases"]} == {0, 1, 2, 3} and {c["rank"] for c in doc["cycles"]} == {0, 1, 2, 3}
+    assert {s["ranks"] for s in doc["rank_summary"].values()} == {4}
+    every = _json("attribute", str(run32), "--by", "cycle")
+    assert doc["all_ranks"] == every["all_ranks"]  # the phase figures are still over every rank

@@ -56,7 +56,8 @@ ATTRIBUTE = DocumentType(
     "attribute", 7, "tracekit attribute --json",
     keys=("run", "mode", "by", "units", "bucket_order", "phases", "all_ranks", "stragglers",
           "issues", "whole_trace", "definitions", "rank_summary"),
-    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes", "sol", "sol_why"),
+    optional=("cycles", "seq", "dilation", "profile", "unprofiled_estimate", "notes", "sol", "sol_why",
+              "ranks_selected"),
 )
 ATTRIBUTE_TIMING = DocumentType(
     "attribute-timing", 2, "tracekit attribute --json (a run captured with --profile timing)",

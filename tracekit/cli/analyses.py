@@ -68,8 +68,13 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
             unphased = unphased_gpu(r.events if rank is None else r.events.filter(r.events.get_column("rank") == rank))
     except TracekitError as exc:
         raise exc.located(path=run) from None
+    from tracekit.analyzers.reports import Mode
+
+    if report.mode is Mode.TIMING and (view.ranks is not None or view.all_ranks):
+        echo("tracekit: note: --ranks / --all-ranks are not applied to a timing-mode capture (every rank is shown)",
+             err=True)
     if as_json:
-        echo(json.dumps(attribute_doc.document(report, by, run), indent=2, allow_nan=False))
+        echo(json.dumps(attribute_doc.document(report, by, run, view), indent=2, allow_nan=False))
     else:
         attribute_doc.render(report, by, view)
         from tracekit.render.run_state import unphased_line

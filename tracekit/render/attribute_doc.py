@@ -3,6 +3,7 @@ document: the one place that picks the renderer of a mode (the command and the H
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
@@ -11,8 +12,9 @@ from tracekit.analyzers.reports import AttributionReport, Mode
 from tracekit.render.rank_fold import ALL, RankView
 
 
-def document(report: AttributionReport, by: str, run: str | None) -> dict[str, Any]:
-    """The ``tracekit attribute --json`` document of ``report``."""
+def document(report: AttributionReport, by: str, run: str | None, view: RankView = ALL) -> dict[str, Any]:
+    """The ``tracekit attribute --json`` document of ``report``: every rank's items, or with ``view.ranks``
+    (``--ranks``) those ranks' ``phases`` / ``cycles`` items, their ``rank_summary`` and ``ranks_selected``."""
     from tracekit.render import attribute_json
     from tracekit.render import timing as render_timing
     from tracekit.render.capture import profile_line
@@ -21,6 +23,17 @@ def document(report: AttributionReport, by: str, run: str | None) -> dict[str, A
         return render_timing.to_json(report, by, run)
     doc = attribute_json.to_json(report, by, run)
     doc["profile"] = profile_line(dict(report.manifest))
+    if view.ranks is not None:
+        import polars as pl
+
+        from tracekit.ranklist import format_rank_list
+
+        doc["phases"] = [p for p in doc["phases"] if view.shows(p["rank"])]
+        if "cycles" in doc:
+            doc["cycles"] = [c for c in doc["cycles"] if view.shows(c["rank"])]
+        sel = replace(report, by_rank=report.by_rank.filter(pl.col("rank").is_in(list(view.ranks))))
+        doc["rank_summary"] = {ph: rs.to_dict() for ph, rs in attribute_json.rank_summaries(sel).items()}
+        doc["ranks_selected"] = format_rank_list(view.ranks)
     return doc
 
 
