@@ -1,9 +1,11 @@
 """Issue 29's export memory bench: the Perfetto export rank by rank against the whole-run export.
 
-    python bench/export_scale.py RUN_FILE SHARD_DIR [--modes whole,file,dir,dask-local:2] [--out FILE]
+    python bench/export_scale.py RUN_FILE SHARD_DIR [--modes whole,file,dir,dask-local:2] [--export-args "..."]
+    python bench/export_scale.py - SHARD_DIR --modes dir --export-args "--full-ranks 0-7 --flows collectives"
 
 RUN_FILE and SHARD_DIR are the same run as one file and as a sharded directory (``tracekit ingest
-SET -o run.parquet`` and ``-o run/``). Each mode is one child process, measured as ``bench/scale.py``
+SET -o run.parquet`` and ``-o run/``; ``-`` for no file: modes ``dir`` and ``dask-local:N`` only).
+``--export-args`` are added to every ``tracekit export`` (e.g. ``--full-ranks 0-7``). Each mode is one child process, measured as ``bench/scale.py``
 measures ingest (``scale._child``) (CPU s of the process tree from wait4, wall s, peak RSS of every process sampled every
 0.1 s with psutil):
 
@@ -60,13 +62,15 @@ def run_one(cmd: list[str], work: Path, name: str) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_file", type=Path)
+    ap.add_argument("run_file")
     ap.add_argument("shard_dir", type=Path)
     ap.add_argument("--modes", default="whole,file,dir")
+    ap.add_argument("--export-args", default="", help="more arguments of every tracekit export")
     a = ap.parse_args(argv)
     import pyarrow.parquet as pq
 
-    events = pq.ParquetFile(a.run_file).metadata.num_rows
+    files = sorted(a.shard_dir.glob("rank-*.parquet")) if a.run_file == "-" else [Path(a.run_file)]
+    events = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     print(f"# bench/export_scale.py {' '.join(sys.argv[1:])}; {os.cpu_count()} cores, load "
           f"{os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}; {events:,} events")
     print(f"{'mode':<13} {'slices':>11} {'CPU s':>7} {'wall s':>7} {'peak MB':>8} {'workers MB':<16} {'ev/CPU s':>10}"
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, "-c", _WHOLE, str(a.run_file), str(dest)]
         else:
             src = a.run_file if mode == "file" else a.shard_dir
-            cmd = [sys.executable, "-m", "tracekit", "export", str(src), "-o", str(dest)]
+            cmd = [sys.executable, "-m", "tracekit", "export", str(src), "-o", str(dest), *a.export_args.split()]
             if mode.startswith("dask"):
                 cmd += ["--executor", mode]
         r = run_one(cmd, work, mode.replace(":", ""))
