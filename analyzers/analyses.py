@@ -235,17 +235,26 @@ def diff(old_events: pl.DataFrame, old_manifest: Manifest, new_events: pl.DataFr
          phase: str | None = "verify", seq_width: int | None = None, stat: str = "median") -> DiffReport:
     """``tracekit diff OLD NEW``: the run diff, the manifests' differences and each phase's capture timers."""
     from .diff import diff_runs
-    from .manifest_diff import manifest_diff
-    from .nccl_mix import mix_changes, nccl_mix
+    from .nccl_mix import nccl_mix
     from .sol.run import try_sol
 
     view = diff_runs(old_events, new_events, phase, seq_width, stat)
     om, nm = dict(old_manifest), dict(new_manifest)
-    timing = {p: compare_timers(om, p, nm, p) for p in view["phases"].get_column("phase").to_list()}
     sol_old, why = try_sol(old_events, om)
     sol_new, why_new = try_sol(new_events, nm) if sol_old is not None else (None, None)
-    rep = DiffReport.from_view(view, manifest_diff(om, nm), timing, stat, (sol_old, sol_new, why or why_new))
-    mix_old, mix_new = nccl_mix(old_events), nccl_mix(new_events)
+    return diff_report(view, om, nm, stat, (sol_old, sol_new, why or why_new), nccl_mix(old_events),
+                       nccl_mix(new_events))
+
+
+def diff_report(view: Mapping[str, pl.DataFrame], old_manifest: Manifest, new_manifest: Manifest, stat: str,
+                sol: tuple[Any, Any, str | None], mix_old: Any, mix_new: Any) -> DiffReport:
+    """The ``DiffReport`` from ``diff_tables``' view, the manifests, the runs' SOL and NCCL mixes."""
+    from .manifest_diff import manifest_diff
+    from .nccl_mix import mix_changes
+
+    om, nm = dict(old_manifest), dict(new_manifest)
+    timing = {p: compare_timers(om, p, nm, p) for p in view["phases"].get_column("phase").to_list()}
+    rep = DiffReport.from_view(dict(view), manifest_diff(om, nm), timing, stat, sol)
     return replace(rep, nccl_old=mix_old, nccl_new=mix_new, nccl_changes=tuple(mix_changes(mix_old, mix_new)),
                    estimates=_diff_estimates(view["buckets"], om, nm))
 
@@ -286,5 +295,5 @@ def ranks_report(v: Mapping[str, pl.DataFrame], manifest: Manifest) -> RanksRepo
                        skew_median_ns=None if med is None else int(med), skew_max_ns=max(skew) if skew else None)
 
 
-__all__ = ["attribute", "diff", "gap", "gap_timing", "gpu_attribution", "gpu_gap", "instance_estimate", "phase_estimate", "ranks",
+__all__ = ["attribute", "diff", "diff_report", "gap", "gap_timing", "gpu_attribution", "gpu_gap", "instance_estimate", "phase_estimate", "ranks",
            "ranks_report", "spec", "typical_instance"]

@@ -273,26 +273,39 @@ def _phase_summary(
     return row, pl.DataFrame(brows, infer_schema_length=None), seq_rows, w_old, w_new
 
 
-def kernel_families(events: pl.DataFrame, inst: pl.DataFrame, weights: pl.DataFrame | None = None,
+COUNTS_SCHEMA: Final = {"family": pl.String(), "phase_id": pl.Int64(), "n": pl.UInt32(), "d": pl.Int64()}
+
+
+def family_counts(events: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
+    """Per (family, phase_id) of the instances ``inst``: its kernels' count ``n`` and duration sum ``d``
+    (what ``kernel_families`` weighs; per rank: a rank's rows need only its own events)."""
+    ids = inst.get_column("phase_id").implode()
+    k = events.filter((pl.col("kind") == KERNEL) & pl.col("phase_id").is_in(ids)).select("phase_id", "name", "dur_ns")
+    if k.is_empty():
+        return pl.DataFrame(schema=COUNTS_SCHEMA)
+    k = k.with_columns(family_column(k.get_column("name")))
+    per = k.group_by(["family", "phase_id"]).agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("d"))
+    return per.select([pl.col(c).cast(t) for c, t in COUNTS_SCHEMA.items()])
+
+
+def kernel_families(counts: pl.DataFrame, inst: pl.DataFrame, weights: pl.DataFrame | None = None,
                     stat: str = "mean") -> pl.DataFrame:
-    """Per (phase, family): count_per_instance and mean_ns (weighted means: what the family is) and
-    per_instance_ns, the family's time per instance in ``stat`` over the instances (one without the family
-    counts 0; ``robust.weighted_center``), the statistic the buckets compare. ``weights``: phase_id, w
-    (default 1 each), so that all follow the same matched basis as the buckets."""
+    """Per (phase, family), from the instances' ``family_counts``: count_per_instance and mean_ns (weighted
+    means: what the family is) and per_instance_ns, the family's time per instance in ``stat`` over the
+    instances (one without the family counts 0; ``robust.weighted_center``), the statistic the buckets
+    compare. ``weights``: phase_id, w (default 1 each), so that all follow the same matched basis as the
+    buckets."""
     w = weights if weights is not None else inst.select("phase_id", pl.lit(1.0).alias("w"))
     iw = inst.select("phase_id", pl.col("phase").alias("_p")).join(w, on="phase_id", how="left").with_columns(
         pl.col("w").fill_null(0.0)
     )
     tot = dict(iw.group_by("_p").agg(pl.col("w").sum()).iter_rows())
-    k = events.filter((pl.col("kind") == KERNEL) & pl.col("phase_id").is_not_null()).select("phase_id", "name", "dur_ns")
-    k = k.join(iw, on="phase_id", how="inner").filter(pl.col("w") > 0)
     schema = {"phase": pl.String(), "family": pl.String(), "count_per_instance": pl.Float64(), "mean_ns": pl.Float64(),
               "per_instance_ns": pl.Float64()}
-    if k.is_empty():
+    # in one order whatever order the counts came in (a weighted mean's float sum depends on it)
+    per = counts.join(iw, on="phase_id", how="inner").filter(pl.col("w") > 0).sort(["_p", "family", "phase_id"])
+    if per.is_empty():
         return pl.DataFrame(schema=schema)
-    k = k.with_columns(family_column(k.get_column("name")))
-    per = k.group_by(["_p", "family", "phase_id"]).agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("d"),
-                                                       pl.col("w").first())
     rows = []
     for (ph, fam), g in per.group_by(["_p", "family"], maintain_order=True):
         W = float(tot[ph])
@@ -344,6 +357,12 @@ def diff_runs(
         ev_n, inst_n = run_instances(new, phase)
     except AnalysisError as exc:
         raise exc.located(side="B") from None
+    return diff_tables(inst_o, inst_n, family_counts(ev_o, inst_o), family_counts(ev_n, inst_n), seq_width, stat)
+
+
+def diff_tables(inst_o: pl.DataFrame, inst_n: pl.DataFrame, counts_o: pl.DataFrame, counts_n: pl.DataFrame,
+                seq_width: int | None = None, stat: str = "median") -> dict[str, pl.DataFrame]:
+    """``diff_runs`` from each run's instances of the selected phases and their ``family_counts``."""
     phases = sorted(set(inst_o.get_column("phase").to_list()) & set(inst_n.get_column("phase").to_list()))
     if not phases:
         raise AnalysisError(
@@ -361,8 +380,8 @@ def diff_runs(
         wo.append(w_old)
         wn.append(w_new)
     kd = kernel_diff(
-        kernel_families(ev_o, inst_o.filter(pl.col("phase").is_in(phases)), pl.concat(wo), stat),
-        kernel_families(ev_n, inst_n.filter(pl.col("phase").is_in(phases)), pl.concat(wn), stat),
+        kernel_families(counts_o, inst_o.filter(pl.col("phase").is_in(phases)), pl.concat(wo), stat),
+        kernel_families(counts_n, inst_n.filter(pl.col("phase").is_in(phases)), pl.concat(wn), stat),
     )
     basis = pl.DataFrame(
         {"phase": [r["phase"] for r in rows],

@@ -72,9 +72,19 @@ class MixChange:
 
 def nccl_mix(events: pl.DataFrame) -> NcclMix:
     """The NCCL kernels of every rank grouped by what their names say."""
+    return mix_of(nccl_counts(events))
+
+
+def nccl_counts(events: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, NCCL kernel name): count and total_ns (what ``mix_of`` groups; per rank: a rank's rows
+    need only its own events)."""
     k = events.lazy().filter((pl.col("kind") == schema.KERNEL) & pl.col("name").cast(pl.String).str.starts_with("nccl"))
-    agg = (k.group_by("rank", pl.col("name").cast(pl.String))
-           .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns")).collect())
+    return (k.group_by("rank", pl.col("name").cast(pl.String))
+            .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns")).collect())
+
+
+def mix_of(agg: pl.DataFrame) -> NcclMix:
+    """``nccl_mix`` from the ``nccl_counts`` of every rank."""
     acc: dict[tuple[int, str, str | None, str, bool, str], list[int]] = {}
     parsed: dict[str, NcclKernel | None] = {}
     for rank, name, count, total in agg.iter_rows():
@@ -102,4 +112,4 @@ def mix_changes(old: NcclMix, new: NcclMix) -> list[MixChange]:
     return out
 
 
-__all__ = ["MixChange", "MixRow", "NcclMix", "mix_changes", "nccl_mix"]
+__all__ = ["MixChange", "MixRow", "NcclMix", "mix_changes", "mix_of", "nccl_counts", "nccl_mix"]

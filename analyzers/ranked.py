@@ -1,5 +1,5 @@
-"""``attribute``, ``ranks`` and ``gap`` rank by rank: no task holds more than one rank's events, the
-reports are the ones ``analyzers.analyses`` builds from the whole table (tests compare them).
+"""``attribute``, ``ranks``, ``gap`` and ``diff`` rank by rank: no task holds more than one rank's events,
+the reports are the ones ``analyzers.analyses`` builds from the whole table (tests compare them).
 
 Every task is a module-level function run through ``tracekit.executor`` (in this process one after
 another, or on Dask workers) that reads one rank's events itself (``store.read_rank``: its shard, or
@@ -12,10 +12,11 @@ its rows of a one-file run through the file's row-group statistics):
 2. The driver matches the collectives across ranks (``match_collectives``, ``matched_collectives``)
    and finds the late ones (``collective_skew``); then ``rank_pass`` per rank: its instance table
    (``attribute_instances`` with its matched rows), its segments before the late collectives
-   (``stragglers.segments``), the kernel families there (``family_segments``, for ``ranks``) and the
-   kernel families of gap's instances (``gap.family_times``).
+   (``stragglers.segments``), the kernel families there (``family_segments``, for ``ranks``), the
+   kernel families of gap's instances (``gap.family_times``), diff's kernel counts per family and
+   instance (``diff.family_counts``) and NCCL kernels per name (``nccl_mix.nccl_counts``).
 3. The driver assembles the report from those tables (``attribution_tables``, ``straggler_tables``,
-   ``gap_tables``) as the whole-run path does.
+   ``gap_tables``, ``diff_tables``) as the whole-run path does.
 
 What travels: per rank its collective rows, instance rows, segment and family rows (kilobytes on the
 scale sets); never an event table. What this does not cover raises ``Unsupported`` and the caller
@@ -36,7 +37,8 @@ from tracekit.executor import DaskExecutor, LocalExecutor, run_each
 from tracekit.schema import GPU_KINDS, owned
 from tracekit.store import RankedRun, RankFile, open_ranked, read_rank
 
-from .reports import AttributionReport, GapReport, Mode, RanksReport
+from .buckets import DEFAULT_LAUNCH_LATENCY_NS
+from .reports import AttributionReport, DiffReport, GapReport, Mode, RanksReport
 
 Say = Callable[[str], None]
 Executor = LocalExecutor | DaskExecutor
@@ -171,33 +173,51 @@ def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str =
 # --- pass 2 ------------------------------------------------------------------------------------
 
 
-def rank_pass(f: RankFile, top: int | None, phases: Sequence[str] | None, coll: pl.DataFrame,
-              matched: pl.DataFrame, keys: pl.Series, launch_latency_ns: int, has_tid: bool, kernels: bool,
-              sides: Sequence[tuple[Sequence[str], int | None]]) -> dict[str, pl.DataFrame]:
+@dataclass(frozen=True)
+class Wanted:
+    """What ``rank_pass`` computes besides the instance table (of ``phases``; None: none)."""
+
+    phases: Sequence[str] | None = None
+    segments: bool = False  # the segments before the late collectives (attribute, ranks)
+    kernels: bool = False  # their kernel families (ranks)
+    sides: Sequence[tuple[Sequence[str], int | None]] = ()  # gap: (phases, rank) whose family_times
+    counts: Sequence[str] | None = None  # diff: the phases whose family_counts
+    nccl: bool = False  # diff: nccl_counts
+
+
+def rank_pass(f: RankFile, top: int | None, coll: pl.DataFrame, matched: pl.DataFrame, keys: pl.Series,
+              launch_latency_ns: int, has_tid: bool, want: Wanted) -> dict[str, pl.DataFrame]:
     """Pass 2 of one rank (module doc): ``coll`` / ``matched`` its rows of ``match_collectives`` /
-    ``matched_collectives``; ``keys`` the late collectives; ``phases`` None: no instance table;
-    ``sides``: (phases, rank) of gap's sides whose ``family_times`` are wanted."""
+    ``matched_collectives``; ``keys`` the late collectives; ``want`` what to compute."""
     from tracekit.finalize.version import shift_phase_ids
 
     from .attribution import attribute_instances
+    from .diff import family_counts
     from .gap import family_times
+    from .nccl_mix import nccl_counts
     from .stragglers import family_segments, segments
 
     ev = read_rank(f)
     if top is not None:
         ev = shift_phase_ids(ev, top)
-    out: dict[str, pl.DataFrame] = {"segments": segments(ev, matched, launch_latency_ns, keys=keys)}
-    if kernels:
+    out: dict[str, pl.DataFrame] = {}
+    if want.segments:
+        out["segments"] = segments(ev, matched, launch_latency_ns, keys=keys)
+    if want.kernels:
         out["families"] = family_segments(ev, matched, keys)
-    if phases is not None:
-        inst = attribute_instances(ev, phases, launch_latency_ns=launch_latency_ns, collectives=coll,
+    if want.nccl:
+        out["nccl"] = nccl_counts(ev)
+    if want.phases is not None:
+        inst = attribute_instances(ev, want.phases, launch_latency_ns=launch_latency_ns, collectives=coll,
                                    has_tid=has_tid)
         out["instances"] = inst
-        for i, (side_phases, rank) in enumerate(sides):
+        for i, (side_phases, rank) in enumerate(want.sides):
             sel = inst.filter(pl.col("phase").is_in(list(side_phases)))
             if rank is not None:
                 sel = sel.filter(pl.col("rank") == rank)
             out[f"side{i}"] = family_times(ev, sel)
+        if want.counts is not None:
+            out["counts"] = family_counts(ev, inst.filter(pl.col("phase").is_in(list(want.counts))))
     return out
 
 
@@ -211,10 +231,8 @@ class Passed:
     tables: dict[str, pl.DataFrame]
 
 
-def second_pass(s: Scanned, executor: Executor, *, phases: Sequence[str] | None, min_skew_ns: int,
-                launch_latency_ns: int, kernels: bool = False,
-                sides: Sequence[tuple[Sequence[str], int | None]] = (), say: Say | None = None,
-                what: str = "") -> Passed:
+def second_pass(s: Scanned, executor: Executor, want: Wanted, *, min_skew_ns: int, launch_latency_ns: int,
+                say: Say | None = None, what: str = "") -> Passed:
     """The driver's matching, then ``rank_pass`` over every rank (module doc, 2)."""
     from .attribution import matched
     from .coll_match import matched_collectives
@@ -226,14 +244,14 @@ def second_pass(s: Scanned, executor: Executor, *, phases: Sequence[str] | None,
     keys = late_keys(skew)
     by_rank_c = coll.partition_by("rank", as_dict=True)
     by_rank_m = mc.partition_by("rank", as_dict=True)
-    calls = [(f, s.top, phases, by_rank_c.get((f.rank,), coll.clear()), by_rank_m.get((f.rank,), mc.clear()), keys,
-              launch_latency_ns, s.has_tid, kernels, sides) for f in s.files()]
+    calls = [(f, s.top, by_rank_c.get((f.rank,), coll.clear()), by_rank_m.get((f.rank,), mc.clear()), keys,
+              launch_latency_ns, s.has_tid, want) for f in s.files()]
     parts: dict[str, list[pl.DataFrame]] = {}
     for i, (f, got) in enumerate(zip(s.files(), run_each(executor, rank_pass, calls), strict=True), 1):
         for k, v in got.items():
             parts.setdefault(k, []).append(v)
         if say is not None:
-            say(f"{what}pass 2 (instances, segments): rank {f.rank} done, {i}/{len(calls)}")
+            say(f"{what}pass 2 (per-rank tables): rank {f.rank} done, {i}/{len(calls)}")
     # one chunk per table (a frame of one chunk per rank is slow to filter: the report's estimates filter
     # the instances once per phase and rank)
     return Passed(coll, mc, skew, {k: pl.concat(v, how="vertical", rechunk=True) for k, v in parts.items()})
@@ -263,8 +281,8 @@ def attribute(run: RankedRun, executor: Executor, phase: str | None = None, rank
     sel = None if rank is None else (rank,)
     _gpu_mode([s.gpu], run.manifest, sel)
     phases = s.phases_for(phase)
-    p = second_pass(s, executor, phases=phases, min_skew_ns=MIN_SKEW_NS, launch_latency_ns=launch_latency_ns,
-                    say=say, what="attribute: ")
+    p = second_pass(s, executor, Wanted(phases, segments=True), min_skew_ns=MIN_SKEW_NS,
+                    launch_latency_ns=launch_latency_ns, say=say, what="attribute: ")
     inst = only_rank(p.tables["instances"], rank, phases)
     view = straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], None)
     g = attribution_tables(inst, phase_stragglers(view, inst.get_column("phase").unique().to_list()), p.coll, False)
@@ -280,8 +298,8 @@ def ranks(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latenc
     from .stragglers import straggler_tables
 
     s = scan(run, executor, say, "ranks: ")
-    p = second_pass(s, executor, phases=None, min_skew_ns=min_skew_ns, launch_latency_ns=launch_latency_ns,
-                    kernels=True, say=say, what="ranks: ")
+    p = second_pass(s, executor, Wanted(segments=True, kernels=True), min_skew_ns=min_skew_ns,
+                    launch_latency_ns=launch_latency_ns, say=say, what="ranks: ")
     return ranks_report(straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], p.tables["families"]),
                         run.manifest)
 
@@ -303,10 +321,10 @@ def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str
     timing = gap_timing(run_a.manifest, bm, a, b, sel)
     pa, pb = sa.phases_for(a), sb.phases_for(b)
     sides = [(pa, rank)] if run_b is not None else [(pa, rank), (pb, rank)]
-    ka = second_pass(sa, executor, phases=sa.present, min_skew_ns=MIN_SKEW_NS, launch_latency_ns=launch_latency_ns,
-                     sides=sides, say=say, what="gap: ").tables
-    kb = ka if run_b is None else second_pass(sb, executor, phases=sb.present, min_skew_ns=MIN_SKEW_NS,
-                                              launch_latency_ns=launch_latency_ns, sides=[(pb, rank)], say=say,
+    ka = second_pass(sa, executor, Wanted(sa.present, sides=sides), min_skew_ns=MIN_SKEW_NS,
+                     launch_latency_ns=launch_latency_ns, say=say, what="gap: ").tables
+    kb = ka if run_b is None else second_pass(sb, executor, Wanted(sb.present, sides=[(pb, rank)]),
+                                              min_skew_ns=MIN_SKEW_NS, launch_latency_ns=launch_latency_ns, say=say,
                                               what="gap (B): ").tables
     fam_b = kb["side1"] if run_b is None else kb["side0"]
     try:
@@ -323,5 +341,30 @@ def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str
     return gpu_gap(g, stat, timing, run_a.manifest, bm, a, b, sel, splits, why)
 
 
-__all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Unsupported", "attribute", "choose", "gap",
-           "rank_pass", "ranks", "scan", "scan_rank", "second_pass"]
+def diff(run_o: RankedRun, run_n: RankedRun, executor: Executor, *, phase: str | None = "verify",
+         seq_width: int | None = None, stat: str = "median", say: Say | None = None) -> DiffReport:
+    """``analyses.diff`` rank by rank (OLD, then NEW)."""
+    from .analyses import diff_report
+    from .diff import diff_tables
+    from .nccl_mix import mix_of
+    from .sol.run import try_sol
+    from .stragglers import MIN_SKEW_NS
+
+    runs = []
+    for run, tag in ((run_o, "diff (old): "), (run_n, "diff (new): ")):
+        s = scan(run, executor, say, tag)
+        ph = s.phases_for(phase)
+        t = second_pass(s, executor, Wanted(s.present, counts=ph, nccl=True), min_skew_ns=MIN_SKEW_NS,
+                        launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say, what=tag).tables
+        runs.append((s, ph, t))
+    (so, po, to), (sn, pn, tn) = runs
+    view = diff_tables(to["instances"].filter(pl.col("phase").is_in(po)),
+                       tn["instances"].filter(pl.col("phase").is_in(pn)), to["counts"], tn["counts"], seq_width, stat)
+    om, nm = dict(run_o.manifest), dict(run_n.manifest)
+    sol_old, why = try_sol(so.coll, om, instances=to["instances"])
+    sol_new, why_new = try_sol(sn.coll, nm, instances=tn["instances"]) if sol_old is not None else (None, None)
+    return diff_report(view, om, nm, stat, (sol_old, sol_new, why or why_new), mix_of(to["nccl"]), mix_of(tn["nccl"]))
+
+
+__all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Unsupported", "Wanted", "attribute", "choose", "diff",
+           "gap", "rank_pass", "ranks", "scan", "scan_rank", "second_pass"]

@@ -27,13 +27,13 @@ per wall s. Then the issue's targets, each as a ratio:
 On the smallest size the sharded runs' tables are compared with the in-process run's (identical, or
 the bench fails).
 
-    python bench/scale.py RUNS_DIR 256 --analyses attribute,ranks,gap [--modes whole,file,dir,dask-local:2]
+    python bench/scale.py RUNS_DIR 256 --analyses attribute,ranks,gap,diff [--modes whole,file,dir,dask-local:2]
 
 The analysis commands (``--json``) on runs ingested once: ``RUNS_DIR/run256.parquet`` (one file) and
 ``RUNS_DIR/run256/`` (its shards). Each (command, mode) is one child process: ``whole`` the one file
 read whole (the CLI's whole-run path, ``TRACEKIT_ANALYSIS_WHOLE_MB`` huge: the reference, measured in the
 same run), ``file`` the same file rank by rank (``TRACEKIT_ANALYSIS_WHOLE_MB=0``), ``dir`` the shards rank by rank (``--executor local``), ``dask-local:N`` the shards on a
-Dask LocalCluster. Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
+Dask LocalCluster (``diff``: the run against itself, two runs read). Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
 and the CPU as ratios to the reference's, whether the document equals the reference's byte for byte
 (the bench fails otherwise), and at 256 ranks the largest peak against the 1.5 GB target.
 """
@@ -166,7 +166,7 @@ def run_analysis(runs: Path, size: int, command: str, mode: str, work: Path) -> 
     ``file``: the same file rank by rank) or the sharded ``runs/runN/`` (``dir``: local executor;
     ``dask-local:N``)."""
     run = runs / (f"run{size}.parquet" if mode in ("whole", "file") else f"run{size}")
-    args = [command, str(run), "--json"]
+    args = [command, str(run), *([str(run)] if command == "diff" else []), "--json"]  # diff: the run against itself
     if mode.startswith("dask"):
         args += ["--executor", mode]
     cmd = [sys.executable, "-m", "tracekit", *args]

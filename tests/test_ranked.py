@@ -67,7 +67,7 @@ def test_sharded_64_ranks_equal_the_whole_run(set64: Path, cmd: list[str]) -> No
     got = _tk(*cmd, "run", cwd=set64)
     want = _tk(*cmd, "run.parquet", cwd=set64)
     assert got.returncode == want.returncode == 0, (got.stderr, want.stderr)
-    assert "pass 2 (instances, segments): rank 63 done, 64/64" in got.stderr  # progress, per rank
+    assert "pass 2 (per-rank tables): rank 63 done, 64/64" in got.stderr  # progress, per rank
     assert "pass 2" not in want.stderr
     assert got.stdout == want.stdout.replace("run.parquet", "run")
 
@@ -88,7 +88,7 @@ def test_large_one_file_run_is_read_rank_by_rank(set64: Path, monkeypatch: pytes
     got = subprocess.run([sys.executable, "-m", "tracekit", "ranks", "--json", "run.parquet"], cwd=set64,
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRACEKIT_ANALYSIS_WHOLE_MB": "0"})
-    assert got.returncode == 0 and "pass 2 (instances, segments): rank 63 done, 64/64" in got.stderr
+    assert got.returncode == 0 and "pass 2 (per-rank tables): rank 63 done, 64/64" in got.stderr
     assert got.stdout == _tk("ranks", "--json", "run.parquet", cwd=set64).stdout
 
 
@@ -185,3 +185,32 @@ def test_a_shard_replaced_mid_read_is_one_error_line(set64: Path, tmp_path: Path
     with pytest.raises(RunError, match="changed while the run was read") as err:
         ranked.ranks(rr, LocalExecutor(), min_skew_ns=1000, launch_latency_ns=LL)
     assert err.value.rank == 3 and err.value.path == str(victim)
+
+
+PAIR = [str(REPO / "samples" / "h200x2-builtin" / f"{m}.parquet") for m in ("graphed", "eager")]
+
+
+@pytest.mark.parametrize("args", [["--json"], ["--phase", "all"], ["--phase", "all", "--stat", "mean", "--json"]])
+def test_diff_rank_by_rank_equals_the_whole_run(args: list[str], tmp_path: Path) -> None:
+    """``diff`` of the real 2x H200 graphed -> eager pair: the files read rank by rank
+    (TRACEKIT_ANALYSIS_WHOLE_MB=0) and whole (the default at their size) print the same."""
+    env = {**os.environ, "TRACEKIT_ANALYSIS_WHOLE_MB": "0"}
+    cmd = [sys.executable, "-m", "tracekit", "diff", *args, *PAIR]
+    got = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    want = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert got.returncode == want.returncode == 0, got.stderr
+    assert "diff (new): pass 2 (per-rank tables): rank 1 done, 2/2" in got.stderr
+    assert got.stdout == want.stdout
+
+
+def test_diff_of_64_ranks_against_2(set64: Path) -> None:
+    """The library: the 64-rank set (graphed source) against the 2-rank eager sample, both read rank by rank."""
+    from tracekit.render import diff as render_diff
+
+    a, b = str(set64 / "run"), PAIR[1]
+    ra, rb = open_ranked(a), open_ranked(b)
+    assert ra is not None and rb is not None
+    got = ranked.diff(ra, rb, LocalExecutor(), phase=None)
+    wa, wb = load_run(a), load_run(b)
+    want = analyses.diff(wa.events, wa.manifest, wb.events, wb.manifest, phase=None)
+    assert json.dumps(render_diff.to_json(got, a, b)) == json.dumps(render_diff.to_json(want, a, b))

@@ -6,16 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tracekit.cli import ranked as rank_cli
 from tracekit.cli.common import RUN_PATH, _load, _note_partial, cli, rank_view_options
 from tracekit.cli.log_inputs import is_log_input, log_options
-from tracekit.cli.ranked import (
-    executor_option,
-    opened,
-    progress,
-    ranked_run,
-    spec_of,
-    whole_run_note,
-)
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
 from tracekit.render.text import echo
@@ -34,7 +27,7 @@ if TYPE_CHECKING:
               help="Idle after a launch call returns that still counts as launch overhead.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @rank_view_options
-@executor_option
+@rank_cli.executor_option
 @guarded
 def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch_latency_us: float, as_json: bool,
                   view: RankView, executor_opt: str) -> None:
@@ -44,20 +37,20 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
     from tracekit.analyzers import analyses
     from tracekit.render import attribute_doc
 
-    spec = spec_of(executor_opt)
+    spec = rank_cli.spec_of(executor_opt)
     ll = round(launch_latency_us * 1000)
     report, unphased = None, None
     try:
-        rr = ranked_run(run, spec)
+        rr = rank_cli.ranked_run(run, spec)
         if rr is not None:
             from tracekit.analyzers import ranked
 
             _note_partial(rr)
             try:
-                with opened(spec, "attribute") as ex:
-                    report, unphased = ranked.attribute(rr, ex, phase, rank, launch_latency_ns=ll, say=progress())
+                with rank_cli.opened(spec, "attribute") as ex:
+                    report, unphased = ranked.attribute(rr, ex, phase, rank, launch_latency_ns=ll, say=rank_cli.progress())
             except ranked.Unsupported as why:
-                whole_run_note(spec, "attribute", str(why))
+                rank_cli.whole_run_note(spec, "attribute", str(why))
         if report is None:
             from tracekit.analyzers.joins import unphased_gpu
 
@@ -98,7 +91,7 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @log_options
 @rank_view_options
-@executor_option
+@rank_cli.executor_option
 @guarded
 def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: str, launch_latency_us: float, stat: str,
             as_json: bool, view: RankView, patterns: tuple[str, ...] = (), pattern_file: str | None = None,
@@ -125,23 +118,23 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
     from tracekit.render import gap as render_gap
     from tracekit.render.console import SafeConsole as Console
 
-    spec = spec_of(executor_opt)
+    spec = rank_cli.spec_of(executor_opt)
     ll = round(launch_latency_us * 1000)
     rep = None
     man_a: dict[str, Any] = {}
     try:
-        rra = ranked_run(run, spec)
-        rrb = ranked_run(b_run, spec) if b_run is not None and rra is not None else None
+        rra = rank_cli.ranked_run(run, spec)
+        rrb = rank_cli.ranked_run(b_run, spec) if b_run is not None and rra is not None else None
         if rra is not None and (b_run is None or rrb is not None):
             from tracekit.analyzers import ranked
 
             _note_partial(rra, rrb)
             man_a = rra.manifest
             try:
-                with opened(spec, "gap") as ex:
-                    rep = ranked.gap(rra, rrb, ex, a=a, b=b, rank=rank, launch_latency_ns=ll, stat=stat, say=progress())
+                with rank_cli.opened(spec, "gap") as ex:
+                    rep = ranked.gap(rra, rrb, ex, a=a, b=b, rank=rank, launch_latency_ns=ll, stat=stat, say=rank_cli.progress())
             except ranked.Unsupported as why:
-                whole_run_note(spec, "gap", str(why))
+                rank_cli.whole_run_note(spec, "gap", str(why))
         if rep is None:
             ra = _load(run)
             man_a = ra.manifest

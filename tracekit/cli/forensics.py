@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tracekit.cli import ranked as rank_cli
 from tracekit.cli.common import (
     RUN_PATH,
     _claim,
@@ -17,7 +18,6 @@ from tracekit.cli.common import (
     rank_view_options,
 )
 from tracekit.cli.log_inputs import is_log_input, log_options
-from tracekit.cli.ranked import executor_option, opened, progress, ranked_run, spec_of
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
 
@@ -161,9 +161,11 @@ def upgrade_cmd(run: str, output: str | None) -> None:
 @log_options
 @click.option("--tokens-width", type=click.IntRange(min=1), default=None,
               help="Log runs: tokens-per-request bin width (default: about 8 bins).")
+@rank_cli.executor_option
 @guarded
 def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, as_json: bool,
-             patterns: tuple[str, ...] = (), pattern_file: str | None = None, tokens_width: int | None = None) -> None:
+             patterns: tuple[str, ...] = (), pattern_file: str | None = None, tokens_width: int | None = None,
+             executor_opt: str = "local") -> None:
     """What changed between two runs: time at matched sequence length, buckets, kernels, manifests.
 
     OLD and NEW may be log runs or engine log files (or one log and one captured run): compared per
@@ -186,12 +188,27 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
     from tracekit.errors import AnalysisError, side_path
     from tracekit.render import diff as render_diff
 
-    a = _load(old)
-    b = _load(new)
-    _note_partial(a, b)
+    spec = rank_cli.spec_of(executor_opt)
+    sel = None if phase == "all" else phase
+    rep = None
     try:
-        rep = analyses.diff(a.events, a.manifest, b.events, b.manifest, phase=None if phase == "all" else phase,
-                            seq_width=seq_width, stat=stat)
+        ro = rank_cli.ranked_run(old, spec)
+        rn = rank_cli.ranked_run(new, spec) if ro is not None else None
+        if ro is not None and rn is not None:  # both rank by rank, or both whole
+            from tracekit.analyzers import ranked
+
+            _note_partial(ro, rn)
+            try:
+                with rank_cli.opened(spec, "diff") as ex:
+                    rep = ranked.diff(ro, rn, ex, phase=sel, seq_width=seq_width, stat=stat, say=rank_cli.progress())
+            except ranked.Unsupported as why:
+                rank_cli.whole_run_note(spec, "diff", str(why))
+        if rep is None:
+            a = _load(old)
+            b = _load(new)
+            if ro is None or rn is None:
+                _note_partial(a, b)
+            rep = analyses.diff(a.events, a.manifest, b.events, b.manifest, phase=sel, seq_width=seq_width, stat=stat)
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, old, new, both=f"{old}, {new}")) from None
     if as_json:
@@ -208,7 +225,7 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
               help="Idle after a launch call returns that still counts as a launch gap (as for attribute).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document (every rank's row, and their summary).")
 @rank_view_options
-@executor_option
+@rank_cli.executor_option
 @guarded
 def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: bool, view: RankView,
               executor_opt: str) -> None:
@@ -222,15 +239,15 @@ def ranks_cmd(run: str, min_skew_us: float, launch_latency_us: float, as_json: b
     from tracekit.analyzers.rank_summary import int_hosts
     from tracekit.render import ranks as render_ranks
 
-    spec = spec_of(executor_opt)
+    spec = rank_cli.spec_of(executor_opt)
     skew, ll = round(min_skew_us * 1000), round(launch_latency_us * 1000)
-    rr = ranked_run(run, spec)
+    rr = rank_cli.ranked_run(run, spec)
     if rr is not None:  # every run can be: stragglers need no mode
         from tracekit.analyzers import ranked
 
         _note_partial(rr)
-        with opened(spec, "ranks") as ex:
-            rep = ranked.ranks(rr, ex, min_skew_ns=skew, launch_latency_ns=ll, say=progress())
+        with rank_cli.opened(spec, "ranks") as ex:
+            rep = ranked.ranks(rr, ex, min_skew_ns=skew, launch_latency_ns=ll, say=rank_cli.progress())
         manifest = rr.manifest
     else:
         r = _load(run)
