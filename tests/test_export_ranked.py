@@ -173,3 +173,23 @@ def test_dask_executor_writes_the_same_bytes(tmp_path: Path) -> None:
 
         seqs = {p.trusted_packet_sequence_id for p in Trace.FromString(fh.read()).packet}
     assert seqs == {1, 2}  # one stream per rank
+
+
+def test_full_ranks_with_a_phase_selection(run: Any, tmp_path: Path) -> None:
+    """The other ranks' collectives are selected by their rank's own phase spans (host ranges and GPU
+    windows), as in full: the same collective kernels as a full export of the selection holds."""
+    sel = Selection(phase="verify", cycles=(3, 5))
+    full, part = tmp_path / "full.pftrace", tmp_path / "part.pftrace"
+    export_events(run.events, run.manifest, full, selection=sel)
+    export_events(run.events, run.manifest, part, selection=sel, full_ranks=[0])
+    coll = set(run.events.filter(collective_rows())["name"].unique().to_list())
+    from tracekit.export.layout import display_names
+
+    shown = set(display_names(sorted(coll)).values())
+
+    def rank1_coll(p: Path) -> Counter[tuple[Any, ...]]:
+        return Counter((s.name, s.ts, s.dur) for s in validate_trace(p, collect=True).slices
+                       if s.process.startswith("rank 1") and s.name in shown and s.category != "phase")
+
+    got, want = rank1_coll(part), rank1_coll(full)
+    assert sum(got.values()) > 0 and got == want

@@ -157,22 +157,23 @@ def _rows_of(df: pl.DataFrame, ranks: Sequence[int]) -> pl.DataFrame:
 
 
 def _pick(df: pl.DataFrame, plan: Plan) -> tuple[pl.DataFrame, str | None]:
-    """The chunk's events in the export (the collectives only of ranks not in full)."""
+    """The chunk's events in the export: the selection (its phase spans from every row of a rank), then
+    the collectives only of ranks not in full."""
+    sel = plan.selection
+    if df.height == 0:
+        return df, "no events"
+    if sel.phase is not None or sel.window is not None:
+        try:
+            df = select_events(df, sel, run_start=plan.run_start)
+        except AnalysisError as exc:
+            return df.clear(), exc.message
     if plan.full is not None:
         full = pl.col("rank").is_in(sorted(plan.full))
         # a rank not in full: its collective kernels alone, without their phase (a phase window made of
         # them would mislead)
         df = df.filter(full | collective_rows()).with_columns(
             pl.when(full).then(pl.col("phase_id")).otherwise(None).alias("phase_id"))
-    sel = plan.selection
-    if sel.phase is None and sel.window is None:
-        return df, (None if df.height else "no events")
-    if df.height == 0:
-        return df, "no events"
-    try:
-        return select_events(df, sel, run_start=plan.run_start), None
-    except AnalysisError as exc:
-        return df.clear(), exc.message
+    return df, (None if df.height else "no events")
 
 
 def _unique_phase_ids(df: pl.DataFrame, top: int) -> pl.DataFrame:
