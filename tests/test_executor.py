@@ -170,7 +170,8 @@ def test_join_problems_combine_rank_by_rank(reference: Path) -> None:
     assert combine_join_problems([join_problems(broken.filter(pl.col("rank") == r)) for r in (0, 1)]) == whole
 
 
-def test_ranks_with_different_phase_counts_number_as_the_whole_ingest(tmp_path: Path) -> None:
+def test_ranks_with_different_phase_counts_number_as_the_whole_ingest(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 0 with one phase instance fewer than rank 1 (its first draft range removed from the real
     trace): the whole ingest numbers instances over the run (rank 1's from rank 0's count on); the
     rank-by-rank file and the sharded run number them the same (``sharded.placed``), not rank * max."""
@@ -195,3 +196,13 @@ def test_ranks_with_different_phase_counts_number_as_the_whole_ingest(tmp_path: 
         r = _tk("ingest", *traces, "-o", out, "-q", cwd=tmp_path, env=env)
         assert r.returncode == 0, r.stderr
         _same_run(tmp_path / "whole.parquet", tmp_path / out)
+    # one rank per finalize group (the groups' byte limit at 1): rank 1's ids start after rank 0's group
+    from tracekit.executor import LocalExecutor
+    from tracekit.ingest import sharded
+
+    monkeypatch.setattr(sharded, "GROUP_BYTES", 1)
+    one = sharded.ingest_file(traces, tmp_path / "groups.parquet", LocalExecutor())
+    assert one.shards == 2
+    sharded.ingest_sharded(traces, tmp_path / "groups", LocalExecutor())
+    for got in ("groups.parquet", "groups"):
+        assert_frame_equal(load_run(tmp_path / "whole.parquet").events, load_run(tmp_path / got).events)

@@ -9,18 +9,21 @@ and a task whose worker died can simply run again:
    ``file-000i-j.arrow``. Returns the parts without their events (rank hints, metadata, pids,
    devices): what travels to the driver, which assigns ranks (``tracekit.ingest.ranks``) and builds
    the run's manifest from them exactly as the in-process ingest does.
-2. ``finalize_rank(...)``: one rank's staged parts in canonical order, finalized (``finalize_events``
-   on one rank's table: its phase ids 0..K-1), conformed and sorted, staged as ``rank-r.arrow``.
-   Returns its collective rows (``coll_match.alignment_rows``: what the driver fits the clock offsets
-   from, ``align.align_events``), row count, time resolution, join problems and phase instance count.
-3. ``write_rank(...)``: the staged table ``placed`` in the run (its clock offset added to its times, the
-   phase instances of the ranks before it to its phase ids: the ids the whole ingest gives), written
-   atomically as the rank's shard (temp file + rename: a worker killed mid-write leaves a temp file,
-   never a half shard).
+2. ``finalize_ranks(...)``: a group of ranks (in rank order, until their staged parts reach
+   ``GROUP_BYTES``: finalize's fixed cost per call spread over a few small ranks; a large rank is a
+   group of its own) from their staged parts in canonical order, finalized (``finalize_events``: it
+   works rank by rank; the group's phase ids 0..K-1), conformed and sorted, staged as
+   ``group-g.arrow``. Returns its ranks' collective rows (``coll_match.alignment_rows``: what the driver
+   fits the clock offsets from, ``align.align_events``), rows, time resolution, join problems and phase
+   instance count.
+3. ``write_rank(...)``: the rank's rows of its group's stage ``placed`` in the run (its clock offset added
+   to its times, the phase instances of the ranks before its group to its phase ids: the ids the whole
+   ingest gives), written atomically as the rank's shard (temp file + rename: a worker killed
+   mid-write leaves a temp file, never a half shard).
 
 The shards form a sharded run (a directory of ``rank-00003.parquet``, each with the manifest of its
 rank; ``tracekit.store`` reads the directory as one run). ``ingest_sharded`` writes them into
-``out_dir``; ``ingest_file`` instead streams the placed ranks from the stage into one run file (the
+``out_dir``; ``ingest_file`` instead streams the placed groups from the stage into one run file (the
 driver never holds the run). Either holds the same table as the whole in-process ingest.
 """
 
@@ -63,10 +66,6 @@ def _stage_part(stage: str, i: int, j: int) -> str:
     return os.path.join(stage, f"file-{i:06d}-{j}.arrow")
 
 
-def _stage_rank(stage: str, rank: int) -> str:
-    return os.path.join(stage, f"rank-{rank:05d}.arrow")
-
-
 def _stage(df: pl.DataFrame, path: str) -> None:
     """Write a staged table atomically (a task run twice finds a whole file or none)."""
     from tracekit.outputs import atomic_write
@@ -88,56 +87,78 @@ def scan_file(path: str, stage: str, i: int) -> list[_Part] | tuple[str, str]:
         return exc.__class__.__name__, exc.message
 
 
-def finalize_rank(rank: int, stage: str, picks: Sequence[tuple[int, int]], rules: Sequence[Any] | None) -> dict[str, Any]:
-    """Task 2: rank ``rank`` from its staged parts (file ``i``'s part ``j`` for each ``(i, j)`` of
-    ``picks``, in that order), finalized and staged; returns its clock rows, rows, time resolution, join
-    problems and phase instances (its ``phase_id`` are 0..K-1: ``placed`` numbers them in the run)."""
+GROUP_BYTES = 32 << 20  # a finalize task takes ranks until their staged parts reach this (one rank at least)
+
+
+def _stage_group(stage: str, g: int) -> str:
+    return os.path.join(stage, f"group-{g:05d}.arrow")
+
+
+def finalize_ranks(g: int, stage: str, ranks: Sequence[tuple[int, Sequence[tuple[int, int]]]],
+                   rules: Sequence[Any] | None) -> dict[str, Any]:
+    """Task 2: the ranks of group ``g`` (``(rank, picks)`` in rank order; a rank's parts are file ``i``'s
+    part ``j`` for each ``(i, j)`` of its picks, in that order), finalized together (finalize works rank by
+    rank; a group spreads its fixed cost per call over a few small ranks), staged as ``group-g.arrow``.
+    Returns per rank its rows, time resolution and clock rows; for the group its join problems and phase
+    instances (its ``phase_id`` are 0..K-1 over its ranks in rank order: ``placed`` numbers them in the run)."""
     from tracekit.analyzers.coll_match import alignment_rows
     from tracekit.analyzers.joins import join_problems
     from tracekit.finalize.pipeline import finalize_events
     from tracekit.resolution import time_resolution
     from tracekit.store import is_canonical_order
 
+    path = _stage_group(stage, g)
     with _gc_paused():
-        if os.path.exists(_stage_rank(stage, rank)):  # run again (its worker died after staging it)
-            events = pl.read_ipc(_stage_rank(stage, rank))
+        if os.path.exists(path):  # run again (its worker died after staging it)
+            events = pl.read_ipc(path)
         else:
             frames = [_sort_part(schema.conform(pl.read_ipc(_stage_part(stage, i, j))
                                                 .with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))))
-                      for i, j in picks]
+                      for rank, picks in ranks for i, j in picks]
             events = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
             del frames
             events = schema.conform(finalize_events(events, rules=rules))
             if not is_canonical_order(events):  # as write_run would sort it: staged ready to stream
                 events = schema.sort_events(events)
-            _stage(events, _stage_rank(stage, rank))
-        for i, j in picks:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(_stage_part(stage, i, j))
+            _stage(events, path)
+        for _, picks in ranks:
+            for i, j in picks:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(_stage_part(stage, i, j))
         coarse = time_resolution(events)  # on the recorded clock, as ingest_traces
         res = {c.rank: c.resolution_ns for c in coarse}
-        rows = alignment_rows(events)
-        first = events.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
-        clock = rows if alignment_rows(first).height else pl.concat([first.select(rows.columns), rows], how="vertical")
-        clock = schema.owned(clock)  # not the whole rank's buffers kept alive by the result
+        counts = dict(events.group_by("rank").len().iter_rows())
+        clocks, at = [], 0
+        for rank, _ in ranks:  # the table is in rank order: each rank a slice
+            one = events.slice(at, counts.get(rank, 0))
+            at += one.height
+            rows = alignment_rows(one)
+            first = one.head(1)  # the rank is named even when it has no collective (its clock row: offset 0)
+            clocks.append(rows if alignment_rows(first).height else pl.concat([first.select(rows.columns), rows]))
+        clock = schema.owned(pl.concat(clocks, how="vertical"))  # not the group's buffers kept alive by the result
         top = events.get_column("phase_id").max()
-        return {"rank": rank, "rows": events.height, "time_resolution_ns": res.get(rank), "coarse": coarse,
+        return {"group": g, "rows": {r: counts.get(r, 0) for r, _ in ranks},
+                "time_resolution_ns": {r: res[r] for r, _ in ranks if r in res}, "coarse": coarse,
                 "joins": join_problems(events), "phases": 0 if top is None else int(top) + 1,  # type: ignore[arg-type]
                 "clock_rows": clock}
 
 
-def placed(events: _Frame, add_ns: int, first_phase: int) -> _Frame:
-    """A rank's finalized table placed in the run: ``add_ns`` added to its times (the clock alignment) and
-    ``first_phase`` to its phase ids (the instances of the ranks before it: the ids the whole ingest's
+def placed(events: _Frame, add_ns: dict[int, int], first_phase: int) -> _Frame:
+    """Finalized ranks placed in the run: ``add_ns[rank]`` added to their times (the clock alignment) and
+    ``first_phase`` to their phase ids (the instances of the ranks before them: the ids the whole ingest's
     finalize gives, numbered over the run in rank order)."""
-    shift = [pl.col("start_ns") + add_ns] if add_ns else []
+    adds = {r: a for r, a in add_ns.items() if a}
+    shift = [pl.col("start_ns") + pl.col("rank").replace_strict(list(adds), list(adds.values()), default=0,
+                                                                return_dtype=pl.Int64)] if adds else []
     shift += [pl.col("phase_id") + first_phase] if first_phase else []
     return events.with_columns(shift) if shift else events
 
 
-def write_rank(rank: int, stage: str, add_ns: int, first_phase: int, out_path: str, manifest: dict[str, Any]) -> int:
-    """Task 3: rank ``rank``'s staged table ``placed`` in the run (``add_ns``, ``first_phase``), written
-    atomically as its shard ``out_path`` with ``manifest``; returns the bytes written."""
+def write_rank(rank: int, stage: str, g: int, add_ns: int, first_phase: int, out_path: str,
+               manifest: dict[str, Any]) -> int:
+    """Task 3: rank ``rank``'s table from its group's stage ``g``, ``placed`` in the run (``add_ns``, its
+    group's ``first_phase``), written atomically as its shard ``out_path`` with ``manifest``; returns the
+    bytes written."""
     from tracekit.finalize.pipeline import stamp
     from tracekit.store import write_run
     from tracekit.urls import is_url, put_file
@@ -145,13 +166,12 @@ def write_rank(rank: int, stage: str, add_ns: int, first_phase: int, out_path: s
     url = out_path if is_url(out_path) else None
     local = os.path.join(stage, os.path.basename(out_path)) if url else out_path  # an object: written, then PUT
     with _gc_paused():
-        events = pl.read_ipc(_stage_rank(stage, rank))
-        write_run(placed(events, add_ns, first_phase), local, stamp(manifest), sort=False)
+        events = pl.scan_ipc(_stage_group(stage, g)).filter(pl.col("rank") == rank).collect()
+        write_run(placed(events, {rank: add_ns}, first_phase), local, stamp(manifest), sort=False)
     size = os.path.getsize(local)
     if url is not None:
         put_file(local, url)
         os.unlink(local)
-    os.unlink(_stage_rank(stage, rank))
     return size
 
 
@@ -181,10 +201,10 @@ class _Staged:
     """Every rank finalized and staged (``rank-r.arrow`` in ``stage``), the clock fitted: what the writers need."""
 
     manifest: dict[str, Any]  # the run's, aligned (not stamped)
-    ranks: list[int]
+    groups: list[list[int]]  # the ranks of each finalize group, in rank order
     add_ns: dict[int, int]  # the clock offsets to add per rank
-    first_phase: dict[int, int]  # the phase instances of the ranks before each (``placed``)
-    results: list[dict[str, Any]]  # finalize_rank's, without their clock rows
+    first_phase: list[int]  # per group: the phase instances of the ranks before it (``placed``)
+    results: list[dict[str, Any]]  # finalize_ranks', without their clock rows
 
 
 def _scan_and_finalize(paths: list[str | os.PathLike[str]], stage: str, executor: Any, *, allow_missing_ranks: bool,
@@ -221,13 +241,22 @@ def _scan_and_finalize(paths: list[str | os.PathLike[str]], stage: str, executor
         seen[i] = j + 1
         by_rank.setdefault(p.unit.rank, []).append((i, j))
     del infos
-    fins = [executor.submit(finalize_rank, r, stage, picks, rules) for r, picks in sorted(by_rank.items())]
-    results = []
-    for n, h in enumerate(fins, 1):
+    groups: list[list[tuple[int, list[tuple[int, int]]]]] = []
+    size = GROUP_BYTES
+    for r, picks in sorted(by_rank.items()):  # ranks in order, a group until its staged parts reach GROUP_BYTES
+        if size >= GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append((r, picks))
+        size += sum(os.path.getsize(_stage_part(stage, i, j)) for i, j in picks)
+    fins = [executor.submit(finalize_ranks, g, stage, ranks, rules) for g, ranks in enumerate(groups)]
+    results, done_ranks = [], 0
+    for n, h in enumerate(fins):
         results.extend(executor.gather([h]))
         executor.release([h])
+        done_ranks += len(groups[n])
         if say is not None:
-            say(f"ingest: {n}/{len(fins)} rank(s) finalized")
+            say(f"ingest: {done_ranks}/{len(by_rank)} rank(s) finalized")
     # the clock: fitted here from every rank's collective rows (``align`` as ingest_traces' caller does)
     from tracekit.analyzers.align import align_events
 
@@ -236,21 +265,23 @@ def _scan_and_finalize(paths: list[str | os.PathLike[str]], stage: str, executor
     _, run_man = align_events(proj, run_man, align)
     run_man["ranks"] = ranks_man
     for res in results:
-        if res["time_resolution_ns"] is not None:
-            ranks_man[str(res["rank"])]["time_resolution_ns"] = res["time_resolution_ns"]
+        for r, ns in res["time_resolution_ns"].items():
+            ranks_man[str(r)]["time_resolution_ns"] = ns
     add = {int(k): int(v) for k, v in (run_man["clock"].get("offsets_ns") or {}).items()}
-    first, n = {}, 0
+    first, n = [], 0
     for res in results:  # in rank order
-        first[res["rank"]], n = n, n + res["phases"]
-    return _Staged(run_man, sorted(by_rank), add, first, results)
+        first.append(n)
+        n += res["phases"]
+    return _Staged(run_man, [[r for r, _ in g] for g in groups], add, first, results)
 
 
 def _result(out: Path | str, staged: _Staged) -> ShardedIngest:
     from tracekit.analyzers.joins import combine_join_problems
     from tracekit.finalize.pipeline import stamp
 
-    return ShardedIngest(out_dir=out, manifest=stamp(staged.manifest), rows=sum(r["rows"] for r in staged.results),
-                         shards=len(staged.results), coarse=[c for r in staged.results for c in r["coarse"]],
+    return ShardedIngest(out_dir=out, manifest=stamp(staged.manifest),
+                         rows=sum(n for r in staged.results for n in r["rows"].values()),
+                         shards=sum(len(g) for g in staged.groups), coarse=[c for r in staged.results for c in r["coarse"]],
                          joins=combine_join_problems([r["joins"] for r in staged.results]))
 
 
@@ -274,9 +305,10 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
     try:
         staged = _scan_and_finalize(list(paths), stage, executor, allow_missing_ranks=allow_missing_ranks,
                                     on_error=on_error, progress=progress, rules=rules, say=say, align=align)
-        writes = [executor.submit(write_rank, r, stage, staged.add_ns.get(r, 0), staged.first_phase[r],
+        writes = [executor.submit(write_rank, r, stage, g, staged.add_ns.get(r, 0), staged.first_phase[g],
                                   join(url, SHARD_NAME.format(rank=r)) if url else str(out / SHARD_NAME.format(rank=r)),
-                                  _shard_manifest(staged.manifest, r)) for r in staged.ranks]
+                                  _shard_manifest(staged.manifest, r)) for g, ranks in enumerate(staged.groups)
+                  for r in ranks]
         for n, h in enumerate(writes, 1):
             executor.gather([h])
             executor.release([h])
@@ -308,15 +340,15 @@ def ingest_file(paths: Iterable[str | os.PathLike[str]], out_file: str | os.Path
     try:
         staged = _scan_and_finalize(list(paths), stage, executor, allow_missing_ranks=allow_missing_ranks,
                                     on_error=on_error, progress=progress, rules=rules, say=say, align=align)
-        frames = [placed(pl.scan_ipc(_stage_rank(stage, r)), staged.add_ns.get(r, 0), staged.first_phase[r])
-                  for r in staged.ranks]
+        frames = [placed(pl.scan_ipc(_stage_group(stage, g)), {r: staged.add_ns.get(r, 0) for r in ranks},
+                         staged.first_phase[g]) for g, ranks in enumerate(staged.groups)]
         if say is not None:
-            say(f"ingest: writing {len(frames)} rank(s) into {out}")
+            say(f"ingest: writing {sum(len(g) for g in staged.groups)} rank(s) into {out}")
         sink_run(pl.concat(frames, how="vertical"), out, stamp(staged.manifest))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return _result(out, staged)
 
 
-__all__ = ["SHARD_NAME", "ShardedIngest", "finalize_rank", "ingest_file", "ingest_sharded", "placed", "scan_file",
+__all__ = ["SHARD_NAME", "ShardedIngest", "finalize_ranks", "ingest_file", "ingest_sharded", "placed", "scan_file",
            "write_rank"]
