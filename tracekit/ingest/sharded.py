@@ -87,7 +87,7 @@ def scan_file(path: str, stage: str, i: int) -> list[_Part] | tuple[str, str]:
         return exc.__class__.__name__, exc.message
 
 
-GROUP_BYTES = 32 << 20  # a finalize task takes ranks until their staged parts reach this (one rank at least)
+GROUP_BYTES = 8 << 20  # a finalize task takes ranks until their staged parts reach this (one rank at least)
 
 
 def _stage_group(stage: str, g: int) -> str:
