@@ -147,9 +147,13 @@ def placed(events: _Frame, add_ns: dict[int, int], first_phase: int) -> _Frame:
     """Finalized ranks placed in the run: ``add_ns[rank]`` added to their times (the clock alignment) and
     ``first_phase`` to their phase ids (the instances of the ranks before them: the ids the whole ingest's
     finalize gives, numbered over the run in rank order)."""
-    adds = {r: a for r, a in add_ns.items() if a}
-    shift = [pl.col("start_ns") + pl.col("rank").replace_strict(list(adds), list(adds.values()), default=0,
-                                                                return_dtype=pl.Int64)] if adds else []
+    adds = [(r, a) for r, a in add_ns.items() if a]
+    shift = []
+    if adds:  # when/then, not replace_strict: polars' streaming sink runs it (replace_strict made it collect the run)
+        by_rank: Any = pl.when(pl.col("rank") == adds[0][0]).then(adds[0][1])
+        for r, a in adds[1:]:
+            by_rank = by_rank.when(pl.col("rank") == r).then(a)
+        shift.append(pl.col("start_ns") + by_rank.otherwise(0))
     shift += [pl.col("phase_id") + first_phase] if first_phase else []
     return events.with_columns(shift) if shift else events
 
