@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracekit.cli import ranked as rank_cli
-from tracekit.cli.common import RUN_PATH, _load, _note_partial, cli, rank_view_options
+from tracekit.cli.common import RUN_PATH, _note_partial, cli, rank_view_options
 from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
 from tracekit.errors import TracekitError
@@ -54,7 +54,7 @@ def attribute_cmd(run: str, phase: str | None, by: str, rank: int | None, launch
         if report is None:
             from tracekit.analyzers.joins import unphased_gpu
 
-            r = _load(run)
+            r = rank_cli.load_whole(run, rr)
             if rr is None:
                 _note_partial(r)
             report = analyses.attribute(r.events, r.manifest, phase, rank, launch_latency_ns=ll)
@@ -136,9 +136,9 @@ def gap_cmd(run: str, a: str, b: str, b_run: str | None, rank: int | None, by: s
             except ranked.Unsupported as why:
                 rank_cli.whole_run_note(spec, "gap", str(why))
         if rep is None:
-            ra = _load(run)
+            ra = rank_cli.load_whole(run, rra)
             man_a = ra.manifest
-            rb = _load(b_run) if b_run is not None else None
+            rb = rank_cli.load_whole(b_run, rrb) if b_run is not None else None
             if rra is None or (b_run is not None and rrb is None):
                 _note_partial(ra, rb)
             rep = analyses.gap(ra.events, ra.manifest, None if rb is None else rb.events,

@@ -204,8 +204,8 @@ def diff_cmd(old: str, new: str, phase: str, seq_width: int | None, stat: str, a
             except ranked.Unsupported as why:
                 rank_cli.whole_run_note(spec, "diff", str(why))
         if rep is None:
-            a = _load(old)
-            b = _load(new)
+            a = rank_cli.load_whole(old, ro)
+            b = rank_cli.load_whole(new, rn)
             if ro is None or rn is None:
                 _note_partial(a, b)
             rep = analyses.diff(a.events, a.manifest, b.events, b.manifest, phase=sel, seq_width=seq_width, stat=stat)

@@ -15,7 +15,7 @@ from tracekit.render.text import echo
 
 if TYPE_CHECKING:
     from tracekit.executor import DaskExecutor, ExecutorSpec, LocalExecutor
-    from tracekit.store import RankedRun
+    from tracekit.store import RankedRun, Run
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,10 +82,22 @@ def progress() -> Callable[[str], None]:
     return say
 
 
+def load_whole(path: str, rr: RankedRun | None) -> Run:
+    """The run in one table: ``_load`` (with its outdated line), or without that line again when the run
+    was opened rank by rank first (``ranked_run`` printed it)."""
+    from tracekit.cli.common import _load
+
+    if rr is None:
+        return _load(path)
+    from tracekit.store import load_run
+
+    return load_run(path)
+
+
 def whole_run_note(spec: ExecutorSpec, command: str, why: str) -> None:
     """Where rank by rank does not apply: one line when an executor was asked for."""
     if spec.kind != "local":
         echo(f"tracekit: note: {command} reads this run whole, in this process ({why})", err=True)
 
 
-__all__ = ["executor_option", "opened", "progress", "ranked_run", "spec_of", "whole_run_note"]
+__all__ = ["executor_option", "load_whole", "opened", "progress", "ranked_run", "spec_of", "whole_run_note"]
