@@ -119,8 +119,12 @@ class DaskExecutor:
         self.name = str(spec)
         self.cluster: Any = None
         if spec.kind == "dask-local":
-            self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
-                                        processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+            import warnings
+
+            with warnings.catch_warnings():  # another cluster on this host holds the default HTTP port: not news
+                warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
+                self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
+                                            processes=True, dashboard_address=None, silence_logs=logging.ERROR)
             self.client: Any = Client(self.cluster)  # type: ignore[no-untyped-call]
         else:
             self.client = Client(spec.address, timeout="30s")  # type: ignore[no-untyped-call]
