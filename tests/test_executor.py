@@ -206,3 +206,25 @@ def test_ranks_with_different_phase_counts_number_as_the_whole_ingest(tmp_path: 
     sharded.ingest_sharded(traces, tmp_path / "groups", LocalExecutor())
     for got in ("groups.parquet", "groups"):
         assert_frame_equal(load_run(tmp_path / "whole.parquet").events, load_run(tmp_path / got).events)
+
+
+def _tasks_on_worker(i: int) -> int:
+    from distributed import get_worker
+
+    return len(get_worker().state.tasks)
+
+
+@needs_dask
+def test_run_each_keeps_few_tasks_on_the_workers() -> None:
+    """``run_each`` on Dask submits as results arrive: a worker never holds more than a few of the 60
+    tasks (all submitted at once, it held the ones it finished ahead of the loop, with their arguments)."""
+    from tracekit.executor import open_executor, run_each
+
+    ex = open_executor("dask-local:1")
+    try:
+        window = ex.window()  # type: ignore[union-attr]
+        seen = list(run_each(ex, _tasks_on_worker, [(i,) for i in range(60)]))
+    finally:
+        ex.close()
+    assert window == 2 and len(seen) == 60
+    assert max(seen) <= 2 * window, seen

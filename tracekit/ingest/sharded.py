@@ -220,14 +220,14 @@ def _scan_and_finalize(paths: list[str | os.PathLike[str]], stage: str, executor
     named = {str(Path(p)) for p in paths}
     sizes = {str(f): f.stat().st_size for f in files}
     total, done = sum(sizes.values()), 0
-    scans = [executor.submit(scan_file, str(f), stage, i) for i, f in enumerate(files)]
+    from tracekit.executor import run_each
+
+    scans = run_each(executor, scan_file, ((str(f), stage, i) for i, f in enumerate(files)))
     infos: list[tuple[int, _Part]] = []  # (file index, part without events)
-    for i, (f, h) in enumerate(zip(files, scans, strict=True)):
+    for i, (f, got) in enumerate(zip(files, scans, strict=True)):
         name = str(f)
         if progress is not None:
             progress(done, total, name)
-        got = executor.gather([h])[0]
-        executor.release([h])  # a worker keeps a result until released: one at a time, as gathered
         if isinstance(got, tuple):
             skip_or_raise(_ERRORS.get(got[0], BadTraceError)(got[1], path=name), name, named, on_error, skipped)
         else:
@@ -253,11 +253,9 @@ def _scan_and_finalize(paths: list[str | os.PathLike[str]], stage: str, executor
             size = 0
         groups[-1].append((r, picks))
         size += sum(os.path.getsize(_stage_part(stage, i, j)) for i, j in picks)
-    fins = [executor.submit(finalize_ranks, g, stage, ranks, rules) for g, ranks in enumerate(groups)]
     results, done_ranks = [], 0
-    for n, h in enumerate(fins):
-        results.extend(executor.gather([h]))
-        executor.release([h])
+    for n, got in enumerate(run_each(executor, finalize_ranks, ((g, stage, ranks, rules) for g, ranks in enumerate(groups)))):
+        results.append(got)
         done_ranks += len(groups[n])
         if say is not None:
             say(f"ingest: {done_ranks}/{len(by_rank)} rank(s) finalized")
@@ -309,15 +307,15 @@ def ingest_sharded(paths: Iterable[str | os.PathLike[str]], out_dir: str | os.Pa
     try:
         staged = _scan_and_finalize(list(paths), stage, executor, allow_missing_ranks=allow_missing_ranks,
                                     on_error=on_error, progress=progress, rules=rules, say=say, align=align)
-        writes = [executor.submit(write_rank, r, stage, g, staged.add_ns.get(r, 0), staged.first_phase[g],
-                                  join(url, SHARD_NAME.format(rank=r)) if url else str(out / SHARD_NAME.format(rank=r)),
-                                  _shard_manifest(staged.manifest, r)) for g, ranks in enumerate(staged.groups)
-                  for r in ranks]
-        for n, h in enumerate(writes, 1):
-            executor.gather([h])
-            executor.release([h])
+        from tracekit.executor import run_each
+
+        calls = ((r, stage, g, staged.add_ns.get(r, 0), staged.first_phase[g],
+                  join(url, SHARD_NAME.format(rank=r)) if url else str(out / SHARD_NAME.format(rank=r)),
+                  _shard_manifest(staged.manifest, r)) for g, ranks in enumerate(staged.groups) for r in ranks)
+        n_ranks = sum(len(g) for g in staged.groups)
+        for n, _ in enumerate(run_each(executor, write_rank, calls), 1):  # each manifest built as its task is sent
             if say is not None:
-                say(f"ingest: {n}/{len(writes)} rank shard(s) written")
+                say(f"ingest: {n}/{n_ranks} rank shard(s) written")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     for tmp in ([] if url else out.glob(".rank-*.tmp")):  # a worker that died mid-write left its temp file
