@@ -19,6 +19,7 @@ import polars as pl
 
 from tracekit.errors import AnalysisError
 from tracekit.export.buckets import attribution_buckets
+from tracekit.export.counts import ExportCounts
 from tracekit.export.select import Selection, select_events
 from tracekit.exporters import ExportFormat, WriteContext, format_for
 from tracekit.outputs import atomic_write
@@ -31,16 +32,9 @@ WARN_BYTES: Final = 500_000_000
 
 
 @dataclass
-class ExportResult:
+class ExportResult(ExportCounts):
     path: str
     format: str
-    bytes_written: int
-    estimated_bytes: int
-    n_slices: int
-    n_gpu_slices: int
-    n_counters: int
-    n_flows: int
-    n_tracks: int
     ranks: list[int]
     selection: str
     warnings: list[str] = field(default_factory=list)
@@ -156,20 +150,17 @@ def _export_ranked(form: ExportFormat, out: str | os.PathLike[str], chunks: Sequ
     with atomic_write(dest) as tmp, open(tmp, "wb") as fh:
         got = write_streams(chunks, plan, manifest, fh, dest, frame=frame, executor=executor, progress=progress,
                             path=source)
-    d = got.done
-    est = sum(x.estimated_bytes for x in d)
-    n_slices = sum(x.n_slices for x in d)
-    if est > WARN_BYTES:
-        warnings.append(_size_warning(est, n_slices))
+    n = ExportCounts.total(got.done)
+    if n.estimated_bytes > WARN_BYTES:
+        warnings.append(_size_warning(n.estimated_bytes, n.n_slices))
     what = sel.describe()
     if full_ranks is not None:
         what += ("; " if what else "") + "in full: ranks " + (",".join(map(str, sorted(full_ranks))) or "none") + \
             ", the others their collectives"
     return ExportResult(
-        path=str(dest), format=form.name, bytes_written=sum(x.bytes_written for x in d), estimated_bytes=est,
-        n_slices=n_slices, n_gpu_slices=sum(x.n_gpu_slices for x in d), n_counters=sum(x.n_counters for x in d),
-        n_flows=sum(x.n_flows for x in d), n_tracks=sum(x.n_tracks for x in d), ranks=got.ranks, selection=what,
-        warnings=got.warnings + warnings,
+        path=str(dest), format=form.name, bytes_written=n.bytes_written, estimated_bytes=n.estimated_bytes,
+        n_slices=n.n_slices, n_gpu_slices=n.n_gpu_slices, n_counters=n.n_counters, n_flows=n.n_flows,
+        n_tracks=n.n_tracks, ranks=got.ranks, selection=what, warnings=got.warnings + warnings,
     )
 
 

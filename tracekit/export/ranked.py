@@ -48,6 +48,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracekit.errors import AnalysisError
+from tracekit.export.counts import ExportCounts
 from tracekit.export.layout import RankInfo, rank_devices_pids, rank_info
 from tracekit.export.select import Selection, select_events
 from tracekit.schema import GPU_KINDS
@@ -117,15 +118,9 @@ class ChunkJob:
 
 
 @dataclass
-class ChunkDone:
-    ranks: list[int]
-    bytes_written: int
-    estimated_bytes: int
-    n_slices: int
-    n_gpu_slices: int
-    n_counters: int
-    n_flows: int
-    n_tracks: int
+class ChunkDone(ExportCounts):
+    """One stream's counts (``ExportCounts``), its ranks and warnings."""
+    ranks: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -287,8 +282,9 @@ def write_chunk(job: ChunkJob, plan: Plan, out: IO[bytes], frame: pl.DataFrame |
     if lay is None:
         return None
     written = write_perfetto(lay, out, seq=job.slot + 1)
-    return ChunkDone(list(job.ranks), written, estimate_size(lay), lay.n_slices, int(lay.is_gpu.sum()),
-                     lay.n_counters, int((lay.flow_src >= 0).sum()), len(lay.tracks), lay.warnings + warnings)
+    return ChunkDone(written, estimate_size(lay), lay.n_slices, int(lay.is_gpu.sum()), lay.n_counters,
+                     int((lay.flow_src >= 0).sum()), len(lay.tracks), ranks=list(job.ranks),
+                     warnings=lay.warnings + warnings)
 
 
 def write_chunk_file(job: ChunkJob, plan: Plan, path: str) -> ChunkDone | None:
