@@ -28,7 +28,7 @@ from .reports import (
     detect_mode,
 )
 from .robust import nearest_rank
-from .sol.report import SolSplit
+from .sol.report import SolReport, SolSplit
 from .stragglers import MIN_SKEW_NS
 from .unprofiled import (
     Estimate,
@@ -207,8 +207,10 @@ def _gap_sol(a_events: pl.DataFrame, a_manifest: Manifest | None, b_events: pl.D
 def spec(events: pl.DataFrame, manifest: Manifest | None, *, baseline: pl.DataFrame | None = None,
          baseline_manifest: Manifest | None = None, baseline_tps: float | None = None,
          target_tps: float | None = None, rank: int | None = None, draft_tokens: int | None = None,
-         accept_len: float | None = None) -> SpecReport:
-    """``tracekit spec``: speculation economics on the run's unprofiled timers where its manifest has them."""
+         accept_len: float | None = None, sol: tuple[SolReport | None, str | None] | None = None) -> SpecReport:
+    """``tracekit spec``: speculation economics on the run's unprofiled timers where its manifest has them.
+    ``sol``: the run's ``try_sol`` when the caller has it (a run read rank by rank: ``events`` are then its
+    phase rows, ``phase_rows.phase_rows``, all that the cycles and decode steps read)."""
     from .spec import spec_report
 
     table, ctx = spec_report(events, baseline=baseline, baseline_tps=baseline_tps, target_tps=target_tps, rank=rank,
@@ -220,12 +222,12 @@ def spec(events: pl.DataFrame, manifest: Manifest | None, *, baseline: pl.DataFr
 
     cyc: Any = ctx["cycles_by_rank"]
     tps: Any = ctx["target_tps"]
-    sol, why = try_sol(events, None if manifest is None else dict(manifest))
+    floor, why = try_sol(events, None if manifest is None else dict(manifest)) if sol is None else sol
     econ = None
-    if sol is not None:
+    if floor is not None:
         rows = table.sort("cycles", descending=True).head(1).to_dicts() if "cycles" in table.columns else []
         tpc = rows[0].get("tokens_per_cycle") if rows else None
-        econ = economics_at_floor(sol, None if tpc is None else float(tpc))
+        econ = economics_at_floor(floor, None if tpc is None else float(tpc))
         why = None if econ is not None else "no verify and decode floors in the run"
     return SpecReport(table, int(str(ctx["rank"])), str(ctx["rank_choice"]), str(ctx["decode_source"]),
                       str(ctx["timing"]), None if tps is None else float(tps), tuple(cyc), econ, why)

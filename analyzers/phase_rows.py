@@ -22,13 +22,20 @@ from tracekit.finalize.phases import FACT_COLUMNS
 from tracekit.schema import GPU_RANGE, RANGE
 
 
+def phase_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """The rows phase instances are made of: host and GPU ranges with a phase and a phase id (a few per
+    cycle: what ``phase_instances`` and everything built on it alone read)."""
+    return events.filter(pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null()
+                         & pl.col("phase").is_not_null())
+
+
 def phase_instances(events: pl.DataFrame, phases: Sequence[str] | None = None) -> pl.DataFrame:
     """One row per phase instance (see module doc), optionally only those of ``phases``."""
-    keep = pl.col("kind").is_in([RANGE, GPU_RANGE]) & pl.col("phase_id").is_not_null() & pl.col("phase").is_not_null()
+    rows = phase_rows(events)
     if phases is not None:
-        keep = keep & pl.col("phase").is_in(list(phases))
+        rows = rows.filter(pl.col("phase").is_in(list(phases)))
     inst = (
-        events.filter(keep)
+        rows
         .sort(["phase_id", "start_ns", "dur_ns"], descending=[False, False, True])
         .group_by("phase_id", maintain_order=True)
         .first()
@@ -59,4 +66,4 @@ def instance_head() -> list[pl.Expr]:
     ]
 
 
-__all__ = ["instance_head", "phase_instances"]
+__all__ = ["instance_head", "phase_instances", "phase_rows"]

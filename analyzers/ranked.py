@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
@@ -41,6 +41,7 @@ from .buckets import DEFAULT_LAUNCH_LATENCY_NS
 from .reports import AttributionReport, DiffReport, GapReport, Mode, RanksReport
 
 Say = Callable[[str], None]
+R = TypeVar("R")
 Executor = LocalExecutor | DaskExecutor
 
 # one-file runs larger than this on disk are read rank by rank with --executor local (about 2.5 M events at
@@ -153,20 +154,33 @@ class Scanned:
         return hits
 
 
-def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "") -> Scanned:
-    """Pass 1 over every rank of ``run``."""
+def each_rank(run: RankedRun, executor: Executor, task: Callable[[RankFile], R], say: Say | None,
+              what: str) -> list[R]:
+    """``task`` of every rank of ``run`` through ``executor``, in rank order; a progress line per rank done
+    (``{what}: rank R done, i/n``)."""
+    got = []
+    n = len(run.ranks)
+    for i, (f, r) in enumerate(zip(run.ranks, run_each(executor, task, [(f,) for f in run.ranks]), strict=True), 1):
+        got.append(r)
+        if say is not None:
+            say(f"{what}: rank {f.rank} done, {i}/{n}")
+    return got
+
+
+def unique_ids(ids_by_rank: Sequence[pl.Series], frames: Sequence[pl.DataFrame]) -> tuple[int | None, pl.DataFrame]:
+    """Every rank's ``frames`` in one, phase ids as the whole run reads them (``unique_phase_ids``' rule
+    from each rank's distinct ids), and the ``top`` of that shift (None: ids kept)."""
     from tracekit.finalize.version import phase_id_top, shift_phase_ids
 
-    scans = []
-    n = len(run.ranks)
-    for i, s in enumerate(run_each(executor, scan_rank, [(f,) for f in run.ranks]), 1):
-        scans.append(s)
-        if say is not None:
-            say(f"{what}pass 1 (collectives, phases): rank {s.rank} done, {i}/{n}")
-    top = phase_id_top(s.phase_ids for s in scans)
-    coll = pl.concat([s.coll for s in scans], how="vertical", rechunk=True)
-    if top is not None:
-        coll = shift_phase_ids(coll, top)
+    top = phase_id_top(ids_by_rank)
+    out = pl.concat(frames, how="vertical", rechunk=True)
+    return top, out if top is None else shift_phase_ids(out, top)
+
+
+def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "") -> Scanned:
+    """Pass 1 over every rank of ``run``."""
+    scans = each_rank(run, executor, scan_rank, say, f"{what}pass 1 (collectives, phases)")
+    top, coll = unique_ids([s.phase_ids for s in scans], [s.coll for s in scans])
     return Scanned(run, tuple(scans), top, coll)
 
 
@@ -294,6 +308,13 @@ def attribute(run: RankedRun, executor: Executor, phase: str | None = None, rank
 def ranks(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latency_ns: int,
           say: Say | None = None) -> RanksReport:
     """``analyses.ranks`` rank by rank."""
+    return ranks_and_arrivals(run, executor, min_skew_ns=min_skew_ns, launch_latency_ns=launch_latency_ns,
+                              say=say)[0]
+
+
+def ranks_and_arrivals(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latency_ns: int,
+                       say: Say | None = None) -> tuple[RanksReport, pl.DataFrame]:
+    """``ranks`` and the run's ``matched_collectives`` it was computed from (the report's skew plot)."""
     from .analyses import ranks_report
     from .stragglers import straggler_tables
 
@@ -301,7 +322,7 @@ def ranks(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latenc
     p = second_pass(s, executor, Wanted(segments=True, kernels=True), min_skew_ns=min_skew_ns,
                     launch_latency_ns=launch_latency_ns, say=say, what="ranks: ")
     return ranks_report(straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], p.tables["families"]),
-                        run.manifest)
+                        run.manifest), p.matched
 
 
 def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str = "verify", b: str = "decode",
@@ -366,5 +387,5 @@ def diff(run_o: RankedRun, run_n: RankedRun, executor: Executor, *, phase: str |
     return diff_report(view, om, nm, stat, (sol_old, sol_new, why or why_new), mix_of(to["nccl"]), mix_of(tn["nccl"]))
 
 
-__all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Unsupported", "Wanted", "attribute", "choose", "diff",
-           "gap", "rank_pass", "ranks", "scan", "scan_rank", "second_pass"]
+__all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Unsupported", "Wanted", "attribute", "choose", "diff", "each_rank",
+           "gap", "rank_pass", "ranks", "ranks_and_arrivals", "scan", "scan_rank", "second_pass", "unique_ids"]

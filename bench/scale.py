@@ -27,13 +27,14 @@ per wall s. Then the issue's targets, each as a ratio:
 On the smallest size the sharded runs' tables are compared with the in-process run's (identical, or
 the bench fails).
 
-    python bench/scale.py RUNS_DIR 256 --analyses attribute,ranks,gap,diff [--modes whole,file,dir,dask-local:2]
+    python bench/scale.py RUNS_DIR 256 --analyses attribute,ranks,gap,diff,report [--modes whole,file,dir,dask-local:2]
 
 The analysis commands (``--json``) on runs ingested once: ``RUNS_DIR/run256.parquet`` (one file) and
 ``RUNS_DIR/run256/`` (its shards). Each (command, mode) is one child process: ``whole`` the one file
 read whole (the CLI's whole-run path, ``TRACEKIT_ANALYSIS_WHOLE_MB`` huge: the reference, measured in the
 same run), ``file`` the same file rank by rank (``TRACEKIT_ANALYSIS_WHOLE_MB=0``), ``dir`` the shards rank by rank (``--executor local``), ``dask-local:N`` the shards on a
-Dask LocalCluster (``diff``: the run against itself, two runs read). Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
+Dask LocalCluster (``diff``: the run against itself, two runs read; ``report``: the page written, its
+plots and embedded documents compared). Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
 and the CPU as ratios to the reference's, whether the document equals the reference's byte for byte
 (the bench fails otherwise), and at 256 ranks the largest peak against the 1.5 GB target.
 """
@@ -166,15 +167,30 @@ def run_analysis(runs: Path, size: int, command: str, mode: str, work: Path) -> 
     ``file``: the same file rank by rank) or the sharded ``runs/runN/`` (``dir``: local executor;
     ``dask-local:N``)."""
     run = runs / (f"run{size}.parquet" if mode in ("whole", "file") else f"run{size}")
-    args = [command, str(run), *([str(run)] if command == "diff" else []), "--json"]  # diff: the run against itself
+    tag = work / f"{command}-{size}-{mode.replace(':', '')}"
+    if command == "report":  # the page, then its plots and embedded documents compared (_report_doc)
+        args = [command, str(run), "-o", str(tag.with_suffix(".html"))]
+    else:
+        args = [command, str(run), *([str(run)] if command == "diff" else []), "--json"]  # diff: the run against itself
     if mode.startswith("dask"):
         args += ["--executor", mode]
     cmd = [sys.executable, "-m", "tracekit", *args]
-    tag = work / f"{command}-{size}-{mode.replace(':', '')}"
     out = tag.with_suffix(".json")
     cpu, wall, driver, others, failed = _child(cmd, tag, out, env=RULE.get(mode))
+    if command == "report" and failed is None:
+        _report_doc(tag.with_suffix(".html"), out)
     return Row(size, f"{command} {mode}", _events(run) if failed is None else 0, cpu, wall, driver, others,
                failed), out
+
+
+def _report_doc(html: Path, out: Path) -> None:
+    """``tracekit report``'s comparable output into ``out`` (its stdout): the plots drawn and those not
+    shown (the lines it prints, the page's path and size aside), then the documents the page embeds."""
+    lines = out.read_text(encoding="utf-8").splitlines()
+    head = re.sub(r"^wrote .*?: (\d+ plots),.*$", r"\1", lines[0]) if lines else ""
+    docs = html.read_text(encoding="utf-8").split('id="tk-documents">', 1)[1].split("</script>", 1)[0]
+    out.write_text("\n".join([head, *lines[1:], docs]), encoding="utf-8")
+    html.unlink()
 
 
 def _doc(out: Path, runs: Path) -> bytes:

@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from tracekit import schema
-from tracekit.analyzers.nccl_mix import nccl_mix
+from tracekit.analyzers.nccl_mix import mix_of, nccl_counts
 from tracekit.documents import INFO
 from tracekit.env_view import environment_doc
 from tracekit.finalize.categories import COMM_CATEGORIES, Rule, unmatched_kernels
@@ -159,6 +159,42 @@ def category_table(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class InfoParts:
+    """What ``run_summary`` reads from the events, in tables that add up over ranks (``info_parts`` of each
+    rank's events, ``merge_info_parts``, then ``info_document``: a run read rank by rank)."""
+
+    ranks: pl.DataFrame  # rank_table
+    categories: pl.DataFrame  # category_table
+    kinds: pl.DataFrame  # kind, len
+    bounds: tuple[int | None, int | None]  # first start, last end of every event
+    unmatched: pl.DataFrame  # unmatched_kernels, every row
+    nccl: pl.DataFrame  # nccl_counts
+    events: int
+
+
+def info_parts(events: pl.DataFrame, rules: list[Rule] | None = None) -> InfoParts:
+    """``run_summary``'s tables of ``events`` (a run, or one rank's events)."""
+    return InfoParts(rank_table(events), category_table(events), events.group_by("kind").len(), _bounds(events),
+                     unmatched_kernels(events, rules), nccl_counts(events), events.height)
+
+
+def merge_info_parts(parts: list[InfoParts]) -> InfoParts:
+    """The ``InfoParts`` of several ranks' events (each rank in one part) as of their events together."""
+    starts = [p.bounds[0] for p in parts if p.bounds[0] is not None]
+    ends = [p.bounds[1] for p in parts if p.bounds[1] is not None]
+    un = pl.concat([p.unmatched for p in parts])
+    un = un.group_by("name").agg(pl.col("normalized").first(), pl.col("count").sum(), pl.col("total_ns").sum())
+    kinds = pl.concat([p.kinds for p in parts])
+    return InfoParts(
+        pl.concat([p.ranks for p in parts]).sort("rank"),
+        pl.concat([p.categories for p in parts]).sort(["rank", "total_ns"], descending=[False, True]),
+        kinds.group_by("kind").agg(pl.col("len").sum()),
+        (min(starts) if starts else None, max(ends) if ends else None),
+        un.select("name", "normalized", "count", "total_ns").sort(["total_ns", "name"], descending=[True, False]),
+        pl.concat([p.nccl for p in parts]), sum(p.events for p in parts))
+
+
 def run_summary(
     events: pl.DataFrame,
     manifest: Mapping[str, Any],
@@ -167,8 +203,12 @@ def run_summary(
     top: int = 10,
 ) -> dict[str, Any]:
     """The `tracekit info --json` document (stable keys; times in int ns)."""
-    ranks = rank_table(events)
-    cats = category_table(events)
+    return info_document(info_parts(events, rules), manifest, top=top)
+
+
+def info_document(parts: InfoParts, manifest: Mapping[str, Any], *, top: int = 10) -> dict[str, Any]:
+    """``run_summary`` from the run's ``InfoParts``."""
+    ranks, cats = parts.ranks, parts.categories
     by_cat: dict[int, dict[str, int]] = {}
     for r, c, t in cats.select("rank", "category", "total_ns").iter_rows():
         by_cat.setdefault(int(r), {})[str(c)] = int(t)
@@ -183,9 +223,9 @@ def run_summary(
             "devices": device_names(sec),
             "cpu_only": row["kernels"] == 0 and row["busy_ns"] == 0,
         })
-    kinds = events.group_by("kind").len().sort("kind")
-    start, end = _bounds(events)
-    unmatched = unmatched_kernels(events, rules).head(top)
+    kinds = parts.kinds.sort("kind")
+    start, end = parts.bounds
+    unmatched = parts.unmatched.head(top)
     present = [int(r) for r in ranks.get_column("rank").to_list()]
     man = typed(manifest)
     return INFO.make({
@@ -198,14 +238,14 @@ def run_summary(
         "start_ns": start,
         "end_ns": end,
         "span_ns": end - start if start is not None and end is not None else 0,
-        "events": events.height,
+        "events": parts.events,
         "events_by_kind": {str(k): int(n) for k, n in kinds.iter_rows()},
         "ranks": rank_docs,
         "rank_summary": info_rank_summary(rank_docs, manifest),
         "versions": versions_by_rank(manifest),
         "unmatched_kernels": unmatched.to_dicts(),
         "differences": [asdict(d) for d in manifest_differences(manifest)],
-        "nccl": [asdict(r) for r in nccl_mix(events).rows],
+        "nccl": [asdict(r) for r in mix_of(parts.nccl).rows],
         "environment": environment_doc(manifest),
         "notes": list(man.ingest.get("notes", [])),
         "skipped": list(man.ingest.get("skipped", [])),
@@ -275,4 +315,5 @@ def versions_by_rank(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: _ordered(v) for k, v in out.items()}
 
 
-__all__ = ["Difference", "category_table", "device_names", "manifest_differences", "rank_table", "run_summary", "versions_by_rank"]
+__all__ = ["Difference", "InfoParts", "category_table", "device_names", "info_document", "info_parts", "manifest_differences",
+           "merge_info_parts", "rank_table", "run_summary", "versions_by_rank"]

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from tracekit.cli import ranked as rank_cli
 from tracekit.cli.common import RUN_PATH, _claim, cli
 from tracekit.cli.log_inputs import is_log_input, log_options
 from tracekit.cli_errors import guarded
@@ -20,9 +21,10 @@ from tracekit.render.text import echo
 @click.option("--png-dir", type=click.Path(file_okay=False), default=None, help="Also write every plot as PNG here (needs Chrome or Chromium).")
 @click.option("--target-tps", type=click.FloatRange(min=0, min_open=True), default=None, help="Target tok/s per sequence for the speculation plot.")
 @log_options
+@rank_cli.executor_option
 @guarded
 def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, target_tps: float | None,
-               patterns: tuple[str, ...] = (), pattern_file: str | None = None) -> None:
+               patterns: tuple[str, ...] = (), pattern_file: str | None = None, executor_opt: str = "local") -> None:
     """One HTML page of plots of RUN: buckets, time vs sequence length, cycles, skew, gap, speculation, facts.
 
     RUN (and --b-run) may be log runs or engine log files: throughput and accept length against
@@ -44,8 +46,11 @@ def report_cmd(run: str, output: str, b_run: str | None, png_dir: str | None, ta
     from tracekit.render.report import build_report
     from tracekit.render.store import outdated_line
 
-    with _claim(output, [run, *([b_run] if b_run else [])]):
-        res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps)
+    spec = rank_cli.spec_of(executor_opt)
+    with _claim(output, [run, *([b_run] if b_run else [])]), rank_cli.opened(spec, "report") as ex:
+        res = build_report(run, output, b_path=b_run, png_dir=png_dir, target_tps=target_tps, executor=ex,
+                           kind=spec.kind, say=rank_cli.progress(),
+                           whole=lambda why: rank_cli.whole_run_note(spec, "report", why))
     for note in res.outdated:
         echo(outdated_line(note), err=True)
     for line in report_lines(res):

@@ -8,9 +8,12 @@ writes PNGs (``png``). plotly (and kaleido for PNGs) come with the ``report`` ex
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.errors import TracekitError
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.ranked import Executor, Say
 
 
 @dataclass
@@ -47,8 +50,10 @@ def _documents(a: Any, b: Any, diff: Any) -> dict[str, Any]:
 
 
 def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str | None = None,
-                 target_tps: float | None = None) -> ReportResult:
-    """Write the report of ``path`` (against ``b_path``) to ``out``; PNGs to ``png_dir``."""
+                 target_tps: float | None = None, executor: Executor | None = None, kind: str = "local",
+                 say: Say | None = None, whole: Say | None = None) -> ReportResult:
+    """Write the report of ``path`` (against ``b_path``) to ``out``; PNGs to ``png_dir``. ``executor`` ..
+    ``whole``: ``collect``'s (a large or sharded run read rank by rank)."""
     try:
         import plotly  # noqa: F401
     except ImportError:
@@ -63,7 +68,7 @@ def build_report(path: str, out: str, *, b_path: str | None = None, png_dir: str
     from .plots_sol import floor_plot, pct_seq_plot
     from .plots_time import bucket_plots, composition_plot, seq_plot
 
-    a, b, diff = collect(path, b_path=b_path, target_tps=target_tps)
+    a, b, diff = collect(path, b_path=b_path, target_tps=target_tps, executor=executor, kind=kind, say=say, whole=whole)
     sides = [("A", a)] + ([("B", b)] if b is not None else [])
     gaps = [gap_plot(a.gap, "gap-verify-decode", f"A's verify vs A's decode ({short_name(a.path)})")]
     if b is not None:

@@ -10,7 +10,7 @@ support leaves its error message as the reason its plots are missing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import polars as pl
 
@@ -18,6 +18,9 @@ from tracekit.analyzers.coll_match import matched_collectives
 from tracekit.analyzers.composition import cycle_composition
 from tracekit.errors import TracekitError
 from tracekit.store import load_run
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.ranked import Executor, Say
 
 T = TypeVar("T")
 
@@ -104,10 +107,30 @@ def _phases(doc: Got[dict[str, Any]]) -> set[str]:
     return set() if doc.value is None else {p["phase"] for p in doc.value["phases"]}
 
 
-def collect(path: str, *, b_path: str | None = None, target_tps: float | None = None) -> tuple[RunDocs, RunDocs | None, Got[dict[str, Any]]]:
-    """Every document of the run (and of ``b_path``), and their diff (``why`` set without ``b_path``)."""
+def collect(path: str, *, b_path: str | None = None, target_tps: float | None = None, executor: Executor | None = None,
+            kind: str = "local", say: Say | None = None,
+            whole: Say | None = None) -> tuple[RunDocs, RunDocs | None, Got[dict[str, Any]]]:
+    """Every document of the run (and of ``b_path``), and their diff (``why`` set without ``b_path``).
+
+    With ``executor`` (a ``tracekit.executor`` executor of ``kind``), a run that ``analyzers.ranked.choose``
+    picks is read rank by rank (``collect_ranked``; ``b_path`` then too), ``say`` its progress; else whole,
+    ``whole`` told why when rank by rank was chosen but does not apply."""
     from tracekit.summary import run_summary
 
+    if executor is not None:
+        from tracekit.analyzers.ranked import Unsupported, choose
+        from tracekit.store import open_ranked
+
+        from .collect_ranked import collect_ranked
+
+        rra = choose(path, kind)
+        rrb = open_ranked(b_path) if rra is not None and b_path is not None else None
+        if rra is not None and (b_path is None or rrb is not None):
+            try:
+                return collect_ranked(path, rra, b_path, rrb, executor, target_tps=target_tps, say=say)
+            except Unsupported as why:
+                if whole is not None:
+                    whole(str(why))
     ra = load_run(path)
     rb = load_run(b_path) if b_path is not None else None
 
