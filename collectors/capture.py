@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any
 
 from tracekit.collectors.engines import EngineConfig
 from tracekit.collectors.nodes import Topology
+from tracekit.collectors.remote import Remote
 from tracekit.collectors.workload.config import WorkloadConfig
 from tracekit.errors import ConfigError
 from tracekit.manifest import INJECTED_ENV
@@ -68,6 +70,8 @@ class CaptureConfig:
     nodes: Topology = field(default_factory=Topology)  # this launcher's place in a multi-host job (nodes.py)
     # the TRACEKIT_* settings, built once where the capture is configured and handed to every rank
     settings: Settings = field(default_factory=current_settings)
+    # -o is a URL: where the ranks upload their shards (collectors/remote.py; set by run_capture)
+    remote: Remote | None = None
 
     def captured(self, world: int) -> list[int]:
         return list(range(world)) if self.ranks is None else sorted(set(self.ranks))
@@ -94,7 +98,7 @@ class CaptureConfig:
 
 @dataclass
 class CaptureResult:
-    out: Path
+    out: Path | str  # a URL when -o was one (the merged object, or the prefix of a sharded run)
     world: int
     captured: list[int]
     missing: dict[str, str]
@@ -191,6 +195,21 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
         raise ConfigError(f"--ranks {captured} outside 0..{world - 1}")
     cc.workload.validate(world)
     cc = dataclasses.replace(cc, profile=resolve_profile(cc.profile, kind))
+    from tracekit.collectors.launcher import launch
+    from tracekit.collectors.remote import check, remote_of
+
+    remote = remote_of(cc.out)
+    if remote is not None:  # an object store: no lock files; this host's shards go through a temp directory
+        if getattr(cc.workload, "driver", None):  # its ranks write their shards inside the engine's own workers
+            raise ConfigError(f"-o {remote.out}: a URL output is for engines whose every rank tracekit starts itself "
+                              f"(not --engine {cc.workload.engine}); capture to a directory, then copy it or ingest")
+        check(remote, nodes.node_rank, nodes.local_ranks())
+        cc = dataclasses.replace(cc, remote=remote)
+        shard_dir = Path(tempfile.mkdtemp(prefix="tracekit-capture-"))
+        try:
+            return launch(cc, say, live, kind, world, captured, shard_dir / "merged.parquet", shard_dir)
+        finally:
+            shutil.rmtree(shard_dir, ignore_errors=True)
     out = Path(cc.out)
     # only the merging node writes ``out``: the others take no lock on it (the directory may be shared)
     lock = OutputLock(out).acquire() if nodes.node_rank == 0 else None  # before anything is deleted
@@ -199,8 +218,6 @@ def run_capture(cc: CaptureConfig, progress: Callable[[str], None] | None = None
             say(f"capture: replaced a stale lock {lock.path} (pid {lock.stale} no longer runs)")
         shard_dir = sidecar(out, ".d")
         _fresh_shard_dir(shard_dir, nodes)
-        from tracekit.collectors.launcher import launch
-
         return launch(cc, say, live, kind, world, captured, out, shard_dir)
     finally:
         if lock is not None:

@@ -207,6 +207,8 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
     nodes = cc.nodes
     port = nodes.master_port or free_port()
     local = nodes.local_ranks()
+    # where the shards end: the shard directory, or the URL prefix the ranks upload them to
+    dest = cc.remote.prefix if cc.remote is not None else str(shard_dir)
     say(f"capture: {world} ranks ({'NCCL on GPU' if kind == 'cuda' else 'gloo on CPU'}), capturing "
         f"{format_rank_list(captured)}, {cc.warmup} warm-up + {cc.cycles} cycles in profile mode {cc.profile}")
     if nodes.multi:
@@ -218,8 +220,8 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
                 os.environ["GLOO_SOCKET_IFNAME"] = name  # inherited by the ranks at spawn, kept in their manifest
             say(f"capture: gloo's interface: {how}")
         say(f"capture: node {nodes.node_rank} of {nodes.nnodes} ({socket.gethostname()}): ranks "
-            f"{format_rank_list(local)}; process group at {nodes.master_addr}:{port}; shards to {shard_dir}/")
-        write_node(shard_dir, nodes.node_rank, "started", node_info(nodes))
+            f"{format_rank_list(local)}; process group at {nodes.master_addr}:{port}; shards to {dest}/")
+        write_node(shard_dir, nodes.node_rank, "started", node_info(nodes), cc.remote)
     driver = getattr(cc.workload, "driver", None)
     if driver:  # an engine that runs every rank in its own processes, from one driver (collectors/engines.py)
         from tracekit.collectors.engines import load_ref
@@ -237,7 +239,8 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
     intr.install()
     try:
         say("capture: rank processes started (pid per rank: "
-            + ", ".join(f"{r}: {p.pid}" for r, p in procs.items()) + f"); logs in {shard_dir}/")
+            + ", ".join(f"{r}: {p.pid}" for r, p in procs.items()) + f"); logs in {shard_dir}/"
+            + (f" (uploaded to {dest}/ when a rank fails), shards uploaded to {dest}/" if cc.remote is not None else ""))
         prog = Progress(say, world, cc.warmup + cc.cycles, live=live, local=tuple(local))
         seen = watch(cc, procs, q, ctl, intr, prog, say)
         if seen.stop is not None and seen.stop <= cc.warmup:
@@ -247,14 +250,15 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
         return finish(cc, say, seen, procs, world, captured, out, shard_dir, launcher)
     except KeyboardInterrupt:
         stop_all(procs)
-        shards = sorted(shard_dir.glob("rank-*.parquet"))
+        shards = sorted(shard_dir.glob("rank-*.parquet"))  # with -o URL: the uploaded ones (a failed upload deletes)
+        run = cc.remote.run if cc.remote is not None else out
         if not shards:
             shutil.rmtree(shard_dir, ignore_errors=True)
             raise InterruptedCapture(f"aborted ({intr.how()}): nothing was captured",
-                                     path=str(out)) from None
+                                     path=str(run)) from None
         raise InterruptedCapture(f"aborted ({intr.how()}): {len(shards)} rank shard(s) kept in "
-                                 f"{shard_dir}; merge them with `tracekit merge {shard_dir} -o {out}`",
-                                 path=str(out)) from None
+                                 f"{dest}; merge them with `tracekit merge {dest} -o {run}`",
+                                 path=str(run)) from None
     finally:
         intr.restore()
 

@@ -27,9 +27,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tracekit.collectors.remote import Remote
 
 LOOPBACK = "127.0.0.1"
 NODE_GLOB = "node-*.json"
@@ -172,23 +175,49 @@ def node_path(shard_dir: Path, node: int, state: str) -> Path:
     return shard_dir / f"node-{node:05d}.{state}.json"
 
 
-def write_node(shard_dir: Path, node: int, state: str, info: Mapping[str, Any]) -> Path:
-    """Write one node file atomically (temp file beside it, renamed)."""
+def write_node(shard_dir: Path, node: int, state: str, info: Mapping[str, Any], remote: Remote | None = None) -> str:
+    """Write one node file atomically (temp file beside it, renamed; under ``remote``'s prefix: one PUT)."""
     from tracekit.outputs import atomic_write
 
     out = node_path(shard_dir, node, state)
+    text = json.dumps(dict(info), sort_keys=True, default=str)
+    if remote is not None:
+        from tracekit.collectors.remote import UploadFailed
+        from tracekit.urls import problem, put_bytes
+
+        url = remote.url(out.name)
+        try:
+            put_bytes(url, text.encode())
+        except Exception as exc:
+            raise UploadFailed(f"node {node}: upload of {out.name} failed ({problem(exc)})", path=url) from None
+        return url
     with atomic_write(out) as tmp:
-        Path(tmp).write_text(json.dumps(dict(info), sort_keys=True, default=str), encoding="utf-8")
-    return out
+        Path(tmp).write_text(text, encoding="utf-8")
+    return str(out)
 
 
-def read_nodes(shard_dir: Path, state: str) -> dict[int, dict[str, Any]]:
+def _node_files(shard_dir: Path, state: str, remote: Remote | None) -> list[tuple[str, Callable[[], bytes]]]:
+    """(name, read) of every ``state`` node file, in the shard directory or under ``remote``'s prefix."""
+    if remote is None:
+        return [(p.name, p.read_bytes) for p in shard_dir.glob(f"node-*.{state}.json")]
+    from tracekit.urls import read_bytes, shard_urls
+
+    try:
+        urls = shard_urls(remote.prefix, f"node-*.{state}.json")
+    except Exception:  # a store that does not answer now: no node file seen yet (the wait goes on)
+        return []
+    return [(u.rsplit("/", 1)[-1], lambda u=u: read_bytes(u)) for u in urls]  # type: ignore[misc]
+
+
+def read_nodes(shard_dir: Path, state: str, remote: Remote | None = None) -> dict[int, dict[str, Any]]:
     """node -> the content of its ``state`` file, for every node that wrote one (unreadable ones skipped)."""
+    from tracekit.errors import RunError
+
     out: dict[int, dict[str, Any]] = {}
-    for p in shard_dir.glob(f"node-*.{state}.json"):
-        with contextlib.suppress(OSError, ValueError, RecursionError):
-            node = int(p.name.split(".")[0].split("-")[1])
-            data = json.loads(p.read_text(encoding="utf-8"))
+    for name, read in _node_files(shard_dir, state, remote):
+        with contextlib.suppress(OSError, ValueError, RecursionError, RunError):
+            node = int(name.split(".")[0].split("-")[1])
+            data = json.loads(read())
             if isinstance(data, dict):
                 out[node] = data
     return out
@@ -216,29 +245,35 @@ def node_wait_s() -> float:
 
 
 def wait_nodes(shard_dir: Path, topo: Topology, timeout_s: float, say: Callable[[str], None],
-               stop: Callable[[], bool] | None = None) -> dict[int, dict[str, Any]]:
-    """On node 0: wait until every node's end file is in ``shard_dir`` or ``timeout_s`` passed (or
-    ``stop()``); returns the end files found (node -> content)."""
+               stop: Callable[[], bool] | None = None, remote: Remote | None = None) -> dict[int, dict[str, Any]]:
+    """On node 0: wait until every node's end file is in ``shard_dir`` (or under ``remote``'s prefix) or
+    ``timeout_s`` passed (or ``stop()``); returns the end files found (node -> content)."""
     deadline = time.monotonic() + timeout_s
     said = False
     while True:
-        ended = read_nodes(shard_dir, "ended")
+        ended = read_nodes(shard_dir, "ended", remote)
         waiting = [n for n in range(topo.nnodes) if n not in ended]
         if not waiting or time.monotonic() >= deadline or (stop is not None and stop()):
             return ended
         if not said:
             say(f"capture: waiting up to {timeout_s:g} s for node(s) {', '.join(map(str, waiting))} to end "
-                f"(their end files in {shard_dir}/)")
+                f"(their end files in {remote.prefix if remote else shard_dir}/)")
             said = True
         time.sleep(0.5)  # polling a shared directory: no event to wait on across hosts
 
 
-def missing_from_nodes(topo: Topology, shard_dir: Path, have: set[int], timeout_s: float) -> dict[str, str]:
+def missing_from_nodes(topo: Topology, shard_dir: Path, have: set[int], timeout_s: float,
+                       remote: Remote | None = None) -> dict[str, str]:
     """Why each rank of another node has no shard, from that node's files (its host named)."""
     from tracekit.collectors.capture import shard_path
 
-    started = read_nodes(shard_dir, "started")
-    ended = read_nodes(shard_dir, "ended")
+    started = read_nodes(shard_dir, "started", remote)
+    ended = read_nodes(shard_dir, "ended", remote)
+    if remote is not None:
+        from tracekit.urls import shard_urls
+
+        held = {u.rsplit("/", 1)[-1] for u in shard_urls(remote.prefix, "rank-*.parquet")}
+        have = have | {r for r in range(topo.world) if shard_path(shard_dir, r).name in held}
     out: dict[str, str] = {}
     for node in range(topo.nnodes):
         if node == topo.node_rank:

@@ -192,6 +192,15 @@ def _rank_body(rank: int, world: int, kind: str, cc: CaptureConfig, port: int, s
         else:
             if shard is not None and cc.after:
                 shard.write(wl.timer.stats(pool=REFERENCE_POOL))  # the reference with its second block
+    if shard is not None and cc.remote is not None:  # -o is a URL: the shard, whole, in one PUT
+        from tracekit.collectors.remote import UploadFailed, upload
+
+        try:
+            upload(shard.path, cc.remote, "its shard")
+        except UploadFailed as exc:  # this rank's data is lost, not its peers': they still pass the barrier
+            shard.path.unlink(missing_ok=True)
+            q.put(Failed(rank, exc.message, False))
+            shard = None
     if shard is not None:
         q.put(Done(rank, shard.rows))
     if aborted is None and after_failed is None:  # every rank has written its shard before any exits (rank 0 hosts the TCPStore)

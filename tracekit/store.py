@@ -519,17 +519,22 @@ def expected_ranks(manifest: Mapping[str, Any]) -> list[int]:
 
 def shard_missing(shard_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> dict[str, str]:
     """Ranks the shards of ``shard_dir`` should hold but do not, each with why (its log named when kept)."""
-    d = Path(shard_dir)
+    from tracekit.urls import is_url, join, shard_urls
+
+    d = os.fspath(shard_dir).rstrip("/") if is_url(shard_dir) else str(Path(shard_dir))
     man = typed(manifest)
     have = set(man.ranks)
     known = man.missing_ranks
+    want = [r for r in expected_ranks(manifest) if str(r) not in have]
+    # the logs kept beside the shards (under a URL prefix: listed once)
+    logs = {u for u in shard_urls(d, "rank-*.log")} if want and is_url(d) else None
     out: dict[str, str] = {}
-    for r in expected_ranks(manifest):
-        if str(r) in have:
-            continue
-        log = d / f"rank-{r:05d}.log"
+    for r in want:
+        name = f"rank-{r:05d}.log"
+        log = join(d, name) if logs is not None else str(Path(d) / name)
         why = known.get(str(r)) or f"no shard rank-{r:05d}.parquet in {d}"
-        out[str(r)] = why + (f" (its log: {log})" if log.exists() and str(log) not in why else "")
+        held = log in logs if logs is not None else Path(log).exists()
+        out[str(r)] = why + (f" (its log: {log})" if held and log not in why else "")
     return out
 
 

@@ -10,6 +10,7 @@ when a URL is used. Credentials and endpoints come from the protocol's usual env
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Any
@@ -69,4 +70,26 @@ def put_file(local: str, url: str) -> None:
     fs.put_file(local, inner)
 
 
-__all__ = ["filesystem", "is_url", "join", "put_file", "read_bytes", "shard_urls"]
+def put_bytes(url: str, data: bytes) -> None:
+    """Write ``data`` as the object ``url`` (one PUT: whole or absent)."""
+    fs, inner = filesystem(url)
+    fs.pipe_file(inner, data)
+
+
+def remove(urls: list[str]) -> None:
+    """Delete these objects (a missing one is no error)."""
+    if not urls:
+        return
+    fs, _ = filesystem(urls[0])
+    for url in urls:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(url.split("://", 1)[-1])
+
+
+def problem(exc: BaseException) -> str:
+    """One line for a storage error of any protocol's package (botocore's, aiohttp's, OSError...)."""
+    text = " ".join(str(exc).split()) or exc.__class__.__name__
+    return f"{exc.__class__.__name__}: {text[:300]}"
+
+
+__all__ = ["filesystem", "is_url", "join", "problem", "put_bytes", "put_file", "read_bytes", "remove", "shard_urls"]

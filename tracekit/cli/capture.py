@@ -53,7 +53,9 @@ COMMON = [
                       "(with --sglang: full)."),
     click.Option(["--timeout", "timeout_s"], type=click.FloatRange(1), default=300.0, show_default=True,
                  help="Seconds a rank may go without progress before it is killed."),
-    click.Option(["-o", "--out"], type=click.Path(dir_okay=False), default="run.parquet", show_default=True),
+    click.Option(["-o", "--out"], type=click.Path(dir_okay=False), default="run.parquet", show_default=True,
+                 help="The run file; or a URL: s3://bucket/run.parquet (one object, merged) or s3://bucket/run/ "
+                      "(a sharded run left under the prefix); docs/scale.md, \"Object storage\"."),
 ]
 
 # Several hosts (collectors/nodes.py, docs/scale.md): a group of its own, shown after the common options.
@@ -131,14 +133,21 @@ def capture_cmd(**opts: Any) -> None:
         if opts["nnodes"] is not None:
             raise click.UsageError(f"--{live.name} captures a running server's ranks: --nnodes is for engines whose "
                                    "ranks tracekit starts")
+        from tracekit.urls import is_url
+
+        if is_url(opts["out"]):
+            raise click.UsageError(f"--{live.name} writes one local run file: -o URL is for engines whose ranks "
+                                   "tracekit starts")
         live.capture_live(opts)
         return
     ranks = _parse_ranks(opts["ranks_opt"])
     from tracekit.outputs import OutputLock, check_output
+    from tracekit.urls import is_url
 
     out = opts["out"]
-    check_output(out)  # the output rule and a held lock: refused at once, before torch is imported
-    OutputLock(out).refuse_if_held()
+    if not is_url(out):  # a URL (s3://bucket/run/): checked by a probe PUT before the ranks start (remote.check)
+        check_output(out)  # the output rule and a held lock: refused at once, before torch is imported
+        OutputLock(out).refuse_if_held()
     from tracekit.collectors.capture import CaptureConfig, resolve_device, run_capture
     from tracekit.errors import ConfigError
     from tracekit.render.capture import render_capture_summary
