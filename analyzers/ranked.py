@@ -87,10 +87,12 @@ class RankScan:
     unphased: tuple[int, int, int, int]  # joins.unphased_parts
     host_instances: bool
     tids: bool
+    info: Any = None  # light: summary.InfoParts of the rank (the report's info document)
+    phase_rows: pl.DataFrame | None = None  # light: phase_rows.phase_rows (the report's spec, cycle composition)
 
 
-def scan_rank(f: RankFile) -> RankScan:
-    """Pass 1 of one rank (module doc)."""
+def scan_rank(f: RankFile, light: bool = False) -> RankScan:
+    """Pass 1 of one rank (module doc); ``light``: also its ``info`` and ``phase_rows`` (``ranked_light``)."""
     from .attribution import _COLL_COLS, phase_names
     from .joins import unphased_parts
     from .phase_rows import phase_instances
@@ -103,11 +105,18 @@ def scan_rank(f: RankFile) -> RankScan:
         marker = pl.DataFrame({"rank": [f.rank]}, schema={"rank": coll.schema["rank"]})
         coll = pl.concat([coll, marker], how="diagonal")
     inst = phase_instances(ev)
+    extra: dict[str, Any] = {}
+    if light:
+        from tracekit.summary import info_parts
+
+        from .phase_rows import phase_rows
+
+        extra = {"info": info_parts(ev), "phase_rows": phase_rows(ev)}
     return RankScan(
         f.rank, ev.get_column("phase_id").drop_nulls().unique().sort(), tuple(phase_names(ev)),
         ev.filter(pl.col("kind").is_in(list(GPU_KINDS))).select("rank", "kind").head(1), owned(coll),
         unphased_parts(ev), bool((inst.get_column("source") == "host").any()),
-        ev.get_column("tid").null_count() < ev.height)
+        ev.get_column("tid").null_count() < ev.height, **extra)
 
 
 @dataclass(frozen=True)
@@ -177,9 +186,12 @@ def unique_ids(ids_by_rank: Sequence[pl.Series], frames: Sequence[pl.DataFrame])
     return top, out if top is None else shift_phase_ids(out, top)
 
 
-def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "") -> Scanned:
-    """Pass 1 over every rank of ``run``."""
-    scans = each_rank(run, executor, scan_rank, say, f"{what}pass 1 (collectives, phases)")
+def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "", *, light: bool = False) -> Scanned:
+    """Pass 1 over every rank of ``run`` (``light``: ``scan_rank``'s)."""
+    from functools import partial
+
+    scans = each_rank(run, executor, partial(scan_rank, light=light) if light else scan_rank, say,
+                      f"{what}pass 1 (collectives, phases)")
     top, coll = unique_ids([s.phase_ids for s in scans], [s.coll for s in scans])
     return Scanned(run, tuple(scans), top, coll)
 
@@ -285,11 +297,7 @@ def _gpu_mode(frames: Sequence[pl.DataFrame], manifest: Mapping[str, Any] | None
 def attribute(run: RankedRun, executor: Executor, phase: str | None = None, rank: int | None = None, *,
               launch_latency_ns: int, say: Say | None = None) -> tuple[AttributionReport, Any]:
     """``analyses.attribute`` rank by rank, and the ``joins.Unphased`` of the CLI's last line (of ``rank``)."""
-    from .analyses import gpu_attribution
-    from .attribution import attribution_tables, only_rank
-    from .joins import unphased_of
-    from .sol.run import try_sol
-    from .stragglers import MIN_SKEW_NS, phase_stragglers, straggler_tables
+    from .stragglers import MIN_SKEW_NS
 
     s = scan(run, executor, say, "attribute: ")
     sel = None if rank is None else (rank,)
@@ -297,6 +305,19 @@ def attribute(run: RankedRun, executor: Executor, phase: str | None = None, rank
     phases = s.phases_for(phase)
     p = second_pass(s, executor, Wanted(phases, segments=True), min_skew_ns=MIN_SKEW_NS,
                     launch_latency_ns=launch_latency_ns, say=say, what="attribute: ")
+    return attribute_of(run, s, p, phases, rank)
+
+
+def attribute_of(run: RankedRun, s: Scanned, p: Passed, phases: list[str],
+                 rank: int | None) -> tuple[AttributionReport, Any]:
+    """``attribute``'s report from its passes (``phases``' instances and the segments in ``p``)."""
+    from .analyses import gpu_attribution
+    from .attribution import attribution_tables, only_rank
+    from .joins import unphased_of
+    from .sol.run import try_sol
+    from .stragglers import phase_stragglers, straggler_tables
+
+    sel = None if rank is None else (rank,)
     inst = only_rank(p.tables["instances"], rank, phases)
     view = straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], None)
     g = attribution_tables(inst, phase_stragglers(view, inst.get_column("phase").unique().to_list()), p.coll, False)
@@ -315,23 +336,25 @@ def ranks(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latenc
 def ranks_and_arrivals(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latency_ns: int,
                        say: Say | None = None) -> tuple[RanksReport, pl.DataFrame]:
     """``ranks`` and the run's ``matched_collectives`` it was computed from (the report's skew plot)."""
-    from .analyses import ranks_report
-    from .stragglers import straggler_tables
-
     s = scan(run, executor, say, "ranks: ")
     p = second_pass(s, executor, Wanted(segments=True, kernels=True), min_skew_ns=min_skew_ns,
                     launch_latency_ns=launch_latency_ns, say=say, what="ranks: ")
+    return ranks_of(run, s, p), p.matched
+
+
+def ranks_of(run: RankedRun, s: Scanned, p: Passed) -> RanksReport:
+    """``ranks``' report from its passes (the segments and their kernel families in ``p``)."""
+    from .analyses import ranks_report
+    from .stragglers import straggler_tables
+
     return ranks_report(straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], p.tables["families"]),
-                        run.manifest), p.matched
+                        run.manifest)
 
 
 def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str = "verify", b: str = "decode",
         rank: int | None = None, launch_latency_ns: int, stat: str = "median", say: Say | None = None) -> GapReport:
     """``analyses.gap`` rank by rank (B from ``run_b`` when given, else from ``run_a``)."""
-    from tracekit.errors import AnalysisError
-
-    from .analyses import _gap_sol, gap_timing, gpu_gap
-    from .gap import gap_tables, side_instances
+    from .analyses import gap_timing
     from .stragglers import MIN_SKEW_NS
 
     sa = scan(run_a, executor, say, "gap: ")
@@ -347,6 +370,21 @@ def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str
     kb = ka if run_b is None else second_pass(sb, executor, Wanted(sb.present, sides=[(pb, rank)]),
                                               min_skew_ns=MIN_SKEW_NS, launch_latency_ns=launch_latency_ns, say=say,
                                               what="gap (B): ").tables
+    return gap_of(run_a, run_b, sa, sb, ka, kb, a=a, b=b, rank=rank, stat=stat, timing=timing)
+
+
+def gap_of(run_a: RankedRun, run_b: RankedRun | None, sa: Scanned, sb: Scanned, ka: Mapping[str, pl.DataFrame],
+           kb: Mapping[str, pl.DataFrame], *, a: str, b: str, rank: int | None, stat: str, timing: Any) -> GapReport:
+    """``gap``'s report from its passes' tables (``ka``: A's instances and ``side0`` its families, ``side1``
+    B's when B is from ``run_a``; ``kb``: B's when from ``run_b``)."""
+    from tracekit.errors import AnalysisError
+
+    from .analyses import _gap_sol, gpu_gap
+    from .gap import gap_tables, side_instances
+
+    sel = None if rank is None else (rank,)
+    bm = run_b.manifest if run_b is not None else run_a.manifest
+    pa, pb = sa.phases_for(a), sb.phases_for(b)
     fam_b = kb["side1"] if run_b is None else kb["side0"]
     try:
         inst_a = side_instances(ka["instances"].filter(pl.col("phase").is_in(pa)), a, rank)
@@ -360,6 +398,42 @@ def gap(run_a: RankedRun, run_b: RankedRun | None, executor: Executor, *, a: str
     splits, why = _gap_sol(sa.coll, run_a.manifest, None if run_b is None else sb.coll, bm, a, b, g["buckets"],
                            float(g["total_delta_ns"]), ka["instances"], None if run_b is None else kb["instances"])
     return gpu_gap(g, stat, timing, run_a.manifest, bm, a, b, sel, splits, why)
+
+
+@dataclass(frozen=True)
+class Shared:
+    """One scan and one pass 2 of a run for ``attribute`` (every phase), ``ranks`` and ``gap`` (verify vs
+    decode, when both are present) at the default settings: what the report reads (three reads of the
+    run fewer than the three run apart)."""
+
+    scanned: Scanned
+    passed: Passed
+    phases: list[str]
+    gap: bool  # verify and decode both present: the gap's families in ``passed``
+
+
+def shared_passes(s: Scanned, executor: Executor, *, launch_latency_ns: int, say: Say | None = None,
+                  what: str = "") -> Shared:
+    """``Shared`` of the run of ``s``; ``Unsupported`` where ``attribute`` reads the run whole."""
+    from .stragglers import MIN_SKEW_NS
+
+    run = s.run
+    _gpu_mode([s.gpu], run.manifest, None)
+    phases = s.phases_for(None)
+    gap = "verify" in phases and "decode" in phases
+    sides = [(s.phases_for("verify"), None), (s.phases_for("decode"), None)] if gap else []
+    p = second_pass(s, executor, Wanted(phases, segments=True, kernels=True, sides=sides), min_skew_ns=MIN_SKEW_NS,
+                    launch_latency_ns=launch_latency_ns, say=say, what=what)
+    return Shared(s, p, phases, gap)
+
+
+def shared_gap(run: RankedRun, sh: Shared) -> GapReport:
+    """``gap(run, None, a="verify", b="decode")`` from ``Shared`` (``sh.gap`` must hold)."""
+    from .analyses import gap_timing
+
+    t = sh.passed.tables
+    return gap_of(run, None, sh.scanned, sh.scanned, t, t, a="verify", b="decode", rank=None, stat="median",
+                  timing=gap_timing(run.manifest, run.manifest, "verify", "decode", None))
 
 
 def diff(run_o: RankedRun, run_n: RankedRun, executor: Executor, *, phase: str | None = "verify",
@@ -387,5 +461,6 @@ def diff(run_o: RankedRun, run_n: RankedRun, executor: Executor, *, phase: str |
     return diff_report(view, om, nm, stat, (sol_old, sol_new, why or why_new), mix_of(to["nccl"]), mix_of(tn["nccl"]))
 
 
-__all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Unsupported", "Wanted", "attribute", "choose", "diff", "each_rank",
-           "gap", "rank_pass", "ranks", "ranks_and_arrivals", "scan", "scan_rank", "second_pass", "unique_ids"]
+__all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Shared", "Unsupported", "Wanted", "attribute",
+           "attribute_of", "choose", "diff", "each_rank", "gap", "gap_of", "rank_pass", "ranks", "ranks_and_arrivals",
+           "ranks_of", "scan", "scan_rank", "second_pass", "shared_gap", "shared_passes", "unique_ids"]

@@ -1,6 +1,7 @@
-"""The report's light pass over a run read rank by rank (``analyzers.ranked``'s rule and executor): per
-rank, ``tracekit info``'s tables (``summary.InfoParts``: they add up over ranks) and its phase rows
-(``phase_rows.phase_rows``: the few range rows per cycle that phase instances are made of).
+"""What the report reads besides the analyses from a run read rank by rank (``analyzers.ranked``): per
+rank, in pass 1 (``ranked.scan(light=True)``: the rank is read there anyway), ``tracekit info``'s tables
+(``summary.InfoParts``: they add up over ranks) and its phase rows (``phase_rows.phase_rows``: the few
+range rows per cycle that phase instances are made of).
 
 From those the driver builds what the report draws besides ``attribute`` / ``gap`` / ``ranks`` /
 ``diff`` (``analyzers.ranked``): info's document (``summary.info_document``), ``spec``'s cycles and
@@ -15,27 +16,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.store import RankedRun, RankFile, read_rank
-from tracekit.summary import InfoParts, info_parts, merge_info_parts
+from tracekit.summary import InfoParts, merge_info_parts
 
-from .phase_rows import phase_rows
-from .ranked import Executor, Say, each_rank, unique_ids
-
-
-@dataclass(frozen=True)
-class RankLight:
-    """``light_rank``'s result: one rank's info tables, distinct phase ids and phase rows."""
-
-    rank: int
-    info: InfoParts
-    phase_ids: pl.Series
-    phases: pl.DataFrame
-
-
-def light_rank(f: RankFile) -> RankLight:
-    """The light pass of one rank (module doc)."""
-    ev = read_rank(f)
-    return RankLight(f.rank, info_parts(ev), ev.get_column("phase_id").drop_nulls().unique().sort(), phase_rows(ev))
+from .ranked import Scanned
 
 
 @dataclass(frozen=True)
@@ -46,11 +29,12 @@ class Light:
     phases: pl.DataFrame
 
 
-def light_pass(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "") -> Light:
-    """``light_rank`` over every rank of ``run``."""
-    got = each_rank(run, executor, light_rank, say, f"{what}info and phase rows")
-    _, phases = unique_ids([r.phase_ids for r in got], [r.phases for r in got])
-    return Light(merge_info_parts([r.info for r in got]), phases)
+def light_of(s: Scanned) -> Light:
+    """``Light`` of a run scanned with ``light=True``."""
+    from tracekit.finalize.version import shift_phase_ids
+
+    phases = pl.concat([x.phase_rows for x in s.scans if x.phase_rows is not None], how="vertical", rechunk=True)
+    return Light(merge_info_parts([x.info for x in s.scans]), phases if s.top is None else shift_phase_ids(phases, s.top))
 
 
-__all__ = ["Light", "RankLight", "light_pass", "light_rank"]
+__all__ = ["Light", "light_of"]

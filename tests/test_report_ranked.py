@@ -106,7 +106,7 @@ def test_cli_report_of_shards_draws_what_the_whole_run_draws(set64: Path) -> Non
     res = subprocess.run([sys.executable, "-m", "tracekit", "report", "run", "-o", "cli.html"], cwd=set64,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    assert "info and phase rows: rank 63 done, 64/64" in res.stderr  # progress of the light pass, per rank
+    assert "report: pass 1 (collectives, phases): rank 63 done, 64/64" in res.stderr  # progress, per rank
     assert "pass 2 (per-rank tables): rank 63 done, 64/64" in res.stderr
     assert (set64 / "cli.html").stat().st_size > 0
 

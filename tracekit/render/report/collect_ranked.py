@@ -1,10 +1,11 @@
 """``collect`` for a run read rank by rank (``analyzers.ranked.choose``: a shard directory, a large file,
 an executor other than ``local``): the same documents, no table of every event.
 
-``attribute`` / ``gap`` / ``ranks`` / ``diff`` come from ``analyzers.ranked`` (the skew plot's matched
-collectives from the pass of ``ranks``); info's document, ``spec`` and the cycle composition from the
-light pass (``analyzers.ranked_light``: info's per-rank tables and the phase rows, the only rows cycles
-and decode steps read); ``spec``'s "% of SOL" is attribute's (the same ``try_sol`` of the whole run).
+``attribute`` / ``gap`` / ``ranks`` come from one scan and one pass 2 of ``analyzers.ranked``
+(``shared_passes``; each apart where that fails, so that each says its own error), ``diff`` from
+``ranked.diff``, the skew plot's matched collectives from the pass of ``ranks``; info's document, ``spec``
+and the cycle composition from what the scan gathers besides (``analyzers.ranked_light``: info's
+per-rank tables and the phase rows, the only rows cycles and decode steps read); ``spec``'s "% of SOL" is attribute's (the same ``try_sol`` of the whole run).
 ``Unsupported`` where ``analyzers.ranked`` reads the run whole (its module doc): ``collect`` then does.
 """
 
@@ -39,29 +40,42 @@ def _one(path: str, rr: RankedRun, ex: Executor, target_tps: float | None, say: 
     from tracekit.analyzers.coll_match import OUT_SCHEMA
     from tracekit.analyzers.composition import cycle_composition
     from tracekit.analyzers.rank_summary import int_hosts
-    from tracekit.analyzers.ranked_light import light_pass
+    from tracekit.analyzers.ranked_light import light_of
     from tracekit.analyzers.stragglers import MIN_SKEW_NS
     from tracekit.render import attribute_doc as ad
     from tracekit.render import gap as render_gap
     from tracekit.render import ranks as render_ranks
     from tracekit.summary import info_document
 
-    att_rep = _try(lambda: ranked.attribute(rr, ex, launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say)[0])
+    scanned = ranked.scan(rr, ex, say, tag, light=True)
+    light = light_of(scanned)
+    try:  # one pass 2 for attribute, gap and ranks
+        sh: ranked.Shared | None = ranked.shared_passes(scanned, ex, launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS,
+                                                        say=say, what=tag)
+    except TracekitError:  # each analysis apart, each with its own error (as the whole-run path)
+        sh = None
+    if sh is not None:
+        att_rep = _try(lambda: ranked.attribute_of(rr, sh.scanned, sh.passed, sh.phases, None)[0])
+    else:
+        att_rep = _try(lambda: ranked.attribute(rr, ex, launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say)[0])
     att = Got(None if att_rep.value is None else ad.document(att_rep.value, "cycle", path), att_rep.why)
     present = _phases(att)
     if "verify" in present and "decode" in present:
-        gap = _try(lambda: render_gap.document(ranked.gap(rr, None, ex, a="verify", b="decode",
-                                                          launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say),
-                                               path, path))
+        gap = _try(lambda: render_gap.document(
+            ranked.shared_gap(rr, sh) if sh is not None and sh.gap else
+            ranked.gap(rr, None, ex, a="verify", b="decode", launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say),
+            path, path))
     else:
         gap = Got(None, f"verify vs decode needs both phases in the run (phases here: {', '.join(sorted(present)) or 'none'})")
     try:
-        rk, arrivals = ranked.ranks_and_arrivals(rr, ex, min_skew_ns=MIN_SKEW_NS,
-                                                 launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say)
+        if sh is not None:
+            rk, arrivals = ranked.ranks_of(rr, sh.scanned, sh.passed), sh.passed.matched
+        else:
+            rk, arrivals = ranked.ranks_and_arrivals(rr, ex, min_skew_ns=MIN_SKEW_NS,
+                                                     launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say)
         ranks: Got[dict[str, Any]] = Got(render_ranks.to_json(rk, int_hosts(rr.manifest)))
     except TracekitError as exc:
         ranks, arrivals = Got(None, exc.message), pl.DataFrame(schema=OUT_SCHEMA)
-    light = light_pass(rr, ex, say, tag)
     docs = RunDocs(path=path, manifest=dict(rr.manifest), info=info_document(light.info, rr.manifest),
                    attribute=att, gap=gap, spec=_spec(light, rr, att_rep, None, target_tps), ranks=ranks,
                    arrivals=arrivals, composition=_try(cycle_composition, light.phases), outdated=rr.outdated)
