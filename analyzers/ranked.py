@@ -402,47 +402,59 @@ def gap_of(run_a: RankedRun, run_b: RankedRun | None, sa: Scanned, sb: Scanned, 
 
 @dataclass(frozen=True)
 class Shared:
-    """One scan and one pass 2 of a run for ``attribute`` (every phase), ``ranks`` and ``gap`` (verify vs
-    decode, when both are present) at the default settings: what the report reads (three reads of the
-    run fewer than the three run apart)."""
+    """One scan and one pass 2 of a run for ``attribute`` (every phase), ``ranks``, ``gap`` (verify
+    against decode or another run's phase) and, asked for, ``diff`` (``phase=None``), at the default
+    settings: what the report reads (the run read twice, not twice per analysis)."""
 
     scanned: Scanned
     passed: Passed
     phases: list[str]
-    gap: bool  # verify and decode both present: the gap's families in ``passed``
+    sides: dict[str, str]  # verify / decode (those present) -> the table of its instances' kernel families
+
+    @property
+    def gap(self) -> bool:
+        """verify and decode both present: ``shared_gap`` of the run alone applies."""
+        return "verify" in self.sides and "decode" in self.sides
 
 
-def shared_passes(s: Scanned, executor: Executor, *, launch_latency_ns: int, say: Say | None = None,
-                  what: str = "") -> Shared:
-    """``Shared`` of the run of ``s``; ``Unsupported`` where ``attribute`` reads the run whole."""
+def shared_passes(s: Scanned, executor: Executor, *, launch_latency_ns: int, diff: bool = False,
+                  say: Say | None = None, what: str = "") -> Shared:
+    """``Shared`` of the run of ``s`` (``diff``: with diff's tables); ``Unsupported`` where ``attribute``
+    reads the run whole."""
     from .stragglers import MIN_SKEW_NS
 
-    run = s.run
-    _gpu_mode([s.gpu], run.manifest, None)
+    _gpu_mode([s.gpu], s.run.manifest, None)
     phases = s.phases_for(None)
-    gap = "verify" in phases and "decode" in phases
-    sides = [(s.phases_for("verify"), None), (s.phases_for("decode"), None)] if gap else []
-    p = second_pass(s, executor, Wanted(phases, segments=True, kernels=True, sides=sides), min_skew_ns=MIN_SKEW_NS,
-                    launch_latency_ns=launch_latency_ns, say=say, what=what)
-    return Shared(s, p, phases, gap)
+    names = [x for x in ("verify", "decode") if x in phases]
+    want = Wanted(phases, segments=True, kernels=True, sides=[(s.phases_for(x), None) for x in names],
+                  counts=phases if diff else None, nccl=diff)
+    p = second_pass(s, executor, want, min_skew_ns=MIN_SKEW_NS, launch_latency_ns=launch_latency_ns, say=say,
+                    what=what)
+    return Shared(s, p, phases, {x: f"side{i}" for i, x in enumerate(names)})
 
 
-def shared_gap(run: RankedRun, sh: Shared) -> GapReport:
-    """``gap(run, None, a="verify", b="decode")`` from ``Shared`` (``sh.gap`` must hold)."""
+def shared_gap(run_a: RankedRun, sa: Shared, run_b: RankedRun | None = None, sb: Shared | None = None,
+               b: str = "decode") -> GapReport:
+    """``gap(run_a, run_b, a="verify", b=b)`` at the default settings from ``Shared`` (A's verify and B's
+    ``b`` among their ``sides``; without ``run_b``: ``sa.gap``)."""
     from .analyses import gap_timing
 
-    t = sh.passed.tables
-    return gap_of(run, None, sh.scanned, sh.scanned, t, t, a="verify", b="decode", rank=None, stat="median",
-                  timing=gap_timing(run.manifest, run.manifest, "verify", "decode", None))
+    ta = sa.passed.tables
+    ka = {"instances": ta["instances"], "side0": ta[sa.sides["verify"]]}
+    if run_b is None or sb is None:
+        kb = {**ka, "side1": ta[sa.sides[b]]}
+        ka = kb
+    else:
+        tb = sb.passed.tables
+        kb = {"instances": tb["instances"], "side0": tb[sb.sides[b]]}
+    bm = run_a.manifest if run_b is None else run_b.manifest
+    return gap_of(run_a, run_b, sa.scanned, (sb or sa).scanned, ka, kb, a="verify", b=b, rank=None, stat="median",
+                  timing=gap_timing(run_a.manifest, bm, "verify", b, None))
 
 
 def diff(run_o: RankedRun, run_n: RankedRun, executor: Executor, *, phase: str | None = "verify",
          seq_width: int | None = None, stat: str = "median", say: Say | None = None) -> DiffReport:
     """``analyses.diff`` rank by rank (OLD, then NEW)."""
-    from .analyses import diff_report
-    from .diff import diff_tables
-    from .nccl_mix import mix_of
-    from .sol.run import try_sol
     from .stragglers import MIN_SKEW_NS
 
     runs = []
@@ -452,7 +464,20 @@ def diff(run_o: RankedRun, run_n: RankedRun, executor: Executor, *, phase: str |
         t = second_pass(s, executor, Wanted(s.present, counts=ph, nccl=True), min_skew_ns=MIN_SKEW_NS,
                         launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say, what=tag).tables
         runs.append((s, ph, t))
-    (so, po, to), (sn, pn, tn) = runs
+    return diff_of(runs[0], runs[1], seq_width=seq_width, stat=stat)
+
+
+def diff_of(old: tuple[Scanned, list[str], Mapping[str, pl.DataFrame]],
+            new: tuple[Scanned, list[str], Mapping[str, pl.DataFrame]], *, seq_width: int | None,
+            stat: str) -> DiffReport:
+    """``diff``'s report from each run's scan, selected phases and pass 2 tables (instances, counts, nccl)."""
+    from .analyses import diff_report
+    from .diff import diff_tables
+    from .nccl_mix import mix_of
+    from .sol.run import try_sol
+
+    (so, po, to), (sn, pn, tn) = old, new
+    run_o, run_n = so.run, sn.run
     view = diff_tables(to["instances"].filter(pl.col("phase").is_in(po)),
                        tn["instances"].filter(pl.col("phase").is_in(pn)), to["counts"], tn["counts"], seq_width, stat)
     om, nm = dict(run_o.manifest), dict(run_n.manifest)
@@ -462,5 +487,5 @@ def diff(run_o: RankedRun, run_n: RankedRun, executor: Executor, *, phase: str |
 
 
 __all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Shared", "Unsupported", "Wanted", "attribute",
-           "attribute_of", "choose", "diff", "each_rank", "gap", "gap_of", "rank_pass", "ranks", "ranks_and_arrivals",
+           "attribute_of", "choose", "diff", "diff_of", "each_rank", "gap", "gap_of", "rank_pass", "ranks", "ranks_and_arrivals",
            "ranks_of", "scan", "scan_rank", "second_pass", "shared_gap", "shared_passes", "unique_ids"]

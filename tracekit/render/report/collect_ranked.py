@@ -2,8 +2,9 @@
 an executor other than ``local``): the same documents, no table of every event.
 
 ``attribute`` / ``gap`` / ``ranks`` come from one scan and one pass 2 of ``analyzers.ranked``
-(``shared_passes``; each apart where that fails, so that each says its own error), ``diff`` from
-``ranked.diff``, the skew plot's matched collectives from the pass of ``ranks``; info's document, ``spec``
+(``shared_passes``; each apart where that fails, so that each says its own error), and with a B run
+``diff`` and A's gap against B from the same passes of both runs; the skew plot's matched collectives
+from the pass of ``ranks``; info's document, ``spec``
 and the cycle composition from what the scan gathers besides (``analyzers.ranked_light``: info's
 per-rank tables and the phase rows, the only rows cycles and decode steps read); ``spec``'s "% of SOL" is attribute's (the same ``try_sol`` of the whole run).
 ``Unsupported`` where ``analyzers.ranked`` reads the run whole (its module doc): ``collect`` then does.
@@ -34,8 +35,8 @@ def _spec(light: Any, rr: RankedRun, att: Got[Any], base: tuple[Any, RankedRun] 
                                                             target_tps=target_tps, sol=sol)))
 
 
-def _one(path: str, rr: RankedRun, ex: Executor, target_tps: float | None, say: Say | None,
-         tag: str) -> tuple[RunDocs, Any, Got[Any]]:
+def _one(path: str, rr: RankedRun, ex: Executor, target_tps: float | None, say: Say | None, tag: str,
+         diff: bool) -> tuple[RunDocs, Any, Got[Any], Any]:
     from tracekit.analyzers import ranked
     from tracekit.analyzers.coll_match import OUT_SCHEMA
     from tracekit.analyzers.composition import cycle_composition
@@ -49,9 +50,9 @@ def _one(path: str, rr: RankedRun, ex: Executor, target_tps: float | None, say: 
 
     scanned = ranked.scan(rr, ex, say, tag, light=True)
     light = light_of(scanned)
-    try:  # one pass 2 for attribute, gap and ranks
+    try:  # one pass 2 for attribute, gap, ranks (and diff)
         sh: ranked.Shared | None = ranked.shared_passes(scanned, ex, launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS,
-                                                        say=say, what=tag)
+                                                        diff=diff, say=say, what=tag)
     except TracekitError:  # each analysis apart, each with its own error (as the whole-run path)
         sh = None
     if sh is not None:
@@ -79,7 +80,7 @@ def _one(path: str, rr: RankedRun, ex: Executor, target_tps: float | None, say: 
     docs = RunDocs(path=path, manifest=dict(rr.manifest), info=info_document(light.info, rr.manifest),
                    attribute=att, gap=gap, spec=_spec(light, rr, att_rep, None, target_tps), ranks=ranks,
                    arrivals=arrivals, composition=_try(cycle_composition, light.phases), outdated=rr.outdated)
-    return docs, light, att_rep
+    return docs, light, att_rep, sh
 
 
 def collect_ranked(path: str, ra: RankedRun, b_path: str | None, rb: RankedRun | None, ex: Executor, *,
@@ -90,21 +91,26 @@ def collect_ranked(path: str, ra: RankedRun, b_path: str | None, rb: RankedRun |
     from tracekit.render import diff as render_diff
     from tracekit.render import gap as render_gap
 
-    a, light_a, att_a = _one(path, ra, ex, target_tps, say, "report: ")
+    a, light_a, att_a, sa = _one(path, ra, ex, target_tps, say, "report: ", rb is not None)
     if rb is None or b_path is None:
         return a, None, Got(None, "no --b-run given")
-    b, light_b, _ = _one(b_path, rb, ex, target_tps, say, "report (B): ")
+    b, light_b, _, sb = _one(b_path, rb, ex, target_tps, say, "report (B): ", True)
     pb = _phases(b.attribute)
     phase_b = "verify" if "verify" in pb else "decode"
     if "decode" in pb and "draft" not in pb:  # B runs without speculation: its decode step is A's baseline
         a.spec = _spec(light_a, ra, att_a, (light_b, rb), target_tps)
+    shared = sa is not None and sb is not None
     a.extra["gap_b_run"] = _try(lambda: render_gap.document(
+        ranked.shared_gap(ra, sa, rb, sb, phase_b) if shared and "verify" in sa.sides and phase_b in sb.sides else
         ranked.gap(ra, rb, ex, a="verify", b=phase_b, launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say),
         path, b_path))
     if a.attribute.value is None or b.attribute.value is None:
         diff: Got[dict[str, Any]] = Got(None, "diff needs phase instances in both runs")
     else:
-        diff = _try(lambda: render_diff.to_json(ranked.diff(rb, ra, ex, phase=None, say=say), b_path, path))
+        diff = _try(lambda: render_diff.to_json(
+            ranked.diff_of((sb.scanned, sb.phases, sb.passed.tables), (sa.scanned, sa.phases, sa.passed.tables),
+                           seq_width=None, stat="median") if sa is not None and sb is not None else
+            ranked.diff(rb, ra, ex, phase=None, say=say), b_path, path))
     return a, b, diff
 
 
