@@ -7,7 +7,8 @@ shifted by +3.7 s with Debian's libfaketime (LD_PRELOAD: ``time.time_ns`` and th
 clock read the shifted clock). Node 0 merges; the merged run must be aligned by its collectives:
 the fitted offset of node 1's ranks equals the injected one within the residual the fit measured
 (the collective-end jitter), and after alignment every collective's ranks overlap in time (within that
-jitter), where before it none did.
+jitter), where before it none did. The shards travel once through a directory both hosts see, once
+through an S3 server (moto's, in node 0's namespace: ``capture -o s3://tkruns/run.parquet``).
 
 Needs root, ``ip``, ``unshare`` and libfaketime (``apt-get install -y faketime libfaketime``;
 .ci/run installs them); skipped with the reason otherwise.
@@ -15,6 +16,7 @@ Needs root, ``ip``, ``unshare`` and libfaketime (``apt-get install -y faketime l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +24,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -38,6 +41,7 @@ SHIFT_NS = 3_700_000_000
 SMALL = ["--device", "cpu", "--warmup", "1", "--after", "0", "--cycles", "2", "--batch-size", "2", "--ctx", "32",
          "--layers", "1", "--world", "4"]
 PORT = 29517  # each namespace has its own ports: nothing else listens there
+S3_PORT = 29519  # moto's S3 server in node 0's namespace
 
 
 def _why_not() -> str | None:
@@ -83,40 +87,90 @@ def hosts() -> Iterator[tuple[str, str, str]]:
             subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=30)
 
 
-def _node(ns: str, host: str, rank: int, master: str, out: Path, env: dict[str, str],
-          small: list[str] = SMALL) -> subprocess.Popen[str]:
+def _node(ns: str, host: str, rank: int, master: str, out: Path | str, env: dict[str, str],
+          small: list[str] = SMALL, cwd: Path | None = None) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "tracekit", "capture", *small, "--nnodes", "2", "--node-rank", str(rank),
            "--master", master, "-o", str(out)]
     # its own UTS namespace: the host name each rank records (two hosts have two names)
     shell = f"hostname {host} && exec " + " ".join(cmd)
-    return subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", shell], cwd=out.parent,
+    return subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", shell],
+                            cwd=cwd or Path(out).parent,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str, str, str]) -> None:
-    ns0, ns1, addr0 = hosts
-    out = tmp_path / "run.parquet"
-    master = f"{addr0}:{PORT}"
-    env0 = dict(os.environ)
-    env1 = {**os.environ, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"+{SHIFT_NS / 1e9:.1f}",
-            "FAKETIME_DONT_RESET": "1"}
-    p0 = _node(ns0, "tk-node0", 0, master, out, env0)
-    p1 = _node(ns1, "tk-node1", 1, master, out, env1)
-    try:
-        out1, err1 = p1.communicate(timeout=540)  # a last guard: on this 2-core box the capture takes ~1 min
-        out0, err0 = p0.communicate(timeout=120)
-    finally:
-        for p in (p0, p1):
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-    assert p1.returncode == 0, f"node 1 failed:\n{err1}\n{out1}"
-    assert p0.returncode == 0, f"node 0 failed:\n{err0}\n{out0}"
-    assert "node 0 merges them into" in out1
-    assert f"wrote {out}" in out0
-    assert "gloo's interface:" in err0 and "gloo's interface:" in err1
+@contextlib.contextmanager
+def _s3_in(ns: str, addr: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """moto's S3 server inside namespace ``ns`` on ``addr`` (node 1 reaches it across the veth), with a
+    bucket ``tkruns``; yields the AWS environment that reaches it."""
+    exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or "moto_server"
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{addr}:{S3_PORT}", "AWS_ACCESS_KEY_ID": "tk",
+           "AWS_SECRET_ACCESS_KEY": "tk", "AWS_DEFAULT_REGION": "us-east-1"}
+    with open(tmp_path / "moto.log", "w") as log:
+        server = subprocess.Popen(["ip", "netns", "exec", ns, exe, "-H", addr, "-p", str(S3_PORT)], stdout=log,
+                                  stderr=subprocess.STDOUT)
+        try:
+            # the bucket, made once the server answers (polling a port not open yet: nothing to wait on)
+            make = ("import socket, time, s3fs\n"
+                    "for _ in range(600):\n"
+                    "    try:\n"
+                    f"        socket.create_connection(({addr!r}, {S3_PORT}), timeout=1).close(); break\n"
+                    "    except OSError: time.sleep(0.2)\n"
+                    "s3fs.S3FileSystem().mkdir('tkruns')\n")
+            r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", make], env=env, capture_output=True,
+                               text=True, timeout=180)
+            assert r.returncode == 0, (r.stderr, (tmp_path / "moto.log").read_text())
+            yield env
+        finally:
+            server.terminate()
+            server.wait(30)
 
-    run = load_run(out)
+
+@pytest.mark.parametrize("storage", ["shared", "s3"])
+def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str, str, str], storage: str) -> None:
+    """``shared``: the shards through a directory both hosts see; ``s3``: through an S3 server in node 0's
+    namespace (moto), nothing shared on disk."""
+    ns0, ns1, addr0 = hosts
+    master = f"{addr0}:{PORT}"
+    with contextlib.ExitStack() as stack:
+        aws: dict[str, str] = {}
+        if storage == "s3":
+            if shutil.which("moto_server", path=str(Path(sys.executable).parent)) is None:
+                pytest.skip("no moto_server (pip install 'moto[server]')")
+            pytest.importorskip("s3fs")
+            aws = {k: v for k, v in stack.enter_context(_s3_in(ns0, addr0, tmp_path)).items() if k.startswith("AWS_")}
+        out: Path | str = tmp_path / "run.parquet" if storage == "shared" else "s3://tkruns/run.parquet"
+        env0 = {**os.environ, **aws}
+        env1 = {**os.environ, **aws, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"+{SHIFT_NS / 1e9:.1f}",
+                "FAKETIME_DONT_RESET": "1"}
+        p0 = _node(ns0, "tk-node0", 0, master, out, env0, cwd=tmp_path)
+        p1 = _node(ns1, "tk-node1", 1, master, out, env1, cwd=tmp_path)
+        try:
+            out1, err1 = p1.communicate(timeout=540)  # a last guard: on this 2-core box the capture takes ~1 min
+            out0, err0 = p0.communicate(timeout=120)
+        finally:
+            for p in (p0, p1):
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(10)
+        assert p1.returncode == 0, f"node 1 failed:\n{err1}\n{out1}"
+        assert p0.returncode == 0, f"node 0 failed:\n{err0}\n{out0}"
+        assert "node 0 merges them into" in out1
+        assert f"wrote {out}" in out0
+        assert "gloo's interface:" in err0 and "gloo's interface:" in err1
+        if storage == "s3":  # the server answers inside the namespaces only: read back from node 0's
+            info = subprocess.run(["ip", "netns", "exec", ns0, sys.executable, "-m", "tracekit", "info", str(out)],
+                                  env=env0, capture_output=True, text=True, timeout=300)
+            assert info.returncode == 0 and "ranks present 0-3" in info.stdout, info.stderr
+            get = f"import s3fs; s3fs.S3FileSystem().get('tkruns/run.parquet', {str(tmp_path / 'got.parquet')!r})"
+            got = subprocess.run(["ip", "netns", "exec", ns0, sys.executable, "-c", get], env=env0, capture_output=True,
+                                 text=True, timeout=300)
+            assert got.returncode == 0, got.stderr
+            out = tmp_path / "got.parquet"
+        run = load_run(out)
+    _check_aligned(run)
+
+
+def _check_aligned(run: Any) -> None:
     man = typed(run.manifest)
     assert {r: sec.host for r, sec in man.ranks.items()} == {"0": "tk-node0", "1": "tk-node0", "2": "tk-node1",
                                                               "3": "tk-node1"}
