@@ -125,6 +125,33 @@ def _s3_in(ns: str, addr: str, tmp_path: Path) -> Iterator[dict[str, str]]:
             server.wait(30)
 
 
+def _storage(stack: contextlib.ExitStack, storage: str, ns0: str, addr0: str,
+             tmp_path: Path) -> tuple[dict[str, str], Path | str]:
+    """(the AWS environment, ``-o``) of a capture whose shards travel through ``storage``."""
+    if storage == "shared":
+        return {}, tmp_path / "run.parquet"
+    if shutil.which("moto_server", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("no moto_server (pip install 'moto[server]')")
+    pytest.importorskip("s3fs")
+    env = stack.enter_context(_s3_in(ns0, addr0, tmp_path))
+    return {k: v for k, v in env.items() if k.startswith("AWS_")}, "s3://tkruns/run.parquet"
+
+
+def _read_back(out: Path | str, ns0: str, env0: dict[str, str], tmp_path: Path) -> Path:
+    """The local run file of ``out``: an S3 object answers inside the namespaces only, so node 0's namespace
+    reads it (``tracekit info``) and copies it here."""
+    if isinstance(out, Path):
+        return out
+    info = subprocess.run(["ip", "netns", "exec", ns0, sys.executable, "-m", "tracekit", "info", out],
+                          env=env0, capture_output=True, text=True, timeout=300)
+    assert info.returncode in (0, 3) and "ranks present" in info.stdout, info.stderr
+    get = f"import s3fs; s3fs.S3FileSystem().get({out.split('://', 1)[1]!r}, {str(tmp_path / 'got.parquet')!r})"
+    got = subprocess.run(["ip", "netns", "exec", ns0, sys.executable, "-c", get], env=env0, capture_output=True,
+                         text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    return tmp_path / "got.parquet"
+
+
 @pytest.mark.parametrize("storage", ["shared", "s3"])
 def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str, str, str], storage: str) -> None:
     """``shared``: the shards through a directory both hosts see; ``s3``: through an S3 server in node 0's
@@ -132,13 +159,7 @@ def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str
     ns0, ns1, addr0 = hosts
     master = f"{addr0}:{PORT}"
     with contextlib.ExitStack() as stack:
-        aws: dict[str, str] = {}
-        if storage == "s3":
-            if shutil.which("moto_server", path=str(Path(sys.executable).parent)) is None:
-                pytest.skip("no moto_server (pip install 'moto[server]')")
-            pytest.importorskip("s3fs")
-            aws = {k: v for k, v in stack.enter_context(_s3_in(ns0, addr0, tmp_path)).items() if k.startswith("AWS_")}
-        out: Path | str = tmp_path / "run.parquet" if storage == "shared" else "s3://tkruns/run.parquet"
+        aws, out = _storage(stack, storage, ns0, addr0, tmp_path)
         env0 = {**os.environ, **aws}
         env1 = {**os.environ, **aws, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"+{SHIFT_NS / 1e9:.1f}",
                 "FAKETIME_DONT_RESET": "1"}
@@ -157,16 +178,7 @@ def test_two_hosts_merge_aligned_by_collectives(tmp_path: Path, hosts: tuple[str
         assert "node 0 merges them into" in out1
         assert f"wrote {out}" in out0
         assert "gloo's interface:" in err0 and "gloo's interface:" in err1
-        if storage == "s3":  # the server answers inside the namespaces only: read back from node 0's
-            info = subprocess.run(["ip", "netns", "exec", ns0, sys.executable, "-m", "tracekit", "info", str(out)],
-                                  env=env0, capture_output=True, text=True, timeout=300)
-            assert info.returncode == 0 and "ranks present 0-3" in info.stdout, info.stderr
-            get = f"import s3fs; s3fs.S3FileSystem().get('tkruns/run.parquet', {str(tmp_path / 'got.parquet')!r})"
-            got = subprocess.run(["ip", "netns", "exec", ns0, sys.executable, "-c", get], env=env0, capture_output=True,
-                                 text=True, timeout=300)
-            assert got.returncode == 0, got.stderr
-            out = tmp_path / "got.parquet"
-        run = load_run(out)
+        run = load_run(_read_back(out, ns0, env0, tmp_path))
     _check_aligned(run)
 
 
@@ -203,16 +215,33 @@ def _check_aligned(run: Any) -> None:
     assert (gap.get_column("gap") > SHIFT_NS // 2).all()
 
 
-def test_a_dead_host_loses_only_its_ranks(tmp_path: Path, hosts: tuple[str, str, str]) -> None:
+@pytest.mark.parametrize("storage", ["shared", "s3"])
+def test_a_dead_host_loses_only_its_ranks(tmp_path: Path, hosts: tuple[str, str, str], storage: str) -> None:
     """Node 1 (launcher and ranks) is killed in its profiling window: node 0's ranks lose their peers,
     write what they recorded, node 0 merges them and names node 1's host for ranks 2 and 3 (exit 3)."""
     ns0, ns1, addr0 = hosts
-    out = tmp_path / "run.parquet"
+    with contextlib.ExitStack() as stack:
+        aws, out = _storage(stack, storage, ns0, addr0, tmp_path)
+        env = {**os.environ, **aws, "TRACEKIT_NODE_WAIT_S": "5"}
+        out0, err0, code0 = _kill_node1(ns0, ns1, addr0, out, env, tmp_path)
+        assert code0 == 3, f"node 0:\n{err0}\n{out0}"
+        run = load_run(_read_back(out, ns0, env, tmp_path))
+    man = typed(run.manifest)
+    assert sorted(man.ranks) == ["0", "1"] and sorted(man.missing_ranks) == ["2", "3"]
+    for r in ("2", "3"):
+        assert man.missing_ranks[r].startswith("node 1 (host tk-node1) started its ranks but did not report their end "
+                                               "within 5 s"), man.missing_ranks
+    assert all(sec.aborted and "lost its peer" in sec.aborted for sec in man.ranks.values()), man.ranks
+    assert "missing ranks 2-3: node 1 (host tk-node1)" in out0, out0
+
+
+def _kill_node1(ns0: str, ns1: str, addr0: str, out: Path | str, env: dict[str, str],
+                tmp_path: Path) -> tuple[str, str, int | None]:
+    """Both nodes started, node 1 killed once its window runs; node 0's (stdout, stderr, exit status)."""
     master = f"{addr0}:{PORT}"
-    env = {**os.environ, "TRACEKIT_NODE_WAIT_S": "5"}
     long = [*SMALL[:SMALL.index("--cycles")], "--cycles", "400", *SMALL[SMALL.index("--cycles") + 2:]]
-    p0 = _node(ns0, "tk-node0", 0, master, out, env, long)
-    p1 = _node(ns1, "tk-node1", 1, master, out, env, long)
+    p0 = _node(ns0, "tk-node0", 0, master, out, env, long, cwd=tmp_path)
+    p1 = _node(ns1, "tk-node1", 1, master, out, env, long, cwd=tmp_path)
     try:
         assert p1.stderr is not None
         seen = []
@@ -229,12 +258,4 @@ def test_a_dead_host_loses_only_its_ranks(tmp_path: Path, hosts: tuple[str, str,
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
-    assert p0.returncode == 3, f"node 0:\n{err0}\n{out0}"
-    run = load_run(out)
-    man = typed(run.manifest)
-    assert sorted(man.ranks) == ["0", "1"] and sorted(man.missing_ranks) == ["2", "3"]
-    for r in ("2", "3"):
-        assert man.missing_ranks[r].startswith("node 1 (host tk-node1) started its ranks but did not report their end "
-                                               "within 5 s"), man.missing_ranks
-    assert all(sec.aborted and "lost its peer" in sec.aborted for sec in man.ranks.values()), man.ranks
-    assert "missing ranks 2-3: node 1 (host tk-node1)" in out0, out0
+    return out0, err0, p0.returncode
