@@ -195,6 +195,7 @@ def _finish_remote(cc: CaptureConfig, say: Callable[[str], None], remote: Remote
     from tracekit.urls import problem, remove, shard_urls
 
     if remote.merged is None:
+        _stamp_run_fields(remote, local_out.parent, sorted(procs), extra, say)
         man = {**read_manifest(remote.prefix), **extra}
         say(f"capture: the run stays sharded under {remote.run} (tracekit merge {remote.prefix} -o run.parquet makes "
             "one file)")
@@ -221,3 +222,23 @@ def _finish_remote(cc: CaptureConfig, say: Callable[[str], None], remote: Remote
                          size_bytes=local_out.stat().st_size, manifest=man, interrupted=extra.get("interrupted"),
                          local_ranks=sorted(procs))
 
+
+
+def _stamp_run_fields(remote: Remote, shard_dir: Path, local: list[int], extra: dict[str, Any],
+                      say: Callable[[str], None]) -> None:
+    """A sharded run left under a prefix has no file of its own: the capture's run fields (``extra``:
+    captured and missing ranks with why, nodes, launcher, interrupted) go into the manifest of node 0's
+    lowest shard, uploaded again in one PUT (``store.merge_manifests`` takes a run's other keys from its
+    first shard and unites ``missing_ranks``, as an ingest's shards carry the run's manifest)."""
+    from tracekit.collectors.remote import UploadFailed, upload
+    from tracekit.store import load_run, write_run
+
+    have = [r for r in local if shard_path(shard_dir, r).exists()]
+    if not have:
+        return
+    run = load_run(shard_path(shard_dir, have[0]))
+    again = write_run(run.events, shard_path(shard_dir / "run-fields", have[0]), {**run.manifest, **extra}, sort=False)
+    try:
+        upload(again, remote, f"rank {have[0]}'s shard with the run's fields")
+    except UploadFailed as exc:  # the shard uploaded first stays whole: the run reads without these fields
+        say(f"capture: {exc.message}")

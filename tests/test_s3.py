@@ -172,7 +172,9 @@ def test_capture_to_s3_prefix_and_object(tmp_path: Path, s3: dict[str, str], mon
         assert "verify: host time" in attr.stdout and "allreduce" in attr.stdout, (url, attr.stdout)
     _aws(monkeypatch, s3)
     assert want["ranks"] == [0, 1] and want["phases"]
-    assert _shape(load_run("s3://tkruns/cap/")) == want
+    prefix = load_run("s3://tkruns/cap/")
+    assert _shape(prefix) == want and prefix.manifest["captured_ranks"] == [0, 1]
+    assert prefix.manifest["launcher"] and "missing_ranks" not in prefix.manifest
     merged = load_run("s3://tkruns/cap1.parquet")
     assert _shape(merged) == want and merged.manifest["captured_ranks"] == [0, 1]
     assert "missing_ranks" not in merged.manifest
@@ -199,11 +201,14 @@ def test_capture_a_rank_whose_upload_fails(tmp_path: Path, s3: dict[str, str], m
     assert _objects(s3, "tkruns/half/") == ["tkruns/half/rank-00000.log", "tkruns/half/rank-00000.parquet",
                                            "tkruns/half/rank-00001.log"]
     run = load_run("s3://tkruns/half")
-    assert run.ranks == [0]
+    # the capture's run fields ride in rank 0's shard (uploaded again): the prefix says why rank 1 is missing
+    assert run.ranks == [0] and run.manifest["captured_ranks"] == [0, 1] and run.manifest["missing_ranks"] == {"1": why}
     from tracekit.store import shard_missing
 
     assert shard_missing("s3://tkruns/half", run.manifest) == {
-        "1": "no shard rank-00001.parquet in s3://tkruns/half (its log: s3://tkruns/half/rank-00001.log)"}
+        "1": f"{why} (its log: s3://tkruns/half/rank-00001.log)"}
+    info = _tk("info", "s3://tkruns/half/", cwd=tmp_path, env=s3)
+    assert info.returncode == 0 and "missing rank 1: failed: upload of its shard" in info.stdout, info.stderr
     assert list(tmp_path.glob("tracekit-capture-*")) == []
 
 
