@@ -65,6 +65,10 @@ def _until(cond: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> 
 
 def _nice() -> None:
     os.nice(19)  # the child yields the CPU to this test on a loaded box: it is signalled mid-work
+    # A suite started under nohup (or as a background job) passes SIGHUP (SIGINT) ignored to its children,
+    # and tracekit keeps an ignored signal ignored (by design): the child here starts with the defaults.
+    for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
 
 
 def _leftovers(d: Path) -> list[str]:
