@@ -67,7 +67,8 @@ def finish(cc: CaptureConfig, say: Callable[[str], None], w: Watch, procs: dict[
     from tracekit.errors import TracekitError
     from tracekit.manifest import typed
     from tracekit.ranklist import format_rank_list
-    from tracekit.store import merge_shards, read_manifest
+    from tracekit.shard_merge import merge_shards
+    from tracekit.store import read_manifest
 
     failures = _failures(cc, w, procs)
     lines = explain(failures)
@@ -191,7 +192,8 @@ def _finish_remote(cc: CaptureConfig, say: Callable[[str], None], remote: Remote
     import pyarrow.parquet as pq
 
     from tracekit.collectors.remote import UploadFailed, upload_to
-    from tracekit.store import merge_shards, read_manifest
+    from tracekit.shard_merge import merge_shards
+    from tracekit.store import read_manifest
     from tracekit.urls import problem, remove, shard_urls
 
     if remote.merged is None:

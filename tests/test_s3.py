@@ -203,7 +203,7 @@ def test_capture_a_rank_whose_upload_fails(tmp_path: Path, s3: dict[str, str], m
     run = load_run("s3://tkruns/half")
     # the capture's run fields ride in rank 0's shard (uploaded again): the prefix says why rank 1 is missing
     assert run.ranks == [0] and run.manifest["captured_ranks"] == [0, 1] and run.manifest["missing_ranks"] == {"1": why}
-    from tracekit.store import shard_missing
+    from tracekit.shard_merge import shard_missing
 
     assert shard_missing("s3://tkruns/half", run.manifest) == {
         "1": f"{why} (its log: s3://tkruns/half/rank-00001.log)"}

@@ -13,7 +13,8 @@ from tracekit.finalize import FINALIZE_VERSION, stamp
 from tracekit.finalize.upgrade import upgrade_run
 from tracekit.finalize.version import CHANGES, changes_since
 from tracekit.schema import CATEGORY_DTYPE, COLUMNS, KIND_CODES, KIND_DTYPE, SCHEMA_VERSION, conform
-from tracekit.store import load_run, merge_shards, new_manifest, read_manifest, read_run, write_run
+from tracekit.shard_merge import merge_shards
+from tracekit.store import load_run, new_manifest, read_manifest, read_run, write_run
 
 
 def _events(rank: int, n: int = 5) -> pl.DataFrame:

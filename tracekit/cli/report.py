@@ -70,7 +70,8 @@ def merge_cmd(shard_dir: str, output: str) -> None:
     from tracekit.cli_errors import EXIT_PARTIAL
     from tracekit.manifest import typed
     from tracekit.render.run_state import missing_line
-    from tracekit.store import merge_shards, read_manifest
+    from tracekit.shard_merge import merge_shards
+    from tracekit.store import read_manifest
 
     with _claim(output, [shard_dir]):
         merge_shards(shard_dir, output, {"merged_by": "tracekit merge", "merged_from": shard_dir})

@@ -60,7 +60,7 @@ def unique_phase_ids(events: _Frame) -> _Frame:
     ordered as before within each rank. A table whose ids are already unique
     across ranks is returned unchanged.
     """
-    names = events.collect_schema().names()  # a LazyFrame too (store.merge_shards streams a run)
+    names = events.collect_schema().names()  # a LazyFrame too (shard_merge.merge_shards streams a run)
     if "phase_id" not in names or "rank" not in names:
         return events
     ids = events.lazy().filter(pl.col("phase_id").is_not_null()).select("rank", "phase_id").unique()

@@ -329,12 +329,12 @@ def ingest_file(paths: Iterable[str | os.PathLike[str]], out_file: str | os.Path
                 align: str | None = None) -> ShardedIngest:
     """Ingest ``paths`` into ONE run file ``out_file`` with memory bounded by the work in flight: tasks 1 and 2
     through ``executor`` (staged beside ``out_file``), then this process streams the staged ranks, each
-    ``placed`` in the run (clock offset, phase ids), into the file (``store.sink_run``).
+    ``placed`` in the run (clock offset, phase ids), into the file (``shard_merge.sink_run``).
     The same table and manifest as ``ingest_traces`` + ``align_events`` + ``write_run``."""
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
     from tracekit.finalize.pipeline import stamp
-    from tracekit.store import sink_run
+    from tracekit.shard_merge import sink_run
 
     out = Path(out_file)
     out.parent.mkdir(parents=True, exist_ok=True)
