@@ -6,7 +6,7 @@ Plain script (not a test). Builds a multi-rank run (the synthetic EAGLE-3 shape 
 ``tracekit ingest`` writes runs) or reads ``--run``, and measures in the same run:
 
 - the layout (tracks, lanes, arg sets, flows): the compiled path (``fastlayout``) and the
-  reference (``layout.build_layout_reference``, polars frames), same Layout checked;
+  reference (``layout_reference.build_layout_reference``, polars frames), same Layout checked;
 - the encoder: ``tracekit._core`` and the pb2 reference writer (one
   ``perfetto_trace_pb2.TracePacket`` object per packet, as Perfetto's
   ``StreamingTraceProtoBuilder`` does), both from one layout;
@@ -47,7 +47,8 @@ from typing import Any, Final
 import polars as pl
 
 from tracekit.export import export_run
-from tracekit.export.layout import build_layout, build_layout_reference
+from tracekit.export.layout import build_layout
+from tracekit.export.layout_reference import build_layout_reference
 from tracekit.export.perfetto import records, write_perfetto
 from tracekit.finalize.pipeline import finalize_events, stamp
 from tracekit.schema import GPU_KINDS

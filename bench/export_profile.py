@@ -26,7 +26,7 @@ from export_synth import make_manifest
 
 from tracekit.export import attribution_buckets
 from tracekit.export.fastlayout import build_layout_fast
-from tracekit.export.layout import build_layout_reference
+from tracekit.export.layout_reference import build_layout_reference
 from tracekit.export.perfetto import write_perfetto
 from tracekit.finalize.pipeline import finalize_events, stamp
 from tracekit.store import load_run, write_run

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from tracekit._native import core
 from tracekit.export import attribution_buckets, chrome, lanes, layout, perfetto
 from tracekit.export.fastlayout import build_layout_fast
-from tracekit.export.layout import build_layout, build_layout_reference
+from tracekit.export.layout import build_layout
+from tracekit.export.layout_reference import build_layout_reference
 from tracekit.exporters import WriteContext
 from tracekit.store import load_run
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tracekit.export import pbenc as pe
 from tracekit.export.lanes import assign_lanes, nesting_order
-from tracekit.export.layout import _first_seen_ids
+from tracekit.export.layout_reference import _first_seen_ids
 from tracekit.export.validate import validate_trace
 
 pb2 = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")

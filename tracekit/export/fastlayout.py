@@ -1,4 +1,4 @@
-"""The export layout on integer codes: the same ``Layout`` as ``layout.build_layout_reference``,
+"""The export layout on integer codes: the same ``Layout`` as ``layout_reference.build_layout_reference``,
 without building, sorting or gathering a frame of every slice.
 
 Each string column of the run becomes one integer code per row (``tracekit._walk.intern`` on the
