@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 25's GPU checks, for a machine with one H200 (not run yet: the GPU machine was paused when the
-# speed-of-light model landed; docs/sol.md says what remains). From the repository root, with tracekit
-# installed there ('.[capture,transformers]' and a CUDA torch):
+# Issue 25's GPU checks, for a machine with one H200 (run 2026-12-05: samples/h200-sol/, whose README
+# gives the device command). From the repository root, with tracekit installed there
+# ('.[capture,transformers]' and a CUDA torch):
 #   bash bench/h200_sol.sh OUTDIR
 # 1. tracekit sol --calibrate: measured copy bandwidth and bf16 / fp8 GEMM rates -> OUTDIR/h200.toml
 #    (compare with the datasheet's 4.8 TB/s and 989 TFLOP/s dense bf16, printed beside them);

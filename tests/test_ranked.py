@@ -187,6 +187,41 @@ def test_a_shard_replaced_mid_read_is_one_error_line(set64: Path, tmp_path: Path
     assert err.value.rank == 3 and err.value.path == str(victim)
 
 
+def test_opening_shards_holds_two_manifests_at_most(set64: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shard's manifest repeats the run's clock map (n offsets): holding all n of them made the
+    driver's footprint grow as n squared (~290 MB at 1,024 ranks). ``open_ranked`` folds them one at a
+    time: when a footer is read, at most one earlier shard manifest is alive; the manifest is the merge
+    of all the shards'."""
+    import weakref
+
+    from tracekit import store
+
+    class Tracked(dict[str, Any]):
+        def __hash__(self) -> int:  # type: ignore[override]  # identity: a WeakSet member
+            return id(self)
+
+    alive: weakref.WeakSet[Tracked] = weakref.WeakSet()
+    most = 0
+    real = store._footer
+
+    def footer(path: str) -> Any:
+        nonlocal most
+        most = max(most, len(alive))
+        man, n, ident = real(path)
+        t = Tracked(man)
+        alive.add(t)
+        return t, n, ident
+
+    monkeypatch.setattr(store, "_footer", footer)
+    rr = open_ranked(str(set64 / "run"))
+    assert rr is not None and len(rr.ranks) == 64
+    assert most <= 1, f"{most} shard manifests alive while a footer was read"
+    shards = sorted((set64 / "run").glob("rank-*.parquet"))
+    monkeypatch.setattr(store, "_footer", real)
+    assert rr.manifest == store.merge_manifests([real(str(f))[0] for f in shards])
+    assert len(rr.manifest["clock"]["offsets_ns"]) == 64
+
+
 PAIR = [str(REPO / "samples" / "h200x2-builtin" / f"{m}.parquet") for m in ("graphed", "eager")]
 
 
