@@ -71,6 +71,12 @@ def test_sharded_directory_is_a_run_every_command_reads(tmp_path: Path, referenc
     assert r.returncode == 0, r.stderr
     assert "wrote 2 rank shard(s) (33870 events) into shards/" in r.stdout
     assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["rank-00000.parquet", "rank-00001.parquet"]
+    from tracekit.store import CLOCK_BY_RANK, read_manifest
+
+    for r in (0, 1):  # a shard's clock maps hold its own rank only; the run's manifest unites them (below)
+        clock = read_manifest(str(tmp_path / "shards" / f"rank-0000{r}.parquet"))["clock"]
+        assert "offsets_ns" in clock
+        assert all(list(clock[k]) == [str(r)] for k in CLOCK_BY_RANK if k in clock), clock
     _same_run(reference, tmp_path / "shards")
     for cmd in (["info"], ["attribute"], ["ranks"], ["gap"]):
         got = _tk(*cmd, "shards", cwd=tmp_path)

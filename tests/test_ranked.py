@@ -188,10 +188,10 @@ def test_a_shard_replaced_mid_read_is_one_error_line(set64: Path, tmp_path: Path
 
 
 def test_opening_shards_holds_two_manifests_at_most(set64: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every shard's manifest repeats the run's clock map (n offsets): holding all n of them made the
-    driver's footprint grow as n squared (~290 MB at 1,024 ranks). ``open_ranked`` folds them one at a
-    time: when a footer is read, at most one earlier shard manifest is alive; the manifest is the merge
-    of all the shards'."""
+    """Shards written before ``store.CLOCK_BY_RANK`` repeat the run's clock maps (n entries each): holding
+    all n manifests made the driver's footprint grow as n squared (~290 MB at 1,024 ranks). ``open_ranked``
+    folds them one at a time: when a footer is read, at most one earlier shard manifest is alive; the
+    manifest is the merge of all the shards', its clock maps an entry per rank."""
     import weakref
 
     from tracekit import store

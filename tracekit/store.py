@@ -230,13 +230,19 @@ def checked_manifest(man: object, path: str) -> Manifest:
     return man
 
 
+# The clock's maps keyed by rank: a shard carries its own ranks' entries (ingest.sharded), merge_manifests
+# unites them (each shard repeating the run's maps made n shards' footers grow as n squared).
+CLOCK_BY_RANK: Final = ("offsets_ns", "residual_max_ns_by_rank")
+
+
 def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
-    """Merge shard manifests: per-rank sections are united, other keys taken from the first."""
+    """Merge shard manifests: per-rank sections (and ``CLOCK_BY_RANK``) are united, other keys taken from
+    the first."""
     out: Manifest = {}
     ranks: dict[str, Any] = {}
     missing: dict[str, Any] = {}
     sources: list[Any] = []
-    offsets: dict[str, Any] = {}
+    maps: dict[str, dict[str, Any]] = {}
     versions: list[Any] = []
     for m in manifests:
         versions.append(m.get("finalize_version"))
@@ -248,7 +254,9 @@ def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
         missing.update(m.get("missing_ranks", {}))
         sources.extend(m.get("sources", []))
         clock = m.get("clock", {})
-        offsets.update(clock.get("offsets_ns", {}))
+        for key in CLOCK_BY_RANK:
+            if key in clock:
+                maps.setdefault(key, {}).update(clock[key])
         if "clock" in m:
             out.setdefault("clock", {k: v for k, v in clock.items() if k != "offsets_ns"})
     # finalized only as far as the least finalized shard (a shard without the key: not at all)
@@ -261,8 +269,10 @@ def merge_manifests(manifests: Iterable[Manifest]) -> Manifest:
         out["missing_ranks"] = missing
     if sources:
         out["sources"] = sources
+    offsets = maps.pop("offsets_ns", {})
     if offsets or "clock" in out:
         out.setdefault("clock", {})
+        out["clock"].update(maps)  # in the first shard's place (appended where it had none)
         out["clock"]["offsets_ns"] = offsets
     return out
 

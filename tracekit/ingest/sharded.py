@@ -193,11 +193,17 @@ class ShardedIngest:
 
 
 def _shard_manifest(run_man: dict[str, Any], rank: int) -> dict[str, Any]:
-    """The manifest a rank's shard carries: the run's, with its own rank section and sources only
-    (``store.merge_manifests`` unites them back on read)."""
+    """The manifest a rank's shard carries: the run's, with its own rank section, sources and entries of
+    the clock's rank-keyed maps only (``store.merge_manifests`` unites them back on read)."""
+    from tracekit.store import CLOCK_BY_RANK
+
     files = set(run_man["ranks"][str(rank)].get("sources", []))
     srcs = [s for s in run_man.get("sources", []) if rank in s.get("ranks", []) or s.get("path") in files]
-    return {**run_man, "ranks": {str(rank): run_man["ranks"][str(rank)]}, "sources": srcs}
+    out = {**run_man, "ranks": {str(rank): run_man["ranks"][str(rank)]}, "sources": srcs}
+    if isinstance(clock := run_man.get("clock"), dict):  # its own entries of the rank-keyed maps
+        out["clock"] = {k: {r: x for r, x in v.items() if r == str(rank)} if k in CLOCK_BY_RANK and isinstance(v, dict)
+                        else v for k, v in clock.items()}
+    return out
 
 
 @dataclass
