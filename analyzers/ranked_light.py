@@ -8,17 +8,27 @@ From those the driver builds what the report draws besides ``attribute`` / ``gap
 decode steps and the cycle composition (both read only phase instances). What travels per rank: its
 info tables (a row per rank, category, kind, unmatched or NCCL kernel name) and its phase rows; never
 its event table.
+
+``tracekit info`` alone reads the same tables rank by rank (``run_info``: one pass, no phase ids),
+with each rank's time resolution and launch joins, which add up over ranks too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import polars as pl
 
-from tracekit.summary import InfoParts, merge_info_parts
+from tracekit.finalize.categories import Rule
+from tracekit.resolution import CoarseRank, time_resolution
+from tracekit.store import RankedRun, RankFile, read_ranks
+from tracekit.summary import INFO_COLUMNS, InfoParts, info_parts, merge_info_parts
 
-from .ranked import Scanned
+from .joins import JoinProblem, combine_join_problems, join_problems
+from .ranked import Scanned, each_rank
 
 
 @dataclass(frozen=True)
@@ -37,4 +47,29 @@ def light_of(s: Scanned) -> Light:
     return Light(merge_info_parts([x.info for x in s.scans]), phases if s.top is None else shift_phase_ids(phases, s.top))
 
 
-__all__ = ["Light", "light_of"]
+@dataclass(frozen=True)
+class RunInfo:
+    """What ``tracekit info`` prints, of one rank or a run: its tables, the ranks whose times are whole
+    microseconds (``resolution.time_resolution``), the GPU events that joined no launch
+    (``joins.join_problems``)."""
+
+    parts: InfoParts
+    coarse: list[CoarseRank]
+    joins: list[JoinProblem]
+
+
+def info_rank(f: RankFile, rules: list[Rule] | None = None) -> RunInfo:
+    """``RunInfo`` of one rank (``info``'s columns only)."""
+    ev = read_ranks([f], INFO_COLUMNS)
+    return RunInfo(info_parts(ev, rules), time_resolution(ev), join_problems(ev))
+
+
+def run_info(run: RankedRun, executor: Any, rules: list[Rule] | None = None,
+             say: Callable[[str], None] | None = None) -> RunInfo:
+    """``RunInfo`` of ``run`` rank by rank: equal to the whole table's (tests/test_ranked.py)."""
+    got = each_rank(run, executor, partial(info_rank, rules=rules), say, "info")
+    return RunInfo(merge_info_parts([g.parts for g in got]), [c for g in got for c in g.coarse],
+                   combine_join_problems([g.joins for g in got]))
+
+
+__all__ = ["Light", "RunInfo", "info_rank", "light_of", "run_info"]

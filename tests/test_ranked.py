@@ -142,6 +142,51 @@ def test_committed_multi_rank_samples_equal_the_whole_run(sample: str) -> None:
     assert att is not None or whole.events.filter(pl.col("kind") == "kernel").is_empty()
 
 
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_info_of_committed_samples_rank_by_rank_equals_the_whole_run(sample: str) -> None:
+    """``tracekit info``'s tables, time resolution and launch joins of each multi-rank sample read rank
+    by rank (``ranked_light.run_info``) equal the whole table's."""
+    from tracekit.analyzers.joins import join_problems
+    from tracekit.analyzers.ranked_light import run_info
+    from tracekit.resolution import time_resolution
+    from tracekit.summary import info_document, info_parts
+
+    path = str(REPO / sample)
+    rr = open_ranked(path)
+    assert rr is not None
+    seen: list[str] = []
+    got = run_info(rr, LocalExecutor(), None, seen.append)
+    assert seen[-1] == f"info: rank {rr.ranks[-1].rank} done, {len(rr.ranks)}/{len(rr.ranks)}"
+    whole = load_run(path)
+    assert info_document(got.parts, rr.manifest) == info_document(info_parts(whole.events), whole.manifest)
+    assert got.coarse == time_resolution(whole.events)
+    assert got.joins == join_problems(whole.events)
+
+
+INFO = [["info"], ["info", "--json"], ["info", "--all-ranks"], ["info", "--ranks", "3-5,60", "--json"]]
+
+
+@pytest.mark.parametrize("cmd", INFO, ids=[" ".join(c) for c in INFO])
+def test_info_of_64_shards_equals_the_whole_run(set64: Path, cmd: list[str]) -> None:
+    """``info`` of the shard directory is read rank by rank (progress per rank), the one-file run whole:
+    the same output and the same warning lines; the one file read rank by rank too
+    (TRACEKIT_ANALYSIS_WHOLE_MB=0) prints the same."""
+    got = _tk(*cmd, "run", cwd=set64)
+    want = _tk(*cmd, "run.parquet", cwd=set64)
+    assert got.returncode == want.returncode == 0, (got.stderr, want.stderr)
+    assert "info: rank 63 done, 64/64" in got.stderr and "info: rank" not in want.stderr
+    assert got.stdout == want.stdout.replace("run.parquet", "run")
+
+    def warnings(err: str) -> list[str]:
+        return [ln for ln in err.splitlines() if ln.startswith("tracekit:")]
+
+    assert warnings(got.stderr) == [ln.replace("run.parquet", "run") for ln in warnings(want.stderr)]
+    one = subprocess.run([sys.executable, "-m", "tracekit", *cmd, "run.parquet"], cwd=set64, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "TRACEKIT_ANALYSIS_WHOLE_MB": "0"})
+    assert one.returncode == 0 and "info: rank 63 done, 64/64" in one.stderr
+    assert one.stdout == want.stdout
+
+
 def test_gap_against_a_second_run_rank_by_rank(set64: Path) -> None:
     """``gap --b-run``: both runs read rank by rank, B's instances from B."""
     a = str(set64 / "run")

@@ -252,6 +252,7 @@ def info_document(parts: InfoParts, manifest: Mapping[str, Any], *, top: int = 1
     })
 
 
+INFO_COLUMNS: Final = ("rank", "kind", "name", "category", "start_ns", "dur_ns", "correlation")  # what info reads
 INFO_SUMMARISED: Final = ("kernel_ns", "busy_ns", "span_ns", "comm_ns")
 
 
@@ -315,5 +316,5 @@ def versions_by_rank(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: _ordered(v) for k, v in out.items()}
 
 
-__all__ = ["Difference", "InfoParts", "category_table", "device_names", "info_document", "info_parts", "manifest_differences",
+__all__ = ["INFO_COLUMNS", "Difference", "InfoParts", "category_table", "device_names", "info_document", "info_parts", "manifest_differences",
            "merge_info_parts", "rank_table", "run_summary", "versions_by_rank"]

@@ -22,7 +22,12 @@ from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tracekit.analyzers.ranked_light import RunInfo
+    from tracekit.finalize.categories import Rule
     from tracekit.render.rank_fold import RankView
+    from tracekit.store import RankedRun
 
 
 @cli.command()
@@ -238,39 +243,56 @@ def info(run_path: str, as_json: bool, top: int, categories_file: str | None, vi
 
         log_info_cmd(run_path, patterns, pattern_file, as_json)
         return
-    from tracekit.analyzers.joins import join_problems
+    from tracekit.cli.ranked import progress, ranked_run, spec_of
     from tracekit.finalize.categories import load_rules
-    from tracekit.summary import run_summary
+    from tracekit.summary import info_document
 
-    run = _load(run_path, columns=["rank", "kind", "name", "category", "start_ns", "dur_ns", "correlation"])
     rules = load_rules(categories_file) if categories_file else None
-    doc = run_summary(run.events, run.manifest, rules=rules, top=top)
+    got, manifest = _info_of(run_path, rules, progress(), ranked_run(run_path, spec_of("local")))
+    doc = info_document(got.parts, manifest, top=top)
     if view.ranks is not None and as_json:
         from tracekit.ranklist import format_rank_list
         from tracekit.summary import info_rank_summary
 
         doc["ranks"] = [r for r in doc["ranks"] if view.shows(r["rank"])]
-        doc["rank_summary"] = info_rank_summary(doc["ranks"], run.manifest)
+        doc["rank_summary"] = info_rank_summary(doc["ranks"], manifest)
         doc["ranks_selected"] = format_rank_list(view.ranks)
     if as_json:
         import json
 
         echo(json.dumps(doc, indent=2, default=str))
-        _data_warnings(run_path, join_problems(run.events), run.manifest)
+        _data_warnings(run_path, got.joins, manifest)
         return
 
     from tracekit.analyzers.rank_summary import int_hosts
     from tracekit.env_view import environment_rows
     from tracekit.render.info import render_info
 
-    render_info(doc, _table_console(), env_rows=environment_rows(run.manifest), view=view, hosts=int_hosts(run.manifest))
+    render_info(doc, _table_console(), env_rows=environment_rows(manifest), view=view, hosts=int_hosts(manifest))
     from tracekit.render.run_state import resolution_line
-    from tracekit.resolution import time_resolution
 
-    line = resolution_line(time_resolution(run.events))
+    line = resolution_line(got.coarse)
     if line:
         echo(f"tracekit: warning: {run_path}: {line}", err=True)
-    _data_warnings(run_path, join_problems(run.events), run.manifest)
+    _data_warnings(run_path, got.joins, manifest)
+
+
+def _info_of(run_path: str, rules: list[Rule] | None, say: Callable[[str], None],
+             rr: RankedRun | None) -> tuple[RunInfo, dict[str, Any]]:
+    """``info``'s ``RunInfo`` and manifest: rank by rank where ``rr`` (``analyzers.ranked.choose``'s rule:
+    a shard directory, a large one-file run), else from the whole table of info's columns."""
+    from tracekit.analyzers.ranked_light import RunInfo, run_info
+
+    if rr is not None:  # progress on stderr, a line per rank at most every 0.5 s
+        from tracekit.executor import LocalExecutor
+
+        return run_info(rr, LocalExecutor(), rules, say), dict(rr.manifest)
+    from tracekit.analyzers.joins import join_problems
+    from tracekit.resolution import time_resolution
+    from tracekit.summary import INFO_COLUMNS, info_parts
+
+    run = _load(run_path, columns=list(INFO_COLUMNS))
+    return RunInfo(info_parts(run.events, rules), time_resolution(run.events), join_problems(run.events)), run.manifest
 
 
 def _data_warnings(path: str, joins: list[Any], manifest: dict[str, Any]) -> None:
