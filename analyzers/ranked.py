@@ -295,16 +295,18 @@ def _gpu_mode(frames: Sequence[pl.DataFrame], manifest: Mapping[str, Any] | None
 
 
 def attribute(run: RankedRun, executor: Executor, phase: str | None = None, rank: int | None = None, *,
-              launch_latency_ns: int, say: Say | None = None) -> tuple[AttributionReport, Any]:
-    """``analyses.attribute`` rank by rank, and the ``joins.Unphased`` of the CLI's last line (of ``rank``)."""
+              launch_latency_ns: int, say: Say | None = None, scanned: Scanned | None = None,
+              what: str = "attribute: ") -> tuple[AttributionReport, Any]:
+    """``analyses.attribute`` rank by rank, and the ``joins.Unphased`` of the CLI's last line (of ``rank``);
+    ``scanned``: the run's pass 1 when the caller made it already (``ranked_light.spec_inputs``)."""
     from .stragglers import MIN_SKEW_NS
 
-    s = scan(run, executor, say, "attribute: ")
+    s = scanned if scanned is not None else scan(run, executor, say, what)
     sel = None if rank is None else (rank,)
     _gpu_mode([s.gpu], run.manifest, sel)
     phases = s.phases_for(phase)
     p = second_pass(s, executor, Wanted(phases, segments=True), min_skew_ns=MIN_SKEW_NS,
-                    launch_latency_ns=launch_latency_ns, say=say, what="attribute: ")
+                    launch_latency_ns=launch_latency_ns, say=say, what=what)
     return attribute_of(run, s, p, phases, rank)
 
 

@@ -10,7 +10,8 @@ info tables (a row per rank, category, kind, unmatched or NCCL kernel name) and 
 its event table.
 
 ``tracekit info`` alone reads the same tables rank by rank (``run_info``: one pass, no phase ids),
-with each rank's time resolution and launch joins, which add up over ranks too.
+with each rank's time resolution and launch joins, which add up over ranks too. ``tracekit spec``
+reads the phase rows and attribute's "% of SOL" (``spec_inputs``), as the report does.
 """
 
 from __future__ import annotations
@@ -72,4 +73,38 @@ def run_info(run: RankedRun, executor: Any, rules: list[Rule] | None = None,
                    combine_join_problems([g.joins for g in got]))
 
 
-__all__ = ["Light", "RunInfo", "info_rank", "light_of", "run_info"]
+def spec_inputs(run: RankedRun, executor: Any, say: Callable[[str], None] | None = None
+                ) -> tuple[pl.DataFrame, tuple[Any, str | None]]:
+    """What ``analyses.spec`` reads of a run rank by rank: its phase rows (pass 1, ``light``) and the
+    "% of SOL" from attribute's instances (``try_sol``, as the whole read computes it; an attribution
+    error becomes the reason there is none, as ``try_sol`` makes it), attribute's pass 2 only where the
+    manifest allows a floor (``sol_unavailable``). ``ranked.Unsupported`` where ``attribute`` reads the
+    run whole."""
+    from tracekit.errors import AnalysisError
+
+    from .buckets import DEFAULT_LAUNCH_LATENCY_NS
+    from .ranked import attribute, scan
+    from .sol.run import sol_unavailable
+
+    s = scan(run, executor, say, "spec: ", light=True)
+    why = sol_unavailable(dict(run.manifest))  # no floor whatever the events: no pass 2
+    sol: tuple[Any, str | None] = (None, why)
+    if why is None:
+        try:
+            att, _ = attribute(run, executor, launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say, scanned=s,
+                               what="spec: ")
+            sol = (att.sol, att.sol_why)
+        except AnalysisError as exc:
+            sol = (None, exc.message)
+    return light_of(s).phases, sol
+
+
+def phase_rows_of(run: RankedRun, executor: Any, say: Callable[[str], None] | None = None,
+                  what: str = "") -> pl.DataFrame:
+    """A run's phase rows read rank by rank (``spec --baseline``: the decode steps of a plain-decode run)."""
+    from .ranked import scan
+
+    return light_of(scan(run, executor, say, what, light=True)).phases
+
+
+__all__ = ["Light", "RunInfo", "info_rank", "light_of", "phase_rows_of", "run_info", "spec_inputs"]

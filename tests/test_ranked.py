@@ -187,6 +187,56 @@ def test_info_of_64_shards_equals_the_whole_run(set64: Path, cmd: list[str]) -> 
     assert one.stdout == want.stdout
 
 
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_spec_of_committed_samples_rank_by_rank_equals_the_whole_run(sample: str) -> None:
+    """``spec``'s document of each multi-rank sample from its phase rows and attribute's "% of SOL" read
+    rank by rank (``ranked_light.spec_inputs``) equals the whole read's, or the run is read whole
+    (``Unsupported``: host runs)."""
+    from tracekit.analyzers.ranked_light import spec_inputs
+    from tracekit.render import spec as render_spec
+
+    path = str(REPO / sample)
+    rr = open_ranked(path)
+    assert rr is not None
+    whole = load_run(path)
+    try:
+        rows, sol = spec_inputs(rr, LocalExecutor())
+    except ranked.Unsupported as why:
+        assert "host run" in str(why) or "phase ranges" in str(why)
+        return
+    got = render_spec.to_json(analyses.spec(rows, rr.manifest, sol=sol))
+    assert got == render_spec.to_json(analyses.spec(whole.events, whole.manifest))
+
+
+SPEC = [["spec"], ["spec", "--json"], ["spec", "--rank", "5", "--json"], ["spec", "--target-tps", "150"],
+        ["spec", "--draft-tokens", "2", "--accept-len", "1.5", "--json"], ["spec", "--baseline-tps", "90", "--json"]]
+
+
+@pytest.mark.parametrize("cmd", SPEC, ids=[" ".join(c) for c in SPEC])
+def test_spec_of_64_shards_equals_the_whole_run(set64: Path, cmd: list[str]) -> None:
+    """``spec`` of the shard directory is read rank by rank (progress per rank), the one-file run whole:
+    the same output and warning lines (the committed samples with a model config test the floor's pass)."""
+    got = _tk(*cmd, "run", cwd=set64)
+    want = _tk(*cmd, "run.parquet", cwd=set64)
+    assert got.returncode == want.returncode == 0, (got.stderr, want.stderr)
+    assert "spec: pass 1 (collectives, phases): rank 63 done, 64/64" in got.stderr and "spec:" not in want.stderr
+    assert "pass 2" not in got.stderr  # no model config in the manifest: no floor, attribute's pass 2 not run
+    assert got.stdout == want.stdout.replace("run.parquet", "run")
+    assert [ln for ln in got.stderr.splitlines() if ln.startswith("tracekit:")] == \
+        [ln.replace("run.parquet", "run") for ln in want.stderr.splitlines() if ln.startswith("tracekit:")]
+
+
+def test_spec_with_a_baseline_run_rank_by_rank(set64: Path) -> None:
+    """``spec --baseline``: both runs rank by rank (shards) or both whole (small files): the same answer."""
+    got = _tk("spec", "--json", "run", "--baseline", "run", cwd=set64)
+    want = _tk("spec", "--json", "run.parquet", "--baseline", "run.parquet", cwd=set64)
+    assert got.returncode == want.returncode, (got.stderr, want.stderr)
+    assert "spec (baseline): pass 1 (collectives, phases): rank 63 done, 64/64" in got.stderr
+    assert got.stdout == want.stdout.replace("run.parquet", "run")
+    assert [ln for ln in got.stderr.splitlines() if ln.startswith("tracekit:")] == \
+        [ln.replace("run.parquet", "run") for ln in want.stderr.splitlines() if ln.startswith("tracekit:")]
+
+
 def test_gap_against_a_second_run_rank_by_rank(set64: Path) -> None:
     """``gap --b-run``: both runs read rank by rank, B's instances from B."""
     a = str(set64 / "run")

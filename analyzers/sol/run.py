@@ -21,8 +21,9 @@ phases have no floor (the draft model's config is not in the run): said per phas
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
@@ -41,6 +42,8 @@ from tracekit.analyzers.sol.report import (
 )
 from tracekit.buckets import BUCKETS, CATEGORIES, VOCABULARY, Kind
 from tracekit.errors import AnalysisError
+
+T = TypeVar("T")
 
 PHASES: Final = ("verify", "decode", "draft", "draft_extend", "prefill")
 # sol bucket -> the attribution bucket columns it is measured by (tracekit/buckets.py's vocabulary)
@@ -207,6 +210,14 @@ def _bucket_sols(f: PhaseFloor, inst: pl.DataFrame, floors: list[PhaseFloor], fo
     return tuple(out)
 
 
+def _gpu_of(manifest: dict[str, Any], gpu: str | None) -> tuple[GpuSpec, str | None]:
+    """The GPU spec of ``--gpu`` or of the run's device name, and that name."""
+    dev = device_name(manifest)
+    if gpu is None and dev is None:
+        raise AnalysisError("the run's manifest names no GPU (a CPU run?): pass --gpu NAME or --gpu SPEC.toml")
+    return gpu_spec(gpu if gpu is not None else str(dev)), dev
+
+
 def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, config: dict[str, Any] | None = None,
                draft_config: dict[str, Any] | None = None,
                config_source: str | None = None, gpu: str | None = None, tp: int | None = None,
@@ -225,10 +236,7 @@ def sol_of_run(events: pl.DataFrame, manifest: dict[str, Any], *, run: str, conf
         rm = replace(rm, draft=model_shape(draft_config, kv_dtype=kv_dtype),
                      draft_forwards=int(steps_arg) if isinstance(steps_arg, int) and steps_arg > 0 else rm.draft_forwards,
                      source=rm.source + "; draft: --draft-model")
-    dev = device_name(manifest)
-    if gpu is None and dev is None:
-        raise AnalysisError("the run's manifest names no GPU (a CPU run?): pass --gpu NAME or --gpu SPEC.toml")
-    spec: GpuSpec = gpu_spec(gpu if gpu is not None else str(dev))
+    spec, dev = _gpu_of(manifest, gpu)
     if achievable is not None:
         spec = replace(spec, achievable=achievable)
     world = int(manifest.get("world_size") or 1)
@@ -308,8 +316,21 @@ def try_sol(events: pl.DataFrame, manifest: dict[str, Any] | None, *, run: str |
     run does not say enough (no model config, no GPU, no phase with GPU events)."""
     if not manifest:
         return None, "the run has no manifest"
+    return _why_not(lambda: sol_of_run(events, manifest, run=run or "", instances=instances))
+
+
+def sol_unavailable(manifest: dict[str, Any] | None) -> str | None:
+    """``try_sol``'s reason where the manifest alone decides it (no manifest, no model config, no GPU: the
+    first steps of ``sol_of_run``), whatever the events; None where the events may give a floor (a run read
+    rank by rank then runs attribute's passes for the instances)."""
+    if not manifest:
+        return "the run has no manifest"
+    return _why_not(lambda: (run_model(manifest, None, None, None), _gpu_of(manifest, None)))[1]
+
+
+def _why_not(fn: Callable[[], T]) -> tuple[T | None, str | None]:
     try:
-        return sol_of_run(events, manifest, run=run or "", instances=instances), None
+        return fn(), None
     except AnalysisError as exc:
         return None, exc.message
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:  # an addition never breaks the analysis

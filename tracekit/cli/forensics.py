@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -79,23 +79,34 @@ def spec_cmd(
 
     if baseline is not None and baseline_tps is not None:
         raise click.UsageError("give --baseline or --baseline-tps, not both")
-    loaded = _load(run)
-    events = loaded.events
-    base_run = _load(baseline) if baseline is not None else None
-    base = base_run.events if base_run is not None else None
-    _note_partial(loaded, base_run)
+    opts: dict[str, Any] = {"baseline_tps": baseline_tps, "target_tps": target_tps, "rank": rank,
+                            "draft_tokens": draft_tokens, "accept_len": accept_len}
+    rep = None
     try:
-        rep = analyses.spec(
-            events,
-            loaded.manifest,
-            baseline=base,
-            baseline_manifest=base_run.manifest if base_run is not None else None,
-            baseline_tps=baseline_tps,
-            target_tps=target_tps,
-            rank=rank,
-            draft_tokens=draft_tokens,
-            accept_len=accept_len,
-        )
+        local = rank_cli.spec_of("local")
+        rr = rank_cli.ranked_run(run, local)
+        rb = rank_cli.ranked_run(baseline, local) if rr is not None and baseline is not None else None
+        if rr is not None and (baseline is None or rb is not None):  # both rank by rank, or both whole
+            from tracekit.analyzers import ranked
+            from tracekit.analyzers.ranked_light import phase_rows_of, spec_inputs
+            from tracekit.executor import LocalExecutor
+
+            _note_partial(rr, rb)
+            say = rank_cli.progress()
+            try:
+                rows, sol = spec_inputs(rr, LocalExecutor(), say)
+                base_rows = None if rb is None else phase_rows_of(rb, LocalExecutor(), say, "spec (baseline): ")
+                rep = analyses.spec(rows, rr.manifest, baseline=base_rows,
+                                    baseline_manifest=None if rb is None else rb.manifest, sol=sol, **opts)
+            except ranked.Unsupported:
+                pass
+        if rep is None:
+            loaded = rank_cli.load_whole(run, rr)
+            base_run = None if baseline is None else rank_cli.load_whole(baseline, rb)
+            if rr is None or (baseline is not None and rb is None):
+                _note_partial(loaded, base_run)
+            rep = analyses.spec(loaded.events, loaded.manifest, baseline=None if base_run is None else base_run.events,
+                                baseline_manifest=None if base_run is None else base_run.manifest, **opts)
     except AnalysisError as exc:
         raise exc.located(path=side_path(exc, run, baseline)) from None
     if as_json:
