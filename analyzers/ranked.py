@@ -91,8 +91,9 @@ class RankScan:
     phase_rows: pl.DataFrame | None = None  # light: phase_rows.phase_rows (the report's spec, cycle composition)
 
 
-def scan_rank(f: RankFile, light: bool = False) -> RankScan:
-    """Pass 1 of one rank (module doc); ``light``: also its ``info`` and ``phase_rows`` (``ranked_light``)."""
+def scan_rank(f: RankFile, light: bool = False, info: bool = True) -> RankScan:
+    """Pass 1 of one rank (module doc); ``light``: also its ``phase_rows`` and, with ``info``, its ``info``
+    (``ranked_light``)."""
     from .attribution import _COLL_COLS, phase_names
     from .joins import unphased_parts
     from .phase_rows import phase_instances
@@ -111,7 +112,7 @@ def scan_rank(f: RankFile, light: bool = False) -> RankScan:
 
         from .phase_rows import phase_rows
 
-        extra = {"info": info_parts(ev), "phase_rows": phase_rows(ev)}
+        extra = {"info": info_parts(ev) if info else None, "phase_rows": phase_rows(ev)}
     return RankScan(
         f.rank, ev.get_column("phase_id").drop_nulls().unique().sort(), tuple(phase_names(ev)),
         ev.filter(pl.col("kind").is_in(list(GPU_KINDS))).select("rank", "kind").head(1), owned(coll),
@@ -186,11 +187,12 @@ def unique_ids(ids_by_rank: Sequence[pl.Series], frames: Sequence[pl.DataFrame])
     return top, out if top is None else shift_phase_ids(out, top)
 
 
-def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "", *, light: bool = False) -> Scanned:
-    """Pass 1 over every rank of ``run`` (``light``: ``scan_rank``'s)."""
+def scan(run: RankedRun, executor: Executor, say: Say | None = None, what: str = "", *, light: bool = False,
+         info: bool = True) -> Scanned:
+    """Pass 1 over every rank of ``run`` (``light``, ``info``: ``scan_rank``'s)."""
     from functools import partial
 
-    scans = each_rank(run, executor, partial(scan_rank, light=light) if light else scan_rank, say,
+    scans = each_rank(run, executor, partial(scan_rank, light=light, info=info) if light else scan_rank, say,
                       f"{what}pass 1 (collectives, phases)")
     top, coll = unique_ids([s.phase_ids for s in scans], [s.coll for s in scans])
     return Scanned(run, tuple(scans), top, coll)

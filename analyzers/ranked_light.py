@@ -42,10 +42,15 @@ class Light:
 
 def light_of(s: Scanned) -> Light:
     """``Light`` of a run scanned with ``light=True``."""
+    return Light(merge_info_parts([x.info for x in s.scans]), phase_rows_scanned(s))
+
+
+def phase_rows_scanned(s: Scanned) -> pl.DataFrame:
+    """The phase rows of a run scanned with ``light=True`` (``info`` or not), ids as the whole run reads them."""
     from tracekit.finalize.version import shift_phase_ids
 
     phases = pl.concat([x.phase_rows for x in s.scans if x.phase_rows is not None], how="vertical", rechunk=True)
-    return Light(merge_info_parts([x.info for x in s.scans]), phases if s.top is None else shift_phase_ids(phases, s.top))
+    return phases if s.top is None else shift_phase_ids(phases, s.top)
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ def spec_inputs(run: RankedRun, executor: Any, say: Callable[[str], None] | None
     from .ranked import attribute, scan
     from .sol.run import sol_unavailable
 
-    s = scan(run, executor, say, "spec: ", light=True)
+    s = scan(run, executor, say, "spec: ", light=True, info=False)  # spec reads no info table
     why = sol_unavailable(dict(run.manifest))  # no floor whatever the events: no pass 2
     sol: tuple[Any, str | None] = (None, why)
     if why is None:
@@ -96,7 +101,7 @@ def spec_inputs(run: RankedRun, executor: Any, say: Callable[[str], None] | None
             sol = (att.sol, att.sol_why)
         except AnalysisError as exc:
             sol = (None, exc.message)
-    return light_of(s).phases, sol
+    return phase_rows_scanned(s), sol
 
 
 def phase_rows_of(run: RankedRun, executor: Any, say: Callable[[str], None] | None = None,
@@ -104,7 +109,8 @@ def phase_rows_of(run: RankedRun, executor: Any, say: Callable[[str], None] | No
     """A run's phase rows read rank by rank (``spec --baseline``: the decode steps of a plain-decode run)."""
     from .ranked import scan
 
-    return light_of(scan(run, executor, say, what, light=True)).phases
+    return phase_rows_scanned(scan(run, executor, say, what, light=True, info=False))
 
 
-__all__ = ["Light", "RunInfo", "info_rank", "light_of", "phase_rows_of", "run_info", "spec_inputs"]
+__all__ = ["Light", "RunInfo", "info_rank", "light_of", "phase_rows_of", "phase_rows_scanned", "run_info",
+           "spec_inputs"]
