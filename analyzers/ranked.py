@@ -1,5 +1,5 @@
-"""``attribute``, ``ranks``, ``gap`` and ``diff`` rank by rank: no task holds more than one rank's events,
-the reports are the ones ``analyzers.analyses`` builds from the whole table (tests compare them).
+"""``attribute``, ``ranks``, ``gap``, ``diff`` and ``sol``'s inputs rank by rank: no task holds more than one
+rank's events, the reports are the ones ``analyzers.analyses`` builds from the whole table (tests compare them).
 
 Every task is a module-level function run through ``tracekit.executor`` (in this process one after
 another, or on Dask workers) that reads one rank's events itself (``store.read_rank``: its shard, or
@@ -316,18 +316,39 @@ def attribute_of(run: RankedRun, s: Scanned, p: Passed, phases: list[str],
                  rank: int | None) -> tuple[AttributionReport, Any]:
     """``attribute``'s report from its passes (``phases``' instances and the segments in ``p``)."""
     from .analyses import gpu_attribution
-    from .attribution import attribution_tables, only_rank
     from .joins import unphased_of
     from .sol.run import try_sol
-    from .stragglers import phase_stragglers, straggler_tables
 
     sel = None if rank is None else (rank,)
-    inst = only_rank(p.tables["instances"], rank, phases)
-    view = straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], None)
-    g = attribution_tables(inst, phase_stragglers(view, inst.get_column("phase").unique().to_list()), p.coll, False)
+    g = _attribution_tables(s, p, phases, rank)
     sol, why = try_sol(s.coll, dict(run.manifest), instances=g["instances"])
     unphased = unphased_of(x.unphased for x in s.scans if rank is None or x.rank == rank)
     return gpu_attribution(g, run.manifest, sel, sol, why), unphased
+
+
+def _attribution_tables(s: Scanned, p: Passed, phases: list[str], rank: int | None) -> dict[str, Any]:
+    """``attribution_tables`` of ``phases`` (of ``rank``; None: every rank) from the passes."""
+    from .attribution import attribution_tables, only_rank
+    from .stragglers import phase_stragglers, straggler_tables
+
+    inst = only_rank(p.tables["instances"], rank, phases)
+    view = straggler_tables(s.ranks, p.matched, p.skew, p.tables["segments"], None)
+    return attribution_tables(inst, phase_stragglers(view, inst.get_column("phase").unique().to_list()), p.coll,
+                              False)
+
+
+def sol_inputs(run: RankedRun, executor: Executor, *, say: Say | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What ``sol_of_run`` reads of a run, rank by rank: every rank's collective rows (its allreduce fit) and
+    attribute's instance table of every phase at the default launch latency (as its whole read computes it);
+    ``Unsupported`` where ``attribute`` reads the run whole."""
+    from .stragglers import MIN_SKEW_NS
+
+    s = scan(run, executor, say, "sol: ")
+    _gpu_mode([s.gpu], run.manifest, None)
+    phases = s.phases_for(None)
+    p = second_pass(s, executor, Wanted(phases, segments=True), min_skew_ns=MIN_SKEW_NS,
+                    launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say, what="sol: ")
+    return s.coll, _attribution_tables(s, p, phases, None)["instances"]
 
 
 def ranks(run: RankedRun, executor: Executor, *, min_skew_ns: int, launch_latency_ns: int,
@@ -492,4 +513,4 @@ def diff_of(old: tuple[Scanned, list[str], Mapping[str, pl.DataFrame]],
 
 __all__ = ["WHOLE_MAX_MB", "Passed", "RankScan", "Scanned", "Shared", "Unsupported", "Wanted", "attribute",
            "attribute_of", "choose", "diff", "diff_of", "each_rank", "gap", "gap_of", "rank_pass", "ranks", "ranks_and_arrivals",
-           "ranks_of", "scan", "scan_rank", "second_pass", "shared_gap", "shared_passes", "unique_ids"]
+           "ranks_of", "scan", "scan_rank", "second_pass", "shared_gap", "shared_passes", "sol_inputs", "unique_ids"]

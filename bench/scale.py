@@ -27,14 +27,15 @@ per wall s. Then the issue's targets, each as a ratio:
 On the smallest size the sharded runs' tables are compared with the in-process run's (identical, or
 the bench fails).
 
-    python bench/scale.py RUNS_DIR 256 --analyses attribute,ranks,gap,diff,report [--modes whole,file,dir,dask-local:2]
+    python bench/scale.py RUNS_DIR 256 --analyses attribute,ranks,gap,diff,report,sol [--modes whole,file,dir,dask-local:2]
 
 The analysis commands (``--json``) on runs ingested once: ``RUNS_DIR/run256.parquet`` (one file) and
 ``RUNS_DIR/run256/`` (its shards). Each (command, mode) is one child process: ``whole`` the one file
 read whole (the CLI's whole-run path, ``TRACEKIT_ANALYSIS_WHOLE_MB`` huge: the reference, measured in the
 same run), ``file`` the same file rank by rank (``TRACEKIT_ANALYSIS_WHOLE_MB=0``), ``dir`` the shards rank by rank (``--executor local``), ``dask-local:N`` the shards on a
 Dask LocalCluster (``diff``: the run against itself, two runs read; ``report``: the page written, its
-plots and embedded documents compared). Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
+plots and embedded documents compared; ``sol``: the built-in workload's config and an H200, which the sets'
+manifests do not record). Printed: CPU s, wall s, peak RSS of the driver and the workers, the largest peak
 and the CPU as ratios to the reference's, whether the document equals the reference's byte for byte
 (the bench fails otherwise), and at 256 ranks the largest peak against the 1.5 GB target.
 """
@@ -172,6 +173,8 @@ def run_analysis(runs: Path, size: int, command: str, mode: str, work: Path) -> 
         args = [command, str(run), "-o", str(tag.with_suffix(".html"))]
     else:
         args = [command, str(run), *([str(run)] if command == "diff" else []), "--json"]  # diff: the run against itself
+    if command == "sol":  # the sets record no model: the built-in workload's (their source captures'), on an H200
+        args += ["--model", str(_workload_config(work)), "--gpu", "H200", "--engine", "workload"]
     if mode.startswith("dask"):
         args += ["--executor", mode]
     cmd = [sys.executable, "-m", "tracekit", *args]
@@ -181,6 +184,18 @@ def run_analysis(runs: Path, size: int, command: str, mode: str, work: Path) -> 
         _report_doc(tag.with_suffix(".html"), out)
     return Row(size, f"{command} {mode}", _events(run) if failed is None else 0, cpu, wall, driver, others,
                failed), out
+
+
+def _workload_config(work: Path) -> Path:
+    """``sol --model``: the config the sets' source capture records (samples/h200x2-builtin)."""
+    from tracekit.analyzers.sol.run import workload_config
+    from tracekit.store import read_manifest
+
+    cfg = work / "workload.config.json"
+    if not cfg.exists():
+        src = Path(__file__).resolve().parent.parent / "samples" / "h200x2-builtin" / "eager.parquet"
+        cfg.write_text(json.dumps(workload_config(dict(read_manifest(src)))), encoding="utf-8")
+    return cfg
 
 
 def _report_doc(html: Path, out: Path) -> None:

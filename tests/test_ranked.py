@@ -344,3 +344,74 @@ def test_diff_of_64_ranks_against_2(set64: Path) -> None:
     wa, wb = load_run(a), load_run(b)
     want = analyses.diff(wa.events, wa.manifest, wb.events, wb.manifest, phase=None)
     assert json.dumps(render_diff.to_json(got, a, b)) == json.dumps(render_diff.to_json(want, a, b))
+
+
+def _workload_config(tmp: Path) -> Path:
+    """The built-in workload's model config (the scale sets' source capture records it; the sets do not)."""
+    from tracekit.analyzers.sol.run import workload_config
+    from tracekit.store import read_manifest
+
+    cfg = tmp / "workload.json"
+    cfg.write_text(json.dumps(workload_config(dict(read_manifest(REPO / "samples" / "h200x2-builtin" / "graphed.parquet")))))
+    return cfg
+
+
+def test_sol_of_64_shards_equals_the_whole_run(set64: Path, tmp_path: Path) -> None:
+    """``tracekit sol`` of the shard directory is read rank by rank (progress per rank), the one-file run
+    whole: the same text and document; a run whose manifest gives no floor is refused before any event is
+    read (one line, exit 1)."""
+    cfg = str(_workload_config(tmp_path))
+    for cmd in (["sol"], ["sol", "--json"]):
+        got = _tk(*cmd, "run", "--model", cfg, "--gpu", "H200", "--engine", "workload", cwd=set64)
+        want = _tk(*cmd, "run.parquet", "--model", cfg, "--gpu", "H200", "--engine", "workload", cwd=set64)
+        assert got.returncode == want.returncode == 0, (got.stderr, want.stderr)
+        assert "sol: pass 2 (per-rank tables): rank 63 done, 64/64" in got.stderr and "sol:" not in want.stderr
+        assert got.stdout == want.stdout.replace("run.parquet", "run"), cmd
+    doc = json.loads(got.stdout)
+    assert {p["phase"] for p in doc["phases"]} == {"verify", "decode"}  # no draft config: no draft floors
+    refused = _tk("sol", "run", "--gpu", "H200", cwd=set64)
+    assert refused.returncode == 1 and "pass 1" not in refused.stderr, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "tracekit: error: run: the run records no model config (only built-in, transformers and vllm captures do): "
+        "pass --model CONFIG.json"]
+    usage = _tk("sol", "--executor", "dask-local:2", "--calibrate", "-o", str(tmp_path / "x.toml"), cwd=set64)
+    assert usage.returncode == 2 and "--executor is for a RUN" in usage.stderr
+
+
+@needs_dask
+def test_sol_through_dask_equals_the_whole_run(set64: Path, tmp_path: Path) -> None:
+    cfg = str(_workload_config(tmp_path))
+    got = _tk("sol", "--json", "--executor", "dask-local:2", "run", "--model", cfg, "--gpu", "H200", cwd=set64)
+    want = _tk("sol", "--json", "run.parquet", "--model", cfg, "--gpu", "H200", cwd=set64)
+    assert got.returncode == want.returncode == 0, got.stderr
+    assert "starting executor dask-local:2" in got.stderr
+    assert got.stdout == want.stdout.replace("run.parquet", "run")
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_sol_of_committed_samples_rank_by_rank_equals_the_whole_run(sample: str) -> None:
+    """``sol_of_run`` from ``ranked.sol_inputs`` equals the whole read's report on each multi-rank sample
+    (those with a model config and a GPU give floors); where the manifest gives no floor, ``sol_preflight``
+    raises the whole read's error; host runs are read whole (``Unsupported``)."""
+    from tracekit.analyzers.sol.run import sol_of_run, sol_preflight
+    from tracekit.errors import AnalysisError
+    from tracekit.render import sol as render_sol
+
+    path = str(REPO / sample)
+    rr = open_ranked(path)
+    assert rr is not None
+    whole = load_run(path)
+    try:
+        want: Any = render_sol.to_json(sol_of_run(whole.events, whole.manifest, run=path))
+    except AnalysisError as exc:
+        want = exc.message
+    try:
+        sol_preflight(dict(rr.manifest))
+        coll, inst = ranked.sol_inputs(rr, LocalExecutor())
+        got: Any = render_sol.to_json(sol_of_run(coll, dict(rr.manifest), run=path, instances=inst))
+    except AnalysisError as exc:
+        got = exc.message
+    except ranked.Unsupported as why:
+        assert "host run" in str(why)
+        return
+    assert got == want

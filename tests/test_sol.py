@@ -407,12 +407,21 @@ def test_no_model_in_the_run_says_why(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["attribute", str(out)])
     assert res.exit_code == 0 and "% of SOL: not shown" in res.output
     # with the model given, tracekit sol works on the same run
+    from tracekit.analyzers.sol.run import workload_config
+
     cfg = tmp_path / "workload.json"
-    wl = load_run(str(MAIN / "eager.parquet")).manifest["ranks"]["0"]["workload"]["config"]
-    cfg.write_text(json.dumps({**wl, "architectures": ["TracekitWorkload"]}))
+    cfg.write_text(json.dumps(workload_config(load_run(str(MAIN / "eager.parquet")).manifest)))
     res = CliRunner().invoke(cli, ["sol", str(out), "--model", str(cfg), "--gpu", "H200", "--engine", "workload"])
     assert res.exit_code == 0, res.output
     assert "verify" in res.output and "% of SOL" in res.output
+    # on the capture itself, the file gives the floors its manifest's own config gives (and no draft floors)
+    own = CliRunner().invoke(cli, ["sol", str(MAIN / "eager.parquet"), "--json"])
+    with_cfg = CliRunner().invoke(cli, ["sol", str(MAIN / "eager.parquet"), "--model", str(cfg), "--engine", "workload",
+                                        "--json"])
+    assert with_cfg.exit_code == own.exit_code == 0, (with_cfg.output, own.output)
+    floors = {p["phase"]: p["floor_ns"] for p in json.loads(own.stdout)["phases"]}
+    assert {p["phase"]: p["floor_ns"] for p in json.loads(with_cfg.stdout)["phases"]} == \
+        {k: v for k, v in floors.items() if k in ("verify", "decode")}
 
 
 def test_what_if_cycle_with_a_draft_model_gives_the_sol_break_even() -> None:

@@ -82,6 +82,16 @@ def _capture(manifest: dict[str, Any]) -> dict[str, Any]:
     return cap if isinstance(cap, dict) else {}
 
 
+def workload_config(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The built-in workload's target model as a config.json (``TracekitWorkload``, its dtype) where the run
+    is a built-in capture; a ``--model`` file for a run of the same workload that does not record it (traces
+    ingested without the capture's manifest)."""
+    w = _workload_section(manifest) or {}
+    if w.get("name") != "builtin" or not isinstance(w.get("config"), dict):
+        return None
+    return {**w["config"], "torch_dtype": str(w.get("dtype", "bfloat16")), "architectures": ["TracekitWorkload"]}
+
+
 def run_model(manifest: dict[str, Any], config: dict[str, Any] | None, config_source: str | None,
               kv_dtype: str | None) -> RunModel:
     """The target (and, for the built-in workload, the draft) of a run (module doc)."""
@@ -94,11 +104,10 @@ def run_model(manifest: dict[str, Any], config: dict[str, Any] | None, config_so
     if config is not None:
         return RunModel(model_shape(config, kv_dtype=kv_dtype), None, config_source or "--model",
                         "sglang" if name != "builtin" else "workload", 1)
-    if name == "builtin" and isinstance(w.get("config"), dict):
-        cfg = dict(w["config"])
-        base = {"torch_dtype": str(w.get("dtype", "bfloat16"))}
-        target = model_shape({**cfg, **base, "architectures": ["TracekitWorkload"]}, kv_dtype=kv_dtype)
-        draft = model_shape({**cfg, **base, "architectures": ["TracekitWorkloadDraft"]}, kv_dtype=kv_dtype)
+    cfg = workload_config(manifest)
+    if cfg is not None:
+        target = model_shape(cfg, kv_dtype=kv_dtype)
+        draft = model_shape({**cfg, "architectures": ["TracekitWorkloadDraft"]}, kv_dtype=kv_dtype)
         return RunModel(target, draft, "the run's manifest (built-in workload config)", "workload",
                         int(cfg.get("draft_steps", 1)))
     model = w.get("model") if isinstance(w.get("model"), dict) else None
@@ -319,13 +328,21 @@ def try_sol(events: pl.DataFrame, manifest: dict[str, Any] | None, *, run: str |
     return _why_not(lambda: sol_of_run(events, manifest, run=run or "", instances=instances))
 
 
+def sol_preflight(manifest: dict[str, Any], *, config: dict[str, Any] | None = None, config_source: str | None = None,
+                  gpu: str | None = None, kv_dtype: str | None = None) -> None:
+    """The first steps of ``sol_of_run``, which read the manifest only (the model config, the GPU): their
+    ``AnalysisError`` before any event is read (``tracekit sol`` of a run read rank by rank)."""
+    run_model(manifest, config, config_source, kv_dtype)
+    _gpu_of(manifest, gpu)
+
+
 def sol_unavailable(manifest: dict[str, Any] | None) -> str | None:
-    """``try_sol``'s reason where the manifest alone decides it (no manifest, no model config, no GPU: the
-    first steps of ``sol_of_run``), whatever the events; None where the events may give a floor (a run read
-    rank by rank then runs attribute's passes for the instances)."""
+    """``try_sol``'s reason where the manifest alone decides it (``sol_preflight``: no manifest, no model
+    config, no GPU), whatever the events; None where the events may give a floor (a run read rank by rank
+    then runs attribute's passes for the instances)."""
     if not manifest:
         return "the run has no manifest"
-    return _why_not(lambda: (run_model(manifest, None, None, None), _gpu_of(manifest, None)))[1]
+    return _why_not(lambda: sol_preflight(manifest))[1]
 
 
 def _why_not(fn: Callable[[], T]) -> tuple[T | None, str | None]:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
+from tracekit.cli import ranked as rank_cli
 from tracekit.cli.common import RUN_PATH, _table_console, cli
 from tracekit.cli_errors import guarded
 from tracekit.render.text import echo
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tracekit.executor import ExecutorSpec
 
 
 @cli.command("sol")
@@ -39,11 +47,12 @@ from tracekit.render.text import echo
 @click.option("--calibrate", is_flag=True, help="Measure this machine's GPU (copy bandwidth, bf16 / fp8 GEMM rate, "
               "CUDA events) and write a --gpu SPEC.toml to -o.")
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False), help="--calibrate: the spec file to write.")
+@rank_cli.executor_option
 @guarded
 def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None, tokens: tuple[int, ...],
             seq_len: int | None, batch: int, engine: str | None, dp_attention: bool, ep: int, kv_dtype: str | None,
             achievable: float | None, allreduce_us: float | None, distinct_experts: float | None,
-            draft_model: str | None, as_json: bool, calibrate: bool, output: str | None) -> None:
+            draft_model: str | None, as_json: bool, calibrate: bool, output: str | None, executor_opt: str) -> None:
     """What a phase should cost: the floor per phase and bucket, and % of SOL (floor / measured).
 
     \b
@@ -60,6 +69,8 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
     from tracekit.analyzers.sol.report import what_if
     from tracekit.render import sol as render_sol
 
+    if run is None and executor_opt != "local":
+        raise click.UsageError("--executor is for a RUN (the what-if form and --calibrate read none)")
     if calibrate or output is not None:
         if not (calibrate and output is not None):
             raise click.UsageError("--calibrate and -o SPEC.toml go together")
@@ -71,17 +82,16 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         if tokens or seq_len is not None or distinct_experts is not None:
             raise click.UsageError("--tokens, --seq-len and --distinct-experts are for the what-if form (no RUN)")
         from tracekit.analyzers.sol.run import sol_of_run
-        from tracekit.cli.common import _load, _note_partial
         from tracekit.errors import TracekitError
 
-        r = _load(run)
-        _note_partial(r)
         cfg = load_config(model) if model is not None else None
+        draft_cfg = None if draft_model is None else load_config(draft_model)
         try:
-            rep = sol_of_run(r.events, r.manifest, run=run, config=cfg, config_source=model, gpu=gpu, tp=tp,
-                             draft_config=None if draft_model is None else load_config(draft_model),
-                             engine=engine, dp_attention=dp_attention, ep=ep, kv_dtype=kv_dtype, achievable=achievable,
-                             allreduce_ns=None if allreduce_us is None else allreduce_us * 1000)
+            events, manifest, instances = _run_inputs(run, rank_cli.spec_of(executor_opt), cfg, model, gpu, kv_dtype)
+            rep = sol_of_run(events, manifest, run=run, config=cfg, config_source=model, gpu=gpu, tp=tp,
+                             draft_config=draft_cfg, engine=engine, dp_attention=dp_attention, ep=ep,
+                             kv_dtype=kv_dtype, achievable=achievable,
+                             allreduce_ns=None if allreduce_us is None else allreduce_us * 1000, instances=instances)
         except TracekitError as exc:
             raise exc.located(path=run) from None
     else:
@@ -109,6 +119,32 @@ def sol_cmd(run: str | None, model: str | None, gpu: str | None, tp: int | None,
         echo(json.dumps(render_sol.to_json(rep), indent=2, allow_nan=False))
     else:
         render_sol.render(rep, _table_console())
+
+
+def _run_inputs(run: str, spec: ExecutorSpec, config: dict[str, Any] | None, config_source: str | None,
+                gpu: str | None, kv_dtype: str | None) -> tuple[pl.DataFrame, dict[str, Any], pl.DataFrame | None]:
+    """What ``sol_of_run`` reads of ``run``: rank by rank where the rule says so (docs/scale.md: the collective
+    rows and attribute's instances, after the manifest's own checks, so a run without a model config or a GPU
+    is refused before its events are read), else the whole table (instances None: ``sol_of_run`` computes them)."""
+    from tracekit.analyzers import ranked
+    from tracekit.analyzers.sol.run import sol_preflight
+    from tracekit.cli.common import _note_partial
+
+    rr = rank_cli.ranked_run(run, spec)
+    if rr is not None:
+        _note_partial(rr)
+        manifest = dict(rr.manifest)
+        sol_preflight(manifest, config=config, config_source=config_source, gpu=gpu, kv_dtype=kv_dtype)
+        try:
+            with rank_cli.opened(spec, "sol") as ex:
+                coll, instances = ranked.sol_inputs(rr, ex, say=rank_cli.progress())
+            return coll, manifest, instances
+        except ranked.Unsupported as why:
+            rank_cli.whole_run_note(spec, "sol", str(why))
+    r = rank_cli.load_whole(run, rr)
+    if rr is None:
+        _note_partial(r)
+    return r.events, dict(r.manifest), None
 
 
 def _calibrate(output: str) -> None:
