@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 
 
+LOCK_WAIT_S = 5.0  # the longest a process waits for Control's lock (a process killed inside it never releases it)
+
+
 class Control:
     """Window control shared by the launcher and every rank (see the module docstring)."""
 
@@ -45,18 +48,24 @@ class Control:
         self.started = ctx.Array("i", [-1] * world, lock=False)
 
     def may_start(self, rank: int, cycle: int) -> bool:
-        """In a rank, before cycle ``cycle``: False once the launcher asked to stop at or before it."""
-        with self.lock:
+        """In a rank, before cycle ``cycle``: False once the launcher asked to stop at or before it. A peer
+        killed inside the lock (SIGKILL: never released) costs this rank ``LOCK_WAIT_S``, not its window: it
+        goes on without the lock (its next collective then finds the peer gone)."""
+        got = self.lock.acquire(timeout=LOCK_WAIT_S)
+        try:
             stop = int(self.stop_at.value)
             if 0 <= stop <= cycle:
                 return False
             self.started[rank] = cycle
             return True
+        finally:
+            if got:
+                self.lock.release()
 
     def stop(self) -> int:
         """In the launcher: end every rank's window after the furthest cycle begun; returns that bound
         (cycles with index below it run everywhere)."""
-        got = self.lock.acquire(timeout=5.0)  # a rank killed inside the lock must not hang the launcher
+        got = self.lock.acquire(timeout=LOCK_WAIT_S)  # a rank killed inside the lock must not hang the launcher
         try:
             stop = int(max(list(self.started))) + 1
             self.stop_at.value = stop
@@ -64,6 +73,51 @@ class Control:
         finally:
             if got:
                 self.lock.release()
+
+
+class Inbox:
+    """The ranks' messages to the launcher: one queue per rank process (``queue_of``), read as one. A
+    multiprocessing queue's writers share a lock around each write to its pipe; a rank killed while
+    holding it (SIGKILL mid-send) would silence every other writer of that queue for good (their shards
+    written, their "done" never read): with a queue each, it silences only itself."""
+
+    def __init__(self, ctx: Any, owners: list[int]) -> None:
+        self.queues = {r: ctx.Queue() for r in owners}
+        self._order = list(self.queues.values())  # rotated after each message: no rank waits behind a busy one
+
+    def queue_of(self, owner: int) -> Any:
+        return self.queues[owner]
+
+    def get(self, timeout: float) -> Any:
+        """The next message of any rank, waiting up to ``timeout`` s; ``queue.Empty`` when none came."""
+        import queue
+        import time
+        from multiprocessing.connection import wait
+
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, q in enumerate(self._order):
+                with contextlib.suppress(queue.Empty):
+                    msg = q.get_nowait()
+                    self._order = self._order[i + 1:] + self._order[:i + 1]
+                    return msg
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise queue.Empty
+            wait([q._reader for q in self._order], left)  # until a message is in one of the pipes
+
+    def drain(self) -> list[Any]:
+        """Every message still queued (after the ranks ended)."""
+        import queue
+
+        out = []
+        for q in self.queues.values():
+            while True:
+                try:
+                    out.append(q.get_nowait())
+                except (queue.Empty, OSError, ValueError):
+                    break
+        return out
 
 
 class Interrupts:
@@ -202,7 +256,6 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
     # spawn, not fork/forkserver: a rank must see the launcher's environment as it is now (inheritance at
     # spawn is how NCCL_* reach ranks; a forkserver started earlier would hand out a stale environment)
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
     ctl = Control(ctx, world)
     nodes = cc.nodes
     port = nodes.master_port or free_port()
@@ -227,11 +280,14 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
         from tracekit.collectors.engines import load_ref
 
         fn = load_ref(driver)
-        one = ctx.Process(target=fn, args=(world, kind, cc, str(shard_dir), q, ctl), name="tracekit-driver")
+        inbox = Inbox(ctx, [-1])  # one process, one queue
+        one = ctx.Process(target=fn, args=(world, kind, cc, str(shard_dir), inbox.queue_of(-1), ctl),
+                          name="tracekit-driver")
         procs = dict.fromkeys(local, one)  # the driver answers for every rank: its death is theirs
     else:
-        procs = {r: ctx.Process(target=rank_main, args=(r, world, kind, cc, port, str(shard_dir), q, ctl),
-                                name=f"tracekit-rank{r}") for r in local}
+        inbox = Inbox(ctx, list(local))
+        procs = {r: ctx.Process(target=rank_main, args=(r, world, kind, cc, port, str(shard_dir), inbox.queue_of(r),
+                                                        ctl), name=f"tracekit-rank{r}") for r in local}
     intr = Interrupts()
     with sigint_ignored():
         for p in {id(p): p for p in procs.values()}.values():
@@ -242,7 +298,7 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
             + ", ".join(f"{r}: {p.pid}" for r, p in procs.items()) + f"); logs in {shard_dir}/"
             + (f" (uploaded to {dest}/ when a rank fails), shards uploaded to {dest}/" if cc.remote is not None else ""))
         prog = Progress(say, world, cc.warmup + cc.cycles, live=live, local=tuple(local))
-        seen = watch(cc, procs, q, ctl, intr, prog, say)
+        seen = watch(cc, procs, inbox, ctl, intr, prog, say)
         if seen.stop is not None and seen.stop <= cc.warmup:
             stop_all(procs)
             shutil.rmtree(shard_dir, ignore_errors=True)
@@ -263,6 +319,6 @@ def launch(cc: CaptureConfig, say: Callable[[str], None], live: bool, kind: str,
         intr.restore()
 
 
-__all__ = ["DONE_GRACE_S", "Control", "Failure", "Interrupts", "exit_reason", "explain", "free_port", "launch",
+__all__ = ["DONE_GRACE_S", "LOCK_WAIT_S", "Control", "Failure", "Inbox", "Interrupts", "exit_reason", "explain", "free_port", "launch",
            "short_error", "sigint_ignored", "stop_all"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors.capture import CaptureConfig
-from tracekit.collectors.launcher import DONE_GRACE_S, Say
+from tracekit.collectors.launcher import DONE_GRACE_S, Inbox, Say
 from tracekit.collectors.messages import (
     WINDOW,
     WINDOW_DONE,
@@ -109,7 +109,7 @@ class Watch:
     stop: int | None = None  # Ctrl-C: cycles with a lower index run on every rank
 
 
-def watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any, prog: Any,
+def watch(cc: CaptureConfig, procs: dict[int, Any], q: Inbox, ctl: Any, intr: Any, prog: Any,
            say: Callable[[str], None]) -> Watch:
     """Follow the ranks until every process has ended; kill silent ones; end the window on Ctrl-C."""
     w = Watch()
@@ -153,11 +153,7 @@ def watch(cc: CaptureConfig, procs: dict[int, Any], q: Any, ctl: Any, intr: Any,
             cycling.add(msg.rank)
     for p in procs.values():
         p.join(timeout=10)
-    while True:  # late messages
-        try:
-            msg = q.get_nowait()
-        except (queue.Empty, OSError, ValueError):
-            break
+    for msg in q.drain():  # late messages
         _take(msg, w, prog, say)
     for r in procs:  # ranks that ended in the last poll with the others: dead, not forgotten
         if r not in w.finished and r not in w.died:

@@ -191,7 +191,8 @@ def test_rank_killed_mid_window_is_a_partial_run(tmp_path: Path) -> None:
     rc, out = cap.finish()
     assert rc == 3, "\n".join(cap.err)
     root = cap.wait_for(r"^rank 1: killed by SIGKILL")
-    assert re.fullmatch(r"rank 1: killed by SIGKILL in the profiling window after \d+ of 600 cycles \(root cause\)", root)
+    assert re.fullmatch(r"rank 1: killed by SIGKILL in the profiling window after \d+ of 600 cycles \(root cause\)",
+                        root), "\n".join(cap.err)  # the whole stderr: which rank was named first, and why
     why = root.removeprefix("rank 1: ").removesuffix(" (root cause)")
     assert f"  missing rank 1: {why}" in out.splitlines()
     run = tmp_path / "run.parquet"
