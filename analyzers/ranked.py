@@ -301,15 +301,23 @@ def attribute(run: RankedRun, executor: Executor, phase: str | None = None, rank
               what: str = "attribute: ") -> tuple[AttributionReport, Any]:
     """``analyses.attribute`` rank by rank, and the ``joins.Unphased`` of the CLI's last line (of ``rank``);
     ``scanned``: the run's pass 1 when the caller made it already (``ranked_light.spec_inputs``)."""
+    s, p, phases = _attribute_passes(run, executor, phase, rank, launch_latency_ns, say, scanned, what)
+    return attribute_of(run, s, p, phases, rank)
+
+
+def _attribute_passes(run: RankedRun, executor: Executor, phase: str | None, rank: int | None,
+                      launch_latency_ns: int, say: Say | None, scanned: Scanned | None,
+                      what: str) -> tuple[Scanned, Passed, list[str]]:
+    """``attribute``'s two passes (pass 1 unless ``scanned``) and its phases; ``Unsupported`` where it reads
+    the run whole."""
     from .stragglers import MIN_SKEW_NS
 
     s = scanned if scanned is not None else scan(run, executor, say, what)
-    sel = None if rank is None else (rank,)
-    _gpu_mode([s.gpu], run.manifest, sel)
+    _gpu_mode([s.gpu], run.manifest, None if rank is None else (rank,))
     phases = s.phases_for(phase)
     p = second_pass(s, executor, Wanted(phases, segments=True), min_skew_ns=MIN_SKEW_NS,
                     launch_latency_ns=launch_latency_ns, say=say, what=what)
-    return attribute_of(run, s, p, phases, rank)
+    return s, p, phases
 
 
 def attribute_of(run: RankedRun, s: Scanned, p: Passed, phases: list[str],
@@ -341,13 +349,7 @@ def sol_inputs(run: RankedRun, executor: Executor, *, say: Say | None = None) ->
     """What ``sol_of_run`` reads of a run, rank by rank: every rank's collective rows (its allreduce fit) and
     attribute's instance table of every phase at the default launch latency (as its whole read computes it);
     ``Unsupported`` where ``attribute`` reads the run whole."""
-    from .stragglers import MIN_SKEW_NS
-
-    s = scan(run, executor, say, "sol: ")
-    _gpu_mode([s.gpu], run.manifest, None)
-    phases = s.phases_for(None)
-    p = second_pass(s, executor, Wanted(phases, segments=True), min_skew_ns=MIN_SKEW_NS,
-                    launch_latency_ns=DEFAULT_LAUNCH_LATENCY_NS, say=say, what="sol: ")
+    s, p, phases = _attribute_passes(run, executor, None, None, DEFAULT_LAUNCH_LATENCY_NS, say, None, "sol: ")
     return s.coll, _attribution_tables(s, p, phases, None)["instances"]
 
 
